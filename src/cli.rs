@@ -1,0 +1,186 @@
+//! The command line. Every option also reads `PMCHECK_<OPTION>` so a systemd
+//! `EnvironmentFile` can configure the daemon without editing the unit.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Where `serve` listens when no `--listen` is given.
+pub const DEFAULT_LISTEN: &str = "[::]:9200";
+/// Where `drain`, `undrain` and the daemon keep the drain record.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/pmcheck";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pmcheck",
+    version,
+    about = "Tell HAProxy whether this Puppet Server compile master may receive agent traffic",
+    long_about = "pmcheck answers HAProxy's HTTP health checks (option httpchk) on port 9200. \
+It probes the local Puppet Server's status API over mutual TLS with the host's own Puppet \
+certificate and answers 200, or 503 with the reason. An operator drain record \
+(`pmcheck drain`) forces 503 so the node leaves the pool while Puppet keeps running."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the health responder daemon.
+    Serve(ServeArgs),
+    /// Answer exactly one poll on stdin/stdout (for xinetd or a systemd Accept=yes socket).
+    Inetd(InetdArgs),
+    /// Probe Puppet Server once and print a monitoring-plugin line (exit 0 OK, 1 drained, 2 down, 3 unknown).
+    Check(CheckArgs),
+    /// Print every resolved setting and where it came from.
+    Config(ConfigArgs),
+    /// Take this node out of the load balancer pool (the daemon answers 503 DRAINED).
+    Drain(DrainArgs),
+    /// Put this node back into the pool.
+    Undrain(StateArgs),
+    /// Ask the running daemon what it answers HAProxy now (exit 0 when it answers 200).
+    Status(StatusArgs),
+    /// Print the man page or a shell completion script (for packaging).
+    Generate(GenerateArgs),
+}
+
+/// How to find and reach the local Puppet Server. Unset values come from puppet.conf.
+#[derive(Debug, Clone, Default, Args)]
+pub struct PuppetArgs {
+    /// puppet.conf to read [default: first existing of /etc/puppetlabs/puppet/puppet.conf, /etc/puppet/puppet.conf]
+    #[arg(long, env = "PMCHECK_PUPPET_CONF", value_name = "PATH")]
+    pub puppet_conf: Option<PathBuf>,
+    /// The certname: the TLS name verified, sent as SNI and as Host [default: from puppet.conf, else the FQDN]
+    #[arg(long, env = "PMCHECK_CERTNAME", value_name = "NAME")]
+    pub certname: Option<String>,
+    /// Client certificate [default: puppet.conf hostcert]
+    #[arg(long, env = "PMCHECK_HOSTCERT", value_name = "PATH")]
+    pub hostcert: Option<PathBuf>,
+    /// Client private key (PKCS#1, SEC1 or PKCS#8 PEM) [default: puppet.conf hostprivkey]
+    #[arg(long, env = "PMCHECK_HOSTPRIVKEY", value_name = "PATH")]
+    pub hostprivkey: Option<PathBuf>,
+    /// CA certificate(s) that must have signed Puppet Server's certificate [default: puppet.conf localcacert]
+    #[arg(long, env = "PMCHECK_LOCALCACERT", value_name = "PATH")]
+    pub localcacert: Option<PathBuf>,
+    /// Where to connect [default: 127.0.0.1:<serverport from puppet.conf, else 8140>]
+    #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
+    pub puppet_addr: Option<String>,
+    /// Status endpoint; a 404 "not found: server" falls back to /status/v1/simple/master
+    #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH")]
+    pub status_path: Option<String>,
+    /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
+    #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StateArgs {
+    /// Directory of the drain record (DIR/drain)
+    #[arg(long, env = "PMCHECK_STATE_DIR", value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (repeatable; in the environment, comma-separated) [default: [::]:9200, or 0.0.0.0:9200 without IPv6]
+    #[arg(
+        long,
+        env = "PMCHECK_LISTEN",
+        value_name = "ADDR:PORT",
+        value_delimiter = ','
+    )]
+    pub listen: Vec<SocketAddr>,
+    /// How often Puppet Server may be probed, however many pollers there are
+    #[arg(long, env = "PMCHECK_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+    pub interval: Duration,
+    #[command(flatten)]
+    pub puppet: PuppetArgs,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct InetdArgs {
+    /// Longest wait for the request, from connection to the blank line ending its headers
+    #[arg(long, env = "PMCHECK_READ_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    pub read_timeout: Duration,
+    #[command(flatten)]
+    pub puppet: PuppetArgs,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub puppet: PuppetArgs,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    pub puppet: PuppetArgs,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    /// Why the node is drained (shown to HAProxy's stats page and to whoever runs `pmcheck status`)
+    #[arg(
+        long,
+        env = "PMCHECK_REASON",
+        value_name = "TEXT",
+        default_value = "drained by operator"
+    )]
+    pub reason: String,
+    /// Undrain automatically after this long (for example 30m)
+    #[arg(long = "for", env = "PMCHECK_FOR", value_name = "DURATION", value_parser = parse_duration)]
+    pub for_: Option<Duration>,
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The daemon to ask
+    #[arg(
+        long,
+        env = "PMCHECK_URL",
+        value_name = "URL",
+        default_value = "http://127.0.0.1:9200/"
+    )]
+    pub url: String,
+    /// Print the daemon's JSON answer as it is
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    #[command(subcommand)]
+    pub what: Generate,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Generate {
+    /// The pmcheck(1) man page, in roff
+    Man,
+    /// A completion script for SHELL (bash, zsh, fish, elvish, powershell)
+    Completions { shell: clap_complete::Shell },
+}
+
+/// Durations as operators write them: `1500ms`, `2s`, `30m`, `1h`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (write a duration such as 1500ms, 2s, 30m or 1h)"))?;
+    if duration.is_zero() {
+        return Err("must be longer than zero".to_owned());
+    }
+    Ok(duration)
+}

@@ -1,0 +1,313 @@
+//! The subcommands, each mapped to a sysexits-style exit code.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory};
+use thiserror::Error;
+
+use crate::cli::{CheckArgs, Cli, Command, DrainArgs, Generate, PuppetArgs, StateArgs, StatusArgs};
+use crate::drain::{DrainError, DrainFile, DrainRecord};
+use crate::probe::Prober;
+use crate::puppet_conf::{self, Source};
+use crate::server::ListenError;
+use crate::settings::{Origin, Settings, SettingsError};
+use crate::verdict::{Verdict, Word};
+use crate::{inetd, server, status, systemd};
+
+/// sysexits(3) codes.
+pub mod exit {
+    pub const USAGE: u8 = 64;
+    pub const UNAVAILABLE: u8 = 69;
+    pub const OSERR: u8 = 71;
+    pub const CANTCREAT: u8 = 73;
+    pub const CONFIG: u8 = 78;
+}
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+    #[error(transparent)]
+    Status(#[from] status::StatusError),
+    #[error(transparent)]
+    Systemd(#[from] systemd::SystemdError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Settings(_) => exit::CONFIG,
+            Error::Listen(e) => e.exit_code(),
+            Error::Drain(_) => exit::CANTCREAT,
+            Error::Status(_) => 1,
+            Error::Systemd(_) => exit::OSERR,
+            Error::Io(_) => exit::OSERR,
+        }
+    }
+}
+
+/// The exit code for a command line clap rejected: `check` follows the monitoring-plugin
+/// convention (3 UNKNOWN), everything else sysexits' EX_USAGE.
+pub fn usage_exit_code(error: &clap::Error, args: &[String]) -> u8 {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        return 0;
+    }
+    if args
+        .iter()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map(String::as_str)
+        == Some("check")
+    {
+        3
+    } else {
+        exit::USAGE
+    }
+}
+
+/// Runs the parsed command line; `matches` tells flags from environment variables.
+pub fn run(cli: Cli, matches: &ArgMatches) -> u8 {
+    let sub = matches.subcommand().map(|(_, m)| m).unwrap_or(matches);
+    let origin = Matches(sub);
+    let quiet = matches!(cli.command, Command::Inetd(_)) && inetd::stderr_is_the_connection();
+    if !quiet {
+        init_logging();
+    }
+    let result = match cli.command {
+        Command::Serve(args) => serve(args, &origin),
+        Command::Inetd(args) => settings(&args.puppet, &args.state, &origin).and_then(|s| {
+            block_on(inetd::answer_one(&s, args.read_timeout))??;
+            Ok(0)
+        }),
+        Command::Check(args) => return check(args, &origin),
+        Command::Config(args) => settings(&args.puppet, &args.state, &origin).map(|s| {
+            print!("{s}");
+            0
+        }),
+        Command::Drain(args) => drain(args),
+        Command::Undrain(state) => undrain(state),
+        Command::Status(args) => status_command(args),
+        Command::Generate(args) => generate(args.what),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("pmcheck: {e}");
+        e.exit_code()
+    })
+}
+
+struct Matches<'a>(&'a ArgMatches);
+
+impl Origin for Matches<'_> {
+    fn origin(&self, id: &str, env: &'static str) -> Source {
+        match self
+            .0
+            .try_get_raw(id)
+            .ok()
+            .and_then(|_| self.0.value_source(id))
+        {
+            Some(ValueSource::EnvVariable) => Source::Env(env),
+            Some(ValueSource::DefaultValue) | None => Source::Default("built in".into()),
+            Some(_) => Source::Flag,
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}
+
+fn settings(args: &PuppetArgs, state: &StateArgs, origin: &dyn Origin) -> Result<Settings, Error> {
+    Ok(Settings::resolve(args, state, origin, &puppet_conf::fqdn)?)
+}
+
+fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+}
+
+/// Runs a short command to completion without waiting for a stdin reader left blocked.
+fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
+    let rt = runtime(false)?;
+    let output = rt.block_on(future);
+    rt.shutdown_timeout(Duration::from_millis(100));
+    Ok(output)
+}
+
+fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<u8, Error> {
+    let settings = settings(&args.puppet, &args.state, origin)?;
+    let rt = runtime(true)?;
+    let _guard = rt.enter();
+    let listeners = match systemd::listeners()? {
+        Some(inherited) => inherited,
+        None => server::bind(&args.listen)?,
+    };
+    let notifier = systemd::Notifier::from_env();
+    let watchdog = notifier.as_ref().and_then(|n| n.watchdog_task());
+    rt.block_on(async {
+        if let Some(task) = watchdog {
+            tokio::spawn(task);
+        }
+        let ready = || {
+            if let Some(n) = &notifier {
+                n.notify("READY=1\nSTATUS=answering polls");
+            }
+        };
+        server::serve(&settings, args.interval, listeners, ready, async {
+            shutdown_signal().await;
+            if let Some(n) = &notifier {
+                n.notify("STOPPING=1");
+            }
+        })
+        .await
+    })?;
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(0)
+}
+
+/// SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, Puppet healthy),
+/// 2 CRITICAL (Puppet unhealthy), 3 UNKNOWN (bad settings, unreadable drain state).
+fn check(args: CheckArgs, origin: &dyn Origin) -> u8 {
+    let settings = match settings(&args.puppet, &args.state, origin) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("PMCHECK UNKNOWN - {e}");
+            return 3;
+        }
+    };
+    let report = match block_on(async { Prober::new(settings.probe_target()).probe().await }) {
+        Ok(report) => report,
+        Err(e) => {
+            println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
+            return 3;
+        }
+    };
+    let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
+    let verdict = Verdict::decide(&drain, Some(&report), Instant::now(), Duration::MAX);
+    let (label, code) = match verdict.word {
+        Word::Unknown | Word::Starting => ("UNKNOWN", 3),
+        _ if !report.ok => ("CRITICAL", 2),
+        Word::Drained => ("WARNING", 1),
+        _ => ("OK", 0),
+    };
+    println!(
+        "PMCHECK {label} - {} | time={:.3}s;;;0",
+        verdict.reason,
+        report.latency.as_secs_f64()
+    );
+    code
+}
+
+fn drain(args: DrainArgs) -> Result<u8, Error> {
+    let file = DrainFile::new(&args.state.state_dir);
+    let previous = file.current();
+    let record = DrainRecord::new(args.reason, args.for_, SystemTime::now());
+    file.write(&record)?;
+    let mut out = std::io::stdout().lock();
+    if let Some(previous) = previous {
+        writeln!(out, "replaced the previous drain: {}", previous.describe())?;
+    }
+    let until = record
+        .until
+        .as_deref()
+        .map(|u| format!(" until {u}"))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "drained: {} (by {} since {}{until}); wrote {}",
+        record.reason,
+        record.by,
+        record.since,
+        file.path().display()
+    )?;
+    writeln!(
+        out,
+        "pmcheck now answers 503; HAProxy takes the node out after its `fall` failed checks. `pmcheck undrain` puts it back."
+    )?;
+    Ok(0)
+}
+
+fn undrain(state: StateArgs) -> Result<u8, Error> {
+    let file = DrainFile::new(&state.state_dir);
+    match file.remove()? {
+        Some(previous) => println!(
+            "undrained: removed {} (was: {}); pmcheck answers from Puppet Server's health again",
+            file.path().display(),
+            previous.describe()
+        ),
+        None => println!(
+            "not drained: there is no {}; nothing to do",
+            file.path().display()
+        ),
+    }
+    Ok(0)
+}
+
+fn status_command(args: StatusArgs) -> Result<u8, Error> {
+    let answer = block_on(status::ask(&args.url))??;
+    if args.json {
+        print!("{}", answer.body);
+    } else {
+        print!("{}", status::describe(&answer));
+    }
+    Ok(if answer.status == 200 { 0 } else { 1 })
+}
+
+fn generate(what: Generate) -> Result<u8, Error> {
+    let command = Cli::command();
+    let mut out = std::io::stdout().lock();
+    match what {
+        Generate::Man => clap_mangen::Man::new(command).render(&mut out)?,
+        Generate::Completions { shell } => {
+            let mut command = command;
+            clap_complete::generate(shell, &mut command, "pmcheck", &mut out);
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,193 @@
+//! The host's Puppet identity: its certificate, private key and the Puppet CA, turned into a
+//! rustls client configuration that trusts that CA alone.
+
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::crypto::ring;
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use thiserror::Error;
+
+/// The three files Puppet keeps under its ssldir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdentityFiles {
+    pub hostcert: PathBuf,
+    pub hostprivkey: PathBuf,
+    pub localcacert: PathBuf,
+}
+
+#[derive(Debug, Error)]
+pub enum IdentityError {
+    #[error("cannot read {setting} {path}: {source}{hint}", hint = read_hint(source))]
+    Read {
+        setting: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("{setting} {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----): {detail}")]
+    NoCertificate {
+        setting: &'static str,
+        path: PathBuf,
+        detail: String,
+    },
+    #[error(
+        "hostprivkey {path} is encrypted (a Puppet passfile?): pmcheck needs the key unencrypted, \
+         readable only by root and group puppet (mode 0640)"
+    )]
+    EncryptedKey { path: PathBuf },
+    #[error(
+        "hostprivkey {path} holds no private key (expected -----BEGIN RSA PRIVATE KEY-----, \
+         EC PRIVATE KEY or PRIVATE KEY): {detail}"
+    )]
+    NoKey { path: PathBuf, detail: String },
+    #[error("localcacert {path} holds no certificate usable as a trust anchor")]
+    NoTrustAnchor { path: PathBuf },
+    #[error("hostcert {hostcert} and hostprivkey {hostprivkey} do not fit together: {detail}")]
+    KeyMismatch {
+        hostcert: PathBuf,
+        hostprivkey: PathBuf,
+        detail: String,
+    },
+}
+
+fn read_hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::NotFound => {
+            " (has this host got its Puppet certificate yet? Start Puppet Server or run the agent once, or point pmcheck at the files with --hostcert/--hostprivkey/--localcacert)"
+        }
+        io::ErrorKind::PermissionDenied => {
+            " (run pmcheck as a user that may read it, such as a member of group puppet)"
+        }
+        _ => "",
+    }
+}
+
+/// What a file looked like on disk, so a replaced file (Puppet renews atomically: new inode) or
+/// one edited in place is noticed without re-reading it at every probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileStamp {
+    /// `None` when the file cannot be examined; that too counts as a change when it heals.
+    pub fn of(path: &Path) -> Option<Self> {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| Self::from_metadata(&m))
+    }
+
+    pub fn from_metadata(m: &std::fs::Metadata) -> Self {
+        Self {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+        }
+    }
+}
+
+impl IdentityFiles {
+    /// The current stamps of all three files.
+    pub fn stamps(&self) -> [Option<FileStamp>; 3] {
+        [
+            FileStamp::of(&self.hostcert),
+            FileStamp::of(&self.hostprivkey),
+            FileStamp::of(&self.localcacert),
+        ]
+    }
+
+    /// Loads the files and builds a TLS client configuration: server verified against
+    /// localcacert only (never the system roots), client identity hostcert + hostprivkey.
+    pub fn client_config(&self) -> Result<rustls::ClientConfig, IdentityError> {
+        let roots = self.trust_anchors()?;
+        let chain = read_certificates("hostcert", &self.hostcert)?;
+        let key = read_private_key(&self.hostprivkey)?;
+        let provider = Arc::new(ring::default_provider());
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| IdentityError::KeyMismatch {
+                hostcert: self.hostcert.clone(),
+                hostprivkey: self.hostprivkey.clone(),
+                detail: e.to_string(),
+            })?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| IdentityError::KeyMismatch {
+                hostcert: self.hostcert.clone(),
+                hostprivkey: self.hostprivkey.clone(),
+                detail: e.to_string(),
+            })
+    }
+
+    fn trust_anchors(&self) -> Result<RootCertStore, IdentityError> {
+        let mut roots = RootCertStore::empty();
+        let (added, _ignored) =
+            roots.add_parsable_certificates(read_certificates("localcacert", &self.localcacert)?);
+        if added == 0 {
+            return Err(IdentityError::NoTrustAnchor {
+                path: self.localcacert.clone(),
+            });
+        }
+        Ok(roots)
+    }
+}
+
+fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, IdentityError> {
+    std::fs::read(path).map_err(|source| IdentityError::Read {
+        setting,
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Every certificate in a PEM file: a CA file may hold a whole chain.
+fn read_certificates(
+    setting: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, IdentityError> {
+    let bytes = read(setting, path)?;
+    let no_cert = |detail: String| IdentityError::NoCertificate {
+        setting,
+        path: path.to_owned(),
+        detail,
+    };
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| no_cert(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(no_cert("the file has no CERTIFICATE block".into()));
+    }
+    Ok(certs)
+}
+
+/// The first private key in PKCS#1 (what Puppet writes for RSA), SEC1 (EC keys, possibly after
+/// an `EC PARAMETERS` block) or PKCS#8 form.
+fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, IdentityError> {
+    let bytes = read("hostprivkey", path)?;
+    // Legacy OpenSSL encryption keeps the usual label and adds a Proc-Type header; PKCS#8
+    // encryption changes the label. Neither is a key we can use, and the parser would only
+    // say "no items found".
+    let text = String::from_utf8_lossy(&bytes);
+    if text.contains("ENCRYPTED PRIVATE KEY") || text.contains("Proc-Type: 4,ENCRYPTED") {
+        return Err(IdentityError::EncryptedKey {
+            path: path.to_owned(),
+        });
+    }
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| IdentityError::NoKey {
+        path: path.to_owned(),
+        detail: match e {
+            pem::Error::NoItemsFound => "the file has no private key block".into(),
+            other => other.to_string(),
+        },
+    })
+}

@@ -1,0 +1,552 @@
+//! Puppet's own settings, read from puppet.conf the way Puppet Server reads them.
+//!
+//! We parse the file ourselves instead of running `puppet config print`: that costs seconds of
+//! Ruby start-up and, as a non-root user on Debian, reports a different ssldir.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+/// puppet.conf locations, in the order they are tried: AIO packages, then Debian's.
+pub const CANDIDATES: [&str; 2] = [
+    "/etc/puppetlabs/puppet/puppet.conf",
+    "/etc/puppet/puppet.conf",
+];
+
+/// Puppet Server reads `[server]`, then the deprecated `[master]`, then `[main]`.
+const SECTIONS: [&str; 3] = ["server", "master", "main"];
+
+#[derive(Debug, Error)]
+pub enum PuppetConfError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{path}:{line}: cannot parse `{text}`: expected `[section]`, `name = value` or a # comment"
+    )]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        text: String,
+    },
+    #[error("{setting} = {value}: unknown variable ${var} (from {source_})")]
+    UnknownVariable {
+        setting: String,
+        value: String,
+        var: String,
+        source_: Source,
+    },
+    #[error("{setting}: its value refers back to itself through $-variables")]
+    Cycle { setting: String },
+    #[error("cannot work out the certname: {0}; set certname in puppet.conf or pass --certname")]
+    Certname(String),
+}
+
+/// Which package family's defaults apply where puppet.conf is silent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Puppet's own packages: confdir /etc/puppetlabs/puppet, ssldir $confdir/ssl.
+    Aio,
+    /// Debian's packages: confdir /etc/puppet, ssldir /var/lib/puppet/ssl.
+    Debian,
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Layout::Aio => "Puppet AIO layout",
+            Layout::Debian => "Debian layout",
+        })
+    }
+}
+
+/// Where a resolved value came from, so `pmcheck config` can tell an operator what to edit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Flag,
+    Env(&'static str),
+    File { path: PathBuf, section: String },
+    Default(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Flag => f.write_str("command line"),
+            Source::Env(var) => write!(f, "environment {var}"),
+            Source::File { path, section } => write!(f, "{} [{section}]", path.display()),
+            Source::Default(how) => write!(f, "default: {how}"),
+        }
+    }
+}
+
+/// A parsed puppet.conf: `section -> name -> value`.
+#[derive(Debug, Default, Clone)]
+pub struct PuppetConf {
+    path: Option<PathBuf>,
+    sections: HashMap<String, HashMap<String, String>>,
+}
+
+impl PuppetConf {
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<Self, PuppetConfError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PuppetConfError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses puppet.conf text. Settings before any section header belong to `[main]`, as in Puppet.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, PuppetConfError> {
+        let mut sections: HashMap<String, HashMap<String, String>> = HashMap::new();
+        let mut section = "main".to_owned();
+        for (index, raw) in text.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+                continue;
+            }
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = name.trim().to_owned();
+                continue;
+            }
+            let Some((name, value)) = line.split_once('=') else {
+                return Err(PuppetConfError::Syntax {
+                    path: path.to_owned(),
+                    line: index + 1,
+                    text: line.to_owned(),
+                });
+            };
+            let name = name.trim();
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(PuppetConfError::Syntax {
+                    path: path.to_owned(),
+                    line: index + 1,
+                    text: line.to_owned(),
+                });
+            }
+            sections
+                .entry(section.clone())
+                .or_default()
+                .insert(name.to_owned(), strip_metadata(value.trim()).to_owned());
+        }
+        Ok(Self {
+            path: Some(path.to_owned()),
+            sections,
+        })
+    }
+
+    /// The file this came from, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The value of `name` as Puppet Server sees it, and the section it came from.
+    pub fn get(&self, name: &str) -> Option<(&str, &'static str)> {
+        SECTIONS.iter().find_map(|section| {
+            self.sections
+                .get(*section)
+                .and_then(|s| s.get(name))
+                .map(|v| (v.as_str(), *section))
+        })
+    }
+
+    /// The layout whose defaults apply, judged by where the file lives.
+    pub fn layout(&self) -> Layout {
+        match &self.path {
+            Some(p) if p.starts_with("/etc/puppet") && !p.starts_with("/etc/puppetlabs") => {
+                Layout::Debian
+            }
+            _ => Layout::Aio,
+        }
+    }
+
+    /// confdir: the directory of puppet.conf, or the layout's default without one.
+    pub fn confdir(&self) -> PathBuf {
+        match self.path.as_deref().and_then(Path::parent) {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("/etc/puppetlabs/puppet"),
+        }
+    }
+}
+
+/// Puppet allows `{ owner = service, mode = 0640 }` after a path; it is not part of the value.
+fn strip_metadata(value: &str) -> &str {
+    match value.rfind('{') {
+        Some(open) if value.ends_with('}') => value[..open].trim_end(),
+        _ => value,
+    }
+}
+
+/// Resolves settings with `$var` interpolation over command-line overrides, puppet.conf and
+/// Puppet's defaults for the layout.
+pub struct Resolver<'a> {
+    conf: &'a PuppetConf,
+    overrides: HashMap<&'static str, (String, Source)>,
+    fqdn: &'a dyn Fn() -> Result<String, String>,
+}
+
+impl<'a> Resolver<'a> {
+    /// `fqdn` is asked only when the certname is needed and nothing sets it.
+    pub fn new(conf: &'a PuppetConf, fqdn: &'a dyn Fn() -> Result<String, String>) -> Self {
+        Self {
+            conf,
+            overrides: HashMap::new(),
+            fqdn,
+        }
+    }
+
+    /// A value from the command line or the environment that beats puppet.conf.
+    pub fn set(&mut self, name: &'static str, value: String, source: Source) {
+        self.overrides.insert(name, (value, source));
+    }
+
+    /// The fully interpolated value of `name` and where its raw value came from.
+    pub fn resolve(&self, name: &str) -> Result<(String, Source), PuppetConfError> {
+        self.resolve_depth(name, 0)
+    }
+
+    fn resolve_depth(&self, name: &str, depth: usize) -> Result<(String, Source), PuppetConfError> {
+        if depth > 16 {
+            return Err(PuppetConfError::Cycle {
+                setting: name.to_owned(),
+            });
+        }
+        let (raw, source) = self.raw(name)?;
+        let value = self.interpolate(name, &raw, &source, depth)?;
+        Ok((value, source))
+    }
+
+    fn raw(&self, name: &str) -> Result<(String, Source), PuppetConfError> {
+        if let Some((value, source)) = self.overrides.get(name) {
+            return Ok((value.clone(), source.clone()));
+        }
+        // Puppet 7 renamed masterport to serverport and keeps the old name as an alias.
+        let names: &[&str] = match name {
+            "serverport" | "masterport" => &["serverport", "masterport"],
+            _ => std::slice::from_ref(&name),
+        };
+        for section in SECTIONS {
+            for n in names {
+                if let Some(value) = self.conf.sections.get(section).and_then(|s| s.get(*n)) {
+                    let path = self.conf.path.clone().unwrap_or_default();
+                    return Ok((
+                        value.clone(),
+                        Source::File {
+                            path,
+                            section: section.to_owned(),
+                        },
+                    ));
+                }
+            }
+        }
+        self.default(name)
+    }
+
+    fn default(&self, name: &str) -> Result<(String, Source), PuppetConfError> {
+        let layout = self.conf.layout();
+        let debian = layout == Layout::Debian;
+        let value = match name {
+            "confdir" => self.conf.confdir().display().to_string(),
+            "vardir" if debian => "/var/cache/puppet".into(),
+            "vardir" => "/opt/puppetlabs/puppet/cache".into(),
+            "ssldir" if debian => "/var/lib/puppet/ssl".into(),
+            "ssldir" => "$confdir/ssl".into(),
+            "codedir" if debian => "/etc/puppet/code".into(),
+            "codedir" => "/etc/puppetlabs/code".into(),
+            "logdir" if debian => "/var/log/puppet".into(),
+            "logdir" => "/var/log/puppetlabs/puppet".into(),
+            "rundir" if debian => "/run/puppet".into(),
+            "rundir" => "/var/run/puppetlabs".into(),
+            "statedir" => "$vardir/state".into(),
+            "certdir" => "$ssldir/certs".into(),
+            "privatekeydir" => "$ssldir/private_keys".into(),
+            "publickeydir" => "$ssldir/public_keys".into(),
+            "requestdir" => "$ssldir/certificate_requests".into(),
+            "hostcert" => "$certdir/$certname.pem".into(),
+            "hostprivkey" => "$privatekeydir/$certname.pem".into(),
+            "hostpubkey" => "$publickeydir/$certname.pem".into(),
+            "localcacert" => "$certdir/ca.pem".into(),
+            "hostcrl" => "$ssldir/crl.pem".into(),
+            "serverport" | "masterport" => "8140".into(),
+            "certname" => {
+                let fqdn = (self.fqdn)().map_err(PuppetConfError::Certname)?;
+                return Ok((fqdn, Source::Default("the host's FQDN".into())));
+            }
+            other => {
+                return Err(PuppetConfError::UnknownVariable {
+                    setting: other.to_owned(),
+                    value: String::new(),
+                    var: other.to_owned(),
+                    source_: Source::Default("none".into()),
+                });
+            }
+        };
+        let how = if value.contains('$') {
+            format!("{value}, {layout}")
+        } else {
+            layout.to_string()
+        };
+        Ok((value, Source::Default(how)))
+    }
+
+    /// Replaces `$name` and `${name}` with their resolved values.
+    fn interpolate(
+        &self,
+        setting: &str,
+        raw: &str,
+        source: &Source,
+        depth: usize,
+    ) -> Result<String, PuppetConfError> {
+        let mut out = String::with_capacity(raw.len());
+        let mut rest = raw;
+        while let Some(dollar) = rest.find('$') {
+            out.push_str(&rest[..dollar]);
+            let after = &rest[dollar + 1..];
+            let (var, consumed) = if let Some(braced) = after.strip_prefix('{') {
+                match braced.find('}') {
+                    Some(end) => (&braced[..end], end + 2),
+                    None => (braced, braced.len() + 1),
+                }
+            } else {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                (&after[..end], end)
+            };
+            if var.is_empty() {
+                out.push('$');
+                rest = after;
+                continue;
+            }
+            match self.resolve_depth(var, depth + 1) {
+                Ok((value, _)) => out.push_str(&value),
+                Err(PuppetConfError::UnknownVariable { .. }) => {
+                    return Err(PuppetConfError::UnknownVariable {
+                        setting: setting.to_owned(),
+                        value: raw.to_owned(),
+                        var: var.to_owned(),
+                        source_: source.clone(),
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+            rest = &after[consumed..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+}
+
+/// The first puppet.conf that exists, as Puppet's own packages would have installed it.
+pub fn find_default() -> Option<PathBuf> {
+    CANDIDATES.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+/// The host's FQDN the way Facter computes Puppet's default certname: the canonical name of
+/// the host name (what `hostname -f` prints), plus the resolv.conf domain where it has none.
+/// A reverse lookup of an address would be wrong: many containers map 127.0.0.1 to `localhost`.
+pub fn fqdn() -> Result<String, String> {
+    let host = dns_lookup::get_hostname().map_err(|e| format!("gethostname failed: {e}"))?;
+    let short = host.split('.').next().unwrap_or(&host).to_owned();
+    let canonical = canonical_name(&host).unwrap_or_else(|| host.clone());
+    let domain = match canonical.split_once('.') {
+        Some((_, domain)) if !domain.is_empty() => Some(domain.to_owned()),
+        _ => std::fs::read_to_string("/etc/resolv.conf")
+            .ok()
+            .and_then(|text| resolv_domain(&text)),
+    };
+    let name = match domain {
+        Some(domain) => format!("{short}.{domain}"),
+        None => short,
+    };
+    if name.is_empty() {
+        return Err("the host name is empty".into());
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+fn canonical_name(host: &str) -> Option<String> {
+    /// `AI_CANONNAME` from <netdb.h> (the same value on Linux and the BSDs).
+    const AI_CANONNAME: i32 = 0x0002;
+    let hints = dns_lookup::AddrInfoHints {
+        flags: AI_CANONNAME,
+        ..Default::default()
+    };
+    let mut infos = dns_lookup::getaddrinfo(Some(host), None, Some(hints)).ok()?;
+    infos
+        .find_map(|info| info.ok().and_then(|i| i.canonname))
+        .filter(|name| !name.is_empty())
+}
+
+/// The `domain`, else the first `search` entry, of resolv.conf, as Facter reads it.
+pub fn resolv_domain(text: &str) -> Option<String> {
+    let mut search = None;
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("domain") => return words.next().map(str::to_owned),
+            Some("search") if search.is_none() => search = words.next().map(str::to_owned),
+            _ => {}
+        }
+    }
+    search
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conf(path: &str, text: &str) -> PuppetConf {
+        PuppetConf::parse(Path::new(path), text).expect("parses")
+    }
+
+    fn no_fqdn() -> Result<String, String> {
+        Ok("node1.example.com".into())
+    }
+
+    #[test]
+    fn server_section_beats_master_beats_main() {
+        let c = conf(
+            "/etc/puppetlabs/puppet/puppet.conf",
+            "[main]\ncertname = a\nserverport = 1\n[master]\ncertname = b\n[server]\ncertname = c\n",
+        );
+        assert_eq!(c.get("certname"), Some(("c", "server")));
+        assert_eq!(c.get("serverport"), Some(("1", "main")));
+        let c = conf(
+            "/x/puppet.conf",
+            "[main]\ncertname = a\n[master]\ncertname = b\n",
+        );
+        assert_eq!(c.get("certname"), Some(("b", "master")));
+    }
+
+    #[test]
+    fn settings_before_a_section_are_main_and_comments_and_metadata_are_ignored() {
+        let c = conf(
+            "/x/puppet.conf",
+            "# comment\n  ; also comment\ncertname = early\n[agent]\nserver = puppet\n[main]\nssldir = /s {owner = service, mode = 0771}\n",
+        );
+        assert_eq!(c.get("certname"), Some(("early", "main")));
+        assert_eq!(c.get("ssldir"), Some(("/s", "main")));
+        assert_eq!(
+            c.get("server"),
+            None,
+            "[agent] is not read by Puppet Server"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_the_file_and_line() {
+        let err = PuppetConf::parse(
+            Path::new("/x/puppet.conf"),
+            "[main]\nthis is not a setting\n",
+        )
+        .expect_err("must fail");
+        let text = err.to_string();
+        assert!(text.contains("/x/puppet.conf:2"), "{text}");
+        assert!(text.contains("this is not a setting"), "{text}");
+    }
+
+    #[test]
+    fn debian_layout_defaults() {
+        let c = conf("/etc/puppet/puppet.conf", "[main]\n");
+        assert_eq!(c.layout(), Layout::Debian);
+        let r = Resolver::new(&c, &no_fqdn);
+        assert_eq!(r.resolve("ssldir").unwrap().0, "/var/lib/puppet/ssl");
+        assert_eq!(r.resolve("vardir").unwrap().0, "/var/cache/puppet");
+        assert_eq!(
+            r.resolve("hostcert").unwrap().0,
+            "/var/lib/puppet/ssl/certs/node1.example.com.pem"
+        );
+        assert_eq!(
+            r.resolve("hostprivkey").unwrap().0,
+            "/var/lib/puppet/ssl/private_keys/node1.example.com.pem"
+        );
+        assert_eq!(
+            r.resolve("localcacert").unwrap().0,
+            "/var/lib/puppet/ssl/certs/ca.pem"
+        );
+        assert_eq!(r.resolve("serverport").unwrap().0, "8140");
+    }
+
+    #[test]
+    fn aio_layout_defaults() {
+        let c = conf("/etc/puppetlabs/puppet/puppet.conf", "");
+        assert_eq!(c.layout(), Layout::Aio);
+        let r = Resolver::new(&c, &no_fqdn);
+        assert_eq!(r.resolve("ssldir").unwrap().0, "/etc/puppetlabs/puppet/ssl");
+        assert_eq!(
+            r.resolve("localcacert").unwrap().0,
+            "/etc/puppetlabs/puppet/ssl/certs/ca.pem"
+        );
+        let (_, source) = r.resolve("certname").unwrap();
+        assert!(matches!(source, Source::Default(_)));
+    }
+
+    #[test]
+    fn interpolation_follows_variables_through_sections_and_overrides() {
+        let c = conf(
+            "/etc/puppetlabs/puppet/puppet.conf",
+            "[main]\nvardir = /v\nssldir = $vardir/ssl\ncertname = fromfile\n[server]\nhostcert = ${certdir}/x-$certname.pem\nmasterport = 8141\n",
+        );
+        let mut r = Resolver::new(&c, &no_fqdn);
+        assert_eq!(
+            r.resolve("hostcert").unwrap().0,
+            "/v/ssl/certs/x-fromfile.pem"
+        );
+        assert_eq!(
+            r.resolve("serverport").unwrap().0,
+            "8141",
+            "masterport is an alias"
+        );
+        r.set("certname", "cli".into(), Source::Flag);
+        let (value, source) = r.resolve("hostcert").unwrap();
+        assert_eq!(value, "/v/ssl/certs/x-cli.pem");
+        assert_eq!(
+            source,
+            Source::File {
+                path: "/etc/puppetlabs/puppet/puppet.conf".into(),
+                section: "server".into()
+            }
+        );
+    }
+
+    #[test]
+    fn unknown_variables_and_cycles_are_errors_naming_the_setting() {
+        let c = conf(
+            "/x/puppet.conf",
+            "[main]\nhostcert = $nosuch/cert.pem\nssldir = $certdir\n",
+        );
+        let r = Resolver::new(&c, &no_fqdn);
+        let text = r.resolve("hostcert").unwrap_err().to_string();
+        assert!(
+            text.contains("hostcert") && text.contains("$nosuch"),
+            "{text}"
+        );
+        let text = r.resolve("ssldir").unwrap_err().to_string();
+        assert!(text.contains("refers back to itself"), "{text}");
+    }
+
+    #[test]
+    fn certname_lookup_failure_says_how_to_fix_it() {
+        let c = conf("/x/puppet.conf", "");
+        let failing = || Err("no host name".to_owned());
+        let r = Resolver::new(&c, &failing);
+        let text = r.resolve("hostcert").unwrap_err().to_string();
+        assert!(text.contains("--certname"), "{text}");
+    }
+
+    #[test]
+    fn resolv_conf_domain_then_search() {
+        assert_eq!(
+            resolv_domain("nameserver 1.1.1.1\nsearch a.b c.d\ndomain e.f\n").as_deref(),
+            Some("e.f")
+        );
+        assert_eq!(resolv_domain("search a.b c.d\n").as_deref(), Some("a.b"));
+        assert_eq!(resolv_domain("nameserver 1.1.1.1\n"), None);
+    }
+}

@@ -1,0 +1,173 @@
+//! The HTTP responder: turns a poll into an answer from the latest verdict.
+//!
+//! Written for HAProxy's checks as they really arrive: `OPTIONS / HTTP/1.0` with no headers,
+//! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{self, HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+
+use crate::drain::DrainFile;
+use crate::probe::{Latest, ProbeReport};
+use crate::verdict::{Verdict, Word};
+
+const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
+const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
+const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// What every poll reads: the drain record and the latest probe report.
+pub struct Health {
+    pub drain: DrainFile,
+    pub latest: Latest,
+    /// Past this age a probe report no longer counts (the prober must be stuck).
+    pub stale_after: Duration,
+}
+
+impl Health {
+    /// The latest probe report, without waiting for Puppet Server.
+    pub fn latest(&self) -> Option<Arc<ProbeReport>> {
+        self.latest.borrow().clone()
+    }
+
+    /// Answers one request.
+    pub fn answer<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
+        let method = request.method();
+        if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+            return method_not_allowed();
+        }
+        let drain = self.drain.state(SystemTime::now());
+        let probe = self.latest();
+        let verdict = Verdict::decide(&drain, probe.as_deref(), Instant::now(), self.stale_after);
+        respond(&verdict, method, request.headers())
+    }
+}
+
+/// The answer to a GET, HEAD or OPTIONS poll. HEAD gets the same status and headers, no body.
+pub fn respond(
+    verdict: &Verdict<'_>,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Response<Full<Bytes>> {
+    let json = wants_json(headers);
+    let body = if json { verdict.json() } else { verdict.text() };
+    let length = HeaderValue::from(body.len());
+    let body = if *method == Method::HEAD {
+        Bytes::new()
+    } else {
+        Bytes::from(body)
+    };
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() =
+        StatusCode::from_u16(verdict.word.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    if verdict.word != Word::Ok {
+        // HAProxy shows the reason phrase in its check info: "code: 503, info: "Drained"".
+        response
+            .extensions_mut()
+            .insert(hyper::ext::ReasonPhrase::from_static(
+                verdict.word.reason_phrase().as_bytes(),
+            ));
+    }
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, if json { JSON } else { TEXT });
+    h.insert(header::CONTENT_LENGTH, length);
+    h.insert(header::CACHE_CONTROL, NO_STORE);
+    if *method == Method::OPTIONS {
+        h.insert(header::ALLOW, ALLOW);
+    }
+    response
+}
+
+fn method_not_allowed() -> Response<Full<Bytes>> {
+    const BODY: &str = "405 Method Not Allowed: poll with GET, HEAD or OPTIONS\n";
+    let mut response = Response::new(Full::new(Bytes::from_static(BODY.as_bytes())));
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    let h = response.headers_mut();
+    h.insert(header::ALLOW, ALLOW);
+    h.insert(header::CONTENT_TYPE, TEXT);
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(BODY.len()));
+    h.insert(header::CACHE_CONTROL, NO_STORE);
+    response
+}
+
+/// `Accept: application/json` (anywhere in the list) selects the JSON body.
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|s| s.contains("application/json")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::DrainState;
+    use http_body_util::BodyExt;
+
+    fn body(response: Response<Full<Bytes>>) -> (StatusCode, HeaderMap, Bytes) {
+        let (parts, body) = response.into_parts();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = match rt.block_on(body.collect()) {
+            Ok(collected) => collected.to_bytes(),
+            Err(never) => match never {},
+        };
+        (parts.status, parts.headers, bytes)
+    }
+
+    fn starting() -> (DrainState, Option<ProbeReport>) {
+        (DrainState::NotDrained, None)
+    }
+
+    #[test]
+    fn head_has_the_get_headers_and_no_body() {
+        let (drain, probe) = starting();
+        let v = Verdict::decide(
+            &drain,
+            probe.as_ref(),
+            Instant::now(),
+            Duration::from_secs(5),
+        );
+        let (status, get_headers, get_body) = body(respond(&v, &Method::GET, &HeaderMap::new()));
+        let (head_status, head_headers, head_body) =
+            body(respond(&v, &Method::HEAD, &HeaderMap::new()));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(head_status, status);
+        assert!(head_body.is_empty());
+        assert_eq!(
+            head_headers[header::CONTENT_LENGTH],
+            get_headers[header::CONTENT_LENGTH]
+        );
+        assert_eq!(
+            get_headers[header::CONTENT_LENGTH],
+            get_body.len().to_string().as_str()
+        );
+        assert_eq!(get_headers[header::CACHE_CONTROL], "no-store");
+        assert!(get_body.starts_with(b"STARTING - "));
+    }
+
+    #[test]
+    fn accept_json_anywhere_in_the_list() {
+        let (drain, probe) = starting();
+        let v = Verdict::decide(
+            &drain,
+            probe.as_ref(),
+            Instant::now(),
+            Duration::from_secs(5),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/html, application/json;q=0.9"),
+        );
+        let (_, h, b) = body(respond(&v, &Method::GET, &headers));
+        assert_eq!(h[header::CONTENT_TYPE], "application/json");
+        let json: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(json["verdict"], "STARTING");
+    }
+}

@@ -1,0 +1,99 @@
+//! The systemd protocols, without linking libsystemd: socket activation (`LISTEN_FDS`), so polls
+//! queue in the kernel across a restart, and `sd_notify` (READY, WATCHDOG, STOPPING).
+
+use std::future::Future;
+use std::io;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum SystemdError {
+    #[error(
+        "socket activation: descriptor {index} from systemd is not a listening TCP socket ({source}); \
+         the .socket unit must use ListenStream= with Accept=no"
+    )]
+    Listener { index: usize, source: io::Error },
+}
+
+/// The listening sockets systemd passed (`LISTEN_FDS`, `LISTEN_PID`), if it passed any.
+/// Call before starting threads: it clears those variables, as sd_listen_fds(3) does.
+pub fn listeners() -> Result<Option<Vec<std::net::TcpListener>>, SystemdError> {
+    let mut fds = listenfd::ListenFd::from_env();
+    if fds.len() == 0 {
+        return Ok(None);
+    }
+    let mut listeners = Vec::with_capacity(fds.len());
+    for index in 0..fds.len() {
+        let listener = fds
+            .take_tcp_listener(index)
+            .and_then(|l| l.ok_or_else(|| io::Error::other("already taken")))
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|source| SystemdError::Listener { index, source })?;
+        listeners.push(listener);
+    }
+    tracing::info!("using {} listening socket(s) from systemd", listeners.len());
+    Ok(Some(listeners))
+}
+
+/// Sends state changes to systemd's `NOTIFY_SOCKET` (`Type=notify`).
+#[derive(Clone)]
+pub struct Notifier {
+    socket: Arc<UnixDatagram>,
+    addr: Arc<SocketAddr>,
+}
+
+impl Notifier {
+    /// `None` when not started by systemd with `NotifyAccess`, or when the socket is unusable.
+    pub fn from_env() -> Option<Self> {
+        let path = std::env::var_os("NOTIFY_SOCKET")?;
+        let bytes = path.as_encoded_bytes();
+        // A leading '@' names a socket in the abstract namespace.
+        let addr = match bytes.strip_prefix(b"@") {
+            Some(name) => SocketAddr::from_abstract_name(name),
+            None => SocketAddr::from_pathname(&path),
+        };
+        let made = addr.and_then(|addr| Ok((UnixDatagram::unbound()?, addr)));
+        match made {
+            Ok((socket, addr)) => Some(Self {
+                socket: Arc::new(socket),
+                addr: Arc::new(addr),
+            }),
+            Err(e) => {
+                tracing::warn!(
+                    "NOTIFY_SOCKET={}: {e}; not notifying systemd",
+                    path.to_string_lossy()
+                );
+                None
+            }
+        }
+    }
+
+    pub fn notify(&self, state: &str) {
+        if let Err(e) = self.socket.send_to_addr(state.as_bytes(), &self.addr) {
+            tracing::warn!("cannot notify systemd ({state}): {e}");
+        }
+    }
+
+    /// Pings `WATCHDOG=1` at half of `WatchdogSec`, when systemd asked for it for this process.
+    pub fn watchdog_task(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+        if let Ok(pid) = std::env::var("WATCHDOG_PID") {
+            if pid.parse::<u32>().ok()? != std::process::id() {
+                return None;
+            }
+        }
+        let period = Duration::from_micros(usec) / 2;
+        let notifier = self.clone();
+        Some(async move {
+            let mut ticks = tokio::time::interval(period);
+            loop {
+                ticks.tick().await;
+                notifier.notify("WATCHDOG=1");
+            }
+        })
+    }
+}

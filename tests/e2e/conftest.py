@@ -1,0 +1,227 @@
+"""Fixtures for pmcheck's real-stack end-to-end suite.
+
+One real Puppet Server for the whole session (it takes tens of seconds to start),
+and per test: pmcheck daemons, HAProxy and xinetd instances, each in the session's
+temp dir and each stopped by its PID when the test ends, pass or fail.
+
+A component that cannot run here (not root, program missing, port 8140 taken by
+someone else) skips the test with a loud reason -- except under CI=true, where it
+fails: CI must never turn green by skipping the real stack.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import e2e_stack as st  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+STRICT = os.environ.get("CI") == "true"
+TIMINGS: list[tuple[str, str]] = []
+
+
+def record(name: str, value: str) -> None:
+    """A measurement worth reporting; printed now and in the final summary."""
+    TIMINGS.append((name, value))
+    print(f"[e2e] MEASURED {name}: {value}")
+
+
+def unavailable(reason: str):
+    """Skip loudly, or fail under CI=true."""
+    banner = "!" * 8
+    if STRICT:
+        pytest.fail(f"{banner} CI=true and the real stack cannot run: {reason}", pytrace=False)
+    pytest.skip(f"{banner} REAL STACK NOT TESTED: {reason}")
+
+
+# ---------------------------------------------------------------------------
+# reporting
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed:
+        for name, path in getattr(item, "e2e_logs", []):
+            rep.sections.append((f"log tail: {name} ({path})", st.tail(path, 60)))
+        item.session.e2e_failed = True
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not TIMINGS:
+        return
+    terminalreporter.section("pmcheck e2e measurements")
+    for name, value in TIMINGS:
+        terminalreporter.write_line(f"{name}: {value}")
+
+
+def add_log(request, name: str, path) -> None:
+    node = request.node
+    if not hasattr(node, "e2e_logs"):
+        node.e2e_logs = []
+    node.e2e_logs.append((name, str(path)))
+
+
+# ---------------------------------------------------------------------------
+# session fixtures
+
+
+@pytest.fixture(scope="session")
+def workdir(request):
+    """One temp dir for the whole run, traversable by the puppet and pmcheck users."""
+    d = Path(tempfile.mkdtemp(prefix="pmcheck-e2e-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    yield d
+    failed = getattr(request.session, "e2e_failed", False) or request.session.testsfailed
+    if failed or os.environ.get("PMCHECK_E2E_KEEP"):
+        print(f"\n[e2e] kept {d} for inspection")
+    else:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pmcheck_bin():
+    path = os.environ.get("PMCHECK_BIN") or str(REPO / "target" / "release" / "pmcheck")
+    path = str(Path(path).resolve())
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        unavailable(f"no pmcheck binary at {path} (build it with `cargo build --release` or set PMCHECK_BIN)")
+    return path
+
+
+def _require_root_and(*programs: str) -> None:
+    if os.geteuid() != 0:
+        unavailable("must run as root (Puppet Server runs as user puppet, pmcheck reads the host key)")
+    missing = [p for p in programs if shutil.which(p) is None]
+    if missing:
+        unavailable(f"missing programs: {', '.join(missing)} (scripts/e2e installs them with apt-get)")
+
+
+@pytest.fixture(scope="session")
+def puppet_cfg():
+    _require_root_and("puppet")
+    return st.puppet_settings()
+
+
+@pytest.fixture(scope="session")
+def puppetserver_session(workdir, puppet_cfg):
+    _require_root_and("java", "setpriv")
+    if not os.path.exists(st.PUPPETSERVER_JAR):
+        unavailable(f"{st.PUPPETSERVER_JAR} missing: install the puppetserver package")
+    if st.port_accepts(st.PUPPET_PORT):
+        unavailable(
+            f"something already listens on 127.0.0.1:{st.PUPPET_PORT}; the suite must own Puppet Server "
+            "(test 3 stops and starts it): stop the other instance"
+        )
+    ps = st.PuppetServer(workdir / "puppetserver", puppet_cfg)
+    first_ever = not os.path.exists(puppet_cfg.hostcert)
+    try:
+        took = ps.start()
+        record(
+            "Puppet Server start (session)",
+            f"{took:.1f}s{' (first start: created the CA and host certificate)' if first_ever else ''}"
+            f" with JAVA_ARGS {' '.join(ps.java_args)}",
+        )
+        yield ps
+    finally:
+        ps.stop()
+
+
+@pytest.fixture
+def puppetserver(request, puppetserver_session):
+    """The session's Puppet Server, running (a previous failed test may have left it stopped)."""
+    ps = puppetserver_session
+    add_log(request, "Puppet Server", ps.log)
+    if not ps.running():
+        took = ps.start()
+        record("Puppet Server restart (recovering from an earlier test)", f"{took:.1f}s")
+    return ps
+
+
+# ---------------------------------------------------------------------------
+# per-test components
+
+
+@pytest.fixture
+def testdir(request, workdir):
+    d = workdir / request.node.name.replace("/", "_").replace("[", "-").replace("]", "")
+    d.mkdir(mode=0o755)
+    os.chmod(d, 0o755)
+    return d
+
+
+@pytest.fixture
+def pmcheck(request, pmcheck_bin, testdir):
+    pm = st.Pmcheck(pmcheck_bin, testdir)
+    orig_serve = pm.serve
+
+    def serve(*a, **kw):
+        d = orig_serve(*a, **kw)
+        add_log(request, "pmcheck serve", d.log)
+        return d
+
+    pm.serve = serve
+    yield pm
+    pm.stop_all()
+
+
+@pytest.fixture
+def haproxy(request, testdir):
+    """Factory: haproxy(name, body, source) -> started HAProxy with an admin socket."""
+    started: list[st.HAProxy] = []
+    if shutil.which("haproxy") is None:
+        unavailable("haproxy is not installed (scripts/e2e installs it with apt-get)")
+
+    def make(name: str, body: str, source: str) -> st.HAProxy:
+        h = st.HAProxy(testdir, name, body, source)
+        add_log(request, f"haproxy {name}", h.log)
+        add_log(request, f"haproxy {name} config", h.cfg)
+        started.append(h)
+        h.start()
+        return h
+
+    yield make
+    for h in started:
+        h.stop()
+
+
+@pytest.fixture
+def xinetd(request, testdir):
+    started: list[st.Xinetd] = []
+    if shutil.which("xinetd") is None:
+        unavailable("xinetd is not installed (scripts/e2e installs it with apt-get)")
+
+    def make(service_text: str) -> st.Xinetd:
+        x = st.Xinetd(testdir, service_text)
+        add_log(request, "xinetd", x.log)
+        add_log(request, "xinetd services", testdir / "xinetd-services.log")
+        started.append(x)
+        x.start()
+        return x
+
+    yield make
+    for x in started:
+        x.stop()
+
+
+@pytest.fixture(scope="session")
+def shipped_haproxy() -> str:
+    return (REPO / "packaging" / "haproxy" / "pmcheck.cfg").read_text()
+
+
+@pytest.fixture(scope="session")
+def shipped_xinetd() -> str:
+    return (REPO / "packaging" / "xinetd" / "pmcheck").read_text()
+
+
+@pytest.fixture
+def clock():
+    return time.monotonic

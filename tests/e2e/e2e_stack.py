@@ -1,0 +1,790 @@
+"""Real-stack helpers for pmcheck's end-to-end suite.
+
+Everything here drives real programs: Puppet Server (java, as user puppet),
+HAProxy (foreground, with an admin socket), xinetd (foreground) and the pmcheck
+binary.  All traffic stays on loopback.  Every process is started in its own
+session so that it (and anything it forked) can be stopped by its PID / process
+group id, never by name.
+"""
+
+from __future__ import annotations
+
+import csv
+import http.client
+import io
+import json
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+LOOPBACK = "127.0.0.1"
+PUPPET_PORT = 8140
+
+PUPPETSERVER_JAR = "/usr/share/puppetserver/puppetserver.jar"
+PUPPETSERVER_CONFD = "/etc/puppet/puppetserver/conf.d"
+PUPPETSERVER_SERVICES_D = "/etc/puppet/puppetserver/services.d"
+JRUBY_LIB = "/usr/share/jruby/lib"
+DEFAULT_JAVA_ARGS = (
+    "-Xms1g -Xmx1g -XX:TieredStopAtLevel=1 "
+    "-Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger"
+)
+
+
+class StackError(RuntimeError):
+    """A component of the real stack misbehaved (did not start, died, ...)."""
+
+
+# --------------------------------------------------------------------------
+# small utilities
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def port_accepts(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def tail(path: Path | str, lines: int = 40) -> str:
+    try:
+        data = Path(path).read_text(errors="replace").splitlines()
+    except OSError as e:
+        return f"<cannot read {path}: {e}>"
+    return "\n".join(data[-lines:])
+
+
+def wait_until(
+    what: str,
+    probe: Callable[[], object],
+    timeout: float,
+    interval: float = 0.05,
+    alive: Callable[[], None] | None = None,
+):
+    """Poll ``probe`` until it returns a truthy value; return (value, elapsed).
+
+    ``alive`` is called on every round and should raise when the component being
+    waited on has died, so that a crash fails at once instead of at the deadline.
+    """
+    start = time.monotonic()
+    deadline = start + timeout
+    last = None
+    while True:
+        if alive is not None:
+            alive()
+        try:
+            last = probe()
+        except Exception as e:  # noqa: BLE001 - the probe reports what it saw
+            last = e
+        else:
+            if last:
+                return last, time.monotonic() - start
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def stop_pid(proc: subprocess.Popen, name: str, term_timeout: float = 60.0) -> None:
+    """Stop a process we started: SIGTERM its process group, then SIGKILL.
+
+    The process was started with ``start_new_session=True``, so its pgid is its
+    pid: signalling ``-pid`` reaches the children it forked (and nothing else).
+    """
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=term_timeout)
+        except subprocess.TimeoutExpired:
+            print(f"[e2e] {name} (pid {proc.pid}) ignored SIGTERM for {term_timeout}s: SIGKILL")
+    # whatever is left in the group (children, or the leader after a timeout)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        raise StackError(f"{name} (pid {proc.pid}) survived SIGKILL")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment for child processes: ours without any PMCHECK_* variable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PMCHECK_")}
+    env.update(extra)
+    return env
+
+
+# --------------------------------------------------------------------------
+# HTTP / HTTPS clients (no proxies, no magic)
+
+
+@dataclass
+class Reply:
+    status: int
+    reason: str
+    headers: dict[str, str]
+    body: str
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def http_request(
+    port: int,
+    path: str = "/",
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    host: str = LOOPBACK,
+    timeout: float = 5.0,
+) -> Reply:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request(method, path, headers=headers or {})
+        r = conn.getresponse()
+        body = r.read().decode("utf-8", "replace")
+        return Reply(r.status, r.reason, {k.lower(): v for k, v in r.getheaders()}, body)
+    finally:
+        conn.close()
+
+
+def raw_http(port: int, payload: bytes, host: str = LOOPBACK, timeout: float = 5.0) -> bytes:
+    """Send exact bytes (e.g. HAProxy's ``OPTIONS / HTTP/1.0\\r\\n\\r\\n``), read until EOF."""
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(payload)
+        chunks = []
+        while True:
+            try:
+                b = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not b:
+                break
+            chunks.append(b)
+    return b"".join(chunks)
+
+
+def tls_context(cafile: str, certfile: str | None = None, keyfile: str | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    ctx.check_hostname = True
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    if certfile:
+        ctx.load_cert_chain(certfile, keyfile)
+    return ctx
+
+
+@dataclass
+class TLSReply(Reply):
+    peer_cert: dict = field(default_factory=dict)
+    tls_version: str = ""
+
+
+def https_request(
+    port: int,
+    tls_name: str,
+    ctx: ssl.SSLContext,
+    path: str,
+    method: str = "GET",
+    host: str = LOOPBACK,
+    timeout: float = 10.0,
+) -> TLSReply:
+    """HTTPS to ``host:port`` verifying the server as ``tls_name`` (SNI = Host = tls_name)."""
+    raw = socket.create_connection((host, port), timeout=timeout)
+    try:
+        s = ctx.wrap_socket(raw, server_hostname=tls_name)
+    except BaseException:
+        raw.close()
+        raise
+    with s:
+        req = (
+            f"{method} {path} HTTP/1.1\r\nHost: {tls_name}\r\n"
+            "Accept: application/json, text/plain\r\nConnection: close\r\n\r\n"
+        )
+        s.sendall(req.encode())
+        r = http.client.HTTPResponse(s, method=method)
+        r.begin()
+        body = r.read().decode("utf-8", "replace")
+        return TLSReply(
+            r.status,
+            r.reason,
+            {k.lower(): v for k, v in r.getheaders()},
+            body,
+            peer_cert=s.getpeercert() or {},
+            tls_version=s.version() or "",
+        )
+
+
+# --------------------------------------------------------------------------
+# Puppet settings (asked once from Puppet itself, as the truth to compare with)
+
+
+@dataclass
+class PuppetSettings:
+    certname: str
+    ssldir: str
+    confdir: str
+    hostcert: str
+    hostprivkey: str
+    localcacert: str
+    config: str
+
+
+def puppet_settings() -> PuppetSettings:
+    names = ["certname", "ssldir", "confdir", "hostcert", "hostprivkey", "localcacert", "config"]
+    out = subprocess.run(
+        ["puppet", "config", "print", *names, "--section", "server"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_env(),
+    ).stdout
+    values = {}
+    for line in out.splitlines():
+        if " = " in line:
+            k, v = line.split(" = ", 1)
+            values[k.strip()] = v.strip()
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise StackError(f"`puppet config print` did not print {missing}: {out!r}")
+    return PuppetSettings(**{n: values[n] for n in names})
+
+
+# --------------------------------------------------------------------------
+# Puppet Server
+
+
+LOGBACK = """<configuration scan="false">
+    <appender name="STDOUT" class="ch.qos.logback.core.ConsoleAppender">
+        <encoder>
+            <pattern>%d{yyyy-MM-dd'T'HH:mm:ss.SSSXXX} %-5p [%t] [%c{2}] %m%n</pattern>
+        </encoder>
+    </appender>
+    <logger name="puppetlabs.trapperkeeper.services.status.status-debug-logging" level="info"/>
+    <logger name="org.eclipse.jetty" level="INFO"/>
+    <logger name="jruby" level="info"/>
+    <root level="info">
+        <appender-ref ref="STDOUT"/>
+    </root>
+</configuration>
+"""
+
+REQUEST_LOGGING = """<configuration debug="false">
+    <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+        <file>{access_log}</file>
+        <append>true</append>
+        <encoder>
+            <pattern>%h %l %u [%t] "%r" %s %b "%i{{Referer}}" "%i{{User-Agent}}" %D</pattern>
+        </encoder>
+    </appender>
+    <appender-ref ref="FILE" />
+</configuration>
+"""
+
+
+def _hocon_set(text: str, key: str, value: str) -> str:
+    """Replace ``key: anything`` (one line) in a HOCON file; the key must exist."""
+    new, n = re.subn(rf"(?m)^(\s*){re.escape(key)}\s*[:=].*$", rf"\g<1>{key}: {value}", text)
+    if n != 1:
+        raise StackError(f"expected exactly one `{key}` in Puppet Server config, found {n}")
+    return new
+
+
+class PuppetServer:
+    """A real Puppet Server on 127.0.0.1:8140, run by hand as user ``puppet``.
+
+    Its configuration is a copy of the package's conf.d in a temp dir, changed
+    only where a test run must not touch the host: ``ssl-host`` (loopback),
+    ``server-run-dir`` (the temp dir), logging (files in the temp dir).  The
+    ssldir (/var/lib/puppet/ssl) and the CA are the real ones: the first start
+    creates them, as on a fresh install.
+    """
+
+    def __init__(self, workdir: Path, settings: PuppetSettings, java_args: str | None = None):
+        self.dir = workdir
+        self.settings = settings
+        self.java_args = (java_args or os.environ.get("PMCHECK_E2E_JAVA_ARGS") or DEFAULT_JAVA_ARGS).split()
+        self.confd = workdir / "conf.d"
+        self.rundir = workdir / "run"
+        self.restart_file = self.rundir / "restart"
+        self.log = workdir / "puppetserver.log"
+        self.access_log = workdir / "puppetserver-access.log"
+        self.proc: subprocess.Popen | None = None
+        self.start_times: list[float] = []
+        self._prepare()
+
+    def _prepare(self) -> None:
+        pw = pwd.getpwnam("puppet")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o755)
+        shutil.copytree(PUPPETSERVER_CONFD, self.confd)
+        web = self.confd / "webserver.conf"
+        text = _hocon_set(web.read_text(), "ssl-host", LOOPBACK)
+        text = _hocon_set(text, "ssl-port", str(PUPPET_PORT))
+        (self.dir / "request-logging.xml").write_text(REQUEST_LOGGING.format(access_log=self.access_log))
+        text = _hocon_set(text, "access-log-config", str(self.dir / "request-logging.xml"))
+        web.write_text(text)
+        ps = self.confd / "puppetserver.conf"
+        ps.write_text(_hocon_set(ps.read_text(), "server-run-dir", str(self.rundir)))
+        (self.dir / "logback.xml").write_text(LOGBACK)
+        glob = self.confd / "global.conf"
+        glob.write_text(_hocon_set(glob.read_text(), "logging-config", str(self.dir / "logback.xml")))
+        for p in self.confd.rglob("*"):
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        self.rundir.mkdir(mode=0o755, exist_ok=True)
+        os.chown(self.rundir, pw.pw_uid, pw.pw_gid)
+        self.access_log.touch()
+        os.chown(self.access_log, pw.pw_uid, pw.pw_gid)
+
+    # -- lifecycle
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            code = None if self.proc is None else self.proc.returncode
+            raise StackError(f"Puppet Server exited (status {code}); log tail:\n{tail(self.log)}")
+
+    def start(self, timeout: float = 300.0) -> float:
+        """Start and wait until ready; returns the seconds it took."""
+        if self.running():
+            raise StackError("Puppet Server is already running")
+        if port_accepts(PUPPET_PORT):
+            raise StackError(
+                f"something already listens on {LOOPBACK}:{PUPPET_PORT}; this suite needs to own "
+                "Puppet Server (it stops and starts it). Stop the other instance first."
+            )
+        pw = pwd.getpwnam("puppet")
+        self.restart_file.write_text("0")
+        os.chown(self.restart_file, pw.pw_uid, pw.pw_gid)
+        cmd = [
+            "setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--",
+            "java", *self.java_args,
+            f"-Djruby.lib={JRUBY_LIB}",
+            "-XX:+CrashOnOutOfMemoryError",
+            f"-XX:ErrorFile={self.dir}/puppetserver_err_pid%p.log",
+            "-jar", PUPPETSERVER_JAR,
+            "--config", str(self.confd),
+            "--bootstrap-config", PUPPETSERVER_SERVICES_D,
+            "--restart-file", str(self.restart_file),
+        ]  # fmt: skip
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "HOME": pw.pw_dir,
+            "USER": "puppet",
+            "LOGNAME": "puppet",
+        }
+        t0 = time.monotonic()
+        with open(self.log, "ab") as log:
+            log.write(f"\n==== e2e: starting Puppet Server at {time.strftime('%H:%M:%S')}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.dir, env=env, start_new_session=True,
+            )  # fmt: skip
+        try:
+            wait_until("Puppet Server to be ready", self.ready, timeout, interval=0.25, alive=self.check_alive)
+        except BaseException:
+            self.stop()
+            raise
+        took = time.monotonic() - t0
+        self.start_times.append(took)
+        return took
+
+    def ready(self) -> bool:
+        if self.restart_file.read_text().strip() != "1":
+            return False
+        r = self.status()
+        return r.status == 200 and r.body.strip() == "running"
+
+    def status(self) -> TLSReply:
+        ctx = tls_context(self.settings.localcacert)
+        return https_request(PUPPET_PORT, self.settings.certname, ctx, "/status/v1/simple", timeout=5)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc, "Puppet Server", term_timeout=60)
+        if self.proc is not None:
+            # the port must really be free again: a later start relies on it
+            wait_until(f"port {PUPPET_PORT} to close", lambda: not port_accepts(PUPPET_PORT), 30)
+
+
+# --------------------------------------------------------------------------
+# pmcheck
+
+
+class Pmcheck:
+    """The pmcheck binary: one-shot commands and ``serve`` daemons."""
+
+    def __init__(self, binary: str, workdir: Path):
+        self.binary = binary
+        self.dir = workdir
+        self.daemons: list[PmcheckServe] = []
+
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+        cp = subprocess.run(
+            [self.binary, *args], capture_output=True, text=True, timeout=timeout,
+            env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        print(f"[e2e] $ pmcheck {' '.join(args)}  -> exit {cp.returncode}")
+        for line in (cp.stdout + cp.stderr).splitlines()[:40]:
+            print(f"[e2e]   {line}")
+        return cp
+
+    def serve(self, state_dir: Path, *extra: str, env: dict[str, str] | None = None, name: str = "serve") -> "PmcheckServe":
+        d = PmcheckServe(self, state_dir, list(extra), env, self.dir / f"pmcheck-{name}.log")
+        self.daemons.append(d)
+        d.start()
+        return d
+
+    def stop_all(self) -> None:
+        for d in self.daemons:
+            d.stop()
+
+
+class PmcheckServe:
+    def __init__(self, pm: Pmcheck, state_dir: Path, extra: list[str], env, log: Path):
+        self.pm = pm
+        self.state_dir = state_dir
+        self.extra = extra
+        self.env = env if env is not None else clean_env(RUST_LOG=os.environ.get("RUST_LOG", "info"))
+        self.log = log
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def listen(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen}/"
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise StackError(f"pmcheck serve exited ({self.proc and self.proc.returncode}); log:\n{tail(self.log)}")
+
+    def start(self, timeout: float = 20) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [self.pm.binary, "serve", "--listen", self.listen, "--state-dir", str(self.state_dir), *self.extra]
+        print(f"[e2e] $ {' '.join(cmd)}")
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.env, start_new_session=True,
+            )  # fmt: skip
+        wait_until(f"pmcheck serve on {self.listen} to answer", self._answers, timeout, alive=self.check_alive)
+
+    def _answers(self) -> bool:
+        try:
+            http_request(self.port, timeout=2)
+            return True
+        except OSError:
+            return False
+
+    def get(self, path: str = "/", **kw) -> Reply:
+        return http_request(self.port, path, **kw)
+
+    def wait_verdict(self, status: int, timeout: float = 30) -> tuple[Reply, float]:
+        return wait_until(
+            f"pmcheck on {self.listen} to answer {status}",
+            lambda: (r := self.get()) and r.status == status and r,
+            timeout, interval=0.1, alive=self.check_alive,
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc, "pmcheck serve", term_timeout=10)
+
+
+# --------------------------------------------------------------------------
+# HAProxy
+
+
+HAPROXY_HEAD = """\
+# ---- written by pmcheck's e2e suite: global/defaults of a throwaway HAProxy
+global
+    stats socket {sock} mode 600 level admin
+    log stderr format raw local0 info
+    # no `daemon`, no `user`, no `chroot`: run in the foreground under the test
+
+defaults
+    log global
+    option log-health-checks
+    timeout connect 2s
+    timeout client 1m
+    timeout server 1m
+
+# ---- from here on: {source} (ports/addresses substituted by the suite)
+"""
+
+
+class HAProxy:
+    def __init__(self, workdir: Path, name: str, body: str, source: str):
+        self.dir = workdir
+        self.name = name
+        self.sock = workdir / f"haproxy-{name}.sock"
+        self.cfg = workdir / f"haproxy-{name}.cfg"
+        self.log = workdir / f"haproxy-{name}.log"
+        self.cfg.write_text(HAPROXY_HEAD.format(sock=self.sock, source=source) + body)
+        self.proc: subprocess.Popen | None = None
+
+    def validate(self) -> None:
+        cp = subprocess.run(["haproxy", "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30)
+        if cp.returncode != 0:
+            raise StackError(f"haproxy -c rejected {self.cfg}:\n{cp.stdout}{cp.stderr}\n--- config:\n{self.cfg.read_text()}")
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise StackError(f"haproxy exited ({self.proc and self.proc.returncode}); log:\n{tail(self.log)}")
+
+    def start(self) -> None:
+        self.validate()
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                ["haproxy", "-db", "-f", str(self.cfg)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        wait_until("the HAProxy admin socket", lambda: "Name: HAProxy" in self.admin("show info"), 15, alive=self.check_alive)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc, "haproxy", term_timeout=10)
+
+    # -- the admin socket: HAProxy's own view, never inferred
+
+    def admin(self, command: str, timeout: float = 5) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(self.sock))
+            s.sendall(command.encode() + b"\n")
+            chunks = []
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                chunks.append(b)
+        return b"".join(chunks).decode("utf-8", "replace")
+
+    def servers_state(self, backend: str) -> list[dict[str, str]]:
+        """``show servers state BACKEND`` as dicts keyed by the header's names."""
+        out = self.admin(f"show servers state {backend}")
+        lines = [l for l in out.splitlines() if l.strip()]
+        header = next((l for l in lines if l.startswith("# ")), None)
+        if header is None:
+            raise StackError(f"unexpected `show servers state` output: {out!r}")
+        names = header[2:].split()
+        rows = []
+        for l in lines:
+            if l.startswith("#") or len(l.split()) < 5:
+                continue
+            rows.append(dict(zip(names, l.split())))
+        return rows
+
+    def stat(self) -> list[dict[str, str]]:
+        """``show stat`` CSV as dicts keyed by its header (pxname, svname, status, check_status, ...)."""
+        out = self.admin("show stat")
+        if not out.startswith("# "):
+            raise StackError(f"unexpected `show stat` output: {out[:200]!r}")
+        return list(csv.DictReader(io.StringIO(out[2:])))
+
+    def server(self, backend: str, server: str) -> dict[str, str]:
+        """One server as HAProxy sees it: `show stat` row + `show servers state` row."""
+        row = next((r for r in self.stat() if r["pxname"] == backend and r["svname"] == server), None)
+        st = next((r for r in self.servers_state(backend) if r["srv_name"] == server), None)
+        if row is None or st is None:
+            raise StackError(f"HAProxy has no server {backend}/{server}")
+        merged = dict(row)
+        merged.update({k: v for k, v in st.items()})
+        return merged
+
+    def wait_server(
+        self, backend: str, server: str, want: Callable[[dict[str, str]], bool], what: str, timeout: float
+    ) -> tuple[dict[str, str], float]:
+        return wait_until(
+            f"HAProxy to see {backend}/{server} {what}",
+            lambda: (s := self.server(backend, server)) and want(s) and s,
+            timeout, interval=0.05, alive=self.check_alive,
+        )  # fmt: skip
+
+
+def is_up_checked(s: dict[str, str]) -> bool:
+    """UP *and* the last check really passed (HAProxy counts a server UP before its first check)."""
+    return (
+        s["status"] == "UP"
+        and s["srv_op_state"] == "2"
+        and s["check_status"].lstrip("* ") == "L7OK"
+        and s["check_code"] == "200"
+    )
+
+
+def is_down_503(s: dict[str, str]) -> bool:
+    return (
+        s["status"] == "DOWN"
+        and s["srv_op_state"] == "0"
+        and s["check_status"].lstrip("* ") == "L7STS"
+        and s["check_code"] == "503"
+    )
+
+
+def summary(s: dict[str, str]) -> str:
+    keys = ["status", "srv_op_state", "srv_admin_state", "check_status", "check_code", "last_chk", "chkfail", "chkdown", "stot"]
+    return " ".join(f"{k}={s.get(k)!r}" for k in keys)
+
+
+# --------------------------------------------------------------------------
+# rendering the shipped packaging files for a test run
+
+SERVER_LINE = re.compile(r"(?m)^(?P<indent>\s*)server\s+(?P<name>\S+)\s+(?P<addr>\S+)(?P<rest>.*)$")
+
+
+def render_haproxy(
+    text: str,
+    frontend_port: int,
+    check_port: int,
+    backend_addr: str = f"{LOOPBACK}:{PUPPET_PORT}",
+    timing: str | None = None,
+) -> tuple[str, str, list[str]]:
+    """Turn packaging/haproxy/pmcheck.cfg into a loopback-only config.
+
+    * every ``bind`` gets the loopback address and ``frontend_port``;
+    * every active ``server`` line gets ``backend_addr`` and ``check port <check_port>``;
+    * with ``timing`` (e.g. ``"inter 300ms rise 2 fall 2"``) the server lines' inter/rise/fall
+      are replaced by it, otherwise they are kept as shipped.
+    Returns (config, backend name, server names).  Raises when the file does not have the
+    shape the suite relies on, so the test fails instead of testing something else.
+    """
+    out, nbind = re.subn(r"(?m)^(\s*)bind\s+\S+", rf"\g<1>bind {LOOPBACK}:{frontend_port}", text)
+    if nbind < 1:
+        raise StackError("packaging/haproxy/pmcheck.cfg has no `bind` line")
+    names: list[str] = []
+
+    def fix_server(m: re.Match) -> str:
+        rest = m["rest"]
+        rest, n = re.subn(r"\bport\s+\d+", f"port {check_port}", rest)
+        if n != 1:
+            raise StackError(f"server line without exactly one `port N`: {m[0]!r}")
+        if timing is not None:
+            for word in ("inter", "rise", "fall"):
+                rest, n = re.subn(rf"\s+{word}\s+\S+", "", rest)
+                if n != 1:
+                    raise StackError(f"server line without exactly one `{word}`: {m[0]!r}")
+            rest = rest.rstrip() + " " + timing
+        names.append(m["name"])
+        return f"{m['indent']}server {m['name']} {backend_addr}{rest}"
+
+    out = SERVER_LINE.sub(fix_server, out)
+    if not names:
+        raise StackError("packaging/haproxy/pmcheck.cfg has no active `server` line")
+    backends = re.findall(r"(?m)^backend\s+(\S+)", out)
+    if len(backends) != 1:
+        raise StackError(f"expected exactly one backend in the shipped HAProxy file, found {backends}")
+    # nothing in it may point anywhere but loopback
+    for m in re.finditer(r"(?m)^\s*(bind|server)\s.*$", out):
+        if LOOPBACK not in m[0]:
+            raise StackError(f"non-loopback address left in rendered config: {m[0]!r}")
+    return out, backends[0], names
+
+
+def xinetd_attrs(text: str) -> dict[str, list[str]]:
+    """The ``name = value`` / ``name += value`` attributes of the (single) service block."""
+    attrs: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        m = re.match(r"^(\w+)\s*(\+?=|-=)\s*(.*)$", line)
+        if m:
+            attrs.setdefault(m[1], []).append(f"{m[2]} {m[3]}".strip())
+    return attrs
+
+
+def render_xinetd(text: str, port: int, binary: str, state_dir: str, service_log: str) -> str:
+    """packaging/xinetd/pmcheck with its port, server path and state dir substituted, bound to loopback."""
+
+    def sub1(pattern: str, repl: str, s: str) -> str:
+        new, n = re.subn(pattern, repl, s, flags=re.M)
+        if n != 1:
+            raise StackError(f"expected exactly one match for {pattern!r} in packaging/xinetd/pmcheck, found {n}")
+        return new
+
+    out = sub1(r"^(\s*port\s*=\s*)9200\s*$", rf"\g<1>{port}", text)
+    out = sub1(r"^(\s*server\s*=\s*)/usr/bin/pmcheck\s*$", rf"\g<1>{binary}", out)
+    m = re.search(r"(?m)^\s*server_args\s*=\s*inetd\b(.*)$", out)
+    if m is None:
+        raise StackError("packaging/xinetd/pmcheck has no `server_args = inetd ...` line")
+    args, n = re.subn(r"--state-dir(\s+|=)\S+", f"--state-dir {state_dir}", m[1])
+    if n == 0:
+        args += f" --state-dir {state_dir}"
+    out = out[: m.start(1)] + args + out[m.end(1) :]
+    # loopback only, and prove only_from works as documented: add both before the closing brace
+    extra = f"\tbind\t\t= {LOOPBACK}\n\tonly_from\t= {LOOPBACK}\n\tlog_type\t= FILE {service_log}\n"
+    out = sub1(r"^\}\s*$", extra + "}", out)
+    return out
+
+
+def ensure_system_user(name: str, group: str) -> bool:
+    """Create a system user (no home, no shell) in ``group`` unless it exists; True if created."""
+    try:
+        pwd.getpwnam(name)
+        return False
+    except KeyError:
+        pass
+    subprocess.run(
+        ["useradd", "--system", "--gid", group, "--no-create-home", "--home-dir", "/nonexistent",
+         "--shell", "/usr/sbin/nologin", name],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return True
+
+
+class Xinetd:
+    def __init__(self, workdir: Path, service_text: str):
+        self.dir = workdir
+        self.conf = workdir / "xinetd.conf"
+        self.pidfile = workdir / "xinetd.pid"
+        self.log = workdir / "xinetd.log"
+        self.conf.write_text(
+            "# written by pmcheck's e2e suite\n"
+            "defaults\n{\n"
+            f"\tlog_type\t= FILE {workdir / 'xinetd-services.log'}\n"
+            "}\n\n" + service_text
+        )
+        self.proc: subprocess.Popen | None = None
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise StackError(f"xinetd exited ({self.proc and self.proc.returncode}); log:\n{tail(self.log)}")
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                ["xinetd", "-dontfork", "-pidfile", str(self.pidfile), "-filelog", str(self.log), "-f", str(self.conf)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+        wait_until("xinetd to write its pidfile", lambda: self.pidfile.exists() and self.pidfile.read_text().strip(), 15, alive=self.check_alive)
+        pid = int(self.pidfile.read_text().strip())
+        if pid != self.proc.pid:
+            raise StackError(f"xinetd -dontfork wrote pid {pid}, but we started {self.proc.pid}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc, "xinetd", term_timeout=10)
