@@ -184,3 +184,31 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
     Ok(duration)
 }
+
+/// A duration the way operators write them: `1500ms`, `2s`, `30m`, `1h`.
+pub fn format_duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0 => "0s".to_owned(),
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        _ => format!("{ms}ms"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_read_and_print_as_operators_write_them() {
+        for text in ["1500ms", "2s", "30m", "1h"] {
+            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("soon").unwrap_err().contains("1500ms"));
+    }
+}

@@ -1,7 +1,6 @@
 //! The probe: one HTTPS GET of Puppet Server's status API, as this host, verified against the
 //! Puppet CA, turned into a [`ProbeReport`] that says in plain words what was seen.
 
-use std::error::Error as _;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,7 +56,7 @@ pub enum ProbeError {
     Connect { addr: SocketAddr, detail: String },
     #[error("TLS with Puppet Server at {addr} failed: {detail}")]
     Tls { addr: SocketAddr, detail: String },
-    #[error("no answer from Puppet Server at {addr} within {timeout}", timeout = humantime::format_duration(*.after))]
+    #[error("no answer from Puppet Server at {addr} within {timeout}", timeout = crate::cli::format_duration(*.after))]
     Timeout { addr: SocketAddr, after: Duration },
     #[error("Puppet Server answered 404: it is still starting (its status routes are not up yet)")]
     NotReady,
@@ -215,21 +214,16 @@ impl Prober {
                 after: self.target.timeout,
             };
         }
-        let mut cause: Option<&(dyn std::error::Error + 'static)> = e.source();
-        while let Some(err) = cause {
-            if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+        for cause in causes(e) {
+            if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
                 return self.tls_error(tls);
             }
-            if let Some(io) = err.downcast_ref::<io::Error>() {
-                if io.kind() == io::ErrorKind::ConnectionRefused {
-                    return ProbeError::Refused { addr };
-                }
-                // io::Error::source() skips the error it wraps; look at it directly.
-                if let Some(tls) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                    return self.tls_error(tls);
-                }
+            if cause
+                .downcast_ref::<io::Error>()
+                .is_some_and(|io| io.kind() == io::ErrorKind::ConnectionRefused)
+            {
+                return ProbeError::Refused { addr };
             }
-            cause = err.source();
         }
         if e.is_connect() {
             ProbeError::Connect {
@@ -307,16 +301,36 @@ pub fn server_timeout(deadline: Duration) -> u64 {
         .max(1)
 }
 
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(err) = cause {
-        let next = err.to_string();
+/// An error and its causes, outermost first. `io::Error::source()` skips the error it wraps, so
+/// a wrapped error is reached through `get_ref()` instead: that is where rustls' errors sit.
+fn causes<'e>(e: &'e (dyn std::error::Error + 'static)) -> Vec<&'e (dyn std::error::Error + 'static)> {
+    let mut all = vec![e];
+    let mut current = e;
+    while all.len() < 16 {
+        let next = match current.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
+            Some(inner) => inner as &(dyn std::error::Error + 'static),
+            None => match current.source() {
+                Some(next) => next,
+                None => break,
+            },
+        };
+        all.push(next);
+        current = next;
+    }
+    all
+}
+
+/// All the causes on one line, each said once.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    for cause in causes(e) {
+        let next = cause.to_string();
         if !text.contains(&next) {
-            text.push_str(": ");
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
             text.push_str(&next);
         }
-        cause = err.source();
     }
     text
 }

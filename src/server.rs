@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::cli::format_duration;
 use crate::drain::DrainFile;
 use crate::probe::{self, ProbeReport, Prober};
 use crate::responder::Health;
@@ -118,27 +119,27 @@ pub async fn serve(
     });
 
     let mut tasks = JoinSet::new();
-    tasks.spawn(probe::run(
-        Prober::new(settings.probe_target()),
-        interval,
-        publish,
-        log_changes(Arc::clone(&health)),
-        until_stopped(stopped.clone()),
-    ));
     for listener in listeners {
         let listener = TcpListener::from_std(listener)?;
         tracing::info!("listening on {}", listener.local_addr()?);
         tasks.spawn(accept(listener, Arc::clone(&health), stopped.clone()));
     }
+    let prober = Prober::new(settings.probe_target());
     tracing::info!(
-        "probing https://{}{} at {} every {} (timeout {}); drain record {}",
-        settings.certname.value,
-        settings.status_path.value,
+        "probing {} at {} every {} (timeout {}); drain record {}",
+        prober.endpoint(),
         settings.puppet_addr.value,
-        humantime::format_duration(interval),
-        humantime::format_duration(timeout),
+        format_duration(interval),
+        format_duration(timeout),
         health.drain.path().display()
     );
+    tasks.spawn(probe::run(
+        prober,
+        interval,
+        publish,
+        log_changes(Arc::clone(&health)),
+        until_stopped(stopped.clone()),
+    ));
     ready();
     shutdown.await;
     tracing::info!("shutting down");

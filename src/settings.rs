@@ -228,7 +228,7 @@ impl fmt::Display for Settings {
             Some(p) => p.display().to_string(),
             None => "(none)".into(),
         };
-        let timeout = humantime::format_duration(self.timeout.value).to_string();
+        let timeout = crate::cli::format_duration(self.timeout.value);
         let rows: [(&str, String, &Source); 10] = [
             ("puppet-conf", conf, &self.puppet_conf.source),
             (

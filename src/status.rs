@@ -84,7 +84,7 @@ pub async fn ask(url: &str) -> Result<Answer, StatusError> {
         .unwrap_or_else(|_| {
             Err(unreachable(format!(
                 "no answer within {}",
-                humantime::format_duration(DEADLINE)
+                crate::cli::format_duration(DEADLINE)
             )))
         })
 }

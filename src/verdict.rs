@@ -88,8 +88,8 @@ impl<'a> Verdict<'a> {
                 Word::Unknown,
                 format!(
                     "the latest probe of Puppet Server is {} old (limit {}): the prober is stuck",
-                    humantime::format_duration(Duration::from_millis(age.as_millis() as u64)),
-                    humantime::format_duration(stale_after)
+                    crate::cli::format_duration(Duration::from_millis(age.as_millis() as u64)),
+                    crate::cli::format_duration(stale_after)
                 ),
             ),
             (_, Some(p), _) if !p.ok => (Word::Down, p.detail.clone()),

@@ -1,0 +1,312 @@
+"""pmcheck against the real stack: Puppet Server 7, HAProxy 2.6 and xinetd on this host.
+
+Run through scripts/e2e (as root).  Every number HAProxy-related is read from its
+admin socket (`show stat`, `show servers state`), never inferred.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import ssl
+import time
+
+import pytest
+
+import e2e_stack as st
+from conftest import record, unavailable
+
+# the short check timing used where the suite does not measure the shipped one
+FAST = "inter 300ms rise 2 fall 2"
+
+
+def start_shipped_haproxy(haproxy, shipped_haproxy, check_port: int, timing: str | None, name: str):
+    front = st.free_port()
+    cfg, backend, servers = st.render_haproxy(shipped_haproxy, front, check_port, timing=timing)
+    h = haproxy(name, cfg, "packaging/haproxy/pmcheck.cfg")
+    return h, front, backend, servers
+
+
+def wait_all(h: st.HAProxy, backend: str, servers: list[str], want, what: str, timeout: float) -> float:
+    """Wait until every server of the backend matches; returns the seconds until the last did."""
+    start = time.monotonic()
+    for s in servers:
+        row, _ = h.wait_server(backend, s, want, what, timeout)
+        print(f"[e2e] HAProxy {backend}/{s}: {st.summary(row)}")
+    return time.monotonic() - start
+
+
+# ---------------------------------------------------------------------------
+# 1. zero configuration
+
+
+def test_1_zero_configuration(pmcheck, puppetserver, puppet_cfg, testdir):
+    """Only --listen and --state-dir: pmcheck finds puppet.conf, certname and Debian's ssldir."""
+    # (pmcheck.run/serve give children our environment minus every PMCHECK_* variable)
+    conf = "/etc/puppet/puppet.conf"
+    assert os.path.exists(conf), "the Debian puppet package ships /etc/puppet/puppet.conf"
+    assert not os.path.exists("/etc/puppetlabs/puppet/puppet.conf"), (
+        "an AIO puppet.conf exists and would win; this test is about the Debian layout"
+    )
+
+    # `pmcheck config` shows each value and where it came from
+    cp = pmcheck.run("config")
+    assert cp.returncode == 0, cp.stderr
+    out = cp.stdout
+    for value in (
+        conf,
+        puppet_cfg.certname,
+        puppet_cfg.hostcert,
+        puppet_cfg.hostprivkey,
+        puppet_cfg.localcacert,
+        "127.0.0.1:8140",
+    ):
+        lines = [l for l in out.splitlines() if value in l]
+        assert lines, f"`pmcheck config` does not show {value!r}:\n{out}"
+    # every setting line names a source; sources seen must include the built-in defaults
+    assert re.search(r"(?i)default", out), f"no setting says it is a default:\n{out}"
+    cert_line = next(l for l in out.splitlines() if puppet_cfg.hostcert in l)
+    assert re.search(r"(?i)default|derived|ssldir|certdir|puppet\.conf", cert_line.replace(puppet_cfg.hostcert, "")), (
+        f"the hostcert line does not say where the value came from: {cert_line!r}"
+    )
+
+    # the daemon, with nothing but a listen address and a state dir
+    d = pmcheck.serve(testdir / "state")
+    r, took = d.wait_verdict(200, timeout=30)
+    print(f"[e2e] first 200 after {took:.2f}s: {r.body.strip()}")
+    assert r.body.startswith("OK"), r.body
+    assert "\n" not in r.body.strip(), "the body is one line"
+
+    j = d.get(headers={"Accept": "application/json"})
+    assert j.status == 200
+    assert j.headers.get("content-type", "").startswith("application/json"), j.headers
+    data = j.json()
+    assert data["verdict"].lower() in ("ok", "up", "healthy"), data
+    assert not data["drain"], data
+    assert data["probe"]["ok"] is True, data
+    assert "8140" in str(data["probe"]["endpoint"]), data
+    assert isinstance(data["probe"]["latency_ms"], (int, float)), data
+
+    # HAProxy's exact default check bytes, HEAD, and any path
+    raw = st.raw_http(d.port, b"OPTIONS / HTTP/1.0\r\n\r\n")
+    assert re.match(rb"HTTP/1\.[01] 200 ", raw), raw[:200]
+    head = d.get("/anything", method="HEAD")
+    assert head.status == 200 and head.body == "", head
+
+    # one-shot check, Nagios style
+    cp = pmcheck.run("check", "--state-dir", str(testdir / "state"))
+    assert cp.returncode == 0, cp
+    assert cp.stdout.startswith("PMCHECK OK"), cp.stdout
+    assert re.search(r"\| time=\d+(\.\d+)?s", cp.stdout), cp.stdout
+
+    cp = pmcheck.run("status", "--url", d.url)
+    assert cp.returncode == 0, cp
+
+
+# ---------------------------------------------------------------------------
+# 2. HAProxy's default check, with the shipped config
+
+
+@pytest.mark.parametrize("timing", ["shipped", "fast"])
+def test_2_haproxy_default_check(pmcheck, puppetserver, haproxy, shipped_haproxy, testdir, timing):
+    """packaging/haproxy/pmcheck.cfg as shipped: UP, DOWN with 503 after a drain, UP after undrain."""
+    # the shipped file has the shape this test (and the issue) promises
+    assert re.search(r"(?m)^\s*option\s+httpchk\s*$", shipped_haproxy), "`option httpchk` without arguments"
+    assert re.search(r"(?m)^\s*balance\s+leastconn\s*$", shipped_haproxy)
+    assert len(re.findall(r"(?m)^\s*mode\s+tcp\s*$", shipped_haproxy)) >= 2, "frontend and backend in mode tcp"
+    assert re.search(r"(?m)^\s*server\s+\S+\s+\S+\s+check port 9200 inter 2s rise 3 fall 3\s*$", shipped_haproxy)
+    assert not re.search(r"(?m)^[ \t]*(http-check|option[ \t]+httpchk[ \t]+[^ \t#])", shipped_haproxy)
+
+    state = testdir / "state"
+    d = pmcheck.serve(state)
+    d.wait_verdict(200)
+    h, _front, backend, servers = start_shipped_haproxy(
+        haproxy, shipped_haproxy, d.port, None if timing == "shipped" else FAST, f"t2-{timing}"
+    )
+    up = wait_all(h, backend, servers, st.is_up_checked, "UP after a passed check (L7OK/200)", 30)
+    print(f"[e2e] first passed checks after {up:.2f}s")
+
+    reason = f"e2e test 2 ({timing}): kernel upgrade"
+    cp = pmcheck.run("drain", "--reason", reason, "--state-dir", str(state))
+    assert cp.returncode == 0, cp
+    t_drain = time.monotonic()
+    r = d.get()
+    assert r.status == 503, f"pmcheck must answer 503 as soon as `drain` returns: {r}"
+    assert r.body.startswith("DRAINED"), r.body
+    assert reason in r.body, r.body
+    j = d.get(headers={"Accept": "application/json"}).json()
+    assert j["drain"] and reason in json.dumps(j["drain"]), j
+
+    budget = 20 if timing == "shipped" else 10
+    for s in servers:
+        row, _ = h.wait_server(backend, s, st.is_down_503, "DOWN with L7STS/503", budget)
+        print(f"[e2e] HAProxy {backend}/{s}: {st.summary(row)}")
+    react_down = time.monotonic() - t_drain
+    assert all(h.server(backend, s)["status"] == "DOWN" for s in servers)
+
+    cp = pmcheck.run("undrain", "--state-dir", str(state))
+    assert cp.returncode == 0, cp
+    t_undrain = time.monotonic()
+    assert d.get().status == 200, "pmcheck must answer 200 as soon as `undrain` returns"
+    wait_all(h, backend, servers, st.is_up_checked, "UP again (L7OK/200)", budget)
+    react_up = time.monotonic() - t_undrain
+
+    srv = servers[0]
+    rows = h.servers_state(backend)
+    assert all(r["srv_op_state"] == "2" for r in rows), rows
+    t = "inter 2s rise 3 fall 3 (as shipped)" if timing == "shipped" else FAST
+    record(f"HAProxy reaction to `pmcheck drain`, {t}", f"{react_down:.2f}s until DOWN ({len(servers)} server lines)")
+    record(f"HAProxy reaction to `pmcheck undrain`, {t}", f"{react_up:.2f}s until UP")
+    assert h.server(backend, srv)["chkdown"] != "0", "HAProxy counted the UP->DOWN transition"
+
+
+# ---------------------------------------------------------------------------
+# 3. Puppet Server failure
+
+
+def test_3_puppet_server_failure(pmcheck, puppetserver, haproxy, shipped_haproxy, testdir):
+    """Stop Puppet Server: DOWN with `connection refused`; start it: UP again."""
+    state = testdir / "state"
+    d = pmcheck.serve(state)
+    d.wait_verdict(200)
+    h, _front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, d.port, FAST, "t3")
+    wait_all(h, backend, servers, st.is_up_checked, "UP (L7OK/200)", 30)
+
+    try:
+        t_stop = time.monotonic()
+        puppetserver.stop()
+        print(f"[e2e] Puppet Server stopped in {time.monotonic() - t_stop:.1f}s")
+        react = wait_all(h, backend, servers, st.is_down_503, "DOWN with L7STS/503 (Puppet Server stopped)", 20)
+        record("HAProxy reaction to Puppet Server stopping, " + FAST, f"{time.monotonic() - t_stop:.2f}s (incl. stop)")
+        del react
+
+        r = d.get()
+        assert r.status == 503, r
+        assert r.body.startswith("DOWN"), r.body
+        assert "refused" in r.body.lower(), f"the 503 body must name the cause: {r.body!r}"
+        j = d.get(headers={"Accept": "application/json"}).json()
+        assert j["probe"]["ok"] is False, j
+        assert "refused" in json.dumps(j).lower(), j
+
+        cp = pmcheck.run("check", "--state-dir", str(state))
+        assert cp.returncode == 2, cp
+        assert "refused" in cp.stdout.lower(), cp.stdout
+
+        t_start = time.monotonic()
+        took = puppetserver.start()
+        record("Puppet Server restart (test 3)", f"{took:.1f}s")
+        wait_all(h, backend, servers, st.is_up_checked, "UP again after Puppet Server restarted", 30)
+        record("HAProxy back UP after Puppet Server was ready", f"{time.monotonic() - t_start - took:.2f}s")
+        assert d.get().status == 200
+    finally:
+        if not puppetserver.running():
+            puppetserver.start()  # leave it running for the tests after this one
+
+
+# ---------------------------------------------------------------------------
+# 4. mutual TLS passes through HAProxy
+
+
+def test_4_mutual_tls_passes_through(pmcheck, puppetserver, puppet_cfg, haproxy, shipped_haproxy, testdir):
+    d = pmcheck.serve(testdir / "state")
+    d.wait_verdict(200)
+    h, front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, d.port, FAST, "t4")
+    wait_all(h, backend, servers, st.is_up_checked, "UP (L7OK/200)", 30)
+
+    def sessions() -> int:
+        return sum(int(h.server(backend, s)["stot"] or 0) for s in servers)
+
+    before = sessions()
+    with_cert = st.tls_context(puppet_cfg.localcacert, puppet_cfg.hostcert, puppet_cfg.hostprivkey)
+    r = st.https_request(front, puppet_cfg.certname, with_cert, "/puppet/v3/environments")
+    print(f"[e2e] with the host certificate through HAProxy: {r.status} {r.body[:200]}")
+    assert r.status == 200, r
+    assert "environments" in r.json(), r.body
+    sans = [v for k, v in r.peer_cert.get("subjectAltName", ()) if k == "DNS"]
+    assert puppet_cfg.certname in sans, f"Puppet Server's certificate, verified as {puppet_cfg.certname}: {sans}"
+
+    without = st.tls_context(puppet_cfg.localcacert)
+    r = st.https_request(front, puppet_cfg.certname, without, "/puppet/v3/environments")
+    print(f"[e2e] without a client certificate through HAProxy: {r.status} {r.body[:200]}")
+    assert r.status == 403, r
+    assert "Forbidden" in r.body
+
+    # verification is real: the wrong name fails (Puppet's cert has no IP/localhost SAN)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        st.https_request(front, "localhost", with_cert, "/status/v1/simple")
+
+    after = sessions()
+    assert after - before >= 2, f"the requests went through HAProxy's backend (stot {before} -> {after})"
+
+
+# ---------------------------------------------------------------------------
+# 5. xinetd mode
+
+
+def test_5_xinetd_mode(pmcheck, pmcheck_bin, puppetserver, puppet_cfg, haproxy, xinetd, shipped_haproxy, shipped_xinetd, testdir):
+    attrs = st.xinetd_attrs(shipped_xinetd)
+    expect = {
+        "per_source": ["= UNLIMITED"],
+        "type": ["= UNLISTED"],
+        "flags": ["= REUSE"],
+        "wait": ["= no"],
+        "socket_type": ["= stream"],
+        "server": ["= /usr/bin/pmcheck"],
+        "server_args": ["= inetd"],
+        "port": ["= 9200"],
+    }
+    for k, v in expect.items():
+        assert attrs.get(k) == v, f"packaging/xinetd/pmcheck: {k} is {attrs.get(k)}, expected {v}"
+    assert any("USERID" in v for v in attrs.get("log_on_failure", [])), attrs
+    cps = attrs["cps"][0].split()
+    assert int(cps[1]) >= 200 and int(cps[2]) < 2, f"cps {cps}: must not disable the service under polling"
+    user = attrs["user"][0].split()[1]
+    assert user != "root", "never as root"
+    group = attrs.get("group", ["= puppet"])[0].split()[1]
+    assert group == "puppet", "the Puppet private key is readable by group puppet"
+    assert re.search(r"(?m)^\s*#\s*only_from\s*=", shipped_xinetd), "only_from is documented with an example"
+
+    if st.ensure_system_user(user, group):
+        print(f"[e2e] created system user {user} (group {group}) as packaging/xinetd/pmcheck documents")
+
+    # the service runs as that user: give it its own copy of the binary and a state dir it can read
+    bindir = testdir / "bin"
+    bindir.mkdir(mode=0o755)
+    binary = bindir / "pmcheck"
+    shutil.copy2(pmcheck_bin, binary)
+    os.chmod(binary, 0o755)
+    state = testdir / "state"
+    state.mkdir(mode=0o755)
+
+    port = st.free_port()
+    service = st.render_xinetd(shipped_xinetd, port, str(binary), str(state), str(testdir / "xinetd-services.log"))
+    x = xinetd(service)
+    r, _ = st.wait_until(
+        "xinetd to answer a poll with 200",
+        lambda: (r := st.http_request(port, timeout=5)) and r.status == 200 and r,
+        20, interval=0.2, alive=x.check_alive,
+    )  # fmt: skip
+    assert r.body.startswith("OK"), r.body
+    raw = st.raw_http(port, b"OPTIONS / HTTP/1.0\r\n\r\n")
+    assert re.match(rb"HTTP/1\.[01] 200 ", raw), raw[:300]
+
+    h, _front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, port, FAST, "t5")
+    wait_all(h, backend, servers, st.is_up_checked, "UP through xinetd (L7OK/200)", 30)
+
+    reason = "e2e test 5: xinetd drain"
+    cp = pmcheck.run("drain", "--reason", reason, "--state-dir", str(state))
+    assert cp.returncode == 0, cp
+    r = st.http_request(port)
+    assert r.status == 503 and r.body.startswith("DRAINED") and reason in r.body, (
+        f"pmcheck inetd running as {user} must see the drain written by root: {r}"
+    )
+    took = wait_all(h, backend, servers, st.is_down_503, "DOWN with L7STS/503 through xinetd", 15)
+    record("HAProxy reaction to a drain through xinetd, " + FAST, f"{took:.2f}s")
+
+    cp = pmcheck.run("undrain", "--state-dir", str(state))
+    assert cp.returncode == 0, cp
+    wait_all(h, backend, servers, st.is_up_checked, "UP again through xinetd", 15)
+    assert x.proc.poll() is None, "xinetd is still running (cps did not disable it either)"
+    assert "Deactivating" not in (testdir / "xinetd.log").read_text(errors="replace")
