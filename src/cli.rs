@@ -190,9 +190,9 @@ pub fn format_duration(d: std::time::Duration) -> String {
     let ms = d.as_millis();
     match ms {
         0 => "0s".to_owned(),
-        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        _ if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
+        _ if ms.is_multiple_of(1_000) => format!("{}s", ms / 1_000),
         _ => format!("{ms}ms"),
     }
 }

@@ -182,10 +182,10 @@ impl DrainFile {
         let stamp = FileStamp::from_metadata(&meta);
         // A poisoned lock only means another poll panicked mid-update; the cache is still sound.
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((cached, drain)) = cache.as_ref() {
-            if *cached == stamp {
-                return Ok(Some(Arc::clone(drain)));
-            }
+        if let Some((cached, drain)) = cache.as_ref()
+            && *cached == stamp
+        {
+            return Ok(Some(Arc::clone(drain)));
         }
         let text = fs::read_to_string(&self.path)
             .map_err(|e| format!("cannot read drain record {}: {e}", self.path.display()))?;

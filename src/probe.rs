@@ -138,10 +138,11 @@ impl Prober {
 
     fn client(&mut self) -> Result<reqwest::Client, ProbeError> {
         let stamps = self.target.identity.stamps();
-        if let Some((built, client)) = &self.client {
-            if *built == stamps && stamps.iter().all(Option::is_some) {
-                return Ok(client.clone());
-            }
+        if let Some((built, client)) = &self.client
+            && *built == stamps
+            && stamps.iter().all(Option::is_some)
+        {
+            return Ok(client.clone());
         }
         self.client = None;
         let tls = self.target.identity.client_config()?;
@@ -303,11 +304,16 @@ pub fn server_timeout(deadline: Duration) -> u64 {
 
 /// An error and its causes, outermost first. `io::Error::source()` skips the error it wraps, so
 /// a wrapped error is reached through `get_ref()` instead: that is where rustls' errors sit.
-fn causes<'e>(e: &'e (dyn std::error::Error + 'static)) -> Vec<&'e (dyn std::error::Error + 'static)> {
+fn causes<'e>(
+    e: &'e (dyn std::error::Error + 'static),
+) -> Vec<&'e (dyn std::error::Error + 'static)> {
     let mut all = vec![e];
     let mut current = e;
     while all.len() < 16 {
-        let next = match current.downcast_ref::<io::Error>().and_then(io::Error::get_ref) {
+        let next = match current
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::get_ref)
+        {
             Some(inner) => inner as &(dyn std::error::Error + 'static),
             None => match current.source() {
                 Some(next) => next,

@@ -148,11 +148,9 @@ pub async fn serve(
     Ok(())
 }
 
-fn until_stopped(mut stopped: watch::Receiver<()>) -> impl Future<Output = ()> {
-    async move {
-        // Resolves when the sender is dropped.
-        while stopped.changed().await.is_ok() {}
-    }
+/// Resolves when the stop sender is dropped.
+async fn until_stopped(mut stopped: watch::Receiver<()>) {
+    while stopped.changed().await.is_ok() {}
 }
 
 /// Accepts polls until stopped, then gives those in flight a moment to finish.

@@ -21,7 +21,12 @@ async fn setup(behavior: Behavior) -> Setup {
     let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
     let stub = Stub::start(&ca, &[CERTNAME], behavior).await;
     let state = tempfile::tempdir().unwrap();
-    Setup { ca, files, stub, state }
+    Setup {
+        ca,
+        files,
+        stub,
+        state,
+    }
 }
 
 impl Setup {
@@ -56,8 +61,14 @@ async fn healthy_puppet_server_answers_200_ok_with_sni_and_host_equal_to_the_cer
     let (method, uri, host) = &log[0];
     assert_eq!(method, "GET", "never HEAD: Puppet's auth.conf denies it");
     assert_eq!(uri, "/status/v1/simple/server?timeout=1");
-    assert_eq!(host.as_deref(), Some(format!("{CERTNAME}:{}", s.stub.addr.port()).as_str()));
-    assert_eq!(s.stub.seen.snis.lock().unwrap()[0].as_deref(), Some(CERTNAME));
+    assert_eq!(
+        host.as_deref(),
+        Some(format!("{CERTNAME}:{}", s.stub.addr.port()).as_str())
+    );
+    assert_eq!(
+        s.stub.seen.snis.lock().unwrap()[0].as_deref(),
+        Some(CERTNAME)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,9 +91,17 @@ async fn haproxy_request_bytes_get_exact_answers() {
     for raw in checks {
         let a = request(d.addr, raw);
         assert_eq!(a.status, 200, "{raw:?} -> {a:?}");
-        let version = if raw.contains("HTTP/1.0") { "HTTP/1.0" } else { "HTTP/1.1" };
+        let version = if raw.contains("HTTP/1.0") {
+            "HTTP/1.0"
+        } else {
+            "HTTP/1.1"
+        };
         assert_eq!(a.status_line, format!("{version} 200 OK"), "{raw:?}");
-        assert_eq!(a.header("content-length"), Some(a.body.len().to_string().as_str()), "{raw:?}");
+        assert_eq!(
+            a.header("content-length"),
+            Some(a.body.len().to_string().as_str()),
+            "{raw:?}"
+        );
         assert_eq!(a.header("cache-control"), Some("no-store"), "{raw:?}");
         assert_eq!(a.body, "OK - Puppet Server is running\n");
     }
@@ -95,9 +114,13 @@ async fn http_1_1_keeps_the_connection_open_unless_asked() {
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let mut stream = std::net::TcpStream::connect(d.addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     for _ in 0..2 {
-        stream.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+            .unwrap();
         let mut buf = [0u8; 512];
         let n = stream.read(&mut buf).unwrap();
         let a = parse_answer(&String::from_utf8_lossy(&buf[..n]));
@@ -110,15 +133,26 @@ async fn head_matches_get_without_body_and_other_methods_get_405() {
     let s = setup(Behavior::Running).await;
     let d = s.daemon(&[]);
     let get = d.wait_for(SOON, "OK", is("OK"));
-    let head = request(d.addr, "HEAD / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n");
+    let head = request(
+        d.addr,
+        "HEAD / HTTP/1.1\r\nhost: a\r\nconnection: close\r\n\r\n",
+    );
     assert_eq!(head.status, 200);
     assert_eq!(head.body, "", "HEAD has no body");
     assert_eq!(head.header("content-length"), get.header("content-length"));
     for method in ["POST", "PUT", "DELETE", "PATCH", "TRACE"] {
-        let a = request(d.addr, &format!("{method} / HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"));
+        let a = request(
+            d.addr,
+            &format!(
+                "{method} / HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            ),
+        );
         assert_eq!(a.status, 405, "{method}: {a:?}");
         assert_eq!(a.header("allow"), Some("GET, HEAD, OPTIONS"));
-        assert_eq!(a.header("content-length"), Some(a.body.len().to_string().as_str()));
+        assert_eq!(
+            a.header("content-length"),
+            Some(a.body.len().to_string().as_str())
+        );
     }
     let options = request(d.addr, "OPTIONS / HTTP/1.0\r\n\r\n");
     assert_eq!(options.header("allow"), Some("GET, HEAD, OPTIONS"));
@@ -129,7 +163,10 @@ async fn json_answer_has_verdict_reason_drain_and_probe() {
     let s = setup(Behavior::Running).await;
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
-    let a = request(d.addr, "GET / HTTP/1.1\r\nhost: a\r\naccept: application/json\r\nconnection: close\r\n\r\n");
+    let a = request(
+        d.addr,
+        "GET / HTTP/1.1\r\nhost: a\r\naccept: application/json\r\nconnection: close\r\n\r\n",
+    );
     assert_eq!(a.header("content-type"), Some("application/json"));
     let json: serde_json::Value = serde_json::from_str(&a.body).unwrap();
     assert_eq!(json["verdict"], "OK");
@@ -141,7 +178,10 @@ async fn json_answer_has_verdict_reason_drain_and_probe() {
     assert!(json["probe"]["age_ms"].as_u64().unwrap() < 5_000);
     assert_eq!(
         json["probe"]["endpoint"],
-        format!("https://{CERTNAME}:{}/status/v1/simple/server", s.stub.addr.port())
+        format!(
+            "https://{CERTNAME}:{}/status/v1/simple/server",
+            s.stub.addr.port()
+        )
     );
 }
 
@@ -153,32 +193,54 @@ async fn drain_and_undrain_are_seen_by_the_running_daemon() {
     let out = s.pmcheck("drain", &["--reason", "upgrading to 7.9.6"]);
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("drained: upgrading to 7.9.6 (by tester since "), "{stdout}");
+    assert!(
+        stdout.contains("drained: upgrading to 7.9.6 (by tester since "),
+        "{stdout}"
+    );
     let a = d.poll();
     assert_eq!(a.status, 503, "seen at the very next poll: {a:?}");
-    assert!(a.body.starts_with("DRAINED - upgrading to 7.9.6 (by tester since "), "{a:?}");
+    assert!(
+        a.body
+            .starts_with("DRAINED - upgrading to 7.9.6 (by tester since "),
+        "{a:?}"
+    );
     assert!(a.body.contains("Puppet Server is running"), "{a:?}");
     assert_eq!(a.status_line, "HTTP/1.1 503 Drained");
     // Draining again replaces the record.
     let out = s.pmcheck("drain", &["--reason", "second"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("replaced the previous drain: upgrading"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("replaced the previous drain: upgrading")
+    );
     assert!(d.poll().body.starts_with("DRAINED - second"));
     let out = s.pmcheck("undrain", &[]);
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("undrained: removed"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("undrained: removed"),
+        "{out:?}"
+    );
     assert_eq!(d.poll().status, 200);
     let out = s.pmcheck("undrain", &[]);
     assert!(out.status.success(), "undrain is idempotent");
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("not drained"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("not drained"),
+        "{out:?}"
+    );
     // A drain survives a restart of the daemon.
     s.pmcheck("drain", &["--reason", "kept"]);
     drop(d);
     let d = s.daemon(&[]);
-    let a = d.wait_for(SOON, "a finished probe", |a| !a.body.starts_with("STARTING"));
+    let a = d.wait_for(SOON, "a finished probe", |a| {
+        !a.body.starts_with("STARTING")
+    });
     assert!(a.body.starts_with("DRAINED - kept"), "{a:?}");
     d.wait_for_log(SOON, "verdict DRAINED");
     d.wait_probes(3, SOON);
-    assert_eq!(d.logged("verdict "), 1, "one line per change: {:?}", d.log.lock().unwrap());
+    assert_eq!(
+        d.logged("verdict "),
+        1,
+        "one line per change: {:?}",
+        d.log.lock().unwrap()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,11 +249,17 @@ async fn drain_for_expires_by_itself_and_status_says_so() {
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let out = s.pmcheck("drain", &["--reason", "short", "--for", "1s"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains(" until "), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(" until "),
+        "{out:?}"
+    );
     assert_eq!(d.poll().status, 503);
     let a = d.wait_for(SOON, "the drain to expire", |a| a.status == 200);
     assert!(a.body.contains("drain expired: short"), "{a:?}");
-    let out = pmcheck().args(["status", "--url", &format!("http://{}/", d.addr)]).output().unwrap();
+    let out = pmcheck()
+        .args(["status", "--url", &format!("http://{}/", d.addr)])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("OK (HTTP 200)"), "{text}");
@@ -205,13 +273,24 @@ async fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed(
     d.wait_for(SOON, "OK", is("OK"));
     std::fs::write(s.state.path().join("drain"), "").unwrap();
     let a = d.poll();
-    assert!(a.body.starts_with("DRAINED - drain file is not a valid drain record"), "{a:?}");
+    assert!(
+        a.body
+            .starts_with("DRAINED - drain file is not a valid drain record"),
+        "{a:?}"
+    );
     std::fs::remove_file(s.state.path().join("drain")).unwrap();
     std::fs::remove_dir(s.state.path()).unwrap();
     let a = d.poll();
     assert_eq!(a.status, 503);
-    assert!(a.body.starts_with("UNKNOWN - cannot tell whether this node is drained"), "{a:?}");
-    assert!(a.body.contains(&s.state.path().display().to_string()), "{a:?}");
+    assert!(
+        a.body
+            .starts_with("UNKNOWN - cannot tell whether this node is drained"),
+        "{a:?}"
+    );
+    assert!(
+        a.body.contains(&s.state.path().display().to_string()),
+        "{a:?}"
+    );
     std::fs::create_dir(s.state.path()).unwrap();
     assert_eq!(d.poll().status, 200, "heals by itself");
 }
@@ -222,10 +301,26 @@ async fn every_way_puppet_server_fails_is_down_with_its_cause() {
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let cases = [
-        (Behavior::Answer(503, "error", "text/plain"), "DOWN - Puppet Server reports `error`, not `running`"),
-        (Behavior::Answer(200, "starting", "text/plain"), "DOWN - Puppet Server reports `starting`, not `running`"),
-        (Behavior::Answer(500, "Internal Server Error: java.lang.OutOfMemoryError\n at x", "text/plain"), "DOWN - Puppet Server answered HTTP 500: Internal Server Error: java.lang.OutOfMemoryError at x"),
-        (Behavior::Answer(404, "<html><body>HTTP ERROR 404</body></html>", "text/html"), "DOWN - Puppet Server answered 404: it is still starting"),
+        (
+            Behavior::Answer(503, "error", "text/plain"),
+            "DOWN - Puppet Server reports `error`, not `running`",
+        ),
+        (
+            Behavior::Answer(200, "starting", "text/plain"),
+            "DOWN - Puppet Server reports `starting`, not `running`",
+        ),
+        (
+            Behavior::Answer(
+                500,
+                "Internal Server Error: java.lang.OutOfMemoryError\n at x",
+                "text/plain",
+            ),
+            "DOWN - Puppet Server answered HTTP 500: Internal Server Error: java.lang.OutOfMemoryError at x",
+        ),
+        (
+            Behavior::Answer(404, "<html><body>HTTP ERROR 404</body></html>", "text/html"),
+            "DOWN - Puppet Server answered 404: it is still starting",
+        ),
     ];
     for (behavior, expected) in cases {
         s.stub.set(behavior.clone());
@@ -245,10 +340,19 @@ async fn connection_refused_is_down_and_named() {
     let d = Daemon::start(&args(&s.files, addr, s.state.path(), FAST));
     let answer = d.wait_for(SOON, "DOWN", is("DOWN"));
     assert_eq!(answer.status, 503);
-    assert!(answer.body.contains(&format!("connection to {addr} refused")), "{answer:?}");
+    assert!(
+        answer
+            .body
+            .contains(&format!("connection to {addr} refused")),
+        "{answer:?}"
+    );
     d.wait_for_log(SOON, "verdict DOWN");
     d.wait_probes(3, SOON);
-    assert_eq!(d.logged("verdict DOWN"), 1, "logged once per change, not per probe");
+    assert_eq!(
+        d.logged("verdict DOWN"),
+        1,
+        "logged once per change, not per probe"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,8 +362,15 @@ async fn a_server_certificate_from_another_ca_is_refused() {
     let impostor = Stub::start_trusting(&rogue, &s.ca, &[CERTNAME], Behavior::Running).await;
     let d = Daemon::start(&args(&s.files, impostor.addr, s.state.path(), FAST));
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
-    assert!(a.body.contains("certificate is not signed by the CA in"), "{a:?}");
-    assert_eq!(impostor.requests(), 0, "no request may reach an unverified server");
+    assert!(
+        a.body.contains("certificate is not signed by the CA in"),
+        "{a:?}"
+    );
+    assert_eq!(
+        impostor.requests(),
+        0,
+        "no request may reach an unverified server"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,7 +388,8 @@ async fn a_server_certificate_without_san_gets_a_precise_message() {
 async fn a_client_certificate_puppet_server_does_not_trust_is_down() {
     let s = setup(Behavior::Running).await;
     let other = Ca::new("other");
-    s.files.install(&other, "rsa.pkcs8.pem", "rsa.pkcs1.pem", &s.ca);
+    s.files
+        .install(&other, "rsa.pkcs8.pem", "rsa.pkcs1.pem", &s.ca);
     let d = s.daemon(&[]);
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
     assert!(a.body.contains("rejected this host's certificate"), "{a:?}");
@@ -296,7 +408,9 @@ async fn every_client_key_format_puppet_writes_works() {
     ] {
         let files = HostFiles::new(&ca, pkcs8, key);
         let d = Daemon::start(&args(&files, stub.addr, state.path(), FAST));
-        let a = d.wait_for(SOON, "a finished probe", |a| !a.body.starts_with("STARTING"));
+        let a = d.wait_for(SOON, "a finished probe", |a| {
+            !a.body.starts_with("STARTING")
+        });
         assert_eq!(a.status, 200, "{key}: {a:?}");
     }
 }
@@ -313,7 +427,10 @@ async fn encrypted_and_missing_keys_say_exactly_that() {
         let d = s.daemon(&[]);
         let a = d.wait_for(SOON, "DOWN", is("DOWN"));
         assert!(a.body.contains(expected), "{key}: {a:?}");
-        assert!(a.body.contains(&s.files.hostprivkey.display().to_string()), "{a:?}");
+        assert!(
+            a.body.contains(&s.files.hostprivkey.display().to_string()),
+            "{a:?}"
+        );
     }
     std::fs::remove_file(&s.files.hostprivkey).unwrap();
     let d = s.daemon(&[]);
@@ -326,14 +443,18 @@ async fn encrypted_and_missing_keys_say_exactly_that() {
 async fn renewed_certificate_files_are_picked_up_without_a_restart() {
     let s = setup(Behavior::Running).await;
     let other = Ca::new("before renewal");
-    s.files.install(&other, "rsa.pkcs8.pem", "rsa.pkcs1.pem", &s.ca);
+    s.files
+        .install(&other, "rsa.pkcs8.pem", "rsa.pkcs1.pem", &s.ca);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "DOWN", is("DOWN"));
     // Renewal: a certificate from the right CA, and a different key type too.
     s.files.install(&s.ca, "ec.pkcs8.pem", "ec.sec1.pem", &s.ca);
     d.wait_for(SOON, "OK after the files changed", is("OK"));
     let pid = d.pid();
-    assert!(std::path::Path::new(&format!("/proc/{pid}")).exists(), "same process");
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "same process"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -344,14 +465,22 @@ async fn older_servers_fall_back_to_the_master_path_and_remember_it() {
     assert_eq!(a.status, 200);
     d.wait_for(SOON, "a few more probes", |_| s.stub.requests() >= 4);
     let log = s.stub.seen.requests_log.lock().unwrap().clone();
-    let server_hits = log.iter().filter(|(_, uri, _)| uri.starts_with("/status/v1/simple/server")).count();
+    let server_hits = log
+        .iter()
+        .filter(|(_, uri, _)| uri.starts_with("/status/v1/simple/server"))
+        .count();
     assert_eq!(server_hits, 1, "the fallback is remembered: {log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starting_until_the_first_probe_finishes() {
     let s = setup(Behavior::Hang).await;
-    let d = Daemon::start(&args(&s.files, s.stub.addr, s.state.path(), &["--interval", "100ms", "--timeout", "3s"]));
+    let d = Daemon::start(&args(
+        &s.files,
+        s.stub.addr,
+        s.state.path(),
+        &["--interval", "100ms", "--timeout", "3s"],
+    ));
     let a = d.poll();
     assert_eq!(a.status, 503, "never healthy before a real check");
     assert!(a.body.starts_with("STARTING - "), "{a:?}");
@@ -365,12 +494,28 @@ async fn starting_until_the_first_probe_finishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polls_stay_fast_while_puppet_server_hangs() {
     let s = setup(Behavior::Running).await;
-    let d = Daemon::start(&args(&s.files, s.stub.addr, s.state.path(), &["--interval", "100ms", "--timeout", "5s"]));
+    let d = Daemon::start(&args(
+        &s.files,
+        s.stub.addr,
+        s.state.path(),
+        &["--interval", "100ms", "--timeout", "5s"],
+    ));
     d.wait_for(SOON, "OK", is("OK"));
     s.stub.set(Behavior::Hang);
     // Wait until a probe is stuck in the hanging server (a new connection was accepted).
-    let before = s.stub.seen.connections.load(std::sync::atomic::Ordering::SeqCst);
-    d.wait_for(SOON, "a probe to hang", |_| s.stub.seen.connections.load(std::sync::atomic::Ordering::SeqCst) > before || s.stub.requests() > 2);
+    let before = s
+        .stub
+        .seen
+        .connections
+        .load(std::sync::atomic::Ordering::SeqCst);
+    d.wait_for(SOON, "a probe to hang", |_| {
+        s.stub
+            .seen
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst)
+            > before
+            || s.stub.requests() > 2
+    });
     let mut times: Vec<Duration> = (0..20)
         .map(|_| {
             let started = Instant::now();
@@ -380,16 +525,32 @@ async fn polls_stay_fast_while_puppet_server_hangs() {
         })
         .collect();
     times.sort();
-    eprintln!("poll latency while Puppet Server hangs: median {:?}, max {:?}", times[10], times[19]);
-    assert!(times[10] < Duration::from_millis(50), "median {:?}", times[10]);
-    assert!(times[19] < Duration::from_secs(1), "max {:?} (the probe deadline is 5 s)", times[19]);
+    eprintln!(
+        "poll latency while Puppet Server hangs: median {:?}, max {:?}",
+        times[10], times[19]
+    );
+    assert!(
+        times[10] < Duration::from_millis(50),
+        "median {:?}",
+        times[10]
+    );
+    assert!(
+        times[19] < Duration::from_secs(1),
+        "max {:?} (the probe deadline is 5 s)",
+        times[19]
+    );
 }
 
 /// However many pollers, Puppet Server sees at most one status request per interval.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_pollers_cause_one_upstream_request_per_interval() {
     let s = setup(Behavior::Running).await;
-    let d = Daemon::start(&args(&s.files, s.stub.addr, s.state.path(), &["--interval", "500ms", "--timeout", "1s"]));
+    let d = Daemon::start(&args(
+        &s.files,
+        s.stub.addr,
+        s.state.path(),
+        &["--interval", "500ms", "--timeout", "1s"],
+    ));
     d.wait_for(SOON, "OK", is("OK"));
     let addr = d.addr;
     let window = Duration::from_secs(2);
@@ -403,10 +564,17 @@ async fn two_hundred_concurrent_pollers_cause_one_upstream_request_per_interval(
             while started.elapsed() < window {
                 let t = Instant::now();
                 let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-                stream.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n").await.unwrap();
+                stream
+                    .write_all(b"OPTIONS / HTTP/1.0\r\n\r\n")
+                    .await
+                    .unwrap();
                 let mut buf = Vec::new();
                 stream.read_to_end(&mut buf).await.unwrap();
-                assert!(buf.starts_with(b"HTTP/1.0 200 OK"), "{}", String::from_utf8_lossy(&buf));
+                assert!(
+                    buf.starts_with(b"HTTP/1.0 200 OK"),
+                    "{}",
+                    String::from_utf8_lossy(&buf)
+                );
                 latencies.push(t.elapsed());
             }
             latencies
@@ -430,7 +598,10 @@ async fn two_hundred_concurrent_pollers_cause_one_upstream_request_per_interval(
     );
     assert!(latencies.len() >= 200, "every poller was answered");
     let allowed = (elapsed.as_millis() / 500) as usize + 1;
-    assert!(upstream <= allowed, "{upstream} upstream requests in {elapsed:?} (allowed {allowed})");
+    assert!(
+        upstream <= allowed,
+        "{upstream} upstream requests in {elapsed:?} (allowed {allowed})"
+    );
     assert!(upstream >= 1, "the prober kept probing");
 }
 
@@ -439,7 +610,10 @@ async fn sigterm_stops_the_daemon_cleanly() {
     let s = setup(Behavior::Running).await;
     let mut d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
-    let status = std::process::Command::new("kill").args(["-TERM", &d.pid().to_string()]).status().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &d.pid().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + SOON;
     let code = loop {

@@ -17,7 +17,9 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
@@ -25,7 +27,9 @@ use tokio::net::TcpListener;
 pub const CERTNAME: &str = "puppet01.example.test";
 
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// A Puppet-like CA that signs server and host certificates.
@@ -37,7 +41,9 @@ impl Ca {
     pub fn new(name: &str) -> Self {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, format!("Puppet CA: {name}"));
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("Puppet CA: {name}"));
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
         Self { issuer }
@@ -49,7 +55,8 @@ impl Ca {
 
     /// A certificate for `key`, with `sans` as subjectAltNames (none, like pre-6.15.2 Puppet CAs).
     pub fn issue(&self, cn: &str, sans: &[&str], key: &KeyPair) -> String {
-        let mut params = CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        let mut params =
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
         params.signed_by(key, &self.issuer).unwrap().pem()
     }
@@ -79,10 +86,14 @@ impl HostFiles {
 
     /// Replaces the files atomically, as Puppet does on renewal: write aside, rename over.
     pub fn install(&self, ca: &Ca, pkcs8_fixture: &str, key_fixture: &str, trust: &Ca) {
-        let key = KeyPair::from_pem(&std::fs::read_to_string(fixture(pkcs8_fixture)).unwrap()).unwrap();
+        let key =
+            KeyPair::from_pem(&std::fs::read_to_string(fixture(pkcs8_fixture)).unwrap()).unwrap();
         let cert = ca.issue(CERTNAME, &[], &key);
         replace(&self.hostcert, cert.as_bytes());
-        replace(&self.hostprivkey, &std::fs::read(fixture(key_fixture)).unwrap());
+        replace(
+            &self.hostprivkey,
+            &std::fs::read(fixture(key_fixture)).unwrap(),
+        );
         replace(&self.localcacert, trust.pem().as_bytes());
     }
 
@@ -148,17 +159,27 @@ impl Stub {
     }
 
     /// `ca` signs the server certificate; only clients signed by `client_ca` get in.
-    pub async fn start_trusting(ca: &Ca, client_ca: &Ca, server_sans: &[&str], behavior: Behavior) -> Self {
+    pub async fn start_trusting(
+        ca: &Ca,
+        client_ca: &Ca,
+        server_sans: &[&str],
+        behavior: Behavior,
+    ) -> Self {
         let key = KeyPair::generate().unwrap();
         let cert_pem = ca.issue(CERTNAME, server_sans, &key);
         let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
         let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
         let mut roots = rustls::RootCertStore::empty();
-        roots.add(CertificateDer::from_pem_slice(client_ca.pem().as_bytes()).unwrap()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-            .build()
+        roots
+            .add(CertificateDer::from_pem_slice(client_ca.pem().as_bytes()).unwrap())
             .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .unwrap()
@@ -170,8 +191,18 @@ impl Stub {
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Seen::default());
         let behavior = Arc::new(Mutex::new(behavior));
-        let task = tokio::spawn(serve_stub(listener, acceptor, Arc::clone(&seen), Arc::clone(&behavior)));
-        Self { addr, seen, behavior, task }
+        let task = tokio::spawn(serve_stub(
+            listener,
+            acceptor,
+            Arc::clone(&seen),
+            Arc::clone(&behavior),
+        ));
+        Self {
+            addr,
+            seen,
+            behavior,
+            task,
+        }
     }
 
     pub fn set(&self, behavior: Behavior) {
@@ -191,7 +222,9 @@ async fn serve_stub(
 ) {
     let mut hung = Vec::new();
     loop {
-        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
         seen.connections.fetch_add(1, Ordering::SeqCst);
         if matches!(*behavior.lock().unwrap(), Behavior::Hang) {
             hung.push(tcp);
@@ -201,7 +234,9 @@ async fn serve_stub(
         let seen = Arc::clone(&seen);
         let behavior = Arc::clone(&behavior);
         tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else { return };
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
             let sni = tls.get_ref().1.server_name().map(str::to_owned);
             seen.snis.lock().unwrap().push(sni.clone());
             let service = service_fn(move |req: Request<hyper::body::Incoming>| {
@@ -222,7 +257,11 @@ fn stub_answer(
     behavior: &Mutex<Behavior>,
 ) -> Response<Full<Bytes>> {
     seen.requests.fetch_add(1, Ordering::SeqCst);
-    let host = req.headers().get("host").and_then(|h| h.to_str().ok()).map(str::to_owned);
+    let host = req
+        .headers()
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
     seen.requests_log.lock().unwrap().push((
         req.method().to_string(),
         req.uri().to_string(),
@@ -236,7 +275,9 @@ fn stub_answer(
             .unwrap()
     };
     // What Jetty and Puppet Server's auth.conf do.
-    let host_name = host.as_deref().map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
+    let host_name = host
+        .as_deref()
+        .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
     if sni != Some(CERTNAME) || host_name != sni {
         return reply(400, "Host does not match SNI");
     }
@@ -260,7 +301,10 @@ fn stub_answer(
 /// The pmcheck binary, with a clean environment.
 pub fn pmcheck() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_pmcheck"));
-    command.env_clear().env("USER", "tester").env("RUST_LOG", "info");
+    command
+        .env_clear()
+        .env("USER", "tester")
+        .env("RUST_LOG", "info");
     command
 }
 
@@ -311,10 +355,17 @@ impl Daemon {
                 sink.lock().unwrap().push_back(line);
             }
         });
-        let mut daemon = Self { child, addr: "0.0.0.0:0".parse().unwrap(), log };
+        let mut daemon = Self {
+            child,
+            addr: "0.0.0.0:0".parse().unwrap(),
+            log,
+        };
         match rx.recv_timeout(Duration::from_secs(20)) {
             Ok(Ok(addr)) => daemon.addr = addr,
-            other => panic!("pmcheck did not report its address ({other:?}); log: {:?}", daemon.log.lock().unwrap()),
+            other => panic!(
+                "pmcheck did not report its address ({other:?}); log: {:?}",
+                daemon.log.lock().unwrap()
+            ),
         }
         daemon
     }
@@ -329,7 +380,10 @@ impl Daemon {
 
     /// GET / and the text body.
     pub fn poll(&self) -> Answer {
-        request(self.addr, "GET / HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n")
+        request(
+            self.addr,
+            "GET / HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
+        )
     }
 
     /// Polls until `pred` holds, failing after `within`.
@@ -353,7 +407,11 @@ impl Daemon {
     pub fn wait_for_log(&self, within: Duration, needle: &str) {
         let deadline = Instant::now() + within;
         while self.logged(needle) == 0 {
-            assert!(Instant::now() < deadline, "no log line with {needle:?} within {within:?}: {:?}", self.log.lock().unwrap());
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {needle:?} within {within:?}: {:?}",
+                self.log.lock().unwrap()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -362,12 +420,20 @@ impl Daemon {
     pub fn wait_probes(&self, n: usize, within: Duration) {
         let deadline = Instant::now() + within;
         let age = || {
-            let a = request(self.addr, "GET / HTTP/1.1\r\nhost: t\r\naccept: application/json\r\nconnection: close\r\n\r\n");
-            serde_json::from_str::<serde_json::Value>(&a.body).ok().and_then(|j| j["probe"]["age_ms"].as_u64())
+            let a = request(
+                self.addr,
+                "GET / HTTP/1.1\r\nhost: t\r\naccept: application/json\r\nconnection: close\r\n\r\n",
+            );
+            serde_json::from_str::<serde_json::Value>(&a.body)
+                .ok()
+                .and_then(|j| j["probe"]["age_ms"].as_u64())
         };
         let (mut seen, mut last) = (0, age());
         while seen < n {
-            assert!(Instant::now() < deadline, "fewer than {n} probes within {within:?}");
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {n} probes within {within:?}"
+            );
             std::thread::sleep(Duration::from_millis(10));
             let now = age();
             if now < last {
@@ -378,7 +444,12 @@ impl Daemon {
     }
 
     pub fn logged(&self, needle: &str) -> usize {
-        self.log.lock().unwrap().iter().filter(|l| l.contains(needle)).count()
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
     }
 }
 
@@ -394,17 +465,24 @@ pub struct Answer {
 
 impl Answer {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
 /// Sends `raw` bytes and reads until the server closes.
 pub fn request(addr: SocketAddr, raw: &str) -> Answer {
     let mut stream = TcpStream::connect(addr).expect("pmcheck accepts");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     stream.write_all(raw.as_bytes()).unwrap();
     let mut bytes = Vec::new();
-    stream.read_to_end(&mut bytes).expect("the server closes the connection");
+    stream
+        .read_to_end(&mut bytes)
+        .expect("the server closes the connection");
     parse_answer(&String::from_utf8_lossy(&bytes))
 }
 
@@ -412,12 +490,22 @@ pub fn parse_answer(raw: &str) -> Answer {
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw, ""));
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default().to_owned();
-    let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
     let headers = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
         .collect();
-    Answer { raw: raw.to_owned(), status_line, status, headers, body: body.to_owned() }
+    Answer {
+        raw: raw.to_owned(),
+        status_line,
+        status,
+        headers,
+        body: body.to_owned(),
+    }
 }
 
 /// Common arguments: fast probes against `stub`, drain record in `state`.

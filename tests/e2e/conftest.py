@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -40,6 +41,22 @@ def unavailable(reason: str):
     if STRICT:
         pytest.fail(f"{banner} CI=true and the real stack cannot run: {reason}", pytrace=False)
     pytest.skip(f"{banner} REAL STACK NOT TESTED: {reason}")
+
+
+# ---------------------------------------------------------------------------
+# stopping cleanly
+
+
+def _interrupt(signum, _frame):
+    # SIGTERM/SIGHUP (a CI timeout, a closed terminal) would kill pytest without running the
+    # fixtures' finalizers and leave Puppet Server, HAProxy... running: turn them into the
+    # KeyboardInterrupt pytest already handles by tearing everything down.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config):
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
 
 
 # ---------------------------------------------------------------------------

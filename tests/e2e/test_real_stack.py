@@ -22,6 +22,18 @@ from conftest import record, unavailable
 FAST = "inter 300ms rise 2 fall 2"
 
 
+def parse_config(out: str) -> dict[str, tuple[str, str]]:
+    """`pmcheck config`: one line per setting, `name  value  (source)`."""
+    table = {}
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        m = re.match(r"^(\S+)\s+(.*?)\s+\((.+)\)\s*$", line)
+        assert m, f"`pmcheck config` line without `name value (source)`: {line!r}\n{out}"
+        table[m[1]] = (m[2], m[3])
+    return table
+
+
 def start_shipped_haproxy(haproxy, shipped_haproxy, check_port: int, timing: str | None, name: str):
     front = st.free_port()
     cfg, backend, servers = st.render_haproxy(shipped_haproxy, front, check_port, timing=timing)
@@ -54,23 +66,37 @@ def test_1_zero_configuration(pmcheck, puppetserver, puppet_cfg, testdir):
     # `pmcheck config` shows each value and where it came from
     cp = pmcheck.run("config")
     assert cp.returncode == 0, cp.stderr
-    out = cp.stdout
-    for value in (
-        conf,
-        puppet_cfg.certname,
-        puppet_cfg.hostcert,
-        puppet_cfg.hostprivkey,
-        puppet_cfg.localcacert,
-        "127.0.0.1:8140",
-    ):
-        lines = [l for l in out.splitlines() if value in l]
-        assert lines, f"`pmcheck config` does not show {value!r}:\n{out}"
-    # every setting line names a source; sources seen must include the built-in defaults
-    assert re.search(r"(?i)default", out), f"no setting says it is a default:\n{out}"
-    cert_line = next(l for l in out.splitlines() if puppet_cfg.hostcert in l)
-    assert re.search(r"(?i)default|derived|ssldir|certdir|puppet\.conf", cert_line.replace(puppet_cfg.hostcert, "")), (
-        f"the hostcert line does not say where the value came from: {cert_line!r}"
-    )
+    table = parse_config(cp.stdout)
+    want = {
+        "puppet-conf": conf,
+        "certname": puppet_cfg.certname,
+        "ssldir": puppet_cfg.ssldir,
+        "hostcert": puppet_cfg.hostcert,
+        "hostprivkey": puppet_cfg.hostprivkey,
+        "localcacert": puppet_cfg.localcacert,
+        "puppet-addr": "127.0.0.1:8140",
+    }
+    for name, value in want.items():
+        assert name in table, f"`pmcheck config` has no {name} line:\n{cp.stdout}"
+        assert table[name][0] == value, f"{name}: pmcheck says {table[name][0]!r}, Puppet says {value!r}"
+    # /etc/puppet/puppet.conf sets nothing: everything is a default, and says so
+    for name in want:
+        assert table[name][1].lower().startswith("default"), f"{name} source: {table[name][1]!r}"
+
+    # ... and each other origin is named too: flag, environment, a puppet.conf section
+    alt = testdir / "puppet.conf"
+    alt.write_text(f"[main]\nssldir = {puppet_cfg.ssldir}\n[server]\nserverport = 8140\n")
+    cp = pmcheck.run(
+        "config", "--puppet-conf", str(alt), "--timeout", "1500ms",
+        env=st.clean_env(PMCHECK_CERTNAME=puppet_cfg.certname),
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    t2 = parse_config(cp.stdout)
+    assert t2["puppet-conf"] == (str(alt), t2["puppet-conf"][1]) and "command line" in t2["puppet-conf"][1], t2
+    assert "command line" in t2["timeout"][1] and t2["timeout"][0] in ("1500ms", "1s 500ms", "1.5s"), t2["timeout"]
+    assert "PMCHECK_CERTNAME" in t2["certname"][1], t2["certname"]
+    assert str(alt) in t2["ssldir"][1] and "[main]" in t2["ssldir"][1], t2["ssldir"]
+    assert t2["hostcert"][0] == puppet_cfg.hostcert, t2["hostcert"]
 
     # the daemon, with nothing but a listen address and a state dir
     d = pmcheck.serve(testdir / "state")

@@ -1,0 +1,454 @@
+//! The operator commands and exit codes: check, config, drain/undrain errors, inetd, status.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+async fn stub_and_files(behavior: Behavior) -> (Ca, HostFiles, Stub, tempfile::TempDir) {
+    let ca = Ca::new("commands");
+    let files = HostFiles::new(&ca, "ec.pkcs8.pem", "ec.sec1.pem");
+    let stub = Stub::start(&ca, &[CERTNAME], behavior).await;
+    (ca, files, stub, tempfile::tempdir().unwrap())
+}
+
+fn run(command: &str, args: &[String]) -> Output {
+    pmcheck().arg(command).args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_follows_the_monitoring_plugin_convention() {
+    let (_ca, files, stub, state) = stub_and_files(Behavior::Running).await;
+    let a = args(&files, stub.addr, state.path(), &[]);
+
+    let ok = run("check", &a);
+    assert_eq!(ok.status.code(), Some(0), "{ok:?}");
+    let line = stdout(&ok);
+    assert!(
+        line.starts_with("PMCHECK OK - Puppet Server is running | time="),
+        "{line}"
+    );
+    assert!(line.trim_end().ends_with("s;;;0"), "{line}");
+    assert_eq!(line.lines().count(), 1);
+
+    let drained = pmcheck()
+        .args([
+            "drain",
+            "--state-dir",
+            &state.path().display().to_string(),
+            "--reason",
+            "maint",
+        ])
+        .output()
+        .unwrap();
+    assert!(drained.status.success());
+    let warn = run("check", &a);
+    assert_eq!(warn.status.code(), Some(1), "{warn:?}");
+    assert!(
+        stdout(&warn).starts_with("PMCHECK WARNING - maint (by tester since "),
+        "{warn:?}"
+    );
+
+    stub.set(Behavior::Answer(503, "error", "text/plain"));
+    let crit = run("check", &a);
+    assert_eq!(
+        crit.status.code(),
+        Some(2),
+        "unhealthy beats drained: {crit:?}"
+    );
+    assert!(stdout(&crit).starts_with("PMCHECK CRITICAL - "), "{crit:?}");
+    assert!(stdout(&crit).contains("reports `error`"), "{crit:?}");
+
+    let bad = pmcheck()
+        .args(["check", "--timeout", "soon"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        bad.status.code(),
+        Some(3),
+        "a usage error is UNKNOWN for check: {bad:?}"
+    );
+    let missing = state.path().join("nope.conf");
+    let bad = pmcheck()
+        .args(["check", "--puppet-conf", &missing.display().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(3), "{bad:?}");
+    assert!(
+        stdout(&bad).starts_with("PMCHECK UNKNOWN - --puppet-conf"),
+        "{bad:?}"
+    );
+
+    std::fs::remove_file(state.path().join("drain")).unwrap();
+    std::fs::create_dir(state.path().join("drain")).unwrap();
+    let unknown = run("check", &a);
+    assert_eq!(
+        unknown.status.code(),
+        Some(3),
+        "unreadable drain state: {unknown:?}"
+    );
+}
+
+#[test]
+fn config_says_where_every_value_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("puppet.conf");
+    std::fs::write(
+        &conf,
+        "[main]\nssldir = /srv/ssl\ncertname = from-main\n[server]\nserverport = 8141\n",
+    )
+    .unwrap();
+    let out = pmcheck()
+        .args([
+            "config",
+            "--puppet-conf",
+            &conf.display().to_string(),
+            "--hostcert",
+            "/x/cert.pem",
+        ])
+        .env("PMCHECK_TIMEOUT", "2s")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            .to_owned()
+    };
+    assert!(
+        row("certname").contains("from-main") && row("certname").contains("[main]"),
+        "{text}"
+    );
+    assert!(
+        row("hostcert").contains("/x/cert.pem") && row("hostcert").contains("(command line)"),
+        "{text}"
+    );
+    assert!(
+        row("hostprivkey").contains("/srv/ssl/private_keys/from-main.pem"),
+        "{text}"
+    );
+    assert!(
+        row("localcacert").contains("/srv/ssl/certs/ca.pem")
+            && row("localcacert").contains("default"),
+        "{text}"
+    );
+    assert!(
+        row("puppet-addr").contains("127.0.0.1:8141") && row("puppet-addr").contains("[server]"),
+        "{text}"
+    );
+    assert!(
+        row("timeout").contains("2s") && row("timeout").contains("environment PMCHECK_TIMEOUT"),
+        "{text}"
+    );
+    assert!(
+        row("state-dir").contains("/var/lib/pmcheck") && row("state-dir").contains("default"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_settings_exit_78_and_usage_errors_64_naming_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("puppet.conf");
+    std::fs::write(&conf, "[main]\nthis line is broken\n").unwrap();
+    let out = pmcheck()
+        .args(["serve", "--puppet-conf", &conf.display().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(
+        stderr(&out).contains(&format!("{}:2", conf.display())),
+        "{out:?}"
+    );
+
+    let out = pmcheck()
+        .args(["serve", "--interval", "fast"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(stderr(&out).contains("--interval"), "{out:?}");
+    let out = pmcheck()
+        .args(["serve", "--listen", "9200"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+}
+
+#[test]
+fn a_listen_address_in_use_exits_69() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let out = pmcheck()
+        .args([
+            "serve",
+            "--listen",
+            &addr,
+            "--certname",
+            "x",
+            "--puppet-conf",
+            "/dev/null",
+        ])
+        .args(["--state-dir", &dir.path().display().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(
+        stderr(&out).contains(&format!("cannot listen on {addr}")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn drain_without_permission_names_the_directory_and_keeps_the_old_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let d = state.display().to_string();
+    let out = pmcheck()
+        .args(["drain", "--state-dir", &d, "--reason", "first"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "creates the directory: {out:?}");
+    let before = std::fs::read(state.join("drain")).unwrap();
+    // A file where the directory should be is an obstacle even root cannot write through.
+    let blocked = dir.path().join("file");
+    std::fs::write(&blocked, "").unwrap();
+    let out = pmcheck()
+        .args([
+            "drain",
+            "--state-dir",
+            &blocked.join("sub").display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(73), "{out:?}");
+    assert!(
+        stderr(&out).contains("cannot write the drain record in"),
+        "{out:?}"
+    );
+    assert!(
+        stderr(&out).contains("--state-dir"),
+        "says how to fix it: {out:?}"
+    );
+    // The state directory belongs to someone else: as root, run pmcheck as nobody; otherwise
+    // make the directory read-only for ourselves.
+    use std::os::unix::fs::PermissionsExt;
+    let mut drain = if running_as_root() {
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_pmcheck"),
+        ]);
+        c.env_clear().env("USER", "nobody");
+        c
+    } else {
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o555)).unwrap();
+        pmcheck()
+    };
+    let out = drain
+        .args(["drain", "--state-dir", &d, "--reason", "second"])
+        .output()
+        .unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(out.status.code(), Some(73), "{out:?}");
+    assert!(
+        stderr(&out).contains(&format!("cannot write the drain record in {d}")),
+        "{out:?}"
+    );
+    assert!(stderr(&out).contains("Permission denied"), "{out:?}");
+    assert_eq!(
+        std::fs::read(state.join("drain")).unwrap(),
+        before,
+        "the previous record is intact"
+    );
+    let out = drain_as_nobody_or_self(&d, "undrain");
+    if let Some(out) = out {
+        assert_eq!(out.status.code(), Some(73), "{out:?}");
+        assert!(
+            stderr(&out).contains("cannot remove the drain record"),
+            "{out:?}"
+        );
+        assert_eq!(std::fs::read(state.join("drain")).unwrap(), before);
+    }
+}
+
+/// `undrain` as a user who may not write `dir` (root: as nobody), or None when not root.
+fn drain_as_nobody_or_self(dir: &str, command: &str) -> Option<Output> {
+    running_as_root().then(|| {
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                env!("CARGO_BIN_EXE_pmcheck"),
+            ])
+            .env_clear()
+            .args([command, "--state-dir", dir])
+            .output()
+            .unwrap()
+    })
+}
+
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+/// xinetd mode: one request on stdin, one answer on stdout, same verdict and body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
+    let (_ca, files, stub, state) = stub_and_files(Behavior::Running).await;
+    let a = args(&files, stub.addr, state.path(), &[]);
+    let inetd = |input: &[u8], close_stdin: bool| {
+        let mut child = pmcheck()
+            .arg("inetd")
+            .args(&a)
+            .args(["--read-timeout", "1s"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).unwrap();
+        if !close_stdin {
+            // Keep stdin open, as a client that sends nothing more would.
+            std::mem::forget(stdin);
+        }
+        let out = child.wait_with_output().unwrap();
+        parse_answer(&String::from_utf8_lossy(&out.stdout))
+    };
+    let answer = inetd(b"OPTIONS / HTTP/1.0\r\n\r\n", true);
+    assert_eq!(answer.status_line, "HTTP/1.0 200 OK", "{answer:?}");
+    assert_eq!(answer.body, "OK - Puppet Server is running\n");
+    assert_eq!(
+        answer.header("content-length"),
+        Some(answer.body.len().to_string().as_str())
+    );
+    assert_eq!(stub.requests(), 1, "one probe for one poll");
+
+    let answer = inetd(
+        b"GET / HTTP/1.1\r\nhost: x\r\n\r\nGET / HTTP/1.1\r\nhost: x\r\n\r\n",
+        false,
+    );
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!(
+        answer.raw.matches("HTTP/1.1 200").count(),
+        1,
+        "exactly one answer: {answer:?}"
+    );
+
+    std::fs::write(state.path().join("drain"), "").unwrap();
+    let answer = inetd(b"GET / HTTP/1.0\r\n\r\n", true);
+    assert_eq!(answer.status, 503);
+    assert!(answer.body.starts_with("DRAINED - "), "{answer:?}");
+
+    let huge = format!(
+        "GET / HTTP/1.1\r\nx-padding: {}\r\n\r\n",
+        "a".repeat(20_000)
+    );
+    let answer = inetd(huge.as_bytes(), true);
+    assert_ne!(
+        answer.status, 200,
+        "an oversized request is refused: {answer:?}"
+    );
+
+    let started = std::time::Instant::now();
+    let answer = inetd(b"GET / HTTP/1.1\r\n", false);
+    assert_eq!(
+        answer.status, 0,
+        "an unfinished request gets no answer: {answer:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the read deadline ends it: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
+    let (_ca, files, stub, state) = stub_and_files(Behavior::Running).await;
+    let d = Daemon::start(&args(
+        &files,
+        stub.addr,
+        state.path(),
+        &["--interval", "100ms"],
+    ));
+    d.wait_for(Duration::from_secs(10), "OK", |a| a.status == 200);
+    let url = format!("http://{}/", d.addr);
+    let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).starts_with(
+            "OK (HTTP 200) - Puppet Server is running\ndrain:  not drained\nprobe:  ok - running"
+        ),
+        "{out:?}"
+    );
+    pmcheck()
+        .args([
+            "drain",
+            "--state-dir",
+            &state.path().display().to_string(),
+            "--reason",
+            "why",
+        ])
+        .output()
+        .unwrap();
+    let out = pmcheck()
+        .args(["status", "--json", "--url", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["verdict"], "DRAINED");
+    assert_eq!(json["drain"]["reason"], "why");
+    drop(d);
+    let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("cannot reach pmcheck at"), "{out:?}");
+}
+
+#[test]
+fn every_option_reads_its_environment_variable() {
+    let out = pmcheck()
+        .args(["config"])
+        .env("PMCHECK_PUPPET_CONF", "/dev/null")
+        .env("PMCHECK_CERTNAME", "env.example")
+        .env("PMCHECK_PUPPET_ADDR", "127.0.0.2:9999")
+        .env("PMCHECK_STATUS_PATH", "/status/v1/simple")
+        .env("PMCHECK_STATE_DIR", "/tmp/pmcheck-env")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    for (value, var) in [
+        ("env.example", "PMCHECK_CERTNAME"),
+        ("127.0.0.2:9999", "PMCHECK_PUPPET_ADDR"),
+        ("/status/v1/simple", "PMCHECK_STATUS_PATH"),
+        ("/tmp/pmcheck-env", "PMCHECK_STATE_DIR"),
+        ("/dev/null", "PMCHECK_PUPPET_CONF"),
+    ] {
+        assert!(
+            text.lines().any(|l| l.contains(value) && l.contains(var)),
+            "{value} from {var}: {text}"
+        );
+    }
+}
