@@ -68,10 +68,10 @@ pub struct PuppetArgs {
     /// Where to connect [default: 127.0.0.1:<serverport from puppet.conf, else 8140>]
     #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
     pub puppet_addr: Option<String>,
-    /// Status endpoint; a 404 "not found: server" falls back to /status/v1/simple/master
+    /// Status endpoint; a 404 "not found: server" falls back to /status/v1/simple/master [default: /status/v1/simple/server]
     #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH")]
     pub status_path: Option<String>,
-    /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
+    /// Deadline of one probe; Puppet Server gets a ?timeout=N below it [default: 1500ms]
     #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 }
