@@ -17,6 +17,7 @@ use tokio::sync::watch;
 fn health(state: &std::path::Path) -> (Health, watch::Sender<Option<Arc<ProbeReport>>>) {
     let report = ProbeReport {
         ok: true,
+        inconclusive: false,
         detail: "running".into(),
         latency: Duration::from_millis(12),
         finished: Instant::now(),

@@ -60,9 +60,7 @@ pub fn usage_exit_code(error: &clap::Error, args: &[String]) -> u8 {
     use clap::error::ErrorKind;
     if matches!(
         error.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
     ) {
         return 0;
     }
@@ -163,21 +161,20 @@ fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
 
 fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<u8, Error> {
     let settings = settings(&args.puppet, &args.state, origin)?;
-    let rt = runtime(true)?;
-    let _guard = rt.enter();
+    // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
         Some(inherited) => inherited,
         None => server::bind(&args.listen)?,
     };
     let notifier = systemd::Notifier::from_env();
-    let watchdog = notifier.as_ref().and_then(|n| n.watchdog_task());
+    let rt = runtime(true)?;
     rt.block_on(async {
-        if let Some(task) = watchdog {
-            tokio::spawn(task);
-        }
         let ready = || {
             if let Some(n) = &notifier {
                 n.notify("READY=1\nSTATUS=answering polls");
+                if let Some(watchdog) = n.watchdog_task() {
+                    tokio::spawn(watchdog);
+                }
             }
         };
         server::serve(&settings, args.interval, listeners, ready, async {
@@ -232,6 +229,7 @@ fn check(args: CheckArgs, origin: &dyn Origin) -> u8 {
     let verdict = Verdict::decide(&drain, Some(&report), Instant::now(), Duration::MAX);
     let (label, code) = match verdict.word {
         Word::Unknown | Word::Starting => ("UNKNOWN", 3),
+        _ if report.inconclusive => ("UNKNOWN", 3),
         _ if !report.ok => ("CRITICAL", 2),
         Word::Drained => ("WARNING", 1),
         _ => ("OK", 0),

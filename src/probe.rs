@@ -35,6 +35,9 @@ pub struct ProbeTarget {
 #[derive(Debug, Clone)]
 pub struct ProbeReport {
     pub ok: bool,
+    /// The probe could not even be made (certificate files missing, unreadable or unusable):
+    /// pmcheck cannot tell how Puppet Server is.
+    pub inconclusive: bool,
     /// `running`, or what went wrong in plain words.
     pub detail: String,
     pub latency: Duration,
@@ -106,12 +109,17 @@ impl Prober {
             }),
         };
         let finished = Instant::now();
+        let inconclusive = matches!(
+            outcome,
+            Err(ProbeError::Identity(_) | ProbeError::Client(_))
+        );
         let (ok, detail) = match outcome {
             Ok(()) => (true, "running".to_owned()),
             Err(e) => (false, e.to_string()),
         };
         ProbeReport {
             ok,
+            inconclusive,
             detail,
             latency: finished - started,
             finished,
@@ -173,7 +181,6 @@ impl Prober {
             self.endpoint(),
             server_timeout(self.target.timeout)
         );
-        let addr = self.target.addr;
         let mut response = client
             .get(&url)
             .send()
@@ -200,8 +207,7 @@ impl Prober {
             _ => Err(ProbeError::Status {
                 status,
                 body: one_line(text),
-            })
-            .inspect_err(|_| tracing::debug!("{addr}: HTTP {status}")),
+            }),
         }
     }
 

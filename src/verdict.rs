@@ -72,6 +72,9 @@ impl<'a> Verdict<'a> {
         let age = probe.map(|p| now.saturating_duration_since(p.finished));
         let puppet = match (probe, age) {
             (Some(p), _) if p.ok => "Puppet Server is running".to_owned(),
+            (Some(p), _) if p.inconclusive => {
+                format!("Puppet Server's health is unknown: {}", p.detail)
+            }
             (Some(p), _) => format!("Puppet Server is down: {}", p.detail),
             (None, _) => "no probe of Puppet Server has finished yet".to_owned(),
         };
@@ -91,6 +94,10 @@ impl<'a> Verdict<'a> {
                     crate::cli::format_duration(Duration::from_millis(age.as_millis() as u64)),
                     crate::cli::format_duration(stale_after)
                 ),
+            ),
+            (_, Some(p), _) if p.inconclusive => (
+                Word::Unknown,
+                format!("cannot probe Puppet Server: {}", p.detail),
             ),
             (_, Some(p), _) if !p.ok => (Word::Down, p.detail.clone()),
             (DrainState::Expired(d), _, _) => (
@@ -196,6 +203,7 @@ mod tests {
     fn report(ok: bool, finished: Instant) -> ProbeReport {
         ProbeReport {
             ok,
+            inconclusive: false,
             detail: if ok {
                 "running".into()
             } else {
@@ -249,6 +257,20 @@ mod tests {
                 .starts_with("DOWN - connection to 127.0.0.1:8140 refused"),
             "{}",
             v.text()
+        );
+    }
+
+    #[test]
+    fn a_probe_that_could_not_be_made_is_unknown_not_down() {
+        let now = Instant::now();
+        let mut report = report(false, now);
+        report.inconclusive = true;
+        report.detail = "cannot read hostprivkey /k.pem: Permission denied".into();
+        let v = Verdict::decide(&DrainState::NotDrained, Some(&report), now, STALE);
+        assert_eq!((v.word, v.word.status()), (Word::Unknown, 503));
+        assert_eq!(
+            v.reason,
+            "cannot probe Puppet Server: cannot read hostprivkey /k.pem: Permission denied"
         );
     }
 

@@ -90,6 +90,23 @@ async fn check_follows_the_monitoring_plugin_convention() {
         "{bad:?}"
     );
 
+    stub.set(Behavior::Running);
+    std::fs::remove_file(&files.hostprivkey).unwrap();
+    let unknown = run("check", &a);
+    assert_eq!(
+        unknown.status.code(),
+        Some(3),
+        "no key, no verdict on Puppet: {unknown:?}"
+    );
+    assert!(
+        stdout(&unknown).starts_with("PMCHECK UNKNOWN - maint"),
+        "{unknown:?}"
+    );
+    assert!(
+        stdout(&unknown).contains("Puppet Server's health is unknown: cannot read hostprivkey"),
+        "{unknown:?}"
+    );
+
     std::fs::remove_file(state.path().join("drain")).unwrap();
     std::fs::create_dir(state.path().join("drain")).unwrap();
     let unknown = run("check", &a);

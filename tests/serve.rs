@@ -425,7 +425,11 @@ async fn encrypted_and_missing_keys_say_exactly_that() {
     ] {
         s.files.install(&s.ca, "rsa.pkcs8.pem", key, &s.ca);
         let d = s.daemon(&[]);
-        let a = d.wait_for(SOON, "DOWN", is("DOWN"));
+        let a = d.wait_for(
+            SOON,
+            "UNKNOWN",
+            is("UNKNOWN - cannot probe Puppet Server: "),
+        );
         assert!(a.body.contains(expected), "{key}: {a:?}");
         assert!(
             a.body.contains(&s.files.hostprivkey.display().to_string()),
@@ -434,7 +438,7 @@ async fn encrypted_and_missing_keys_say_exactly_that() {
     }
     std::fs::remove_file(&s.files.hostprivkey).unwrap();
     let d = s.daemon(&[]);
-    let a = d.wait_for(SOON, "DOWN", is("DOWN"));
+    let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
     assert!(a.body.contains("cannot read hostprivkey"), "{a:?}");
     assert!(a.body.contains("No such file"), "{a:?}");
 }

@@ -166,10 +166,16 @@ def http_request(
         conn.close()
 
 
-def raw_http(port: int, payload: bytes, host: str = LOOPBACK, timeout: float = 5.0) -> bytes:
+def raw_http(
+    port: int, payload: bytes, host: str = LOOPBACK, timeout: float = 5.0, source: str | None = None
+) -> bytes:
     """Send exact bytes (e.g. HAProxy's ``OPTIONS / HTTP/1.0\\r\\n\\r\\n``), read until EOF."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(payload)
+    src = (source, 0) if source else None
+    with socket.create_connection((host, port), timeout=timeout, source_address=src) as s:
+        try:
+            s.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            return b""
         chunks = []
         while True:
             try:

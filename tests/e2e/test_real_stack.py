@@ -318,6 +318,17 @@ def test_5_xinetd_mode(pmcheck, pmcheck_bin, puppetserver, puppet_cfg, haproxy, 
     raw = st.raw_http(port, b"OPTIONS / HTTP/1.0\r\n\r\n")
     assert re.match(rb"HTTP/1\.[01] 200 ", raw), raw[:300]
 
+    # only_from (documented in the file, set to 127.0.0.1 here): another address is refused
+    # by xinetd before pmcheck runs, and log_on_failure records it
+    refused = st.raw_http(port, b"OPTIONS / HTTP/1.0\r\n\r\n", source="127.0.0.2")
+    assert not refused.startswith(b"HTTP/"), f"a poll from 127.0.0.2 must be refused: {refused[:200]!r}"
+    services_log = testdir / "xinetd-services.log"
+    st.wait_until(
+        "xinetd to log the refused poll",
+        lambda: "127.0.0.2" in services_log.read_text(errors="replace") and "FAIL" in services_log.read_text(errors="replace"),
+        10, alive=x.check_alive,
+    )  # fmt: skip
+
     h, _front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, port, FAST, "t5")
     wait_all(h, backend, servers, st.is_up_checked, "UP through xinetd (L7OK/200)", 30)
 
