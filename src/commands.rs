@@ -3,8 +3,8 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime};
 
+use clap::ArgMatches;
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory};
 use thiserror::Error;
 
 use crate::cli::{CheckArgs, Cli, Command, DrainArgs, Generate, PuppetArgs, StateArgs, StatusArgs};
@@ -14,7 +14,7 @@ use crate::puppet_conf::{self, Source};
 use crate::server::ListenError;
 use crate::settings::{Origin, Settings, SettingsError};
 use crate::verdict::{Verdict, Word};
-use crate::{inetd, server, status, systemd};
+use crate::{inetd, manual, server, status, systemd};
 
 /// sysexits(3) codes.
 pub mod exit {
@@ -298,14 +298,10 @@ fn status_command(args: StatusArgs) -> Result<u8, Error> {
 }
 
 fn generate(what: Generate) -> Result<u8, Error> {
-    let command = Cli::command();
     let mut out = std::io::stdout().lock();
     match what {
-        Generate::Man => clap_mangen::Man::new(command).render(&mut out)?,
-        Generate::Completions { shell } => {
-            let mut command = command;
-            clap_complete::generate(shell, &mut command, "pmcheck", &mut out);
-        }
+        Generate::Man => manual::man(&mut out)?,
+        Generate::Completions { shell } => manual::completions(shell, &mut out),
     }
     Ok(0)
 }

@@ -9,6 +9,7 @@ pub mod commands;
 pub mod drain;
 pub mod identity;
 pub mod inetd;
+pub mod manual;
 pub mod probe;
 pub mod puppet_conf;
 pub mod responder;

@@ -1,0 +1,69 @@
+//! The manual: pmcheck(1) and shell completions, generated from the clap definitions so that
+//! they never drift from `--help`.
+
+use std::io::{self, Write};
+
+use clap::CommandFactory;
+use clap_mangen::Man;
+use clap_mangen::roff::{Roff, bold, roman};
+
+use crate::cli::Cli;
+
+/// pmcheck(1): the top-level page, then every command with its options, then exit status,
+/// environment, files and examples.
+pub fn man(out: &mut dyn Write) -> io::Result<()> {
+    let cli = Cli::command();
+    let page = Man::new(cli.clone());
+    page.render_title(out)?;
+    page.render_name_section(out)?;
+    page.render_synopsis_section(out)?;
+    page.render_description_section(out)?;
+
+    Roff::new().control("SH", ["COMMANDS"]).to_writer(out)?;
+    for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = format!("pmcheck {}", sub.get_name());
+        let mut roff = Roff::new();
+        roff.control("SS", [name.as_str()]);
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            roff.text([roman(about.to_string())]);
+        }
+        roff.to_writer(out)?;
+        // clap_mangen renders options under an OPTIONS heading of their own; here they belong
+        // to the command's subsection.
+        let mut options = Vec::new();
+        Man::new(sub.clone()).render_options_section(&mut options)?;
+        let options = String::from_utf8_lossy(&options);
+        for line in options.lines().filter(|l| !l.starts_with(".SH")) {
+            writeln!(out, "{line}")?;
+        }
+    }
+
+    let mut roff = Roff::new();
+    roff.control("SH", ["EXIT STATUS"])
+        .text([roman("serve, inetd, config, drain and undrain exit 0 on success, 64 for bad arguments, 78 for bad settings (puppet.conf, values), 69 when the listen address is taken or absent, 71 for other system errors, 73 when the drain record cannot be written.")])
+        .control("PP", [])
+        .text([bold("check"), roman(" exits 0 OK, 1 WARNING (drained, Puppet Server healthy), 2 CRITICAL (Puppet Server unhealthy), 3 UNKNOWN (bad arguments or settings, unreadable drain state or certificate files).")])
+        .control("PP", [])
+        .text([bold("status"), roman(" exits 0 when the daemon answers 200, else 1.")])
+        .control("SH", ["ENVIRONMENT"])
+        .text([roman("Every option reads PMCHECK_ and its name in capitals, with - as _ (PMCHECK_LISTEN, PMCHECK_INTERVAL, PMCHECK_TIMEOUT, PMCHECK_STATE_DIR, ...), so a systemd EnvironmentFile configures the daemon. RUST_LOG sets the log level (default info). NOTIFY_SOCKET, WATCHDOG_USEC, LISTEN_FDS and LISTEN_PID are read as systemd sets them.")])
+        .control("SH", ["FILES"])
+        .text([bold("/var/lib/pmcheck/drain"), roman(": the drain record (JSON: reason, by, since, until).")])
+        .control("PP", [])
+        .text([bold("/etc/puppetlabs/puppet/puppet.conf"), roman(", "), bold("/etc/puppet/puppet.conf"), roman(": where the certname, hostcert, hostprivkey, localcacert and serverport come from.")])
+        .control("SH", ["EXAMPLES"])
+        .text([roman("Take the node out of HAProxy's pool for an hour, check, put it back:")])
+        .control("PP", [])
+        .control("nf", [])
+        .text([roman("sudo pmcheck drain --reason \"upgrading puppetserver\" --for 1h\npmcheck status\nsudo pmcheck undrain")])
+        .control("fi", [])
+        .control("PP", [])
+        .text([roman("HAProxy backend: mode tcp, option httpchk, server compile01 compile01:8140 check port 9200 inter 2s rise 3 fall 3.")]);
+    roff.to_writer(out)?;
+    page.render_version_section(out)
+}
+
+/// A completion script for `shell`.
+pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
+    clap_complete::generate(shell, &mut Cli::command(), "pmcheck", out);
+}
