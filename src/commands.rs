@@ -127,12 +127,17 @@ impl Origin for Matches<'_> {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    // Under systemd the journal stamps every line already.
+    let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
+        builder.without_time().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 fn settings(args: &PuppetArgs, state: &StateArgs, origin: &dyn Origin) -> Result<Settings, Error> {
@@ -163,7 +168,14 @@ fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<u8, Error> 
     let settings = settings(&args.puppet, &args.state, origin)?;
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
-        Some(inherited) => inherited,
+        Some(inherited) => {
+            if !args.listen.is_empty() {
+                tracing::warn!(
+                    "ignoring --listen/PMCHECK_LISTEN: systemd passed the listening sockets (change ListenStream= in pmcheck.socket instead)"
+                );
+            }
+            inherited
+        }
         None => server::bind(&args.listen)?,
     };
     let notifier = systemd::Notifier::from_env();

@@ -6,7 +6,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -230,6 +230,8 @@ impl DrainFile {
                 .truncate(true)
                 .mode(0o644)
                 .open(&tmp)?;
+            // Whatever the operator's umask: the daemon runs as another user and must read it.
+            file.set_permissions(fs::Permissions::from_mode(0o644))?;
             file.write_all(&json)?;
             file.sync_all()?;
             fs::rename(&tmp, &self.path)?;
@@ -293,7 +295,6 @@ fn user_of_this_process() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     fn at(rfc3339: &str) -> SystemTime {
         humantime::parse_rfc3339(rfc3339).expect("valid time")

@@ -155,21 +155,15 @@ impl PuppetConf {
         })
     }
 
-    /// The layout whose defaults apply, judged by where the file lives.
+    /// The layout whose defaults apply: the one the file belongs to, or for a file elsewhere
+    /// (or none) the installed one, as Puppet keeps its confdir whatever `--config` says.
     pub fn layout(&self) -> Layout {
         match &self.path {
-            Some(p) if p.starts_with("/etc/puppet") && !p.starts_with("/etc/puppetlabs") => {
-                Layout::Debian
-            }
+            Some(p) if p.starts_with("/etc/puppetlabs") => Layout::Aio,
+            Some(p) if p.starts_with("/etc/puppet") => Layout::Debian,
+            _ if Path::new("/etc/puppetlabs/puppet").is_dir() => Layout::Aio,
+            _ if Path::new("/etc/puppet").is_dir() => Layout::Debian,
             _ => Layout::Aio,
-        }
-    }
-
-    /// confdir: the directory of puppet.conf, or the layout's default without one.
-    pub fn confdir(&self) -> PathBuf {
-        match self.path.as_deref().and_then(Path::parent) {
-            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-            _ => PathBuf::from("/etc/puppetlabs/puppet"),
         }
     }
 }
@@ -250,8 +244,9 @@ impl<'a> Resolver<'a> {
     fn default(&self, name: &str) -> Result<(String, Source), PuppetConfError> {
         let layout = self.conf.layout();
         let debian = layout == Layout::Debian;
-        let value = match name {
-            "confdir" => self.conf.confdir().display().to_string(),
+        let value: String = match name {
+            "confdir" if debian => "/etc/puppet".into(),
+            "confdir" => "/etc/puppetlabs/puppet".into(),
             "vardir" if debian => "/var/cache/puppet".into(),
             "vardir" => "/opt/puppetlabs/puppet/cache".into(),
             "ssldir" if debian => "/var/lib/puppet/ssl".into(),
@@ -286,10 +281,15 @@ impl<'a> Resolver<'a> {
                 });
             }
         };
-        let how = if value.contains('$') {
-            format!("{value}, {layout}")
-        } else {
-            layout.to_string()
+        // Only these differ between the layouts; the rest derive from them.
+        let per_layout = matches!(
+            name,
+            "confdir" | "vardir" | "ssldir" | "codedir" | "logdir" | "rundir"
+        );
+        let how = match (per_layout, value.contains('$')) {
+            (true, true) => format!("{value}, {layout}"),
+            (true, false) => layout.to_string(),
+            (false, _) => value.clone(),
         };
         Ok((value, Source::Default(how)))
     }
@@ -485,6 +485,23 @@ mod tests {
         );
         let (_, source) = r.resolve("certname").unwrap();
         assert!(matches!(source, Source::Default(_)));
+    }
+
+    #[test]
+    fn a_puppet_conf_elsewhere_keeps_the_installed_confdir_as_puppet_does() {
+        let c = conf("/tmp/elsewhere/puppet.conf", "");
+        let r = Resolver::new(&c, &no_fqdn);
+        let confdir = r.resolve("confdir").unwrap().0;
+        assert!(
+            confdir == "/etc/puppet" || confdir == "/etc/puppetlabs/puppet",
+            "{confdir}: `puppet --config /tmp/elsewhere/puppet.conf` keeps its confdir"
+        );
+        let (_, source) = r.resolve("hostcert").unwrap();
+        assert_eq!(
+            source,
+            Source::Default("$certdir/$certname.pem".into()),
+            "not layout-specific"
+        );
     }
 
     #[test]

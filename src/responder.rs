@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper::ext::ReasonPhrase;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -65,12 +66,7 @@ pub fn respond(
     *response.status_mut() =
         StatusCode::from_u16(verdict.word.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     if verdict.word != Word::Ok {
-        // HAProxy shows the reason phrase in its check info: "code: 503, info: "Drained"".
-        response
-            .extensions_mut()
-            .insert(hyper::ext::ReasonPhrase::from_static(
-                verdict.word.reason_phrase().as_bytes(),
-            ));
+        response.extensions_mut().insert(reason_phrase(verdict));
     }
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, if json { JSON } else { TEXT });
@@ -80,6 +76,32 @@ pub fn respond(
         h.insert(header::ALLOW, ALLOW);
     }
     response
+}
+
+/// The status line's reason phrase: the verdict and the start of its reason, which HAProxy shows
+/// as the check's info on its stats page (`last_chk`), so the cause of a 503 is visible there.
+fn reason_phrase(verdict: &Verdict<'_>) -> ReasonPhrase {
+    /// Long enough for "Drained: kernel upgrade (by alice since ...)", short enough for a table cell.
+    const LIMIT: usize = 100;
+    let word = verdict.word.reason_phrase();
+    let mut phrase = String::with_capacity(LIMIT + 3);
+    phrase.push_str(word);
+    phrase.push_str(": ");
+    for c in verdict.reason.chars() {
+        if phrase.len() >= LIMIT {
+            phrase.push_str("...");
+            break;
+        }
+        // RFC 9112 allows HTAB, SP, VCHAR and obs-text; keep to printable ASCII for HAProxy.
+        phrase.push(if c.is_ascii_graphic() {
+            c
+        } else if c.is_ascii() {
+            ' '
+        } else {
+            '?'
+        });
+    }
+    ReasonPhrase::try_from(phrase).unwrap_or_else(|_| ReasonPhrase::from_static(word.as_bytes()))
 }
 
 fn method_not_allowed() -> Response<Full<Bytes>> {
@@ -149,6 +171,26 @@ mod tests {
         );
         assert_eq!(get_headers[header::CACHE_CONTROL], "no-store");
         assert!(get_body.starts_with(b"STARTING - "));
+    }
+
+    #[test]
+    fn the_reason_phrase_carries_the_cause_in_printable_ascii() {
+        let (drain, probe) = starting();
+        let mut v = Verdict::decide(
+            &drain,
+            probe.as_ref(),
+            Instant::now(),
+            Duration::from_secs(5),
+        );
+        v.reason = format!("r\u{e9}boot\r\nnow {}", "x".repeat(300));
+        let response = respond(&v, &Method::GET, &HeaderMap::new());
+        let phrase = response
+            .extensions()
+            .get::<ReasonPhrase>()
+            .expect("a reason phrase");
+        let text = std::str::from_utf8(phrase.as_bytes()).unwrap();
+        assert!(text.starts_with("Starting: r?boot  now xxx"), "{text}");
+        assert!(text.ends_with("...") && text.len() <= 103, "{text}");
     }
 
     #[test]

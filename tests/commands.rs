@@ -321,6 +321,31 @@ fn drain_as_nobody_or_self(dir: &str, command: &str) -> Option<Output> {
     })
 }
 
+#[test]
+fn the_drain_record_is_readable_by_the_daemon_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "umask 077; exec \"$0\" drain --state-dir \"$1\"",
+            env!("CARGO_BIN_EXE_pmcheck"),
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mode = std::fs::metadata(dir.path().join("drain"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(
+        mode, 0o644,
+        "the daemon runs as another user and must read it"
+    );
+}
+
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self")

@@ -47,13 +47,24 @@ async fn serve_takes_its_listening_socket_from_systemd() {
     let state = tempfile::tempdir().unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    // No --listen: pmcheck must not bind anything itself (it would try [::]:9200).
+    // A --listen too: with sockets from systemd it is ignored, and said so.
     let daemon = socket_activated(
         listener,
         "$$",
-        &args(&files, stub.addr, state.path(), &["--interval", "100ms"]),
+        &args(
+            &files,
+            stub.addr,
+            state.path(),
+            &["--interval", "100ms", "--listen", "127.0.0.1:0"],
+        ),
     );
     assert_eq!(daemon.addr, addr, "serves on the socket it was given");
+    assert_eq!(
+        daemon.logged("ignoring --listen/PMCHECK_LISTEN"),
+        1,
+        "{:?}",
+        daemon.log.lock().unwrap()
+    );
     assert_eq!(
         daemon.logged("using 1 listening socket(s) from systemd"),
         1,

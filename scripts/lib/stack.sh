@@ -35,15 +35,17 @@ stack_install() {
 	fi
 	echo "+ apt-get install -y --no-install-recommends $missing" >&2
 	export DEBIAN_FRONTEND=noninteractive
+	# wait for another apt/dpkg (unattended-upgrades, a parallel job) instead of failing at once
+	local lock=(-o DPkg::Lock::Timeout=300)
 	# shellcheck disable=SC2086 # word splitting of the package list is intended
-	if compgen -G '/var/lib/apt/lists/*_Packages' >/dev/null &&
-		apt-get install -y --no-install-recommends $missing; then
+	if compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null &&
+		apt-get "${lock[@]}" install -y --no-install-recommends $missing; then
 		return 0
 	fi
 	echo "+ apt-get update (the package lists are missing or stale)" >&2
-	apt-get update || return 1
+	apt-get "${lock[@]}" update || return 1
 	# shellcheck disable=SC2086
-	apt-get install -y --no-install-recommends $missing
+	apt-get "${lock[@]}" install -y --no-install-recommends $missing
 }
 
 # A TCP port on 127.0.0.1 that was free a moment ago.
@@ -82,6 +84,7 @@ stack_puppetserver_start() {
 		java $STACK_JAVA_ARGS -Djruby.lib=/usr/share/jruby/lib -XX:+CrashOnOutOfMemoryError \
 		-jar "$STACK_PS_JAR" --config "$dir/conf.d" --bootstrap-config "$STACK_PS_SERVICES" \
 		--restart-file "$dir/run/restart" </dev/null >>"$dir/puppetserver.log" 2>&1 &
+	# shellcheck disable=SC2034 # read by the caller
 	STACK_PS_PID=$!
 }
 
@@ -196,14 +199,16 @@ EOF
 	} | "$STACK_PYTHON" -c "$code" "$backend"
 }
 
-# stack_haproxy_statuses SOCKET BACKEND: the `status` column of each server, space-separated.
+# stack_haproxy_statuses SOCKET BACKEND: `status check_status` of each server, one per line:
+# `UP L7OK`, `DOWN L7STS`, `UP 2/3 L7STS` while a transition is under way... (the `* ` that
+# marks a check in progress is dropped).
 stack_haproxy_statuses() {
 	local code
 	code=$(
 		cat <<'EOF'
 import csv, io, sys
 t = sys.stdin.read()
-print(" ".join(r["status"] for r in csv.DictReader(io.StringIO(t[2:]))
+print("\n".join(r["status"] + " " + r["check_status"].lstrip("* ") for r in csv.DictReader(io.StringIO(t[2:]))
                if r["pxname"] == sys.argv[1] and r["svname"] not in ("FRONTEND", "BACKEND")))
 EOF
 	)

@@ -747,16 +747,17 @@ def render_xinetd(text: str, port: int, binary: str, state_dir: str, service_log
     return out
 
 
-def ensure_system_user(name: str, group: str) -> bool:
-    """Create a system user (no home, no shell) in ``group`` unless it exists; True if created."""
+def ensure_system_user(name: str) -> bool:
+    """Create the system user as the pmcheck package does (own group, no home, no shell)
+    unless it exists; True if created."""
     try:
         pwd.getpwnam(name)
         return False
     except KeyError:
         pass
     subprocess.run(
-        ["useradd", "--system", "--gid", group, "--no-create-home", "--home-dir", "/nonexistent",
-         "--shell", "/usr/sbin/nologin", name],
+        ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", f"/var/lib/{name}",
+         "--shell", "/usr/sbin/nologin", "--comment", "pmcheck health responder", name],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     return True
