@@ -168,9 +168,14 @@ impl Prober {
             .user_agent(concat!("pmcheck/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ProbeError::Client(chain(&e)))?;
-        if self.client.is_none() && stamps.iter().all(Option::is_some) {
-            tracing::debug!("loaded TLS identity from {:?}", self.target.identity);
-        }
+        // Once at start and once per renewal: worth a line.
+        let identity = &self.target.identity;
+        tracing::info!(
+            "loaded the TLS identity: hostcert {}, hostprivkey {}, localcacert {}",
+            identity.hostcert.display(),
+            identity.hostprivkey.display(),
+            identity.localcacert.display()
+        );
         self.client = Some((stamps, client.clone()));
         Ok(client)
     }

@@ -182,7 +182,7 @@ mod tests {
             Instant::now(),
             Duration::from_secs(5),
         );
-        v.reason = format!("r\u{e9}boot\r\nnow {}", "x".repeat(300));
+        v.reason = format!("r\u{e9}boot\r\nnow {}", "x".repeat(300)).into();
         let response = respond(&v, &Method::GET, &HeaderMap::new());
         let phrase = response
             .extensions()

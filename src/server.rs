@@ -222,6 +222,6 @@ fn log_changes(health: Arc<Health>) -> impl FnMut(&ProbeReport) {
         } else {
             tracing::warn!("verdict {}: {}", verdict.word.as_str(), verdict.reason);
         }
-        last = Some((verdict.word, verdict.reason));
+        last = Some((verdict.word, verdict.reason.into_owned()));
     }
 }

@@ -4,6 +4,7 @@
 //! DRAINED; no finished probe yet is STARTING (never healthy before a real check); a probe too
 //! old to trust is UNKNOWN; a failed probe is DOWN; otherwise OK. Only OK answers 200.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -50,11 +51,14 @@ impl Word {
     }
 }
 
+const RUNNING: &str = "Puppet Server is running";
+const NO_PROBE_YET: &str = "no probe of Puppet Server has finished yet";
+
 /// A decision with everything it was made from.
 #[derive(Debug, Clone)]
 pub struct Verdict<'a> {
     pub word: Word,
-    pub reason: String,
+    pub reason: Cow<'a, str>,
     pub drain: &'a DrainState,
     pub probe: Option<&'a ProbeReport>,
     /// How old the probe report is.
@@ -70,41 +74,47 @@ impl<'a> Verdict<'a> {
         stale_after: Duration,
     ) -> Self {
         let age = probe.map(|p| now.saturating_duration_since(p.finished));
-        let puppet = match (probe, age) {
-            (Some(p), _) if p.ok => "Puppet Server is running".to_owned(),
-            (Some(p), _) if p.inconclusive => {
-                format!("Puppet Server's health is unknown: {}", p.detail)
+        // Puppet Server's side, for the reasons that also mention the drain.
+        let puppet = || -> Cow<'a, str> {
+            match probe {
+                Some(p) if p.ok => RUNNING.into(),
+                Some(p) if p.inconclusive => {
+                    format!("Puppet Server's health is unknown: {}", p.detail).into()
+                }
+                Some(p) => format!("Puppet Server is down: {}", p.detail).into(),
+                None => NO_PROBE_YET.into(),
             }
-            (Some(p), _) => format!("Puppet Server is down: {}", p.detail),
-            (None, _) => "no probe of Puppet Server has finished yet".to_owned(),
         };
-        let (word, reason) = match (drain, probe, age) {
+        // The common answers borrow their reason: a poll allocates little more than its body.
+        let (word, reason): (Word, Cow<'a, str>) = match (drain, probe, age) {
             (DrainState::Unknown(why), _, _) => (
                 Word::Unknown,
-                format!("cannot tell whether this node is drained: {why}"),
+                format!("cannot tell whether this node is drained: {why}").into(),
             ),
-            (DrainState::Drained(d), _, _) => {
-                (Word::Drained, format!("{}; {puppet}", d.describe()))
-            }
-            (_, None, _) => (Word::Starting, puppet),
+            (DrainState::Drained(d), _, _) => (
+                Word::Drained,
+                format!("{}; {}", d.describe(), puppet()).into(),
+            ),
+            (_, None, _) => (Word::Starting, NO_PROBE_YET.into()),
             (_, Some(_), Some(age)) if age > stale_after => (
                 Word::Unknown,
                 format!(
                     "the latest probe of Puppet Server is {} old (limit {}): the prober is stuck",
                     crate::cli::format_duration(Duration::from_millis(age.as_millis() as u64)),
                     crate::cli::format_duration(stale_after)
-                ),
+                )
+                .into(),
             ),
             (_, Some(p), _) if p.inconclusive => (
                 Word::Unknown,
-                format!("cannot probe Puppet Server: {}", p.detail),
+                format!("cannot probe Puppet Server: {}", p.detail).into(),
             ),
-            (_, Some(p), _) if !p.ok => (Word::Down, p.detail.clone()),
+            (_, Some(p), _) if !p.ok => (Word::Down, p.detail.as_str().into()),
             (DrainState::Expired(d), _, _) => (
                 Word::Ok,
-                format!("{puppet}; drain expired: {}", d.describe()),
+                format!("{RUNNING}; drain expired: {}", d.describe()).into(),
             ),
-            _ => (Word::Ok, puppet),
+            _ => (Word::Ok, RUNNING.into()),
         };
         Self {
             word,
