@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-/// Where `serve` listens when no `--listen` is given.
-pub const DEFAULT_LISTEN: &str = "[::]:9200";
 /// Where `drain`, `undrain` and the daemon keep the drain record.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/pmcheck";
 
@@ -179,8 +177,13 @@ pub enum Generate {
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(text)
         .map_err(|e| format!("{e} (write a duration such as 1500ms, 2s, 30m or 1h)"))?;
+    /// Ten years: longer is a typo, and would overflow the clock arithmetic.
+    const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
     if duration.is_zero() {
         return Err("must be longer than zero".to_owned());
+    }
+    if duration > LONGEST {
+        return Err("must be at most ten years".to_owned());
     }
     Ok(duration)
 }
@@ -209,6 +212,7 @@ mod tests {
         }
         assert_eq!(format_duration(Duration::from_secs(90)), "90s");
         assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("500000000000y").is_err());
         assert!(parse_duration("soon").unwrap_err().contains("1500ms"));
     }
 }

@@ -10,9 +10,9 @@ use thiserror::Error;
 use crate::cli::{CheckArgs, Cli, Command, DrainArgs, Generate, PuppetArgs, StateArgs, StatusArgs};
 use crate::drain::{DrainError, DrainFile, DrainRecord};
 use crate::probe::Prober;
-use crate::puppet_conf::{self, Source};
+use crate::puppet_conf::Source;
 use crate::server::ListenError;
-use crate::settings::{Origin, Settings, SettingsError};
+use crate::settings::{Host, Origin, Settings, SettingsError};
 use crate::verdict::{Verdict, Word};
 use crate::{inetd, manual, server, status, systemd};
 
@@ -87,10 +87,16 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> u8 {
     }
     let result = match cli.command {
         Command::Serve(args) => serve(args, &origin),
-        Command::Inetd(args) => settings(&args.puppet, &args.state, &origin).and_then(|s| {
-            block_on(inetd::answer_one(&s, args.read_timeout))??;
-            Ok(0)
-        }),
+        Command::Inetd(args) => {
+            let target = settings(&args.puppet, &args.state, &origin)
+                .map(|s| s.probe_target())
+                .map_err(|e| e.to_string());
+            let answered = inetd::answer_one(&args.state.state_dir, target, args.read_timeout);
+            block_on(answered)
+                .and_then(|r| r)
+                .map(|()| 0)
+                .map_err(Error::from)
+        }
         Command::Check(args) => return check(args, &origin),
         Command::Config(args) => settings(&args.puppet, &args.state, &origin).map(|s| {
             print!("{s}");
@@ -102,7 +108,10 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> u8 {
         Command::Generate(args) => generate(args.what),
     };
     result.unwrap_or_else(|e| {
-        eprintln!("pmcheck: {e}");
+        // Under xinetd stderr is the connection: no stray text there.
+        if !quiet {
+            eprintln!("pmcheck: {e}");
+        }
         e.exit_code()
     })
 }
@@ -141,7 +150,7 @@ fn init_logging() {
 }
 
 fn settings(args: &PuppetArgs, state: &StateArgs, origin: &dyn Origin) -> Result<Settings, Error> {
-    Ok(Settings::resolve(args, state, origin, &puppet_conf::fqdn)?)
+    Ok(Settings::resolve(args, state, origin, &Host::REAL)?)
 }
 
 fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {

@@ -1,20 +1,18 @@
 //! The drain record: an operator's decision, kept on disk, that this node must leave the pool.
 //!
 //! It is a small JSON file, `STATE_DIR/drain`, written atomically so that a reader sees the old
-//! record or the new one, never half of either. The daemon reads it at every poll (a `stat`,
-//! and a re-read only when the file changed), so a drain needs no signal and survives restarts.
+//! record or the new one, never half of either. The daemon reads it at every poll (a failed
+//! `open` and a `stat` of the directory while not drained), so a drain needs no signal and
+//! survives restarts.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-
-use crate::identity::FileStamp;
 
 /// The record as it is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,8 +33,17 @@ impl DrainRecord {
             reason,
             by: operator(),
             since: humantime::format_rfc3339_seconds(now).to_string(),
-            until: lasting.map(|d| humantime::format_rfc3339_seconds(now + d).to_string()),
+            // Whole seconds are stored: round up, so that a drain never ends early.
+            until: lasting
+                .map(|d| humantime::format_rfc3339_seconds(ceil_second(now + d)).to_string()),
         }
+    }
+}
+
+fn ceil_second(t: SystemTime) -> SystemTime {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) if d.subsec_nanos() > 0 => UNIX_EPOCH + Duration::from_secs(d.as_secs() + 1),
+        _ => t,
     }
 }
 
@@ -51,8 +58,8 @@ pub struct Drain {
 }
 
 impl Drain {
-    fn parse(text: &str) -> Self {
-        let record = match serde_json::from_str::<DrainRecord>(text) {
+    fn parse(bytes: &[u8]) -> Self {
+        let record = match serde_json::from_slice::<DrainRecord>(bytes) {
             Ok(record) => record,
             Err(e) => {
                 return Self {
@@ -112,11 +119,11 @@ impl Drain {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DrainState {
     NotDrained,
-    Drained(Arc<Drain>),
+    Drained(Drain),
     /// A `--for` drain whose time is up: it no longer counts, but people should see it.
-    Expired(Arc<Drain>),
+    Expired(Drain),
     /// The state cannot be read, so nobody can tell whether the node is drained: fail closed.
-    Unknown(Arc<str>),
+    Unknown(String),
 }
 
 #[derive(Debug, Error)]
@@ -130,13 +137,11 @@ pub enum DrainError {
     Remove { path: PathBuf, source: io::Error },
 }
 
-/// The drain record of one state directory, with a cache keyed on the file's inode and mtime so
-/// that a poll costs one `stat` while nothing changes.
+/// The drain record of one state directory.
 #[derive(Debug)]
 pub struct DrainFile {
     dir: PathBuf,
     path: PathBuf,
-    cache: Mutex<Option<(FileStamp, Arc<Drain>)>>,
 }
 
 impl DrainFile {
@@ -144,7 +149,6 @@ impl DrainFile {
         Self {
             dir: state_dir.to_owned(),
             path: state_dir.join("drain"),
-            cache: Mutex::new(None),
         }
     }
 
@@ -154,44 +158,24 @@ impl DrainFile {
 
     /// The drain state now. Never fails: what cannot be read is [`DrainState::Unknown`].
     pub fn state(&self, now: SystemTime) -> DrainState {
-        let drain = match self.load() {
-            Ok(Some(drain)) => drain,
-            Ok(None) => return DrainState::NotDrained,
-            Err(why) => return DrainState::Unknown(why.into()),
-        };
-        if drain.expired_at(now) {
-            DrainState::Expired(drain)
-        } else {
-            DrainState::Drained(drain)
-        }
-    }
-
-    fn load(&self) -> Result<Option<Arc<Drain>>, String> {
-        let meta = match fs::metadata(&self.path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return self.check_dir().map(|()| None);
+        match fs::read(&self.path) {
+            Ok(bytes) => {
+                let drain = Drain::parse(&bytes);
+                if drain.expired_at(now) {
+                    DrainState::Expired(drain)
+                } else {
+                    DrainState::Drained(drain)
+                }
             }
-            Err(e) => {
-                return Err(format!(
-                    "cannot read drain record {}: {e}",
-                    self.path.display()
-                ));
-            }
-        };
-        let stamp = FileStamp::from_metadata(&meta);
-        // A poisoned lock only means another poll panicked mid-update; the cache is still sound.
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((cached, drain)) = cache.as_ref()
-            && *cached == stamp
-        {
-            return Ok(Some(Arc::clone(drain)));
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match self.check_dir() {
+                Ok(()) => DrainState::NotDrained,
+                Err(why) => DrainState::Unknown(why),
+            },
+            Err(e) => DrainState::Unknown(format!(
+                "cannot read drain record {}: {e}",
+                self.path.display()
+            )),
         }
-        let text = fs::read_to_string(&self.path)
-            .map_err(|e| format!("cannot read drain record {}: {e}", self.path.display()))?;
-        let drain = Arc::new(Drain::parse(&text));
-        *cache = Some((stamp, Arc::clone(&drain)));
-        Ok(Some(drain))
     }
 
     fn check_dir(&self) -> Result<(), String> {
@@ -219,15 +203,26 @@ impl DrainFile {
             dir: self.dir.clone(),
             source,
         };
-        fs::create_dir_all(&self.dir).map_err(fail)?;
+        if !self.dir.is_dir() {
+            // Readable by the daemon's user whatever the operator's umask.
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&self.dir)
+                .and_then(|()| fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755)))
+                .map_err(fail)?;
+        }
         let mut json = serde_json::to_vec_pretty(record).map_err(|e| fail(e.into()))?;
         json.push(b'\n');
         let tmp = self.dir.join(format!(".drain.{}.tmp", std::process::id()));
+        // The directory belongs to the daemon's user while root writes here: remove whatever
+        // has the temporary name (a leftover, or a planted symlink) and create it exclusively,
+        // which never follows a symlink.
+        let _ = fs::remove_file(&tmp);
         let result = (|| {
             let mut file = OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .mode(0o644)
                 .open(&tmp)?;
             // Whatever the operator's umask: the daemon runs as another user and must read it.
@@ -245,13 +240,11 @@ impl DrainFile {
 
     /// Removes the record. Returns what was there, `None` if nothing was.
     pub fn remove(&self) -> Result<Option<Drain>, DrainError> {
-        let previous = fs::read_to_string(&self.path)
-            .ok()
-            .map(|t| Drain::parse(&t));
+        let previous = self.current();
         match fs::remove_file(&self.path) {
             Ok(()) => {
                 let _ = File::open(&self.dir).and_then(|d| d.sync_all());
-                Ok(Some(previous.unwrap_or_else(|| Drain::parse(""))))
+                Ok(Some(previous.unwrap_or_else(|| Drain::parse(b""))))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(source) => Err(DrainError::Remove {
@@ -261,11 +254,9 @@ impl DrainFile {
         }
     }
 
-    /// The record on disk now, uncached, for the commands that report what they replaced.
+    /// The record on disk now, for the commands that report what they replaced.
     pub fn current(&self) -> Option<Drain> {
-        fs::read_to_string(&self.path)
-            .ok()
-            .map(|t| Drain::parse(&t))
+        fs::read(&self.path).ok().map(|bytes| Drain::parse(&bytes))
     }
 }
 
@@ -357,7 +348,6 @@ mod tests {
             "{}",
             drain.describe()
         );
-        // The cache must notice the change of content.
         fs::write(
             file.path(),
             r#"{"reason":"r","by":"b","since":"2026-01-01T00:00:00Z","until":"soon"}"#,

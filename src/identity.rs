@@ -46,6 +46,8 @@ pub enum IdentityError {
     NoKey { path: PathBuf, detail: String },
     #[error("localcacert {path} holds no certificate usable as a trust anchor")]
     NoTrustAnchor { path: PathBuf },
+    #[error("the TLS library cannot be set up: {0}")]
+    Provider(String),
     #[error("hostcert {hostcert} and hostprivkey {hostprivkey} do not fit together: {detail}")]
     KeyMismatch {
         hostcert: PathBuf,
@@ -115,11 +117,7 @@ impl IdentityFiles {
         let provider = Arc::new(ring::default_provider());
         rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| IdentityError::KeyMismatch {
-                hostcert: self.hostcert.clone(),
-                hostprivkey: self.hostprivkey.clone(),
-                detail: e.to_string(),
-            })?
+            .map_err(|e| IdentityError::Provider(e.to_string()))?
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
             .map_err(|e| IdentityError::KeyMismatch {

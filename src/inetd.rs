@@ -3,64 +3,96 @@
 
 use std::io;
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
 use crate::drain::DrainFile;
-use crate::probe::Prober;
+use crate::probe::{ProbeReport, ProbeTarget, Prober};
 use crate::responder::Health;
-use crate::settings::Settings;
+use crate::settings::DEFAULT_TIMEOUT;
 
 /// The largest request head accepted; a health check is a few dozen bytes.
 const REQUEST_LIMIT: usize = 8 * 1024;
 
 /// Reads one request within `read_timeout`, probes Puppet Server meanwhile, answers, and closes.
-pub async fn answer_one(settings: &Settings, read_timeout: Duration) -> io::Result<()> {
+/// Settings that cannot be resolved still get an answer: 503 UNKNOWN with the reason, because
+/// under xinetd nobody reads stderr (it is the connection).
+pub async fn answer_one(
+    state_dir: &Path,
+    target: Result<ProbeTarget, String>,
+    read_timeout: Duration,
+) -> io::Result<()> {
     let (publish, latest) = watch::channel(None);
-    let mut prober = Prober::new(settings.probe_target());
-    tokio::spawn(async move {
-        let report = prober.probe().await;
-        publish.send_replace(Some(Arc::new(report)));
-    });
-    let health = Arc::new(Health {
-        drain: DrainFile::new(&settings.state_dir.value),
-        latest,
-        stale_after: settings.timeout.value + read_timeout,
-    });
-    let service = service_fn(move |request| {
-        let health = Arc::clone(&health);
-        async move {
-            // Unlike the daemon, answer from a real check of Puppet Server, made for this poll.
-            let mut latest = health.latest.clone();
-            let _ = latest.wait_for(Option::is_some).await;
-            Ok::<_, std::convert::Infallible>(health.answer(&request))
+    let probe_deadline = target.as_ref().map_or(DEFAULT_TIMEOUT, |t| t.timeout);
+    match target {
+        Ok(target) => {
+            tokio::spawn(async move {
+                let report = Prober::new(target).probe().await;
+                publish.send_replace(Some(Arc::new(report)));
+            });
         }
+        Err(why) => {
+            publish.send_replace(Some(Arc::new(ProbeReport {
+                ok: false,
+                inconclusive: true,
+                detail: why,
+                latency: Duration::ZERO,
+                finished: Instant::now(),
+                endpoint: String::new(),
+            })));
+        }
+    }
+    let health = Arc::new(Health {
+        drain: DrainFile::new(state_dir),
+        latest,
+        stale_after: probe_deadline + read_timeout,
     });
+    let answered = Arc::new(AtomicBool::new(false));
+    let service = {
+        let answered = Arc::clone(&answered);
+        service_fn(move |request| {
+            let health = Arc::clone(&health);
+            let answered = Arc::clone(&answered);
+            async move {
+                // Unlike the daemon, answer from a real check of Puppet Server, made for this poll.
+                let mut latest = health.latest.clone();
+                let _ = latest.wait_for(Option::is_some).await;
+                answered.store(true, Ordering::Relaxed);
+                Ok::<_, std::convert::Infallible>(health.answer(&request))
+            }
+        })
+    };
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(read_timeout)
         .max_buf_size(REQUEST_LIMIT)
         .keep_alive(false);
-    let deadline = read_timeout + settings.timeout.value + Duration::from_secs(1);
+    let deadline = read_timeout + probe_deadline + Duration::from_secs(1);
     let served = match stdin_socket() {
         Some(stream) => {
-            tokio::time::timeout(
-                deadline,
-                http.serve_connection(TokioIo::new(stream), service),
-            )
-            .await
+            let connection = http.serve_connection(TokioIo::new(stream), service);
+            tokio::time::timeout(deadline, connection).await
         }
         None => {
             let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
-            tokio::time::timeout(deadline, http.serve_connection(TokioIo::new(io), service)).await
+            let connection = http.serve_connection(TokioIo::new(io), service);
+            tokio::time::timeout(deadline, connection).await
         }
     };
     match served {
-        Ok(result) => result.map_err(io::Error::other),
+        Ok(Ok(())) => Ok(()),
+        // HAProxy resets the connection once it has the status line: routine.
+        Ok(Err(e)) if answered.load(Ordering::Relaxed) => {
+            tracing::debug!("after the answer: {e}");
+            Ok(())
+        }
+        Ok(Err(e)) => Err(io::Error::other(e)),
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,
             "the poll took too long",

@@ -128,7 +128,7 @@ impl Prober {
     }
 
     async fn attempt(&mut self) -> Result<(), ProbeError> {
-        let client = self.client()?;
+        let client = self.client().await?;
         match self.get(&client).await {
             // Puppet's own 404 (not Jetty's HTML page): this server predates /simple/server.
             Err(ProbeError::Status { status: 404, body })
@@ -144,7 +144,7 @@ impl Prober {
         }
     }
 
-    fn client(&mut self) -> Result<reqwest::Client, ProbeError> {
+    async fn client(&mut self) -> Result<reqwest::Client, ProbeError> {
         let stamps = self.target.identity.stamps();
         if let Some((built, client)) = &self.client
             && *built == stamps
@@ -153,7 +153,11 @@ impl Prober {
             return Ok(client.clone());
         }
         self.client = None;
-        let tls = self.target.identity.client_config()?;
+        // File reads: off the runtime's workers, so a slow disk cannot stall polls.
+        let identity = self.target.identity.clone();
+        let tls = tokio::task::spawn_blocking(move || identity.client_config())
+            .await
+            .map_err(|e| ProbeError::Client(e.to_string()))??;
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .resolve(&self.target.certname, self.target.addr)

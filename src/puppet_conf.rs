@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -147,10 +148,16 @@ impl PuppetConf {
 
     /// The value of `name` as Puppet Server sees it, and the section it came from.
     pub fn get(&self, name: &str) -> Option<(&str, &'static str)> {
+        // Puppet 7 renamed masterport to serverport and keeps the old name as an alias.
+        let names: &[&str] = match name {
+            "serverport" | "masterport" => &["serverport", "masterport"],
+            _ => std::slice::from_ref(&name),
+        };
         SECTIONS.iter().find_map(|section| {
-            self.sections
-                .get(*section)
-                .and_then(|s| s.get(name))
+            let settings = self.sections.get(*section)?;
+            names
+                .iter()
+                .find_map(|n| settings.get(*n))
                 .map(|v| (v.as_str(), *section))
         })
     }
@@ -219,24 +226,10 @@ impl<'a> Resolver<'a> {
         if let Some((value, source)) = self.overrides.get(name) {
             return Ok((value.clone(), source.clone()));
         }
-        // Puppet 7 renamed masterport to serverport and keeps the old name as an alias.
-        let names: &[&str] = match name {
-            "serverport" | "masterport" => &["serverport", "masterport"],
-            _ => std::slice::from_ref(&name),
-        };
-        for section in SECTIONS {
-            for n in names {
-                if let Some(value) = self.conf.sections.get(section).and_then(|s| s.get(*n)) {
-                    let path = self.conf.path.clone().unwrap_or_default();
-                    return Ok((
-                        value.clone(),
-                        Source::File {
-                            path,
-                            section: section.to_owned(),
-                        },
-                    ));
-                }
-            }
+        if let Some((value, section)) = self.conf.get(name) {
+            let path = self.conf.path.clone().unwrap_or_default();
+            let section = section.to_owned();
+            return Ok((value.to_owned(), Source::File { path, section }));
         }
         self.default(name)
     }
@@ -342,31 +335,86 @@ impl<'a> Resolver<'a> {
     }
 }
 
+/// Where Puppet Server itself listens, from its webserver.conf (`ssl-host`, `ssl-port`):
+/// puppet.conf's serverport is what agents dial, which may be a load balancer's port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webserver {
+    pub path: PathBuf,
+    pub host: Option<IpAddr>,
+    pub port: Option<u16>,
+}
+
+impl Webserver {
+    /// The layout's webserver.conf, if it exists.
+    pub fn find(layout: Layout) -> Option<Self> {
+        let path = PathBuf::from(match layout {
+            Layout::Aio => "/etc/puppetlabs/puppetserver/conf.d/webserver.conf",
+            Layout::Debian => "/etc/puppet/puppetserver/conf.d/webserver.conf",
+        });
+        let text = std::fs::read_to_string(&path).ok()?;
+        Some(Self::parse(path, &text))
+    }
+
+    /// Reads the first `ssl-host` and `ssl-port` of the HOCON file; a full HOCON parser would
+    /// be overkill for two scalars that Puppet's packages write one per line.
+    pub fn parse(path: PathBuf, text: &str) -> Self {
+        let scalar = |key: &str| {
+            text.lines().find_map(|line| {
+                let rest = line.trim().strip_prefix(key)?.trim_start();
+                let value = rest.strip_prefix([':', '='])?;
+                let value = value.split(['#', ',']).next()?.trim().trim_matches('"');
+                Some(value.to_owned())
+            })
+        };
+        Self {
+            host: scalar("ssl-host").and_then(|h| h.parse().ok()),
+            port: scalar("ssl-port").and_then(|p| p.parse().ok()),
+            path,
+        }
+    }
+}
+
 /// The first puppet.conf that exists, as Puppet's own packages would have installed it.
 pub fn find_default() -> Option<PathBuf> {
     CANDIDATES.iter().map(PathBuf::from).find(|p| p.exists())
 }
 
-/// The host's FQDN the way Facter computes Puppet's default certname: the canonical name of
-/// the host name (what `hostname -f` prints), plus the resolv.conf domain where it has none.
-/// A reverse lookup of an address would be wrong: many containers map 127.0.0.1 to `localhost`.
+/// The host's FQDN the way Facter computes Puppet's default certname: the host name, plus its
+/// domain from the host name itself, else from the canonical name of the host name (what
+/// `hostname -f` prints) when that extends it, else from resolv.conf. A reverse lookup of an
+/// address would be wrong: many containers map 127.0.0.1 to `localhost`.
 pub fn fqdn() -> Result<String, String> {
     let host = dns_lookup::get_hostname().map_err(|e| format!("gethostname failed: {e}"))?;
-    let short = host.split('.').next().unwrap_or(&host).to_owned();
-    let canonical = canonical_name(&host).unwrap_or_else(|| host.clone());
-    let domain = match canonical.split_once('.') {
-        Some((_, domain)) if !domain.is_empty() => Some(domain.to_owned()),
-        _ => std::fs::read_to_string("/etc/resolv.conf")
+    fqdn_from(&host, canonical_name(&host).as_deref(), || {
+        std::fs::read_to_string("/etc/resolv.conf")
             .ok()
-            .and_then(|text| resolv_domain(&text)),
+            .and_then(|text| resolv_domain(&text))
+    })
+}
+
+fn fqdn_from(
+    host: &str,
+    canonical: Option<&str>,
+    resolv: impl FnOnce() -> Option<String>,
+) -> Result<String, String> {
+    let (short, own_domain) = match host.split_once('.') {
+        Some((short, domain)) => (short, Some(domain.to_owned())),
+        None => (host, None),
     };
-    let name = match domain {
-        Some(domain) => format!("{short}.{domain}"),
-        None => short,
-    };
-    if name.is_empty() {
+    if short.is_empty() {
         return Err("the host name is empty".into());
     }
+    let domain = own_domain
+        .or_else(|| {
+            canonical
+                .and_then(|c| c.strip_prefix(short)?.strip_prefix('.'))
+                .map(str::to_owned)
+        })
+        .or_else(resolv);
+    let name = match domain.as_deref().map(|d| d.trim_end_matches('.')) {
+        Some(domain) if !domain.is_empty() => format!("{short}.{domain}"),
+        _ => short.to_owned(),
+    };
     Ok(name.to_ascii_lowercase())
 }
 
@@ -555,6 +603,43 @@ mod tests {
         let r = Resolver::new(&c, &failing);
         let text = r.resolve("hostcert").unwrap_err().to_string();
         assert!(text.contains("--certname"), "{text}");
+    }
+
+    #[test]
+    fn fqdn_follows_facter() {
+        let none = || None;
+        let resolv = || Some("corp.example.".to_owned());
+        assert_eq!(
+            fqdn_from("Node1.Example.COM", None, none).unwrap(),
+            "node1.example.com"
+        );
+        assert_eq!(
+            fqdn_from("node1", Some("node1.dc1.example.com"), none).unwrap(),
+            "node1.dc1.example.com"
+        );
+        // /etc/hosts: 127.0.0.1 localhost.localdomain node1 -- the canonical name is not node1's.
+        assert_eq!(
+            fqdn_from("node1", Some("localhost.localdomain"), resolv).unwrap(),
+            "node1.corp.example"
+        );
+        assert_eq!(fqdn_from("vm", Some("vm"), none).unwrap(), "vm");
+        assert!(fqdn_from("", None, none).is_err());
+    }
+
+    #[test]
+    fn webserver_conf_gives_puppet_servers_own_listener() {
+        let w = Webserver::parse(
+            "/w".into(),
+            "webserver: {\n    access-log-config: /x.xml\n    client-auth: want\n    ssl-host: 0.0.0.0\n    ssl-port: 8141\n}\n",
+        );
+        assert_eq!(w.host, Some("0.0.0.0".parse().unwrap()));
+        assert_eq!(w.port, Some(8141));
+        let w = Webserver::parse(
+            "/w".into(),
+            "webserver {\n ssl-host = \"10.1.2.3\" # admin net\n}\n",
+        );
+        assert_eq!(w.host, Some("10.1.2.3".parse().unwrap()));
+        assert_eq!(w.port, None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! each value with where it came from.
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use thiserror::Error;
 use crate::cli::{PuppetArgs, StateArgs};
 use crate::identity::IdentityFiles;
 use crate::probe::{DEFAULT_STATUS_PATH, ProbeTarget};
-use crate::puppet_conf::{self, PuppetConf, PuppetConfError, Resolver, Source};
+use crate::puppet_conf::{self, Layout, PuppetConf, PuppetConfError, Resolver, Source, Webserver};
 
 /// The deadline of one probe when nothing else is said.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1500);
@@ -33,6 +33,22 @@ pub enum SettingsError {
     StatusPath { value: String },
     #[error("--certname {value}: not a DNS name Puppet would use (letters, digits, '-', '.', '_')")]
     Certname { value: String },
+}
+
+/// What the host says where the configuration files are silent; tests pass their own.
+pub struct Host {
+    /// The FQDN, asked only when nothing sets the certname.
+    pub fqdn: &'static dyn Fn() -> Result<String, String>,
+    /// Puppet Server's webserver.conf for a layout.
+    pub webserver: &'static dyn Fn(Layout) -> Option<Webserver>,
+}
+
+impl Host {
+    /// This machine.
+    pub const REAL: Host = Host {
+        fqdn: &puppet_conf::fqdn,
+        webserver: &Webserver::find,
+    };
 }
 
 /// A value and where it came from.
@@ -67,8 +83,9 @@ impl Settings {
         args: &PuppetArgs,
         state: &StateArgs,
         origin: &dyn Origin,
-        fqdn: &dyn Fn() -> Result<String, String>,
+        host: &Host,
     ) -> Result<Self, SettingsError> {
+        let fqdn = host.fqdn;
         let (conf, puppet_conf) = match &args.puppet_conf {
             Some(path) => {
                 std::fs::metadata(path).map_err(|source| SettingsError::PuppetConfMissing {
@@ -145,20 +162,7 @@ impl Settings {
                 value: parse_addr(value)?,
                 source: origin.origin("puppet_addr", "PMCHECK_PUPPET_ADDR"),
             },
-            None => {
-                let port = string("serverport")?;
-                let number: u16 = port.value.trim().parse().map_err(|_| SettingsError::Port {
-                    value: port.value.clone(),
-                    source_: port.source.clone(),
-                })?;
-                Setting {
-                    value: SocketAddr::from(([127, 0, 0, 1], number)),
-                    source: Source::Default(format!(
-                        "127.0.0.1 and serverport from {}",
-                        port.source
-                    )),
-                }
-            }
+            None => default_puppet_addr((host.webserver)(conf.layout()), &string("serverport")?)?,
         };
 
         let status_path = match &args.status_path {
@@ -285,6 +289,44 @@ fn path_text(path: &Option<PathBuf>) -> Option<String> {
     path.as_ref().map(|p| p.display().to_string())
 }
 
+/// Where Puppet Server listens: webserver.conf's ssl-port (and its ssl-host, unless that is a
+/// wildcard), else 127.0.0.1 and puppet.conf's serverport, else 8140.
+fn default_puppet_addr(
+    webserver: Option<Webserver>,
+    serverport: &Setting<String>,
+) -> Result<Setting<SocketAddr>, SettingsError> {
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    if let Some(web) = webserver
+        && let Some(port) = web.port
+    {
+        let host = web.host.filter(|h| !h.is_unspecified());
+        let how = match host {
+            Some(_) => "ssl-host and ssl-port",
+            None => "127.0.0.1 and ssl-port",
+        };
+        return Ok(Setting {
+            value: SocketAddr::new(host.unwrap_or(loopback), port),
+            source: Source::Default(format!("{how} from {}", web.path.display())),
+        });
+    }
+    let number: u16 = serverport
+        .value
+        .trim()
+        .parse()
+        .map_err(|_| SettingsError::Port {
+            value: serverport.value.clone(),
+            source_: serverport.source.clone(),
+        })?;
+    let how = match &serverport.source {
+        Source::Default(_) => "127.0.0.1 and Puppet's default serverport".to_owned(),
+        other => format!("127.0.0.1 and serverport from {other}"),
+    };
+    Ok(Setting {
+        value: SocketAddr::new(loopback, number),
+        source: Source::Default(how),
+    })
+}
+
 /// HOST:PORT; a name is resolved once, at start.
 fn parse_addr(value: &str) -> Result<SocketAddr, SettingsError> {
     if let Ok(addr) = value.parse() {
@@ -294,10 +336,16 @@ fn parse_addr(value: &str) -> Result<SocketAddr, SettingsError> {
         value: value.to_owned(),
         detail,
     };
-    value
+    let addrs: Vec<SocketAddr> = value
         .to_socket_addrs()
         .map_err(|e| fail(e.to_string()))?
-        .next()
+        .collect();
+    // Jetty's default listener is IPv4 (ssl-host 0.0.0.0): `localhost` must not become ::1.
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
         .ok_or_else(|| fail("the name has no address".into()))
 }
 
@@ -313,9 +361,10 @@ mod tests {
         }
     }
 
-    fn fqdn() -> Result<String, String> {
-        Ok("node1.example.com".into())
-    }
+    const HOST: Host = Host {
+        fqdn: &|| Ok("node1.example.com".into()),
+        webserver: &|_| None,
+    };
 
     fn state() -> StateArgs {
         StateArgs {
@@ -337,7 +386,7 @@ mod tests {
             certname: Some("puppet01.example.com".into()),
             ..Default::default()
         };
-        let s = Settings::resolve(&args, &state(), &AllFlags, &fqdn).unwrap();
+        let s = Settings::resolve(&args, &state(), &AllFlags, &HOST).unwrap();
         assert_eq!(
             s.hostcert.value,
             Path::new("/ssl/certs/puppet01.example.com.pem")
@@ -348,6 +397,20 @@ mod tests {
         let table = s.to_string();
         assert!(table.contains("[server]"), "{table}");
         assert!(table.contains(&conf.display().to_string()), "{table}");
+
+        // Puppet Server's own listener beats the port agents dial.
+        let with_web = Host {
+            webserver: &|_| {
+                Some(Webserver::parse(
+                    "/w.conf".into(),
+                    "ssl-host: 0.0.0.0\nssl-port: 8150\n",
+                ))
+            },
+            ..HOST
+        };
+        let s = Settings::resolve(&args, &state(), &AllFlags, &with_web).unwrap();
+        assert_eq!(s.puppet_addr.value, "127.0.0.1:8150".parse().unwrap());
+        assert!(s.puppet_addr.source.to_string().contains("/w.conf"));
     }
 
     #[test]
@@ -358,7 +421,7 @@ mod tests {
             puppet_conf: Some(missing),
             ..Default::default()
         };
-        let text = Settings::resolve(&args, &state(), &AllFlags, &fqdn)
+        let text = Settings::resolve(&args, &state(), &AllFlags, &HOST)
             .unwrap_err()
             .to_string();
         assert!(
@@ -372,7 +435,7 @@ mod tests {
             puppet_conf: Some(conf.clone()),
             ..Default::default()
         };
-        let text = Settings::resolve(&args, &state(), &AllFlags, &fqdn)
+        let text = Settings::resolve(&args, &state(), &AllFlags, &HOST)
             .unwrap_err()
             .to_string();
         assert!(text.contains("serverport = eighty"), "{text}");
@@ -382,7 +445,7 @@ mod tests {
             puppet_addr: Some("nowhere".into()),
             ..Default::default()
         };
-        let text = Settings::resolve(&args, &state(), &AllFlags, &fqdn)
+        let text = Settings::resolve(&args, &state(), &AllFlags, &HOST)
             .unwrap_err()
             .to_string();
         assert!(text.starts_with("--puppet-addr nowhere"), "{text}");

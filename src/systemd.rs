@@ -81,6 +81,9 @@ impl Notifier {
     /// Pings `WATCHDOG=1` at half of `WatchdogSec`, when systemd asked for it for this process.
     pub fn watchdog_task(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
         let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+        if usec == 0 {
+            return None;
+        }
         if let Ok(pid) = std::env::var("WATCHDOG_PID")
             && pid.parse::<u32>().ok()? != std::process::id()
         {

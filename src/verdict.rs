@@ -205,7 +205,6 @@ impl<'a> Verdict<'a> {
 mod tests {
     use super::*;
     use crate::drain::DrainRecord;
-    use std::sync::Arc;
     use std::time::SystemTime;
 
     const STALE: Duration = Duration::from_secs(5);
@@ -225,7 +224,7 @@ mod tests {
         }
     }
 
-    fn drained(until: Option<&str>) -> Arc<Drain> {
+    fn drained(until: Option<&str>) -> Drain {
         let record = DrainRecord {
             reason: "upgrading".into(),
             by: "alice".into(),

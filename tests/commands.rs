@@ -162,10 +162,22 @@ fn config_says_where_every_value_came_from() {
             && row("localcacert").contains("default"),
         "{text}"
     );
-    assert!(
-        row("puppet-addr").contains("127.0.0.1:8141") && row("puppet-addr").contains("[server]"),
-        "{text}"
-    );
+    // Puppet Server's own webserver.conf, where this host has one, beats puppet.conf's serverport.
+    let webserver = [
+        "/etc/puppet/puppetserver/conf.d/webserver.conf",
+        "/etc/puppetlabs/puppetserver/conf.d/webserver.conf",
+    ]
+    .iter()
+    .any(|p| std::path::Path::new(p).exists());
+    if webserver {
+        assert!(row("puppet-addr").contains("webserver.conf"), "{text}");
+    } else {
+        assert!(
+            row("puppet-addr").contains("127.0.0.1:8141")
+                && row("puppet-addr").contains("[server]"),
+            "{text}"
+        );
+    }
     assert!(
         row("timeout").contains("2s") && row("timeout").contains("environment PMCHECK_TIMEOUT"),
         "{text}"
@@ -410,6 +422,31 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
     assert_ne!(
         answer.status, 200,
         "an oversized request is refused: {answer:?}"
+    );
+
+    // Settings that cannot be resolved still get an answer: under xinetd stderr is the socket.
+    let undrained = tempfile::tempdir().unwrap();
+    let mut child = pmcheck()
+        .args(["inetd", "--puppet-conf", "/nonexistent/puppet.conf"])
+        .args(["--state-dir", &undrained.path().display().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"OPTIONS / HTTP/1.0\r\n\r\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let answer = parse_answer(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(answer.status, 503, "{answer:?}");
+    assert!(
+        answer.body.starts_with(
+            "UNKNOWN - cannot probe Puppet Server: --puppet-conf /nonexistent/puppet.conf"
+        ),
+        "{answer:?}"
     );
 
     let started = std::time::Instant::now();

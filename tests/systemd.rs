@@ -122,8 +122,6 @@ async fn serve_notifies_ready_watchdog_and_stopping() {
 
     let first = recv(&socket, Duration::from_secs(10));
     assert!(first.starts_with("READY=1"), "{first:?}");
-    // READY comes once the listener accepts: a poll must be answered right away.
-    assert_ne!(daemon.poll().status, 0);
     let started = Instant::now();
     let ping = recv(&socket, Duration::from_secs(5));
     assert_eq!(ping, "WATCHDOG=1");

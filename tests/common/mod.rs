@@ -123,7 +123,7 @@ pub enum Behavior {
     Running,
     /// Any status and body, with a content type.
     Answer(u16, &'static str, &'static str),
-    /// Accept the TCP connection and never say a word.
+    /// Accept the TCP connection, or a request on an open one, and never say a word.
     Hang,
     /// A Puppet Server older than 6.14: no /status/v1/simple/server.
     Legacy,
@@ -240,8 +240,15 @@ async fn serve_stub(
             let sni = tls.get_ref().1.server_name().map(str::to_owned);
             seen.snis.lock().unwrap().push(sni.clone());
             let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let answer = stub_answer(&req, sni.as_deref(), &seen, &behavior);
-                async move { Ok::<_, std::convert::Infallible>(answer) }
+                // A request on a kept-alive connection hangs too, not only a new connection.
+                let hang = matches!(*behavior.lock().unwrap(), Behavior::Hang);
+                let answer = (!hang).then(|| stub_answer(&req, sni.as_deref(), &seen, &behavior));
+                async move {
+                    match answer {
+                        Some(answer) => Ok::<_, std::convert::Infallible>(answer),
+                        None => std::future::pending().await,
+                    }
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(tls), service)
@@ -441,6 +448,16 @@ impl Daemon {
             }
             last = now;
         }
+    }
+
+    /// The age of the latest probe report, from the JSON answer.
+    pub fn probe_age(&self) -> Option<Duration> {
+        let a = request(
+            self.addr,
+            "GET / HTTP/1.1\r\nhost: t\r\naccept: application/json\r\nconnection: close\r\n\r\n",
+        );
+        let json: serde_json::Value = serde_json::from_str(&a.body).ok()?;
+        json["probe"]["age_ms"].as_u64().map(Duration::from_millis)
     }
 
     pub fn logged(&self, needle: &str) -> usize {
