@@ -66,5 +66,5 @@ fn main() {
             std::time::SystemTime::now(),
         ))
         .expect("drain");
-    measure("DRAINED, text (cached drain record)", &health, &options);
+    measure("DRAINED, text (drain record read)", &health, &options);
 }

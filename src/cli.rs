@@ -63,7 +63,7 @@ pub struct PuppetArgs {
     /// CA certificate(s) that must have signed Puppet Server's certificate [default: puppet.conf localcacert]
     #[arg(long, env = "PMCHECK_LOCALCACERT", value_name = "PATH")]
     pub localcacert: Option<PathBuf>,
-    /// Where to connect [default: 127.0.0.1:<serverport from puppet.conf, else 8140>]
+    /// Where to connect [default: ssl-host:ssl-port of Puppet Server's webserver.conf (127.0.0.1 for a wildcard host), else 127.0.0.1:<serverport from puppet.conf, else 8140>]
     #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
     pub puppet_addr: Option<String>,
     /// Status endpoint; a 404 "not found: server" falls back to /status/v1/simple/master [default: /status/v1/simple/server]
