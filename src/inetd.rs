@@ -72,6 +72,8 @@ pub async fn answer_one(
     http.timer(TokioTimer::new())
         .header_read_timeout(read_timeout)
         .max_buf_size(REQUEST_LIMIT)
+        // A client may shut its side down once the request is sent (or stdin end): answer anyway.
+        .half_close(true)
         .keep_alive(false);
     let deadline = read_timeout + probe_deadline + Duration::from_secs(1);
     let served = match stdin_socket() {

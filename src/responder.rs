@@ -142,19 +142,15 @@ mod tests {
         (parts.status, parts.headers, bytes)
     }
 
-    fn starting() -> (DrainState, Option<ProbeReport>) {
-        (DrainState::NotDrained, None)
+    /// Before the first probe: a 503 with a known body.
+    fn starting(drain: &DrainState) -> Verdict<'_> {
+        Verdict::decide(drain, None, Instant::now(), Duration::from_secs(5))
     }
 
     #[test]
     fn head_has_the_get_headers_and_no_body() {
-        let (drain, probe) = starting();
-        let v = Verdict::decide(
-            &drain,
-            probe.as_ref(),
-            Instant::now(),
-            Duration::from_secs(5),
-        );
+        let drain = DrainState::NotDrained;
+        let v = starting(&drain);
         let (status, get_headers, get_body) = body(respond(&v, &Method::GET, &HeaderMap::new()));
         let (head_status, head_headers, head_body) =
             body(respond(&v, &Method::HEAD, &HeaderMap::new()));
@@ -175,13 +171,8 @@ mod tests {
 
     #[test]
     fn the_reason_phrase_carries_the_cause_in_printable_ascii() {
-        let (drain, probe) = starting();
-        let mut v = Verdict::decide(
-            &drain,
-            probe.as_ref(),
-            Instant::now(),
-            Duration::from_secs(5),
-        );
+        let drain = DrainState::NotDrained;
+        let mut v = starting(&drain);
         v.reason = format!("r\u{e9}boot\r\nnow {}", "x".repeat(300)).into();
         let response = respond(&v, &Method::GET, &HeaderMap::new());
         let phrase = response
@@ -195,13 +186,8 @@ mod tests {
 
     #[test]
     fn accept_json_anywhere_in_the_list() {
-        let (drain, probe) = starting();
-        let v = Verdict::decide(
-            &drain,
-            probe.as_ref(),
-            Instant::now(),
-            Duration::from_secs(5),
-        );
+        let drain = DrainState::NotDrained;
+        let v = starting(&drain);
         let mut headers = HeaderMap::new();
         headers.insert(
             header::ACCEPT,

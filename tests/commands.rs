@@ -8,13 +8,6 @@ use std::time::Duration;
 
 use common::*;
 
-async fn stub_and_files(behavior: Behavior) -> (Ca, HostFiles, Stub, tempfile::TempDir) {
-    let ca = Ca::new("commands");
-    let files = HostFiles::new(&ca, "ec.pkcs8.pem", "ec.sec1.pem");
-    let stub = Stub::start(&ca, &[CERTNAME], behavior).await;
-    (ca, files, stub, tempfile::tempdir().unwrap())
-}
-
 fn run(command: &str, args: &[String]) -> Output {
     pmcheck().arg(command).args(args).output().unwrap()
 }
@@ -29,7 +22,9 @@ fn stderr(o: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_follows_the_monitoring_plugin_convention() {
-    let (_ca, files, stub, state) = stub_and_files(Behavior::Running).await;
+    let Setup {
+        files, stub, state, ..
+    } = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
     let a = args(&files, stub.addr, state.path(), &[]);
 
     let ok = run("check", &a);
@@ -368,7 +363,9 @@ fn running_as_root() -> bool {
 /// xinetd mode: one request on stdin, one answer on stdout, same verdict and body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
-    let (_ca, files, stub, state) = stub_and_files(Behavior::Running).await;
+    let Setup {
+        files, stub, state, ..
+    } = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
     let a = args(&files, stub.addr, state.path(), &[]);
     let inetd = |input: &[u8], close_stdin: bool| {
         let mut child = pmcheck()
@@ -464,7 +461,9 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
-    let (_ca, files, stub, state) = stub_and_files(Behavior::Running).await;
+    let Setup {
+        files, stub, state, ..
+    } = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
     let d = Daemon::start(&args(
         &files,
         stub.addr,

@@ -9,40 +9,15 @@ use common::*;
 const FAST: &[&str] = &["--interval", "100ms", "--timeout", "1s"];
 const SOON: Duration = Duration::from_secs(10);
 
-struct Setup {
-    ca: Ca,
-    files: HostFiles,
-    stub: Stub,
-    state: tempfile::TempDir,
-}
-
 async fn setup(behavior: Behavior) -> Setup {
-    let ca = Ca::new("test");
-    let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
-    let stub = Stub::start(&ca, &[CERTNAME], behavior).await;
-    let state = tempfile::tempdir().unwrap();
-    Setup {
-        ca,
-        files,
-        stub,
-        state,
-    }
+    Setup::new(behavior).await
 }
 
 impl Setup {
     fn daemon(&self, extra: &[&str]) -> Daemon {
         let mut all = FAST.to_vec();
         all.extend_from_slice(extra);
-        Daemon::start(&args(&self.files, self.stub.addr, self.state.path(), &all))
-    }
-
-    fn pmcheck(&self, command: &str, extra: &[&str]) -> std::process::Output {
-        pmcheck()
-            .arg(command)
-            .args(["--state-dir", &self.state.path().display().to_string()])
-            .args(extra)
-            .output()
-            .unwrap()
+        Daemon::start(&self.args(&all))
     }
 }
 

@@ -41,10 +41,9 @@ fn socket_activated(listener: std::net::TcpListener, listen_pid: &str, args: &[S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_takes_its_listening_socket_from_systemd() {
-    let ca = Ca::new("sd");
-    let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
-    let stub = Stub::start(&ca, &[CERTNAME], Behavior::Running).await;
-    let state = tempfile::tempdir().unwrap();
+    let Setup {
+        files, stub, state, ..
+    } = Setup::new(Behavior::Running).await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     // A --listen too: with sockets from systemd it is ignored, and said so.
@@ -82,10 +81,9 @@ async fn serve_takes_its_listening_socket_from_systemd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sockets_meant_for_another_process_are_left_alone() {
-    let ca = Ca::new("sd2");
-    let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
-    let stub = Stub::start(&ca, &[CERTNAME], Behavior::Running).await;
-    let state = tempfile::tempdir().unwrap();
+    let Setup {
+        files, stub, state, ..
+    } = Setup::new(Behavior::Running).await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let inherited = listener.local_addr().unwrap();
     let daemon = socket_activated(
@@ -107,10 +105,9 @@ async fn sockets_meant_for_another_process_are_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_notifies_ready_watchdog_and_stopping() {
-    let ca = Ca::new("notify");
-    let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
-    let stub = Stub::start(&ca, &[CERTNAME], Behavior::Running).await;
-    let state = tempfile::tempdir().unwrap();
+    let Setup {
+        files, stub, state, ..
+    } = Setup::new(Behavior::Running).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let socket = UnixDatagram::bind(&path).unwrap();
@@ -150,10 +147,9 @@ async fn serve_notifies_ready_watchdog_and_stopping() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_for_another_process_is_ignored() {
-    let ca = Ca::new("wd");
-    let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
-    let stub = Stub::start(&ca, &[CERTNAME], Behavior::Running).await;
-    let state = tempfile::tempdir().unwrap();
+    let Setup {
+        files, stub, state, ..
+    } = Setup::new(Behavior::Running).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let socket = UnixDatagram::bind(&path).unwrap();

@@ -111,6 +111,49 @@ impl HostFiles {
     }
 }
 
+/// A CA, this host's files signed by it, a stub Puppet Server and a state directory.
+pub struct Setup {
+    pub ca: Ca,
+    pub files: HostFiles,
+    pub stub: Stub,
+    pub state: tempfile::TempDir,
+}
+
+impl Setup {
+    /// With an RSA key in PKCS#1 form, as Puppet writes it.
+    pub async fn new(behavior: Behavior) -> Self {
+        Self::with_key(behavior, "rsa.pkcs8.pem", "rsa.pkcs1.pem").await
+    }
+
+    pub async fn with_key(behavior: Behavior, pkcs8_fixture: &str, key_fixture: &str) -> Self {
+        let ca = Ca::new("test");
+        let files = HostFiles::new(&ca, pkcs8_fixture, key_fixture);
+        let stub = Stub::start(&ca, &[CERTNAME], behavior).await;
+        let state = tempfile::tempdir().unwrap();
+        Self {
+            ca,
+            files,
+            stub,
+            state,
+        }
+    }
+
+    /// The settings options that point pmcheck at the stub and the state directory.
+    pub fn args(&self, extra: &[&str]) -> Vec<String> {
+        args(&self.files, self.stub.addr, self.state.path(), extra)
+    }
+
+    /// Runs `pmcheck COMMAND --state-dir STATE EXTRA...`.
+    pub fn pmcheck(&self, command: &str, extra: &[&str]) -> std::process::Output {
+        pmcheck()
+            .arg(command)
+            .args(["--state-dir", &self.state.path().display().to_string()])
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+}
+
 pub fn replace(path: &Path, bytes: &[u8]) {
     let tmp = path.with_extension("new");
     std::fs::write(&tmp, bytes).unwrap();
@@ -356,10 +399,15 @@ impl Daemon {
         let sink = Arc::clone(&log);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(addr) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(addr.trim().parse::<SocketAddr>());
-                }
+                // Logged before it is announced: whoever learns the address sees the line too.
+                let addr = line
+                    .split("listening on ")
+                    .nth(1)
+                    .map(|a| a.trim().parse::<SocketAddr>());
                 sink.lock().unwrap().push_back(line);
+                if let Some(addr) = addr {
+                    let _ = tx.send(addr);
+                }
             }
         });
         let mut daemon = Self {
