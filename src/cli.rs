@@ -155,7 +155,7 @@ pub struct StatusArgs {
     )]
     pub url: String,
     /// Print the daemon's JSON answer as it is
-    #[arg(long)]
+    #[arg(long, env = "PMCHECK_JSON")]
     pub json: bool,
 }
 

@@ -353,6 +353,21 @@ async fn a_server_certificate_from_another_ca_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_localcacert_with_several_certificates_works() {
+    let s = setup(Behavior::Running).await;
+    let other = Ca::new("another CA first in the file");
+    common::replace(
+        &s.files.localcacert,
+        format!("{}{}", other.pem(), s.ca.pem()).as_bytes(),
+    );
+    let d = s.daemon(&[]);
+    let a = d.wait_for(SOON, "a finished probe", |a| {
+        !a.body.starts_with("STARTING")
+    });
+    assert_eq!(a.status, 200, "{a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_certificate_without_san_gets_a_precise_message() {
     let ca = Ca::new("old");
     let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
