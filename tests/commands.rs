@@ -22,10 +22,8 @@ fn stderr(o: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_follows_the_monitoring_plugin_convention() {
-    let Setup {
-        files, stub, state, ..
-    } = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
-    let a = args(&files, stub.addr, state.path(), &[]);
+    let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
+    let a = s.args(&[]);
 
     let ok = run("check", &a);
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
@@ -37,16 +35,7 @@ async fn check_follows_the_monitoring_plugin_convention() {
     assert!(line.trim_end().ends_with("s;;;0"), "{line}");
     assert_eq!(line.lines().count(), 1);
 
-    let drained = pmcheck()
-        .args([
-            "drain",
-            "--state-dir",
-            &state.path().display().to_string(),
-            "--reason",
-            "maint",
-        ])
-        .output()
-        .unwrap();
+    let drained = s.pmcheck("drain", &["--reason", "maint"]);
     assert!(drained.status.success());
     let warn = run("check", &a);
     assert_eq!(warn.status.code(), Some(1), "{warn:?}");
@@ -55,7 +44,7 @@ async fn check_follows_the_monitoring_plugin_convention() {
         "{warn:?}"
     );
 
-    stub.set(Behavior::Answer(503, "error", "text/plain"));
+    s.stub.set(Behavior::Answer(503, "error", "text/plain"));
     let crit = run("check", &a);
     assert_eq!(
         crit.status.code(),
@@ -74,7 +63,7 @@ async fn check_follows_the_monitoring_plugin_convention() {
         Some(3),
         "a usage error is UNKNOWN for check: {bad:?}"
     );
-    let missing = state.path().join("nope.conf");
+    let missing = s.state.path().join("nope.conf");
     let bad = pmcheck()
         .args(["check", "--puppet-conf", &missing.display().to_string()])
         .output()
@@ -85,8 +74,8 @@ async fn check_follows_the_monitoring_plugin_convention() {
         "{bad:?}"
     );
 
-    stub.set(Behavior::Running);
-    std::fs::remove_file(&files.hostprivkey).unwrap();
+    s.stub.set(Behavior::Running);
+    std::fs::remove_file(&s.files.hostprivkey).unwrap();
     let unknown = run("check", &a);
     assert_eq!(
         unknown.status.code(),
@@ -102,8 +91,8 @@ async fn check_follows_the_monitoring_plugin_convention() {
         "{unknown:?}"
     );
 
-    std::fs::remove_file(state.path().join("drain")).unwrap();
-    std::fs::create_dir(state.path().join("drain")).unwrap();
+    std::fs::remove_file(s.state.path().join("drain")).unwrap();
+    std::fs::create_dir(s.state.path().join("drain")).unwrap();
     let unknown = run("check", &a);
     assert_eq!(
         unknown.status.code(),
@@ -363,10 +352,8 @@ fn running_as_root() -> bool {
 /// xinetd mode: one request on stdin, one answer on stdout, same verdict and body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
-    let Setup {
-        files, stub, state, ..
-    } = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
-    let a = args(&files, stub.addr, state.path(), &[]);
+    let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
+    let a = s.args(&[]);
     let inetd = |input: &[u8], close_stdin: bool| {
         let mut child = pmcheck()
             .arg("inetd")
@@ -393,7 +380,7 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
         answer.header("content-length"),
         Some(answer.body.len().to_string().as_str())
     );
-    assert_eq!(stub.requests(), 1, "one probe for one poll");
+    assert_eq!(s.stub.requests(), 1, "one probe for one poll");
 
     let answer = inetd(
         b"GET / HTTP/1.1\r\nhost: x\r\n\r\nGET / HTTP/1.1\r\nhost: x\r\n\r\n",
@@ -406,7 +393,7 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
         "exactly one answer: {answer:?}"
     );
 
-    std::fs::write(state.path().join("drain"), "").unwrap();
+    std::fs::write(s.state.path().join("drain"), "").unwrap();
     let answer = inetd(b"GET / HTTP/1.0\r\n\r\n", true);
     assert_eq!(answer.status, 503);
     assert!(answer.body.starts_with("DRAINED - "), "{answer:?}");
@@ -461,15 +448,8 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
-    let Setup {
-        files, stub, state, ..
-    } = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
-    let d = Daemon::start(&args(
-        &files,
-        stub.addr,
-        state.path(),
-        &["--interval", "100ms"],
-    ));
+    let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
+    let d = Daemon::start(&s.args(&["--interval", "100ms"]));
     d.wait_for(Duration::from_secs(10), "OK", |a| a.status == 200);
     let url = format!("http://{}/", d.addr);
     let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
@@ -480,16 +460,7 @@ async fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
         ),
         "{out:?}"
     );
-    pmcheck()
-        .args([
-            "drain",
-            "--state-dir",
-            &state.path().display().to_string(),
-            "--reason",
-            "why",
-        ])
-        .output()
-        .unwrap();
+    s.pmcheck("drain", &["--reason", "why"]);
     let out = pmcheck()
         .args(["status", "--json", "--url", &url])
         .output()

@@ -472,12 +472,7 @@ async fn older_servers_fall_back_to_the_master_path_and_remember_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn starting_until_the_first_probe_finishes() {
     let s = setup(Behavior::Hang).await;
-    let d = Daemon::start(&args(
-        &s.files,
-        s.stub.addr,
-        s.state.path(),
-        &["--interval", "100ms", "--timeout", "3s"],
-    ));
+    let d = Daemon::start(&s.args(&["--interval", "100ms", "--timeout", "3s"]));
     let a = d.poll();
     assert_eq!(a.status, 503, "never healthy before a real check");
     assert!(a.body.starts_with("STARTING - "), "{a:?}");
@@ -491,12 +486,7 @@ async fn starting_until_the_first_probe_finishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polls_stay_fast_while_puppet_server_hangs() {
     let s = setup(Behavior::Running).await;
-    let d = Daemon::start(&args(
-        &s.files,
-        s.stub.addr,
-        s.state.path(),
-        &["--interval", "100ms", "--timeout", "5s"],
-    ));
+    let d = Daemon::start(&s.args(&["--interval", "100ms", "--timeout", "5s"]));
     d.wait_for(SOON, "OK", is("OK"));
     s.stub.set(Behavior::Hang);
     // A probe is stuck in the hanging server once the latest report is far older than the
@@ -534,12 +524,7 @@ async fn polls_stay_fast_while_puppet_server_hangs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_concurrent_pollers_cause_one_upstream_request_per_interval() {
     let s = setup(Behavior::Running).await;
-    let d = Daemon::start(&args(
-        &s.files,
-        s.stub.addr,
-        s.state.path(),
-        &["--interval", "500ms", "--timeout", "1s"],
-    ));
+    let d = Daemon::start(&s.args(&["--interval", "500ms", "--timeout", "1s"]));
     d.wait_for(SOON, "OK", is("OK"));
     let addr = d.addr;
     let window = Duration::from_secs(2);

@@ -41,21 +41,14 @@ fn socket_activated(listener: std::net::TcpListener, listen_pid: &str, args: &[S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_takes_its_listening_socket_from_systemd() {
-    let Setup {
-        files, stub, state, ..
-    } = Setup::new(Behavior::Running).await;
+    let s = Setup::new(Behavior::Running).await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     // A --listen too: with sockets from systemd it is ignored, and said so.
     let daemon = socket_activated(
         listener,
         "$$",
-        &args(
-            &files,
-            stub.addr,
-            state.path(),
-            &["--interval", "100ms", "--listen", "127.0.0.1:0"],
-        ),
+        &s.args(&["--interval", "100ms", "--listen", "127.0.0.1:0"]),
     );
     assert_eq!(daemon.addr, addr, "serves on the socket it was given");
     assert_eq!(
@@ -81,21 +74,10 @@ async fn serve_takes_its_listening_socket_from_systemd() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sockets_meant_for_another_process_are_left_alone() {
-    let Setup {
-        files, stub, state, ..
-    } = Setup::new(Behavior::Running).await;
+    let s = Setup::new(Behavior::Running).await;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let inherited = listener.local_addr().unwrap();
-    let daemon = socket_activated(
-        listener,
-        "1",
-        &args(
-            &files,
-            stub.addr,
-            state.path(),
-            &["--listen", "127.0.0.1:0"],
-        ),
-    );
+    let daemon = socket_activated(listener, "1", &s.args(&["--listen", "127.0.0.1:0"]));
     assert_ne!(
         daemon.addr, inherited,
         "LISTEN_PID names another process: bind --listen instead"
@@ -105,9 +87,7 @@ async fn sockets_meant_for_another_process_are_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_notifies_ready_watchdog_and_stopping() {
-    let Setup {
-        files, stub, state, ..
-    } = Setup::new(Behavior::Running).await;
+    let s = Setup::new(Behavior::Running).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let socket = UnixDatagram::bind(&path).unwrap();
@@ -115,7 +95,7 @@ async fn serve_notifies_ready_watchdog_and_stopping() {
     command
         .env("NOTIFY_SOCKET", &path)
         .env("WATCHDOG_USEC", "200000");
-    let mut daemon = Daemon::start_with(command, &args(&files, stub.addr, state.path(), &[]));
+    let mut daemon = Daemon::start_with(command, &s.args(&[]));
 
     let first = recv(&socket, Duration::from_secs(10));
     assert!(first.starts_with("READY=1"), "{first:?}");
@@ -147,9 +127,7 @@ async fn serve_notifies_ready_watchdog_and_stopping() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchdog_for_another_process_is_ignored() {
-    let Setup {
-        files, stub, state, ..
-    } = Setup::new(Behavior::Running).await;
+    let s = Setup::new(Behavior::Running).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let socket = UnixDatagram::bind(&path).unwrap();
@@ -158,7 +136,7 @@ async fn watchdog_for_another_process_is_ignored() {
         .env("NOTIFY_SOCKET", &path)
         .env("WATCHDOG_USEC", "100000")
         .env("WATCHDOG_PID", "1");
-    let _daemon = Daemon::start_with(command, &args(&files, stub.addr, state.path(), &[]));
+    let _daemon = Daemon::start_with(command, &s.args(&[]));
     assert!(recv(&socket, Duration::from_secs(10)).starts_with("READY=1"));
     socket
         .set_read_timeout(Some(Duration::from_millis(500)))

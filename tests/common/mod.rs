@@ -474,15 +474,7 @@ impl Daemon {
     /// Waits until `n` more probe reports have landed (their age starts again from zero).
     pub fn wait_probes(&self, n: usize, within: Duration) {
         let deadline = Instant::now() + within;
-        let age = || {
-            let a = request(
-                self.addr,
-                "GET / HTTP/1.1\r\nhost: t\r\naccept: application/json\r\nconnection: close\r\n\r\n",
-            );
-            serde_json::from_str::<serde_json::Value>(&a.body)
-                .ok()
-                .and_then(|j| j["probe"]["age_ms"].as_u64())
-        };
+        let age = || self.probe_age();
         let (mut seen, mut last) = (0, age());
         while seen < n {
             assert!(
