@@ -1,0 +1,2 @@
+//! Placeholder: the flood benchmark is being written.
+fn main() {}
