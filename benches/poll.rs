@@ -1,5 +1,6 @@
-//! What one poll costs inside pmcheck: the drain `stat`, the latest probe report, the verdict and
-//! the rendered answer (text and JSON). Run with `cargo bench --bench poll`.
+//! What one poll costs inside pmcheck: the latest drain state and probe report (both kept by
+//! background tasks), the verdict and the rendered answer (text and JSON). Run with
+//! `cargo bench --bench poll`.
 //!
 //! Polls over the network (accept, parse, write) are measured by `scripts/bench` with wrk.
 
@@ -8,13 +9,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::Request;
-use pmcheck::drain::{DrainFile, DrainRecord};
+use pmcheck::drain::{DrainFile, DrainRecord, DrainState};
 use pmcheck::probe::ProbeReport;
 use pmcheck::responder::Health;
 use tokio::sync::watch;
 
-/// A daemon's view with a fresh, healthy probe report; keep the sender alive while polling.
-fn health(state: &std::path::Path) -> (Health, watch::Sender<Option<Arc<ProbeReport>>>) {
+type Senders = (
+    watch::Sender<Option<Arc<ProbeReport>>>,
+    watch::Sender<Arc<DrainState>>,
+);
+
+/// A daemon's view with a fresh, healthy probe report; keep the senders alive while polling.
+fn health() -> (Health, Senders) {
     let report = ProbeReport {
         ok: true,
         inconclusive: false,
@@ -24,12 +30,13 @@ fn health(state: &std::path::Path) -> (Health, watch::Sender<Option<Arc<ProbeRep
         endpoint: "https://puppet01.example.com:8140/status/v1/simple/server".into(),
     };
     let (publish, latest) = watch::channel(Some(Arc::new(report)));
+    let (publish_drain, drain) = watch::channel(Arc::new(DrainState::NotDrained));
     let health = Health {
-        drain: DrainFile::new(state),
+        drain,
         latest,
         stale_after: Duration::from_secs(3600),
     };
-    (health, publish)
+    (health, (publish, publish_drain))
 }
 
 fn measure(name: &str, health: &Health, request: &Request<()>) {
@@ -51,7 +58,7 @@ fn measure(name: &str, health: &Health, request: &Request<()>) {
 
 fn main() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let (health, _publish) = health(dir.path());
+    let (health, senders) = health();
     let options = Request::options("/").body(()).expect("request");
     let json = Request::get("/")
         .header("accept", "application/json")
@@ -59,12 +66,10 @@ fn main() {
         .expect("request");
     measure("OK, text (HAProxy's OPTIONS /)", &health, &options);
     measure("OK, JSON", &health, &json);
-    DrainFile::new(dir.path())
-        .write(&DrainRecord::new(
-            "upgrade".into(),
-            None,
-            std::time::SystemTime::now(),
-        ))
+    let file = DrainFile::new(dir.path());
+    let now = std::time::SystemTime::now();
+    file.write(&DrainRecord::new("upgrade".into(), None, now))
         .expect("drain");
-    measure("DRAINED, text (drain record read)", &health, &options);
+    senders.1.send_replace(Arc::new(file.state(now)));
+    measure("DRAINED, text", &health, &options);
 }

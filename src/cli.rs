@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::cidr::Cidr;
+
 /// Where `drain`, `undrain` and the daemon keep the drain record.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/pmcheck";
 
@@ -94,6 +96,20 @@ pub struct ServeArgs {
     /// How often Puppet Server may be probed, however many pollers there are
     #[arg(long, env = "PMCHECK_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
     pub interval: Duration,
+    /// Accept polls only from this network, checked before a byte is read (repeatable; in the environment, comma-separated) [default: from anywhere]
+    #[arg(
+        long,
+        env = "PMCHECK_ALLOW",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    pub allow: Vec<Cidr>,
+    /// Most connections open at once; past it the oldest connection of the busiest source is closed
+    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS", value_name = "N", default_value = "1024", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Most connections open at once from one address; past it that address's oldest is closed
+    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS_PER_SOURCE", value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_source: u32,
     #[command(flatten)]
     pub puppet: PuppetArgs,
     #[command(flatten)]
@@ -134,7 +150,8 @@ pub struct DrainArgs {
         long,
         env = "PMCHECK_REASON",
         value_name = "TEXT",
-        default_value = "drained by operator"
+        default_value = "drained by operator",
+        value_parser = crate::drain::parse_reason
     )]
     pub reason: String,
     /// Undrain automatically after this long (for example 30m)

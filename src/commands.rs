@@ -8,13 +8,14 @@ use clap::parser::ValueSource;
 use thiserror::Error;
 
 use crate::cli::{CheckArgs, Cli, Command, DrainArgs, Generate, PuppetArgs, StateArgs, StatusArgs};
+use crate::connections::Limits;
 use crate::drain::{DrainError, DrainFile, DrainRecord};
 use crate::probe::Prober;
 use crate::puppet_conf::Source;
 use crate::server::ListenError;
 use crate::settings::{Host, Origin, Settings, SettingsError};
 use crate::verdict::{Verdict, Word};
-use crate::{inetd, manual, server, status, systemd};
+use crate::{inetd, manual, server, signals, status, systemd};
 
 /// sysexits(3) codes.
 pub mod exit {
@@ -188,8 +189,18 @@ fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<u8, Error> 
         None => server::bind(&args.listen)?,
     };
     let notifier = systemd::Notifier::from_env();
+    let options = server::Options {
+        interval: args.interval,
+        allow: args.allow,
+        limits: Limits {
+            total: args.max_connections as usize,
+            per_source: args.max_connections_per_source.min(args.max_connections) as usize,
+        },
+    };
     let rt = runtime(true)?;
     rt.block_on(async {
+        let (reload, reloads) = tokio::sync::watch::channel(());
+        let stopped = signals::until_stopped(reload)?;
         let ready = || {
             if let Some(n) = &notifier {
                 n.notify("READY=1\nSTATUS=answering polls");
@@ -198,8 +209,8 @@ fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<u8, Error> 
                 }
             }
         };
-        server::serve(&settings, args.interval, listeners, ready, async {
-            shutdown_signal().await;
+        server::serve(&settings, options, listeners, reloads, ready, async {
+            stopped.await;
             if let Some(n) = &notifier {
                 n.notify("STOPPING=1");
             }
@@ -208,25 +219,6 @@ fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<u8, Error> 
     })?;
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(0)
-}
-
-/// SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 /// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, Puppet healthy),

@@ -1,18 +1,31 @@
 //! The drain record: an operator's decision, kept on disk, that this node must leave the pool.
 //!
 //! It is a small JSON file, `STATE_DIR/drain`, written atomically so that a reader sees the old
-//! record or the new one, never half of either. The daemon reads it at every poll (a failed
-//! `open` and a `stat` of the directory while not drained), so a drain needs no signal and
-//! survives restarts.
+//! record or the new one, never half of either. Whatever else sits at that path (a symlink, a FIFO,
+//! a device, a directory, a file larger than any record) is refused unread: the node then answers
+//! 503 UNKNOWN with the reason, because nobody can tell whether it was meant to be drained. The
+//! daemon does not read the file per poll: [`crate::drain_watch`] re-reads it when it changes.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use crate::identity::FileStamp;
+use crate::text;
+
+/// The largest drain file read. What `pmcheck drain` writes stays under 2 KiB.
+pub const RECORD_LIMIT: u64 = 8 * 1024;
+/// The longest reason `pmcheck drain` accepts, and the most of a hand-written one shown.
+pub const REASON_LIMIT: usize = 256;
+/// The most of a hand-written `by` shown.
+const BY_LIMIT: usize = 64;
 
 /// The record as it is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +53,26 @@ impl DrainRecord {
     }
 }
 
+/// Checks a `--reason`: one line of printable text, short enough for HAProxy's stats page.
+pub fn parse_reason(text: &str) -> Result<String, String> {
+    let length = text.chars().count();
+    if length > REASON_LIMIT {
+        return Err(format!(
+            "is {length} characters long; keep it to {REASON_LIMIT} (it is shown on HAProxy's \
+             stats page and in every answer)"
+        ));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(
+            "contains a line break or another control character; write it on one line".to_owned(),
+        );
+    }
+    if text.trim().is_empty() {
+        return Err("is empty; say why the node leaves the pool".to_owned());
+    }
+    Ok(text.to_owned())
+}
+
 fn ceil_second(t: SystemTime) -> SystemTime {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) if d.subsec_nanos() > 0 => UNIX_EPOCH + Duration::from_secs(d.as_secs() + 1),
@@ -51,6 +84,7 @@ fn ceil_second(t: SystemTime) -> SystemTime {
 /// someone meant to drain it (`touch drain`), and guessing otherwise would put it back in the pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drain {
+    /// The record, its texts made one-line and bounded (a hand-written file may hold anything).
     pub record: Option<DrainRecord>,
     /// Why the file is not a valid record, if it is not.
     pub problem: Option<String>,
@@ -58,8 +92,9 @@ pub struct Drain {
 }
 
 impl Drain {
-    fn parse(bytes: &[u8]) -> Self {
-        let record = match serde_json::from_slice::<DrainRecord>(bytes) {
+    /// Reads a drain file's bytes; never fails (see the type's documentation).
+    pub fn parse(bytes: &[u8]) -> Self {
+        let mut record = match serde_json::from_slice::<DrainRecord>(bytes) {
             Ok(record) => record,
             Err(e) => {
                 return Self {
@@ -69,15 +104,28 @@ impl Drain {
                 };
             }
         };
+        for (field, limit) in [
+            (&mut record.reason, REASON_LIMIT),
+            (&mut record.by, BY_LIMIT),
+            (&mut record.since, BY_LIMIT),
+        ] {
+            *field = text::one_line(field, limit).into_owned();
+        }
         let (until, problem) = match record.until.as_deref().map(humantime::parse_rfc3339_weak) {
             None => (None, None),
             Some(Ok(t)) => (Some(t), None),
-            Some(Err(e)) => (
-                None,
-                Some(format!(
-                    "`until` is not an RFC 3339 time ({e}), so the drain does not expire"
-                )),
-            ),
+            Some(Err(e)) => {
+                record.until = record
+                    .until
+                    .as_deref()
+                    .map(|u| text::one_line(u, BY_LIMIT).into_owned());
+                (
+                    None,
+                    Some(format!(
+                        "`until` is not an RFC 3339 time ({e}), so the drain does not expire"
+                    )),
+                )
+            }
         };
         Self {
             record: Some(record),
@@ -116,25 +164,104 @@ impl Drain {
 }
 
 /// What the drain record says at one moment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum DrainState {
     NotDrained,
     Drained(Drain),
     /// A `--for` drain whose time is up: it no longer counts, but people should see it.
     Expired(Drain),
     /// The state cannot be read, so nobody can tell whether the node is drained: fail closed.
-    Unknown(String),
+    Unknown(Unreadable),
+}
+
+impl DrainState {
+    fn of(drain: Drain, now: SystemTime) -> Self {
+        if drain.expired_at(now) {
+            DrainState::Expired(drain)
+        } else {
+            DrainState::Drained(drain)
+        }
+    }
+
+    /// The same state seen at `now`: a drain whose `until` has passed becomes expired.
+    pub fn at(&self, now: SystemTime) -> Option<Self> {
+        match self {
+            DrainState::Drained(d) if d.expired_at(now) => Some(DrainState::Expired(d.clone())),
+            _ => None,
+        }
+    }
+}
+
+/// Why the drain state cannot be told.
+#[derive(Debug, Clone, Error)]
+pub enum Unreadable {
+    #[error(
+        "drain record {path} is a symbolic link, which pmcheck does not follow: remove it \
+         (`pmcheck undrain`) and drain with `pmcheck drain`"
+    )]
+    Symlink { path: PathBuf },
+    #[error(
+        "drain record {path} is {kind}, not a regular file: remove it (`pmcheck undrain`, or \
+         by hand) and drain with `pmcheck drain`"
+    )]
+    NotRegular { path: PathBuf, kind: &'static str },
+    #[error(
+        "drain record {path} is {len} bytes, more than the {RECORD_LIMIT} a record may have: \
+         it is not read; replace it with `pmcheck drain` or remove it with `pmcheck undrain`"
+    )]
+    TooLarge { path: PathBuf, len: u64 },
+    #[error("cannot read drain record {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: Arc<io::Error>,
+    },
+    #[error(
+        "reading drain record {path} has not finished after {}: is its filesystem hung?",
+        crate::cli::format_duration(*after)
+    )]
+    Hung { path: PathBuf, after: Duration },
+    #[error(
+        "state directory {dir} does not exist: create it (the package does, and `pmcheck serve` \
+         does when it may) or pass --state-dir"
+    )]
+    NoStateDir { dir: PathBuf },
+    #[error("state directory {dir} is not a directory")]
+    StateDirNotDir { dir: PathBuf },
+    #[error("cannot read state directory {dir}: {source}")]
+    StateDir {
+        dir: PathBuf,
+        source: Arc<io::Error>,
+    },
 }
 
 #[derive(Debug, Error)]
 pub enum DrainError {
-    #[error(
-        "cannot write the drain record in {dir}: {source}; run the command as root (sudo) or as \
-         the user that owns {dir}, or choose another directory with --state-dir"
-    )]
+    #[error("cannot write the drain record in {dir}: {source}{hint}", hint = fix_hint(source, dir))]
     Write { dir: PathBuf, source: io::Error },
-    #[error("cannot remove the drain record {path}: {source}; run the command as root (sudo) or as the user that owns {dir}", dir = path.parent().unwrap_or(Path::new("/")).display())]
+    #[error("cannot remove the drain record {path}: {source}{hint}", hint = fix_hint(source, path.parent().unwrap_or(Path::new("/"))))]
     Remove { path: PathBuf, source: io::Error },
+}
+
+/// How to get past a failed write or removal, by what the system said.
+fn fix_hint(e: &io::Error, dir: &Path) -> String {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => format!(
+            "; run the command as root (sudo) or as the user that owns {}, or choose another \
+             directory with --state-dir",
+            dir.display()
+        ),
+        io::ErrorKind::IsADirectory | io::ErrorKind::DirectoryNotEmpty => format!(
+            "; {}/drain is a directory, not a record: remove it by hand (rmdir), then drain again",
+            dir.display()
+        ),
+        _ => "; choose another directory with --state-dir".to_owned(),
+    }
+}
+
+/// What one look at the drain file found: its stamp, for telling whether it changed since.
+pub struct Look {
+    pub stamp: Option<FileStamp>,
+    pub state: DrainState,
 }
 
 /// The drain record of one state directory.
@@ -156,44 +283,149 @@ impl DrainFile {
         &self.path
     }
 
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The drain state now. Never fails: what cannot be read is [`DrainState::Unknown`].
     pub fn state(&self, now: SystemTime) -> DrainState {
-        match fs::read(&self.path) {
-            Ok(bytes) => {
-                let drain = Drain::parse(&bytes);
-                if drain.expired_at(now) {
-                    DrainState::Expired(drain)
-                } else {
-                    DrainState::Drained(drain)
-                }
+        self.read_state(now).state
+    }
+
+    /// Looks at the file; `None` when its stamp equals `known` (nothing changed, nothing read).
+    /// Blocking: the daemon calls it off its workers, with a deadline ([`crate::drain_watch`]).
+    pub fn look(&self, known: Option<FileStamp>, now: SystemTime) -> Option<Look> {
+        let unchanged = known.is_some()
+            && fs::symlink_metadata(&self.path)
+                .is_ok_and(|meta| Some(FileStamp::from_metadata(&meta)) == known);
+        (!unchanged).then(|| self.read_state(now))
+    }
+
+    fn read_state(&self, now: SystemTime) -> Look {
+        let meta = match fs::symlink_metadata(&self.path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let state = match self.check_dir() {
+                    Ok(()) => DrainState::NotDrained,
+                    Err(why) => DrainState::Unknown(why),
+                };
+                return Look { stamp: None, state };
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match self.check_dir() {
-                Ok(()) => DrainState::NotDrained,
-                Err(why) => DrainState::Unknown(why),
+            Err(e) => return self.unknown(self.read_error(e)),
+        };
+        if let Err(why) = self.refuse(&meta) {
+            return Look {
+                stamp: Some(FileStamp::from_metadata(&meta)),
+                state: DrainState::Unknown(why),
+            };
+        }
+        match self.read() {
+            Ok((stamp, bytes)) => Look {
+                stamp: Some(stamp),
+                state: DrainState::of(Drain::parse(&bytes), now),
             },
-            Err(e) => DrainState::Unknown(format!(
-                "cannot read drain record {}: {e}",
-                self.path.display()
-            )),
+            Err(why) => self.unknown(why),
         }
     }
 
-    fn check_dir(&self) -> Result<(), String> {
+    fn unknown(&self, why: Unreadable) -> Look {
+        Look {
+            stamp: None,
+            state: DrainState::Unknown(why),
+        }
+    }
+
+    /// The reason for a read that did not come back within `after`.
+    pub fn hung(&self, after: Duration) -> Unreadable {
+        Unreadable::Hung {
+            path: self.path.clone(),
+            after,
+        }
+    }
+
+    fn read_error(&self, e: io::Error) -> Unreadable {
+        Unreadable::Read {
+            path: self.path.clone(),
+            source: Arc::new(e),
+        }
+    }
+
+    /// Anything but a small regular file is refused before it is opened: opening a FIFO
+    /// blocks, a device may be endless (`/dev/zero`), and a link may lead anywhere.
+    fn refuse(&self, meta: &fs::Metadata) -> Result<(), Unreadable> {
+        let path = self.path.clone();
+        let t = meta.file_type();
+        let kind = match () {
+            _ if t.is_symlink() => return Err(Unreadable::Symlink { path }),
+            _ if t.is_file() => {
+                return match meta.len() {
+                    len if len > RECORD_LIMIT => Err(Unreadable::TooLarge { path, len }),
+                    _ => Ok(()),
+                };
+            }
+            _ if t.is_dir() => "a directory",
+            _ if t.is_fifo() => "a FIFO (named pipe)",
+            _ if t.is_socket() => "a socket",
+            _ if t.is_char_device() => "a character device",
+            _ if t.is_block_device() => "a block device",
+            _ => "not a regular file",
+        };
+        Err(Unreadable::NotRegular { path, kind })
+    }
+
+    /// Opens without following links and without blocking, checks again what was opened (the
+    /// path may have changed since it was examined), and reads at most the limit.
+    fn read(&self) -> Result<(FileStamp, Vec<u8>), Unreadable> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+            .open(&self.path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(code) if code == nix::errno::Errno::ELOOP as i32 => Unreadable::Symlink {
+                    path: self.path.clone(),
+                },
+                _ => self.read_error(e),
+            })?;
+        let meta = file.metadata().map_err(|e| self.read_error(e))?;
+        self.refuse(&meta)?;
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        (&mut file)
+            .take(RECORD_LIMIT + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| self.read_error(e))?;
+        if bytes.len() as u64 > RECORD_LIMIT {
+            return Err(Unreadable::TooLarge {
+                path: self.path.clone(),
+                len: bytes.len() as u64,
+            });
+        }
+        Ok((FileStamp::from_metadata(&meta), bytes))
+    }
+
+    fn check_dir(&self) -> Result<(), Unreadable> {
+        let dir = self.dir.clone();
         match fs::metadata(&self.dir) {
             Ok(meta) if meta.is_dir() => Ok(()),
-            Ok(_) => Err(format!(
-                "state directory {} is not a directory",
-                self.dir.display()
-            )),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(format!(
-                "state directory {} does not exist: create it (the package does) or pass --state-dir",
-                self.dir.display()
-            )),
-            Err(e) => Err(format!(
-                "cannot read state directory {}: {e}",
-                self.dir.display()
-            )),
+            Ok(_) => Err(Unreadable::StateDirNotDir { dir }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Unreadable::NoStateDir { dir }),
+            Err(e) => Err(Unreadable::StateDir {
+                dir,
+                source: Arc::new(e),
+            }),
         }
+    }
+
+    /// Creates the state directory (mode 0755, readable by the daemon's user whatever the umask)
+    /// when it is missing.
+    pub fn create_dir(&self) -> io::Result<()> {
+        if self.dir.is_dir() {
+            return Ok(());
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&self.dir)?;
+        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755))
     }
 
     /// Replaces the record atomically: temporary file, fsync, rename, fsync of the directory.
@@ -203,15 +435,8 @@ impl DrainFile {
             dir: self.dir.clone(),
             source,
         };
-        if !self.dir.is_dir() {
-            // Readable by the daemon's user whatever the operator's umask.
-            fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(&self.dir)
-                .and_then(|()| fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755)))
-                .map_err(fail)?;
-        }
+        self.create_dir().map_err(fail)?;
+        self.sweep_leftovers();
         let mut json = serde_json::to_vec_pretty(record).map_err(|e| fail(e.into()))?;
         json.push(b'\n');
         let tmp = self.dir.join(format!(".drain.{}.tmp", std::process::id()));
@@ -240,6 +465,7 @@ impl DrainFile {
 
     /// Removes the record. Returns what was there, `None` if nothing was.
     pub fn remove(&self) -> Result<Option<Drain>, DrainError> {
+        self.sweep_leftovers();
         let previous = self.current();
         match fs::remove_file(&self.path) {
             Ok(()) => {
@@ -256,55 +482,96 @@ impl DrainFile {
 
     /// The record on disk now, for the commands that report what they replaced.
     pub fn current(&self) -> Option<Drain> {
-        fs::read(&self.path).ok().map(|bytes| Drain::parse(&bytes))
+        match self.state(SystemTime::now()) {
+            DrainState::Drained(d) | DrainState::Expired(d) => Some(d),
+            DrainState::NotDrained | DrainState::Unknown(_) => None,
+        }
+    }
+
+    /// Removes the temporary files of `drain` commands that died mid-write (`kill -9`, power
+    /// loss): `.drain.PID.tmp` whose process is gone.
+    fn sweep_leftovers(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(".drain."))
+                .and_then(|n| n.strip_suffix(".tmp"))
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
     }
 }
 
-/// Who drains: the person behind sudo, else the user running the command.
+/// Who drains, from the system's user database (NSS), not from variables anyone can set: the
+/// real user, and the person behind sudo when that is credible (we run as root, and sudo's
+/// SUDO_USER and SUDO_UID name the same account).
 fn operator() -> String {
-    ["SUDO_USER", "USER", "LOGNAME"]
-        .iter()
-        .filter_map(|var| std::env::var(var).ok())
-        .find(|name| !name.is_empty())
-        .unwrap_or_else(user_of_this_process)
+    let uid = nix::unistd::getuid();
+    let me = user_name(uid);
+    if !uid.is_root() {
+        return me;
+    }
+    let sudoer = std::env::var("SUDO_USER").ok().filter(|name| {
+        std::env::var("SUDO_UID")
+            .ok()
+            .and_then(|id| id.parse().ok())
+            .filter(|&id| id != 0)
+            .is_some_and(|id| user_name(nix::unistd::Uid::from_raw(id)) == *name)
+    });
+    match sudoer {
+        Some(name) => format!("{name} via sudo"),
+        None => me,
+    }
 }
 
-fn user_of_this_process() -> String {
-    let Ok(uid) = fs::metadata("/proc/self").map(|m| m.uid()) else {
-        return "unknown".into();
-    };
-    let name = fs::read_to_string("/etc/passwd").ok().and_then(|passwd| {
-        passwd.lines().find_map(|line| {
-            let mut fields = line.split(':');
-            let name = fields.next()?;
-            (fields.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_owned())
-        })
-    });
-    name.unwrap_or_else(|| format!("uid {uid}"))
+fn user_name(uid: nix::unistd::Uid) -> String {
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => format!("uid {uid}"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn at(rfc3339: &str) -> SystemTime {
         humantime::parse_rfc3339(rfc3339).expect("valid time")
+    }
+
+    fn unknown(state: DrainState) -> String {
+        match state {
+            DrainState::Unknown(why) => why.to_string(),
+            other => panic!("expected an unknown state (fail closed), got {other:?}"),
+        }
     }
 
     #[test]
     fn no_file_in_an_existing_directory_is_not_drained() {
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
-        assert_eq!(file.state(SystemTime::now()), DrainState::NotDrained);
+        assert!(matches!(
+            file.state(SystemTime::now()),
+            DrainState::NotDrained
+        ));
     }
 
     #[test]
     fn a_missing_state_directory_fails_closed_and_names_it() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope");
-        let DrainState::Unknown(why) = DrainFile::new(&missing).state(SystemTime::now()) else {
-            panic!("a missing state directory must not count as undrained");
-        };
+        let why = unknown(DrainFile::new(&missing).state(SystemTime::now()));
         assert!(
             why.contains(&*missing.to_string_lossy()) && why.contains("does not exist"),
             "{why}"
@@ -363,24 +630,138 @@ mod tests {
     #[test]
     fn an_unreadable_record_fails_closed() {
         if fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0) == 0 {
-            // root reads through mode 000; use a directory in place of the file instead.
-            let dir = tempfile::tempdir().unwrap();
-            let file = DrainFile::new(dir.path());
-            fs::create_dir(file.path()).unwrap();
-            let DrainState::Unknown(why) = file.state(SystemTime::now()) else {
-                panic!("an unreadable record must fail closed");
-            };
-            assert!(why.contains("cannot read drain record"), "{why}");
+            // root reads through mode 000: see the FIFO and directory tests instead.
             return;
         }
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
         fs::write(file.path(), "{}").unwrap();
         fs::set_permissions(file.path(), fs::Permissions::from_mode(0o000)).unwrap();
-        assert!(matches!(
-            file.state(SystemTime::now()),
-            DrainState::Unknown(_)
+        let why = unknown(file.state(SystemTime::now()));
+        assert!(why.contains("cannot read drain record"), "{why}");
+    }
+
+    #[test]
+    fn what_is_not_a_small_regular_file_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = DrainFile::new(dir.path());
+        fs::create_dir(file.path()).unwrap();
+        let why = unknown(file.state(SystemTime::now()));
+        assert!(why.contains("is a directory, not a regular file"), "{why}");
+        fs::remove_dir(file.path()).unwrap();
+
+        nix::unistd::mkfifo(file.path(), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let why = unknown(file.state(SystemTime::now()));
+        assert!(why.contains("FIFO"), "a FIFO is named, never opened: {why}");
+        fs::remove_file(file.path()).unwrap();
+
+        std::os::unix::fs::symlink("/dev/zero", file.path()).unwrap();
+        let why = unknown(file.state(SystemTime::now()));
+        assert!(why.contains("symbolic link"), "{why}");
+        fs::remove_file(file.path()).unwrap();
+
+        let _socket = std::os::unix::net::UnixListener::bind(file.path()).unwrap();
+        let why = unknown(file.state(SystemTime::now()));
+        assert!(why.contains("a socket"), "{why}");
+        fs::remove_file(file.path()).unwrap();
+
+        fs::write(file.path(), vec![b' '; RECORD_LIMIT as usize + 1]).unwrap();
+        let why = unknown(file.state(SystemTime::now()));
+        assert!(why.contains("more than the 8192"), "{why}");
+    }
+
+    #[test]
+    fn a_look_reads_only_what_changed_even_when_size_and_mtime_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = DrainFile::new(dir.path());
+        let record = |reason: &str| {
+            format!(r#"{{"reason":"{reason}","by":"b","since":"2026-01-01T00:00:00Z"}}"#)
+        };
+        fs::write(file.path(), record("first")).unwrap();
+        let look = file
+            .look(None, SystemTime::now())
+            .expect("a first look reads");
+        assert!(
+            file.look(look.stamp, SystemTime::now()).is_none(),
+            "unchanged: not read"
+        );
+        let mtime = fs::metadata(file.path()).unwrap().modified().unwrap();
+        let mut f = OpenOptions::new().write(true).open(file.path()).unwrap();
+        f.write_all(record("again").as_bytes()).unwrap();
+        f.set_modified(mtime).unwrap();
+        drop(f);
+        let look = file
+            .look(look.stamp, SystemTime::now())
+            .expect("an in-place rewrite with the old size and mtime is a change");
+        let DrainState::Drained(drain) = look.state else {
+            panic!("drained");
+        };
+        assert_eq!(drain.record.unwrap().reason, "again");
+    }
+
+    #[test]
+    fn a_hand_written_record_is_shown_on_one_bounded_line() {
+        let reason = format!("line one\r\nline two {}", "x".repeat(2000));
+        let bytes = serde_json::to_vec(&DrainRecord {
+            reason,
+            by: "mallory\u{1b}[2J".into(),
+            since: "2026-01-01T00:00:00Z".into(),
+            until: None,
+        })
+        .unwrap();
+        let drain = Drain::parse(&bytes);
+        let record = drain.record.unwrap();
+        assert!(record.reason.starts_with("line one line two xxx"));
+        assert!(record.reason.chars().count() <= REASON_LIMIT + 3);
+        assert_eq!(record.by, "mallory\\u{1b}[2J");
+    }
+
+    #[test]
+    fn reasons_are_checked_with_a_way_out() {
+        assert_eq!(
+            parse_reason("kernel 6.1 upgrade").unwrap(),
+            "kernel 6.1 upgrade"
+        );
+        let long = parse_reason(&"x".repeat(REASON_LIMIT + 1)).unwrap_err();
+        assert!(
+            long.contains("257 characters") && long.contains("256"),
+            "{long}"
+        );
+        assert!(parse_reason("a\nb").unwrap_err().contains("one line"));
+        assert!(parse_reason("  ").unwrap_err().contains("empty"));
+    }
+
+    #[test]
+    fn leftovers_of_dead_drain_commands_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = DrainFile::new(dir.path());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let leftover = dir.path().join(format!(".drain.{dead}.tmp"));
+        let alive = dir.path().join(format!(
+            ".drain.{}.tmp",
+            std::os::unix::process::parent_id()
         ));
+        fs::write(&leftover, "{").unwrap();
+        fs::write(&alive, "{").unwrap();
+        file.write(&DrainRecord::new("x".into(), None, SystemTime::now()))
+            .unwrap();
+        assert!(!leftover.exists(), "a dead command's file is removed");
+        assert!(alive.exists(), "a live command's file is left alone");
+    }
+
+    #[test]
+    fn writing_over_a_directory_says_so_and_not_run_as_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = DrainFile::new(dir.path());
+        fs::create_dir(file.path()).unwrap();
+        fs::write(file.path().join("x"), "").unwrap();
+        let e = file
+            .write(&DrainRecord::new("x".into(), None, SystemTime::now()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is a directory") && !e.contains("root"), "{e}");
     }
 
     #[test]
@@ -391,6 +772,30 @@ mod tests {
             .unwrap();
         assert!(file.remove().unwrap().is_some());
         assert!(file.remove().unwrap().is_none());
-        assert_eq!(file.state(SystemTime::now()), DrainState::NotDrained);
+        assert!(matches!(
+            file.state(SystemTime::now()),
+            DrainState::NotDrained
+        ));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// Any bytes drain the node (someone put them there), and what is shown is one line.
+        #[test]
+        fn any_file_content_drains_and_shows_one_bounded_line(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+            let drain = Drain::parse(&bytes);
+            let shown = drain.describe();
+            prop_assert!(!shown.contains('\n') && !shown.contains('\r'), "{shown:?}");
+            prop_assert!(shown.len() < 2000);
+        }
+
+        #[test]
+        fn any_record_round_trips_its_one_line_fields(reason in "[^\\p{Cc}]{1,256}", by in "[a-z]{1,32}") {
+            let record = DrainRecord { reason, by, since: "2026-01-01T00:00:00Z".into(), until: None };
+            let bytes = serde_json::to_vec(&record).unwrap();
+            let parsed = Drain::parse(&bytes).record.unwrap();
+            prop_assert_eq!(parsed.by, record.by);
+            prop_assert_eq!(parsed.reason, text::one_line(&record.reason, REASON_LIMIT).into_owned());
+        }
     }
 }

@@ -44,6 +44,16 @@ pub enum IdentityError {
          EC PRIVATE KEY or PRIVATE KEY): {detail}"
     )]
     NoKey { path: PathBuf, detail: String },
+    #[error(
+        "hostcert {path} holds a CERTIFICATE block that is not a valid X.509 certificate ({detail}): \
+         restore it from Puppet's ssldir or get a new one with `puppet ssl bootstrap`"
+    )]
+    BadCertificate { path: PathBuf, detail: String },
+    #[error(
+        "hostprivkey {path} holds a PRIVATE KEY block that is not a usable RSA or EC key \
+         ({detail}): restore it from Puppet's ssldir"
+    )]
+    BadKey { path: PathBuf, detail: String },
     #[error("localcacert {path} holds no certificate usable as a trust anchor")]
     NoTrustAnchor { path: PathBuf },
     #[error("the TLS library cannot be set up: {0}")]
@@ -69,14 +79,21 @@ fn read_hint(e: &io::Error) -> &'static str {
 }
 
 /// What a file looked like on disk, so a replaced file (Puppet renews atomically: new inode) or
-/// one edited in place is noticed without re-reading it at every probe.
+/// one edited in place is noticed without re-reading it at every probe. The change time is what
+/// catches an in-place rewrite whose size and mtime were kept (`touch -r`, `cp -p`) and a
+/// `chmod`: no user can set it back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStamp {
     dev: u64,
     ino: u64,
     len: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
     mtime: i64,
     mtime_nsec: i64,
+    ctime: i64,
+    ctime_nsec: i64,
 }
 
 impl FileStamp {
@@ -92,8 +109,13 @@ impl FileStamp {
             dev: m.dev(),
             ino: m.ino(),
             len: m.len(),
+            mode: m.mode(),
+            uid: m.uid(),
+            gid: m.gid(),
             mtime: m.mtime(),
             mtime_nsec: m.mtime_nsec(),
+            ctime: m.ctime(),
+            ctime_nsec: m.ctime_nsec(),
         }
     }
 }
@@ -113,8 +135,24 @@ impl IdentityFiles {
     pub fn client_config(&self) -> Result<rustls::ClientConfig, IdentityError> {
         let roots = self.trust_anchors()?;
         let chain = read_certificates("hostcert", &self.hostcert)?;
+        // Each file on its own first, so that garbage is named as such and not as a mismatch.
+        if let Some(leaf) = chain.first() {
+            rustls::server::ParsedCertificate::try_from(leaf).map_err(|e| {
+                IdentityError::BadCertificate {
+                    path: self.hostcert.clone(),
+                    detail: e.to_string(),
+                }
+            })?;
+        }
         let key = read_private_key(&self.hostprivkey)?;
         let provider = Arc::new(ring::default_provider());
+        provider
+            .key_provider
+            .load_private_key(key.clone_key())
+            .map_err(|e| IdentityError::BadKey {
+                path: self.hostprivkey.clone(),
+                detail: e.to_string(),
+            })?;
         rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| IdentityError::Provider(e.to_string()))?

@@ -13,6 +13,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
 use crate::drain::DrainFile;
+use crate::drain_watch;
 use crate::probe::{ProbeReport, ProbeTarget, Prober};
 use crate::responder::Health;
 use crate::settings::DEFAULT_TIMEOUT;
@@ -48,8 +49,10 @@ pub async fn answer_one(
             })));
         }
     }
+    let drain = drain_watch::read_once(DrainFile::new(state_dir)).await;
+    let (_keep, drains) = watch::channel(Arc::new(drain));
     let health = Arc::new(Health {
-        drain: DrainFile::new(state_dir),
+        drain: drains,
         latest,
         stale_after: probe_deadline + read_timeout,
     });

@@ -11,6 +11,7 @@ use thiserror::Error;
 use tokio::sync::watch;
 
 use crate::identity::{FileStamp, IdentityError, IdentityFiles};
+use crate::text;
 
 /// Puppet Server >= 6.14. Older servers answer 404 `not found: server` and need the next one.
 pub const DEFAULT_STATUS_PATH: &str = "/status/v1/simple/server";
@@ -86,6 +87,11 @@ impl Prober {
             target,
             client: None,
         }
+    }
+
+    /// Drops the TLS client, so the next probe loads the certificate files again.
+    pub fn forget_identity(&mut self) {
+        self.client = None;
     }
 
     /// The URL probed now, without the query.
@@ -196,6 +202,11 @@ impl Prober {
             .await
             .map_err(|e| self.classify(&e))?;
         let status = response.status().as_u16();
+        let encoding = response
+            .headers()
+            .get(reqwest::header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| text::one_line(v, 20).into_owned());
         let mut body = Vec::new();
         while body.len() < BODY_LIMIT {
             match response.chunk().await {
@@ -205,13 +216,19 @@ impl Prober {
             }
         }
         body.truncate(BODY_LIMIT);
+        if let Some(shown) = undecodable(encoding.as_deref(), &body) {
+            return Err(ProbeError::Status {
+                status,
+                body: shown,
+            });
+        }
         let text = String::from_utf8_lossy(&body);
         let text = text.trim();
         match status {
             200 if text == "running" => Ok(()),
-            200 | 503 if !text.is_empty() && text.len() < 64 && !text.contains('<') => {
-                Err(ProbeError::NotRunning(text.to_owned()))
-            }
+            200 | 503 if !text.is_empty() && text.len() < 64 && !text.contains('<') => Err(
+                ProbeError::NotRunning(text::one_line(text, 64).into_owned()),
+            ),
             404 if text.starts_with('<') => Err(ProbeError::NotReady),
             _ => Err(ProbeError::Status {
                 status,
@@ -356,13 +373,32 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
+/// A body for the verdict's reason: one line, control characters escaped, at most 120 characters.
 fn one_line(text: &str) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match flat.char_indices().nth(120) {
-        Some((cut, _)) => format!("{}...", &flat[..cut]),
-        None if flat.is_empty() => "(empty body)".to_owned(),
-        None => flat,
+    match text::one_line(text, 120) {
+        flat if flat.is_empty() => "(empty body)".to_owned(),
+        flat => flat.into_owned(),
     }
+}
+
+/// Says what a body is when it is not text to show: compressed (pmcheck asks for none, but a
+/// proxy or a misconfigured server may send it anyway) or binary.
+fn undecodable(encoding: Option<&str>, body: &[u8]) -> Option<String> {
+    let compressed = match encoding {
+        Some(e) if !e.eq_ignore_ascii_case("identity") => Some(e.to_owned()),
+        _ if body.starts_with(&[0x1f, 0x8b]) => Some("gzip".to_owned()),
+        _ => None,
+    };
+    if let Some(encoding) = compressed {
+        return Some(format!(
+            "a {encoding}-compressed body of {} bytes, which pmcheck does not decode (it asks for              plain text; is something between pmcheck and Puppet Server compressing?)",
+            body.len()
+        ));
+    }
+    let binary = body
+        .iter()
+        .any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace()));
+    binary.then(|| format!("a binary body of {} bytes", body.len()))
 }
 
 /// The latest probe report, shared between the prober and every poll.
@@ -374,6 +410,7 @@ pub async fn run(
     mut prober: Prober,
     interval: Duration,
     publish: watch::Sender<Option<Arc<ProbeReport>>>,
+    mut reload: watch::Receiver<()>,
     mut observe: impl FnMut(&ProbeReport),
     shutdown: impl std::future::Future<Output = ()>,
 ) {
@@ -388,6 +425,8 @@ pub async fn run(
         publish.send_replace(Some(report));
         tokio::select! {
             () = tokio::time::sleep_until(started + interval) => {}
+            // SIGHUP: load the identity again and probe with it now.
+            Ok(()) = reload.changed() => prober.forget_identity(),
             () = &mut shutdown => return,
         }
     }
@@ -415,5 +454,22 @@ mod tests {
         assert_eq!(one_line("a\n  b"), "a b");
         assert_eq!(one_line(""), "(empty body)");
         assert!(one_line(&"x".repeat(500)).ends_with("..."));
+        assert_eq!(one_line("stopping\r\nX-Evil: 1"), "stopping X-Evil: 1");
+    }
+
+    #[test]
+    fn compressed_and_binary_bodies_are_named_not_shown() {
+        let gzip = undecodable(None, &[0x1f, 0x8b, 8, 0, 0, 0]).unwrap();
+        assert!(
+            gzip.starts_with("a gzip-compressed body of 6 bytes"),
+            "{gzip}"
+        );
+        let br = undecodable(Some("br"), b"xyz").unwrap();
+        assert!(br.starts_with("a br-compressed body"), "{br}");
+        assert_eq!(
+            undecodable(None, b"\x00\x01").unwrap(),
+            "a binary body of 2 bytes"
+        );
+        assert_eq!(undecodable(Some("identity"), b"running\n"), None);
     }
 }

@@ -4,7 +4,7 @@
 //! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -12,7 +12,7 @@ use hyper::ext::ReasonPhrase;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::drain::DrainFile;
+use crate::drain_watch::Drains;
 use crate::probe::{Latest, ProbeReport};
 use crate::verdict::{Verdict, Word};
 
@@ -21,9 +21,10 @@ const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
-/// What every poll reads: the drain record and the latest probe report.
+/// What every poll reads: the latest drain state and probe report, both kept up to date in the
+/// background, so a poll does no I/O beyond its socket.
 pub struct Health {
-    pub drain: DrainFile,
+    pub drain: Drains,
     pub latest: Latest,
     /// Past this age a probe report no longer counts (the prober must be stuck).
     pub stale_after: Duration,
@@ -41,7 +42,7 @@ impl Health {
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return method_not_allowed();
         }
-        let drain = self.drain.state(SystemTime::now());
+        let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
         let verdict = Verdict::decide(&drain, probe.as_deref(), Instant::now(), self.stale_after);
         respond(&verdict, method, request.headers())

@@ -3,8 +3,8 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -14,8 +14,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::cidr::{self, Cidr};
 use crate::cli::format_duration;
-use crate::drain::DrainFile;
+use crate::connections::{Connections, Limits, Throttle};
+use crate::deadline::WriteDeadline;
+use crate::drain::{DrainFile, DrainState};
+use crate::drain_watch::{self, Watcher};
 use crate::probe::{self, ProbeReport, Prober};
 use crate::responder::Health;
 use crate::settings::Settings;
@@ -27,8 +31,13 @@ pub const DEFAULT_LISTEN_V6: SocketAddr =
 /// Where we listen on hosts without IPv6.
 pub const DEFAULT_LISTEN_V4: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9200);
-/// How long a client may take to send its request head.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send its request head, or stay idle between two requests.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an answer may wait for the client to read it.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Past this age a kept-alive connection is closed after its current request: a client that
+/// reads a byte now and then cannot hold a descriptor for ever.
+const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
 /// How long shutdown waits for polls in flight.
 const DRAIN_CONNECTIONS: Duration = Duration::from_secs(2);
 
@@ -99,44 +108,95 @@ fn bind_one(addr: SocketAddr) -> Result<std::net::TcpListener, ListenError> {
     Ok(socket.into())
 }
 
+/// How the daemon polls Puppet Server and guards its listeners.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How often Puppet Server may be probed.
+    pub interval: Duration,
+    /// Networks that may connect; empty for everyone.
+    pub allow: Vec<Cidr>,
+    pub limits: Limits,
+}
+
 /// Runs the daemon on already-bound listeners until `shutdown` resolves. `ready` is called once
-/// every listener accepts (the systemd notification goes there).
+/// every listener accepts (the systemd notification goes there); `reload` (SIGHUP) re-reads the
+/// certificates and the drain record.
 pub async fn serve(
     settings: &Settings,
-    interval: Duration,
+    options: Options,
     listeners: Vec<std::net::TcpListener>,
+    reload: watch::Receiver<()>,
     ready: impl FnOnce(),
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    let interval = options.interval;
     let timeout = settings.timeout.value;
     let (stop, stopped) = watch::channel(());
     let (publish, latest) = watch::channel(None);
+    let drain_file = DrainFile::new(&settings.state_dir.value);
+    prepare_state_dir(&drain_file);
+    let (publish_drain, drains) = watch::channel(Arc::new(DrainState::NotDrained));
+    // The first look before the first answer: a drained node never answers from a default.
+    let mut watcher = Watcher::new(drain_file);
+    let first = watcher.look(true).await;
+    let drain_path = watcher.file().path().display().to_string();
+    if let Some(state) = first {
+        publish_drain.send_replace(Arc::new(state));
+    }
     let health = Arc::new(Health {
-        drain: DrainFile::new(&settings.state_dir.value),
+        drain: drains,
         latest,
         // A probe lands at least every interval + timeout; allow one missed round.
         stale_after: 2 * (interval + timeout),
     });
 
+    let limits = options.limits.fit_descriptors();
+    let connections = Connections::new(limits);
+    let guard = Arc::new(Guard {
+        allow: options.allow,
+        connections,
+        refused: Mutex::new(Throttle::new(Duration::from_secs(10))),
+        failed: Mutex::new(Throttle::new(Duration::from_secs(10))),
+    });
     let mut tasks = JoinSet::new();
     for listener in listeners {
         let listener = TcpListener::from_std(listener)?;
         tracing::info!("listening on {}", listener.local_addr()?);
-        tasks.spawn(accept(listener, Arc::clone(&health), stopped.clone()));
+        tasks.spawn(accept(
+            listener,
+            Arc::clone(&health),
+            Arc::clone(&guard),
+            stopped.clone(),
+        ));
     }
+    if !guard.allow.is_empty() {
+        let nets: Vec<_> = guard.allow.iter().map(ToString::to_string).collect();
+        tracing::info!("accepting polls only from {}", nets.join(", "));
+    }
+    tracing::debug!(
+        "at most {} connections, {} per source",
+        limits.total,
+        limits.per_source
+    );
     let prober = Prober::new(settings.probe_target());
     tracing::info!(
-        "probing {} at {} every {} (timeout {}); drain record {}",
+        "probing {} at {} every {} (timeout {}); drain record {drain_path}",
         prober.endpoint(),
         settings.puppet_addr.value,
         format_duration(interval),
         format_duration(timeout),
-        health.drain.path().display()
     );
+    tasks.spawn(drain_watch::run(
+        watcher,
+        publish_drain,
+        reload.clone(),
+        until_stopped(stopped.clone()),
+    ));
     tasks.spawn(probe::run(
         prober,
         interval,
         publish,
+        reload,
         log_changes(Arc::clone(&health)),
         until_stopped(stopped.clone()),
     ));
@@ -148,17 +208,59 @@ pub async fn serve(
     Ok(())
 }
 
+/// Creates a missing state directory when it may (a first `cargo build && pmcheck serve` has
+/// no package to do it), and warns about one anybody may write: anybody could drain or undrain.
+fn prepare_state_dir(file: &DrainFile) {
+    let dir = file.dir();
+    if !dir.exists() {
+        match file.create_dir() {
+            Ok(()) => tracing::info!("created the state directory {}", dir.display()),
+            Err(e) => tracing::warn!(
+                "cannot create the state directory {}: {e}; answering 503 until it exists",
+                dir.display()
+            ),
+        }
+    }
+    if let Some(warning) = crate::settings::state_dir_warning(dir) {
+        tracing::warn!("{warning}");
+    }
+}
+
 /// Resolves when the stop sender is dropped.
 async fn until_stopped(mut stopped: watch::Receiver<()>) {
     while stopped.changed().await.is_ok() {}
 }
 
+/// Who may connect, and how many at once.
+struct Guard {
+    allow: Vec<Cidr>,
+    connections: Arc<Connections>,
+    refused: Mutex<Throttle>,
+    failed: Mutex<Throttle>,
+}
+
+impl Guard {
+    fn note(throttle: &Mutex<Throttle>) -> Option<u64> {
+        throttle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .hit(Instant::now())
+    }
+}
+
 /// Accepts polls until stopped, then gives those in flight a moment to finish.
-async fn accept(listener: TcpListener, health: Arc<Health>, stopped: watch::Receiver<()>) {
+async fn accept(
+    listener: TcpListener,
+    health: Arc<Health>,
+    guard: Arc<Guard>,
+    stopped: watch::Receiver<()>,
+) {
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
+        // Also the idle limit between requests on a kept-alive connection.
         .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_buf_size(16 * 1024);
+        // hyper's smallest: a poll is a few dozen bytes.
+        .max_buf_size(8 * 1024);
     let mut connections = JoinSet::new();
     let stop = until_stopped(stopped.clone());
     tokio::pin!(stop);
@@ -167,8 +269,10 @@ async fn accept(listener: TcpListener, health: Arc<Health>, stopped: watch::Rece
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
+                    // EMFILE and friends: back off instead of spinning, and say so now and then.
+                    if let Some(n) = Guard::note(&guard.failed) {
+                        tracing::warn!("accept failed {n} time(s) in the last 10s: {e}");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -176,18 +280,38 @@ async fn accept(listener: TcpListener, health: Arc<Health>, stopped: watch::Rece
             () = &mut stop => break,
             Some(_) = connections.join_next() => continue,
         };
+        if !cidr::permits(&guard.allow, peer.ip()) {
+            // Closed before a byte is read.
+            drop(stream);
+            if let Some(n) = Guard::note(&guard.refused) {
+                tracing::warn!(
+                    "refused {n} connection(s) in the last 10s from outside --allow (the latest from {})",
+                    peer.ip()
+                );
+            }
+            continue;
+        }
+        let ticket = guard.connections.admit(peer.ip());
         let _ = stream.set_nodelay(true);
         let health = Arc::clone(&health);
         let service = service_fn(move |request| {
             let response = health.answer(&request);
             async move { Ok::<_, std::convert::Infallible>(response) }
         });
+        let stream = WriteDeadline::new(stream, WRITE_TIMEOUT);
         let connection = http.serve_connection(TokioIo::new(stream), service);
         let stop = until_stopped(stopped.clone());
         connections.spawn(async move {
+            let mut ticket = ticket;
             tokio::pin!(connection);
             let result = tokio::select! {
                 result = connection.as_mut() => result,
+                // Shed to make room: close at once.
+                _ = &mut ticket.shed => return,
+                () = tokio::time::sleep(MAX_CONNECTION_AGE) => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
                 () = stop => {
                     connection.as_mut().graceful_shutdown();
                     connection.await
@@ -209,7 +333,7 @@ async fn accept(listener: TcpListener, health: Arc<Health>, stopped: watch::Rece
 fn log_changes(health: Arc<Health>) -> impl FnMut(&ProbeReport) {
     let mut last: Option<(Word, String)> = None;
     move |report| {
-        let drain = health.drain.state(SystemTime::now());
+        let drain = Arc::clone(&health.drain.borrow());
         let verdict = Verdict::decide(&drain, Some(report), Instant::now(), health.stale_after);
         if last
             .as_ref()

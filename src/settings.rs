@@ -281,8 +281,27 @@ impl fmt::Display for Settings {
         for (name, value, source) in rows {
             writeln!(f, "{name:<12} {value:<width$}  ({source})")?;
         }
+        if let Some(warning) = state_dir_warning(&self.state_dir.value) {
+            writeln!(f, "warning: {warning}")?;
+        }
         Ok(())
     }
+}
+
+/// A state directory that anybody may write lets anybody drain or undrain the node (or plant
+/// a FIFO there); say so where the operator looks.
+pub fn state_dir_warning(dir: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir).ok()?.permissions().mode();
+    (mode & 0o002 != 0).then(|| {
+        format!(
+            "state directory {} is writable by every user (mode {:o}): anybody may drain or \
+             undrain this node; make it 0755 (chmod 755 {})",
+            dir.display(),
+            mode & 0o7777,
+            dir.display()
+        )
+    })
 }
 
 fn path_text(path: &Option<PathBuf>) -> Option<String> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Limited};
 use hyper::Request;
 use hyper::header;
 use hyper_util::rt::TokioIo;
@@ -11,6 +11,8 @@ use serde_json::Value;
 use thiserror::Error;
 
 const DEADLINE: Duration = Duration::from_secs(5);
+/// The largest answer read: pmcheck's JSON is well under 4 KiB.
+const BODY_LIMIT: usize = 64 * 1024;
 
 #[derive(Debug, Error)]
 pub enum StatusError {
@@ -68,11 +70,19 @@ pub async fn ask(url: &str) -> Result<Answer, StatusError> {
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let status = response.status().as_u16();
-        let body = response
-            .into_body()
+        let body = Limited::new(response.into_body(), BODY_LIMIT)
             .collect()
             .await
-            .map_err(|e| unreachable(e.to_string()))?
+            .map_err(|e| {
+                unreachable(if e.is::<http_body_util::LengthLimitError>() {
+                    format!(
+                        "the answer is larger than {} KiB, which pmcheck never sends: is this pmcheck?",
+                        BODY_LIMIT / 1024
+                    )
+                } else {
+                    e.to_string()
+                })
+            })?
             .to_bytes();
         Ok(Answer {
             status,

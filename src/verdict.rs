@@ -322,8 +322,10 @@ mod tests {
     fn unreadable_drain_state_fails_closed_even_when_healthy() {
         let now = Instant::now();
         let ok = report(true, now);
-        let state =
-            DrainState::Unknown("cannot read drain record /x/drain: Permission denied".into());
+        let state = DrainState::Unknown(crate::drain::Unreadable::Read {
+            path: "/x/drain".into(),
+            source: std::sync::Arc::new(std::io::ErrorKind::PermissionDenied.into()),
+        });
         let v = Verdict::decide(&state, Some(&ok), now, STALE);
         assert_eq!((v.word, v.word.status()), (Word::Unknown, 503));
         assert!(v.reason.contains("/x/drain"), "{}", v.reason);

@@ -40,7 +40,7 @@ async fn check_follows_the_monitoring_plugin_convention() {
     let warn = run("check", &a);
     assert_eq!(warn.status.code(), Some(1), "{warn:?}");
     assert!(
-        stdout(&warn).starts_with("PMCHECK WARNING - maint (by tester since "),
+        stdout(&warn).starts_with(&format!("PMCHECK WARNING - maint (by {} since ", whoami())),
         "{warn:?}"
     );
 
@@ -461,6 +461,7 @@ async fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
         "{out:?}"
     );
     s.pmcheck("drain", &["--reason", "why"]);
+    d.wait_for(Duration::from_secs(10), "DRAINED", |a| a.status == 503);
     let out = pmcheck()
         .args(["status", "--json", "--url", &url])
         .output()

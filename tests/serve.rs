@@ -168,21 +168,22 @@ async fn drain_and_undrain_are_seen_by_the_running_daemon() {
     let out = s.pmcheck("drain", &["--reason", "upgrading to 7.9.6"]);
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let by = format!("(by {} since ", whoami());
     assert!(
-        stdout.contains("drained: upgrading to 7.9.6 (by tester since "),
+        stdout.contains(&format!("drained: upgrading to 7.9.6 {by}")),
         "{stdout}"
     );
-    let a = d.poll();
-    assert_eq!(a.status, 503, "seen at the very next poll: {a:?}");
+    // The daemon looks at the record every quarter second.
+    let a = d.wait_for(SOON, "DRAINED", |a| a.status == 503);
     assert!(
         a.body
-            .starts_with("DRAINED - upgrading to 7.9.6 (by tester since "),
+            .starts_with(&format!("DRAINED - upgrading to 7.9.6 {by}")),
         "{a:?}"
     );
     assert!(a.body.contains("Puppet Server is running"), "{a:?}");
     assert!(
         a.status_line
-            .starts_with("HTTP/1.1 503 Drained: upgrading to 7.9.6 (by tester since "),
+            .starts_with(&format!("HTTP/1.1 503 Drained: upgrading to 7.9.6 {by}")),
         "{a:?}"
     );
     // Draining again replaces the record.
@@ -190,14 +191,14 @@ async fn drain_and_undrain_are_seen_by_the_running_daemon() {
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("replaced the previous drain: upgrading")
     );
-    assert!(d.poll().body.starts_with("DRAINED - second"));
+    d.wait_for(SOON, "the new record", is("DRAINED - second"));
     let out = s.pmcheck("undrain", &[]);
     assert!(out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stdout).starts_with("undrained: removed"),
         "{out:?}"
     );
-    assert_eq!(d.poll().status, 200);
+    d.wait_for(SOON, "OK after undrain", |a| a.status == 200);
     let out = s.pmcheck("undrain", &[]);
     assert!(out.status.success(), "undrain is idempotent");
     assert!(
@@ -232,7 +233,7 @@ async fn drain_for_expires_by_itself_and_status_says_so() {
         String::from_utf8_lossy(&out.stdout).contains(" until "),
         "{out:?}"
     );
-    assert_eq!(d.poll().status, 503);
+    d.wait_for(SOON, "DRAINED", |a| a.status == 503);
     let a = d.wait_for(SOON, "the drain to expire", |a| a.status == 200);
     assert!(a.body.contains("drain expired: short"), "{a:?}");
     let out = pmcheck()
@@ -251,7 +252,7 @@ async fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed(
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     std::fs::write(s.state.path().join("drain"), "").unwrap();
-    let a = d.poll();
+    let a = d.wait_for(SOON, "DRAINED", |a| a.status == 503);
     assert!(
         a.body
             .starts_with("DRAINED - drain file is not a valid drain record"),
@@ -259,7 +260,7 @@ async fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed(
     );
     std::fs::remove_file(s.state.path().join("drain")).unwrap();
     std::fs::remove_dir(s.state.path()).unwrap();
-    let a = d.poll();
+    let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
     assert_eq!(a.status, 503);
     assert!(
         a.body
@@ -271,7 +272,7 @@ async fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed(
         "{a:?}"
     );
     std::fs::create_dir(s.state.path()).unwrap();
-    assert_eq!(d.poll().status, 200, "heals by itself");
+    d.wait_for(SOON, "healed by itself", |a| a.status == 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -348,6 +348,16 @@ fn stub_answer(
     }
 }
 
+/// The name the system's user database gives the user running the tests: what a drain
+/// record's `by` says, whatever USER claims.
+pub fn whoami() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()))
+}
+
 /// The pmcheck binary, with a clean environment.
 pub fn pmcheck() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_pmcheck"));
