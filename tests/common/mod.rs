@@ -358,9 +358,17 @@ pub fn whoami() -> String {
         .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()))
 }
 
+/// The binary under test: this build's, or `PMCHECK_TEST_BIN` (to show that a test catches a
+/// defect of an older build, or to test an installed package).
+pub fn bin() -> PathBuf {
+    std::env::var_os("PMCHECK_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pmcheck")))
+}
+
 /// The pmcheck binary, with a clean environment.
 pub fn pmcheck() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_pmcheck"));
+    let mut command = Command::new(bin());
     command
         .env_clear()
         .env("USER", "tester")

@@ -1,0 +1,499 @@
+//! Hostile clients and odd files: each defect a hostile test run found in pmcheck, kept here so
+//! that it cannot come back. A health checker that can be knocked over takes the pool with it.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const FAST: &[&str] = &["--interval", "100ms", "--timeout", "1s"];
+const SOON: Duration = Duration::from_secs(10);
+
+fn is(word: &'static str) -> impl Fn(&Answer) -> bool {
+    move |a| a.body.starts_with(word)
+}
+
+fn running_as_root() -> bool {
+    nix::unistd::getuid().is_root()
+}
+
+impl Setup {
+    fn daemon(&self, extra: &[&str]) -> Daemon {
+        Daemon::start(&self.fast_args(extra))
+    }
+
+    fn fast_args(&self, extra: &[&str]) -> Vec<String> {
+        let mut all = FAST.to_vec();
+        all.extend_from_slice(extra);
+        self.args(&all)
+    }
+
+    fn drain_path(&self) -> std::path::PathBuf {
+        self.state.path().join("drain")
+    }
+}
+
+/// Runs `pmcheck ARGS` with a deadline: a command that hangs fails the test instead of it.
+fn pmcheck_within(within: Duration, args: &[&str]) -> std::process::Output {
+    let mut child = pmcheck()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`pmcheck {}` hung for {within:?}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn signal(d: &Daemon, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &d.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Waits for the daemon to exit, returning its exit code; fails after `within`.
+fn exit_code(d: &mut Daemon, within: Duration) -> Option<i32> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = d.child().try_wait().unwrap() {
+            return status.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pmcheck did not stop within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("VmRSS in /proc/PID/status")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_at_the_drain_path_is_refused_and_nothing_hangs() {
+    let s = Setup::new(Behavior::Running).await;
+    let mut d = s.daemon(&[]);
+    d.wait_for(SOON, "OK", is("OK"));
+    nix::unistd::mkfifo(
+        &s.drain_path(),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+    assert_eq!(a.status, 503, "fail closed: {a:?}");
+    assert!(
+        a.body
+            .contains("is a FIFO (named pipe), not a regular file"),
+        "{a:?}"
+    );
+    // The daemon keeps answering and probing, and the commands do not hang either.
+    d.wait_probes(2, SOON);
+    let state = s.state.path().display().to_string();
+    let out = pmcheck_within(
+        SOON,
+        &["drain", "--state-dir", &state, "--reason", "over a fifo"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    d.wait_for(SOON, "DRAINED", is("DRAINED - over a fifo"));
+    let out = pmcheck_within(SOON, &["undrain", "--state-dir", &state]);
+    assert!(out.status.success(), "{out:?}");
+    d.wait_for(SOON, "OK", is("OK"));
+    nix::unistd::mkfifo(
+        &s.drain_path(),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+    signal(&d, "TERM");
+    assert_eq!(exit_code(&mut d, SOON), Some(0), "SIGTERM stops it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_to_dev_zero_is_refused_unread() {
+    let s = Setup::new(Behavior::Running).await;
+    let d = s.daemon(&[]);
+    d.wait_for(SOON, "OK", is("OK"));
+    std::os::unix::fs::symlink("/dev/zero", s.drain_path()).unwrap();
+    let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+    assert!(
+        a.body
+            .contains("is a symbolic link, which pmcheck does not follow"),
+        "{a:?}"
+    );
+    d.wait_probes(3, SOON);
+    let rss = rss_kib(d.pid());
+    assert!(
+        rss < 64 * 1024,
+        "nothing was read from /dev/zero: {rss} KiB resident"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_record_is_refused_and_a_long_reason_is_cut_in_every_answer() {
+    let s = Setup::new(Behavior::Running).await;
+    let d = s.daemon(&[]);
+    d.wait_for(SOON, "OK", is("OK"));
+    std::fs::write(s.drain_path(), vec![b'{'; 1024 * 1024]).unwrap();
+    let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+    assert!(
+        a.body.contains("is 1048576 bytes, more than the 8192"),
+        "{a:?}"
+    );
+    // A hand-written record under the size limit with a 4,000-character reason.
+    let record = serde_json::json!({
+        "reason": format!("{}\r\nX-Injected: yes", "r".repeat(4000)),
+        "by": "someone",
+        "since": "2026-11-22T10:00:00Z",
+    });
+    std::fs::write(s.drain_path(), record.to_string()).unwrap();
+    let a = d.wait_for(SOON, "DRAINED", is("DRAINED"));
+    assert!(a.body.len() < 600, "bounded: {} bytes", a.body.len());
+    assert_eq!(a.body.lines().count(), 1, "{a:?}");
+    assert!(a.status_line.len() < 120, "{a:?}");
+    let json = request(d.addr, "GET / HTTP/1.0\r\naccept: application/json\r\n\r\n");
+    assert!(
+        json.body.len() < 2000,
+        "bounded JSON: {} bytes",
+        json.body.len()
+    );
+    assert!(!json.raw.contains("\r\nX-Injected"), "{json:?}");
+}
+
+#[test]
+fn drain_refuses_a_reason_too_long_or_on_several_lines() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().display().to_string();
+    let long = "x".repeat(300);
+    let out = pmcheck_within(SOON, &["drain", "--state-dir", &dir, "--reason", &long]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("300 characters long; keep it to 256"), "{err}");
+    let out = pmcheck_within(SOON, &["drain", "--state-dir", &dir, "--reason", "a\nb"]);
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(!state.path().join("drain").exists(), "nothing written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_and_usr1_usr2_do_no_harm() {
+    let s = Setup::new(Behavior::Running).await;
+    let mut d = s.daemon(&[]);
+    d.wait_for(SOON, "OK", is("OK"));
+    assert_eq!(d.logged("loaded the TLS identity"), 1);
+    signal(&d, "HUP");
+    d.wait_for_log(
+        SOON,
+        "SIGHUP: re-reading the certificates and the drain record",
+    );
+    d.wait_for_log(SOON, "re-read the drain record");
+    let deadline = Instant::now() + SOON;
+    while d.logged("loaded the TLS identity") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the identity was not reloaded: {:?}",
+            d.log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(&d, "USR1");
+    signal(&d, "USR2");
+    d.wait_for_log(SOON, "SIGUSR2 ignored");
+    assert!(d.child().try_wait().unwrap().is_none(), "still running");
+    assert_eq!(d.wait_for(SOON, "OK", is("OK")).status, 200);
+    signal(&d, "TERM");
+    assert_eq!(exit_code(&mut d, SOON), Some(0));
+}
+
+/// Pads a PEM file to `len` bytes with newlines (PEM readers skip them), so that two different
+/// certificates can have the same size.
+fn padded(pem: &str, len: usize) -> Vec<u8> {
+    let mut bytes = pem.as_bytes().to_vec();
+    assert!(bytes.len() <= len);
+    bytes.resize(len, b'\n');
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_rewritten_in_place_with_its_size_and_mtime_kept_is_noticed() {
+    let s = Setup::new(Behavior::Running).await;
+    let d = s.daemon(&[]);
+    d.wait_for(SOON, "OK", is("OK"));
+    let key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(fixture("rsa.pkcs8.pem")).unwrap())
+        .unwrap();
+    let ours = s.ca.issue(CERTNAME, &[], &key);
+    replace(&s.files.hostcert, &padded(&ours, 4096));
+    d.wait_probes(2, SOON);
+    assert_eq!(d.poll().status, 200, "the padded certificate works");
+    // Another CA's certificate for the same key, written over the same inode, same size, and
+    // the old mtime put back: only the change time tells.
+    let theirs = Ca::new("else").issue(CERTNAME, &[], &key);
+    let mtime = std::fs::metadata(&s.files.hostcert)
+        .unwrap()
+        .modified()
+        .unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&s.files.hostcert)
+        .unwrap();
+    file.write_all(&padded(&theirs, 4096)).unwrap();
+    file.set_modified(mtime).unwrap();
+    drop(file);
+    let a = d.wait_for(SOON, "DOWN", is("DOWN"));
+    assert!(a.body.contains("rejected this host's certificate"), "{a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_made_unreadable_is_unknown() {
+    let s = Setup::new(Behavior::Running).await;
+    // As root the key stays readable whatever its mode: run the daemon as nobody.
+    let command = if running_as_root() {
+        for dir in [s.files.dir.path(), s.state.path()] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for file in [
+            &s.files.hostcert,
+            &s.files.hostprivkey,
+            &s.files.localcacert,
+        ] {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(bin())
+            .env_clear()
+            .env("RUST_LOG", "info");
+        c
+    } else {
+        pmcheck()
+    };
+    let d = Daemon::start_with(command, &s.fast_args(&[]));
+    d.wait_for(SOON, "OK", is("OK"));
+    std::fs::set_permissions(&s.files.hostprivkey, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+    assert!(a.body.contains("cannot read hostprivkey"), "{a:?}");
+    assert!(a.body.contains("Permission denied"), "{a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pem_wrapped_garbage_is_named_as_such_not_as_a_mismatch() {
+    let s = Setup::new(Behavior::Running).await;
+    replace(
+        &s.files.hostcert,
+        b"-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n",
+    );
+    let d = s.daemon(&[]);
+    let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+    assert!(a.body.contains("not a valid X.509 certificate"), "{a:?}");
+    assert!(!a.body.contains("do not fit together"), "{a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
+    let s = Setup::new(Behavior::Answer(
+        503,
+        "stopping\r\nX-Injected: 1",
+        "text/plain",
+    ))
+    .await;
+    let d = s.daemon(&[]);
+    let a = d.wait_for(SOON, "DOWN", is("DOWN"));
+    assert_eq!(
+        a.body,
+        "DOWN - Puppet Server reports `stopping X-Injected: 1`, not `running`\n"
+    );
+    assert!(!a.raw.contains("\r\nX-Injected"), "{a:?}");
+    d.wait_for_log(SOON, "verdict DOWN");
+    assert_eq!(
+        d.logged("X-Injected"),
+        1,
+        "on the verdict line: {:?}",
+        d.log.lock().unwrap()
+    );
+    assert_eq!(
+        d.logged("verdict DOWN: Puppet Server reports `stopping X-Injected: 1`"),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_creates_a_missing_state_directory_and_warns_about_a_world_writable_one() {
+    let s = Setup::new(Behavior::Running).await;
+    let missing = s.state.path().join("new/state");
+    let missing_text = missing.display().to_string();
+    let args = common::args(&s.files, s.stub.addr, &missing, FAST);
+    let d = Daemon::start(&args);
+    assert_eq!(
+        d.wait_for(SOON, "OK", is("OK")).status,
+        200,
+        "not UNKNOWN for want of a directory"
+    );
+    let mode = std::fs::metadata(&missing).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755);
+    assert_eq!(d.logged("created the state directory"), 1);
+    drop(d);
+
+    std::fs::set_permissions(&missing, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let d = Daemon::start(&args);
+    d.wait_for_log(SOON, "is writable by every user (mode 777)");
+    let config = common::args(&s.files, s.stub.addr, &missing, &[]);
+    let mut config: Vec<&str> = config.iter().map(String::as_str).collect();
+    config.insert(0, "config");
+    let out = pmcheck_within(SOON, &config);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "warning: state directory {missing_text} is writable by every user"
+        )),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn the_drain_record_says_who_really_drained() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().display().to_string();
+    let out = pmcheck()
+        .env("USER", "mallory")
+        .env("LOGNAME", "mallory")
+        .env("SUDO_USER", "mallory")
+        .env("SUDO_UID", "4242")
+        .args(["drain", "--state-dir", &dir])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.path().join("drain")).unwrap()).unwrap();
+    assert_eq!(
+        record["by"],
+        whoami().as_str(),
+        "USER and a SUDO_USER without a matching SUDO_UID are not believed"
+    );
+    if running_as_root() {
+        // What sudo sets for a real person.
+        let out = pmcheck()
+            .env("SUDO_USER", "nobody")
+            .env("SUDO_UID", "65534")
+            .args(["drain", "--state-dir", &dir])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(state.path().join("drain")).unwrap()).unwrap();
+        assert_eq!(record["by"], "nobody via sudo");
+    }
+}
+
+#[test]
+fn drain_over_a_directory_says_so_and_does_not_blame_permissions() {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir(state.path().join("drain")).unwrap();
+    std::fs::write(state.path().join("drain/x"), "").unwrap();
+    let dir = state.path().display().to_string();
+    let out = pmcheck_within(SOON, &["drain", "--state-dir", &dir]);
+    assert_eq!(out.status.code(), Some(73), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/drain is a directory, not a record: remove it by hand"),
+        "{err}"
+    );
+    assert!(!err.contains("as root"), "{err}");
+}
+
+#[test]
+fn drain_sweeps_the_temporary_files_of_killed_drains() {
+    let state = tempfile::tempdir().unwrap();
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let leftover = state.path().join(format!(".drain.{dead}.tmp"));
+    std::fs::write(&leftover, "{\"reas").unwrap();
+    let dir = state.path().display().to_string();
+    let out = pmcheck_within(SOON, &["undrain", "--state-dir", &dir]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!leftover.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_a_bounded_answer() {
+    // A server that streams an endless body.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let _ = stream
+            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await;
+        let chunk = format!("{:x}\r\n{}\r\n", 8192, "x".repeat(8192));
+        // Bounded: 100 MiB at most, and it stops when the client goes.
+        for _ in 0..12_800 {
+            if stream.write_all(chunk.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    });
+    let url = format!("http://{addr}/");
+    let out = tokio::task::spawn_blocking(move || pmcheck_within(SOON, &["status", "--url", &url]))
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("larger than 64 KiB"), "{err}");
+    server.abort();
+}
+
+fn connect_from(source: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    socket.bind(&format!("{source}:0").parse::<SocketAddr>().unwrap().into())?;
+    socket.connect_timeout(&to.into(), Duration::from_secs(2))?;
+    Ok(socket.into())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allow_closes_other_sources_before_reading_a_byte() {
+    let s = Setup::new(Behavior::Running).await;
+    let d = s.daemon(&["--allow", "127.0.0.2/32", "--allow", "10.0.0.0/8"]);
+    d.wait_for_log(SOON, "accepting polls only from 127.0.0.2/32, 10.0.0.0/8");
+    let poll = |source: &str| {
+        let mut stream = connect_from(source, d.addr).unwrap();
+        stream.set_read_timeout(Some(SOON)).unwrap();
+        let _ = stream.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    let deadline = Instant::now() + SOON;
+    while !poll("127.0.0.2").starts_with("HTTP/1.0 200") {
+        assert!(Instant::now() < deadline, "the allowed source is answered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..50 {
+        assert_eq!(poll("127.0.0.1"), "", "no answer outside --allow");
+    }
+    d.wait_for_log(SOON, "from outside --allow (the latest from 127.0.0.1)");
+    assert!(
+        d.logged("outside --allow") <= 2,
+        "said a few times, not 50: {:?}",
+        d.log.lock().unwrap()
+    );
+}
