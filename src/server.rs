@@ -255,12 +255,7 @@ async fn accept(
     guard: Arc<Guard>,
     stopped: watch::Receiver<()>,
 ) {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        // Also the idle limit between requests on a kept-alive connection.
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        // hyper's smallest: a poll is a few dozen bytes.
-        .max_buf_size(8 * 1024);
+    let http = http();
     let mut connections = JoinSet::new();
     let stop = until_stopped(stopped.clone());
     tokio::pin!(stop);
@@ -293,13 +288,8 @@ async fn accept(
         }
         let ticket = guard.connections.admit(peer.ip());
         let _ = stream.set_nodelay(true);
-        let health = Arc::clone(&health);
-        let service = service_fn(move |request| {
-            let response = health.answer(&request);
-            async move { Ok::<_, std::convert::Infallible>(response) }
-        });
         let stream = WriteDeadline::new(stream, WRITE_TIMEOUT);
-        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let connection = http.serve_connection(TokioIo::new(stream), answers(Arc::clone(&health)));
         let stop = until_stopped(stopped.clone());
         connections.spawn(async move {
             let mut ticket = ticket;
@@ -329,6 +319,31 @@ async fn accept(
     .await;
 }
 
+/// The HTTP/1 settings every poll is served with.
+fn http() -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        // Also the idle limit between requests on a kept-alive connection.
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        // hyper's smallest: a poll is a few dozen bytes.
+        .max_buf_size(8 * 1024);
+    http
+}
+
+/// The service that answers each request of a connection from `health`.
+fn answers(
+    health: Arc<Health>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = hyper::Response<http_body_util::Full<bytes::Bytes>>,
+    Error = std::convert::Infallible,
+    Future = std::future::Ready<
+        Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, std::convert::Infallible>,
+    >,
+> + Clone {
+    service_fn(move |request| std::future::ready(Ok(health.answer(&request))))
+}
+
 /// Logs one line whenever the verdict changes, not one per poll.
 fn log_changes(health: Arc<Health>) -> impl FnMut(&ProbeReport) {
     let mut last: Option<(Word, String)> = None;
@@ -347,5 +362,110 @@ fn log_changes(health: Arc<Health>) -> impl FnMut(&ProbeReport) {
             tracing::warn!("verdict {}: {}", verdict.word.as_str(), verdict.reason);
         }
         last = Some((verdict.word, verdict.reason.into_owned()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::{Drain, DrainState};
+    use proptest::prelude::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A drained node with a healthy Puppet Server: the one case where a 200 would be a lie
+    /// that still looks plausible.
+    fn drained() -> (Arc<Health>, impl Sized) {
+        let report = crate::probe::ProbeReport {
+            ok: true,
+            inconclusive: false,
+            detail: "running".into(),
+            latency: Duration::from_millis(1),
+            finished: Instant::now(),
+            endpoint: String::new(),
+        };
+        let (p, latest) = watch::channel(Some(Arc::new(report)));
+        let state = DrainState::Drained(Drain::parse(b"{}"));
+        let (d, drain) = watch::channel(Arc::new(state));
+        let health = Health {
+            drain,
+            latest,
+            stale_after: Duration::from_secs(3600),
+        };
+        (Arc::new(health), (p, d))
+    }
+
+    /// Feeds `input` to one connection, closes the client's sending side, and returns what
+    /// pmcheck wrote back.
+    async fn exchange(health: &Arc<Health>, input: &[u8]) -> Vec<u8> {
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let connection = http().serve_connection(TokioIo::new(server), answers(Arc::clone(health)));
+        let served = tokio::spawn(connection);
+        let _ = client.write_all(input).await;
+        let _ = client.shutdown().await;
+        let mut output = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut output));
+        assert!(read.await.is_ok(), "pmcheck neither answered nor closed");
+        let _ = served.await;
+        output
+    }
+
+    fn requests() -> impl Strategy<Value = Vec<u8>> {
+        let method = "(GET|HEAD|OPTIONS|POST|PRI|[A-Z]{1,8})";
+        let version = "(HTTP/1\\.0|HTTP/1\\.1|HTTP/2\\.0|.{0,10})";
+        let header = ("[ -~]{0,20}", "[ -~\\x80-\\xff]{0,40}");
+        let shaped = (
+            method,
+            "[ -~]{0,30}",
+            version,
+            proptest::collection::vec(header, 0..6),
+            any::<bool>(),
+        )
+            .prop_map(|(m, uri, v, headers, end)| {
+                let mut text = format!("{m} {uri} {v}\r\n");
+                for (name, value) in headers {
+                    text.push_str(&format!("{name}: {value}\r\n"));
+                }
+                if end {
+                    text.push_str("\r\n");
+                }
+                text.into_bytes()
+            });
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..512),
+            shaped.clone(),
+            proptest::collection::vec(shaped, 1..4).prop_map(|r| r.concat()),
+        ]
+    }
+
+    #[tokio::test]
+    async fn the_exchange_sees_real_answers() {
+        let (health, _keep) = drained();
+        let output = exchange(&health, b"OPTIONS / HTTP/1.0\r\n\r\nGET / HTTP/1.1\r\n\r\n").await;
+        let text = String::from_utf8_lossy(&output);
+        assert!(text.starts_with("HTTP/1.0 503 Drained: "), "{text}");
+        assert_eq!(
+            text.matches(" 503 Drained: ").count(),
+            1,
+            "HTTP/1.0 closes after one: {text}"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1500))]
+        /// Any request bytes get an answer or a close: never a panic, never a 200 while drained.
+        #[test]
+        fn any_bytes_get_an_answer_or_a_close_and_never_200_while_drained(input in requests()) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let output = rt.block_on(async {
+                let (health, _keep) = drained();
+                exchange(&health, &input).await
+            });
+            let text = String::from_utf8_lossy(&output);
+            prop_assert!(output.is_empty() || text.starts_with("HTTP/1."), "{text:?}");
+            for status_line in text.split("\r\n").filter(|l| l.starts_with("HTTP/1.")) {
+                let code = status_line.split(' ').nth(1).unwrap_or("");
+                prop_assert_ne!(code, "200", "{}", text);
+            }
+        }
     }
 }
