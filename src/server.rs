@@ -330,17 +330,18 @@ fn http() -> hyper::server::conn::http1::Builder {
     http
 }
 
+/// What a poll gets back.
+type Answer = hyper::Response<http_body_util::Full<bytes::Bytes>>;
+
 /// The service that answers each request of a connection from `health`.
 fn answers(
     health: Arc<Health>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
-    Response = hyper::Response<http_body_util::Full<bytes::Bytes>>,
+    Response = Answer,
     Error = std::convert::Infallible,
-    Future = std::future::Ready<
-        Result<hyper::Response<http_body_util::Full<bytes::Bytes>>, std::convert::Infallible>,
-    >,
-> + Clone {
+    Future = std::future::Ready<Result<Answer, std::convert::Infallible>>,
+> {
     service_fn(move |request| std::future::ready(Ok(health.answer(&request))))
 }
 
