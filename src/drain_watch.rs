@@ -1,5 +1,7 @@
-//! The drain record as the daemon sees it: looked at in the background every quarter second and
-//! at once on SIGHUP, re-read only when it changed, and published for every poll to borrow.
+//! The drain record as the daemon sees it: looked at in the background as soon as the state
+//! directory reports a change (inotify: a `pmcheck drain` is answered at once), every quarter
+//! second all the same (file systems such as NFS send no events), and on SIGHUP; re-read only
+//! when it changed, and published for every poll to borrow.
 //!
 //! The file system calls run on tokio's blocking pool under a deadline, so a drain path that
 //! blocks (a FIFO, a hung NFS mount) costs one parked thread and a 503 UNKNOWN, never the poll
@@ -7,10 +9,13 @@
 
 use std::future::Future;
 use std::io;
+use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
-use tokio::sync::watch;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use tokio::sync::{Notify, watch};
 
 use crate::drain::{DrainFile, DrainState, Look, Unreadable};
 use crate::identity::FileStamp;
@@ -30,7 +35,63 @@ pub type Drains = watch::Receiver<Arc<DrainState>>;
 pub struct Watcher {
     file: Arc<DrainFile>,
     known: Option<FileStamp>,
-    pending: Option<tokio::task::JoinHandle<Option<Look>>>,
+    pending: Option<tokio::task::JoinHandle<Job>>,
+    /// Woken by the thread that reads the state directory's events.
+    changes: Arc<Notify>,
+    /// Whether that thread runs; a look sets it up (again) while it does not.
+    watching: Arc<AtomicBool>,
+}
+
+/// What a look on the blocking pool brings back.
+struct Job {
+    look: Option<Look>,
+    /// Whether this look tried to set up the watch, and what it got.
+    watch: Option<Option<Inotify>>,
+}
+
+/// Watches `dir` for anything that can change the record in it, or the directory itself going.
+fn watch_dir(dir: &Path) -> Option<Inotify> {
+    let inotify = Inotify::init(InitFlags::IN_CLOEXEC).ok()?;
+    let what = AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_ATTRIB
+        | AddWatchFlags::IN_DELETE_SELF
+        | AddWatchFlags::IN_MOVE_SELF;
+    inotify.add_watch(dir, what).ok()?;
+    Some(inotify)
+}
+
+/// Reads the events on a thread of its own (blocking reads, no unsafe registration with the
+/// runtime) and wakes the watcher at each; ends when the directory goes.
+fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBool>) {
+    let gone =
+        AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF;
+    let forward = move || {
+        loop {
+            match inotify.read_events() {
+                Ok(events) => {
+                    changes.notify_one();
+                    if events.iter().any(|e| e.mask.intersects(gone)) {
+                        break;
+                    }
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => break,
+            }
+        }
+        watching.store(false, Ordering::Release);
+    };
+    if std::thread::Builder::new()
+        .name("drain-events".into())
+        .spawn(forward)
+        .is_err()
+    {
+        tracing::debug!("no thread for the state directory's events; looking every {EVERY:?}");
+    }
 }
 
 impl Watcher {
@@ -39,7 +100,14 @@ impl Watcher {
             file: Arc::new(file),
             known: None,
             pending: None,
+            changes: Arc::new(Notify::new()),
+            watching: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Resolves when the state directory reports a change.
+    pub async fn changed(&self) {
+        self.changes.notified().await;
     }
 
     pub fn file(&self) -> &DrainFile {
@@ -53,16 +121,32 @@ impl Watcher {
         }
         let mut job = self.pending.take().unwrap_or_else(|| {
             let (file, known) = (Arc::clone(&self.file), self.known);
-            tokio::task::spawn_blocking(move || file.look(known, SystemTime::now()))
+            // Claimed now, so that only one look sets the watch up.
+            let watch = !self.watching.swap(true, Ordering::AcqRel);
+            tokio::task::spawn_blocking(move || Job {
+                watch: watch.then(|| watch_dir(file.dir())),
+                look: file.look(known, SystemTime::now()),
+            })
         });
         match tokio::time::timeout(DEADLINE, &mut job).await {
-            Ok(Ok(Some(look))) => {
+            Ok(Ok(Job { look, watch })) => {
+                match watch {
+                    Some(Some(events)) => forward_events(
+                        events,
+                        Arc::clone(&self.changes),
+                        Arc::clone(&self.watching),
+                    ),
+                    // No directory to watch yet: try again at the next look.
+                    Some(None) => self.watching.store(false, Ordering::Release),
+                    None => {}
+                }
+                let look = look?;
                 self.known = look.stamp;
                 Some(look.state)
             }
-            Ok(Ok(None)) => None,
             Ok(Err(panicked)) => {
                 self.known = None;
+                self.watching.store(false, Ordering::Release);
                 Some(DrainState::Unknown(Unreadable::Read {
                     path: self.file.path().to_owned(),
                     source: Arc::new(io::Error::other(panicked.to_string())),
@@ -115,6 +199,7 @@ pub async fn run(
         }
         force = false;
         tokio::select! {
+            () = watcher.changed() => {}
             () = tokio::time::sleep(EVERY) => {}
             changed = reload.changed() => force = changed.is_ok(),
             () = &mut shutdown => return,
@@ -134,8 +219,78 @@ fn summary(state: &DrainState) -> String {
 /// Reads the state once within [`DEADLINE`], for a single poll (`pmcheck inetd`).
 pub async fn read_once(file: DrainFile) -> DrainState {
     let mut watcher = Watcher::new(file);
+    // One look: no events to wait for.
+    watcher.watching.store(true, Ordering::Release);
     match watcher.look(true).await {
         Some(state) => state,
         None => DrainState::Unknown(watcher.file().hung(DEADLINE)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::DrainRecord;
+
+    #[tokio::test]
+    async fn a_drain_written_is_heard_of_at_once_and_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut watcher = Watcher::new(DrainFile::new(dir.path()));
+        assert!(matches!(
+            watcher.look(false).await,
+            Some(DrainState::NotDrained)
+        ));
+        let file = DrainFile::new(dir.path());
+        file.write(&DrainRecord::new("now".into(), None, SystemTime::now()))
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), watcher.changed())
+            .await
+            .expect("the state directory's events wake the watcher");
+        let Some(DrainState::Drained(drain)) = watcher.look(false).await else {
+            panic!("the new record is read");
+        };
+        assert_eq!(drain.record.unwrap().reason, "now");
+        assert!(
+            watcher.look(false).await.is_none(),
+            "unchanged: not read again"
+        );
+        assert!(
+            watcher.look(true).await.is_some(),
+            "a reload reads it again"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_state_directory_that_comes_back_is_watched_again() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("state");
+        std::fs::create_dir(&dir).unwrap();
+        let mut watcher = Watcher::new(DrainFile::new(&dir));
+        watcher.look(false).await;
+        std::fs::remove_dir(&dir).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), watcher.changed())
+            .await
+            .expect("the directory's removal is an event");
+        assert!(matches!(
+            watcher.look(false).await,
+            Some(DrainState::Unknown(Unreadable::NoStateDir { .. }))
+        ));
+        std::fs::create_dir(&dir).unwrap();
+        watcher.look(false).await;
+        // The thread for the old directory has ended; the look just made set up a new watch.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !watcher.watching.load(Ordering::Acquire) {
+            assert!(std::time::Instant::now() < deadline);
+            watcher.look(false).await;
+        }
+        // Wake-ups left from the old directory must not pass for new events.
+        while tokio::time::timeout(Duration::from_millis(50), watcher.changed())
+            .await
+            .is_ok()
+        {}
+        std::fs::write(dir.join("drain"), "").unwrap();
+        tokio::time::timeout(Duration::from_secs(5), watcher.changed())
+            .await
+            .expect("events from the new directory");
     }
 }
