@@ -46,7 +46,9 @@ impl Limits {
                 return self;
             }
         };
-        let room = usize::try_from(soft.saturating_sub(RESERVED_FDS))
+        // Half for the table, half for the sockets of shed connections still being closed
+        // (a flood replaces them as fast as they go), so that `accept` never runs out.
+        let room = usize::try_from(soft.saturating_sub(RESERVED_FDS) / 2)
             .unwrap_or(usize::MAX)
             .max(1);
         if self.total <= room {
@@ -123,10 +125,11 @@ impl Connections {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Enters a new connection from `source`, closing another first when a limit is reached.
-    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Ticket {
+    /// Enters a new connection from `source`, closing another first when a limit is reached;
+    /// says whether it did.
+    pub fn admit(self: &Arc<Self>, source: IpAddr) -> (Ticket, bool) {
         let source = source.to_canonical();
-        let (close, shed) = oneshot::channel();
+        let (close, closed) = oneshot::channel();
         let mut table = self.lock();
         let from_source = table.per_source.get(&source).copied().unwrap_or(0);
         let victim = if from_source >= self.limits.per_source {
@@ -136,9 +139,7 @@ impl Connections {
         } else {
             None
         };
-        if let Some(victim) = victim {
-            table.evict_oldest(victim, self.limits);
-        }
+        let shed = victim.is_some_and(|victim| table.evict_oldest(victim, self.limits));
         let id = table.next;
         table.next += 1;
         table.live.insert(
@@ -149,11 +150,12 @@ impl Connections {
             },
         );
         *table.per_source.entry(source).or_default() += 1;
-        Ticket {
+        let ticket = Ticket {
             id,
             connections: Arc::clone(self),
-            shed,
-        }
+            shed: closed,
+        };
+        (ticket, shed)
     }
 }
 
@@ -165,14 +167,14 @@ impl Table {
             .map(|(source, _)| *source)
     }
 
-    fn evict_oldest(&mut self, source: IpAddr, limits: Limits) {
+    fn evict_oldest(&mut self, source: IpAddr, limits: Limits) -> bool {
         let Some(id) = self
             .live
             .iter()
             .find(|(_, live)| live.source == source)
             .map(|(id, _)| *id)
         else {
-            return;
+            return false;
         };
         let held = self.per_source.get(&source).copied().unwrap_or(0);
         self.release(id);
@@ -185,6 +187,7 @@ impl Table {
                 LOG_EVERY.as_secs()
             );
         }
+        true
     }
 
     fn release(&mut self, id: u64) {
@@ -246,10 +249,11 @@ mod tests {
             total: 10,
             per_source: 2,
         });
-        let mut first = table.admit(ip("10.0.0.1"));
-        let _second = table.admit(ip("10.0.0.1"));
-        let mut other = table.admit(ip("10.0.0.2"));
-        let _third = table.admit(ip("10.0.0.1"));
+        let mut first = table.admit(ip("10.0.0.1")).0;
+        let _second = table.admit(ip("10.0.0.1")).0;
+        let mut other = table.admit(ip("10.0.0.2")).0;
+        let (_third, shed) = table.admit(ip("10.0.0.1"));
+        assert!(shed, "admitting the third shed one");
         assert!(
             first
                 .shed
@@ -271,9 +275,9 @@ mod tests {
             total: 4,
             per_source: 4,
         });
-        let mut lb = table.admit(ip("10.0.0.9"));
-        let mut flood: Vec<_> = (0..3).map(|_| table.admit(ip("10.0.0.1"))).collect();
-        let _new_lb_poll = table.admit(ip("::ffff:10.0.0.9"));
+        let mut lb = table.admit(ip("10.0.0.9")).0;
+        let mut flood: Vec<_> = (0..3).map(|_| table.admit(ip("10.0.0.1")).0).collect();
+        let _new_lb_poll = table.admit(ip("::ffff:10.0.0.9")).0;
         assert_eq!(table.open(), 4);
         assert!(
             lb.shed
@@ -300,8 +304,8 @@ mod tests {
             total: 2,
             per_source: 2,
         });
-        let a = table.admit(ip("10.0.0.1"));
-        let b = table.admit(ip("10.0.0.2"));
+        let a = table.admit(ip("10.0.0.1")).0;
+        let b = table.admit(ip("10.0.0.2")).0;
         drop((a, b));
         assert_eq!(table.open(), 0);
         assert!(table.lock().per_source.is_empty());

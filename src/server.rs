@@ -264,11 +264,13 @@ async fn accept(
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning, and say so now and then.
                     if let Some(n) = Guard::note(&guard.failed) {
                         tracing::warn!("accept failed {n} time(s) in the last 10s: {e}");
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // Out of descriptors: shed connections are closing, give them a moment
+                    // (not the 50 ms of other errors: a load balancer's check is waiting).
+                    let out_of_fds = matches!(e.raw_os_error(), Some(code) if code == nix::errno::Errno::EMFILE as i32 || code == nix::errno::Errno::ENFILE as i32);
+                    tokio::time::sleep(Duration::from_millis(if out_of_fds { 1 } else { 50 })).await;
                     continue;
                 }
             },
@@ -286,7 +288,7 @@ async fn accept(
             }
             continue;
         }
-        let ticket = guard.connections.admit(peer.ip());
+        let (ticket, _shed) = guard.connections.admit(peer.ip());
         let _ = stream.set_nodelay(true);
         let stream = WriteDeadline::new(stream, WRITE_TIMEOUT);
         let connection = http.serve_connection(TokioIo::new(stream), answers(Arc::clone(&health)));

@@ -81,15 +81,6 @@ fn exit_code(d: &mut Daemon, within: Duration) -> Option<i32> {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .expect("VmRSS in /proc/PID/status")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_at_the_drain_path_is_refused_and_nothing_hangs() {
     let s = Setup::new(Behavior::Running).await;
@@ -142,7 +133,7 @@ async fn a_symlink_to_dev_zero_is_refused_unread() {
         "{a:?}"
     );
     d.wait_probes(3, SOON);
-    let rss = rss_kib(d.pid());
+    let rss = flood::rss_kib(d.pid()).expect("VmRSS");
     assert!(
         rss < 64 * 1024,
         "nothing was read from /dev/zero: {rss} KiB resident"

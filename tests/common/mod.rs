@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod flood;
+
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,0 +1,231 @@
+//! A connection flood and a legitimate poller to measure it by, for `tests/flood.rs` and
+//! `benches/flood.rs`. Loopback only; every loop ends at its deadline.
+
+#![allow(dead_code)]
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// HAProxy's `option httpchk` request.
+pub const CHECK: &[u8] = b"OPTIONS / HTTP/1.0\r\n\r\n";
+
+/// Hostile connections from one address, each reconnecting as soon as it is closed.
+#[derive(Debug, Clone, Copy)]
+pub struct Attack {
+    pub target: SocketAddr,
+    pub source: IpAddr,
+    /// Connect and send nothing.
+    pub idle: usize,
+    /// Send a request line, then a header byte a second.
+    pub slowloris: usize,
+    /// Pipeline requests as fast as the socket takes them and never read an answer.
+    pub pipeline: usize,
+}
+
+/// What the attack managed.
+#[derive(Debug, Default)]
+pub struct AttackCounts {
+    pub connected: AtomicU64,
+    pub failed: AtomicU64,
+    pub closed_by_server: AtomicU64,
+}
+
+/// Raises this process's soft descriptor limit to the hard one (a flood needs thousands).
+pub fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).expect("setrlimit");
+    hard
+}
+
+/// A TCP connection from `source` (any port) to `target`.
+pub async fn connect_from(source: IpAddr, target: SocketAddr) -> io::Result<TcpStream> {
+    let socket = if source.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(target).await
+}
+
+impl Attack {
+    /// Runs the attack on a thread and runtime of its own (so that it does not slow down the
+    /// poller that measures pmcheck), until `until`.
+    pub fn spawn(self, until: Instant) -> std::thread::JoinHandle<Arc<AttackCounts>> {
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the attack")
+                .block_on(self.run(until))
+        })
+    }
+
+    /// Runs the attack until `until`; returns its counts.
+    pub async fn run(self, until: Instant) -> Arc<AttackCounts> {
+        let counts = Arc::new(AttackCounts::default());
+        let mut tasks = tokio::task::JoinSet::new();
+        let kinds = [
+            (Kind::Idle, self.idle),
+            (Kind::Slowloris, self.slowloris),
+            (Kind::Pipeline, self.pipeline),
+        ];
+        for (kind, n) in kinds {
+            for _ in 0..n {
+                tasks.spawn(hostile(self, kind, until, Arc::clone(&counts)));
+            }
+        }
+        while tasks.join_next().await.is_some() {}
+        counts
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Idle,
+    Slowloris,
+    Pipeline,
+}
+
+/// One hostile connection, again and again until `until`.
+async fn hostile(attack: Attack, kind: Kind, until: Instant, counts: Arc<AttackCounts>) {
+    let deadline = tokio::time::Instant::from_std(until);
+    while Instant::now() < until {
+        let Ok(Ok(mut stream)) =
+            tokio::time::timeout_at(deadline, connect_from(attack.source, attack.target)).await
+        else {
+            counts.failed.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        counts.connected.fetch_add(1, Ordering::Relaxed);
+        let held = tokio::time::timeout_at(deadline, abuse(&mut stream, kind)).await;
+        if held.is_ok() {
+            counts.closed_by_server.fetch_add(1, Ordering::Relaxed);
+        }
+        // Not a spin: the next connection waits a moment.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Holds the connection the way `kind` does; returns when the server closes it.
+async fn abuse(stream: &mut TcpStream, kind: Kind) {
+    let mut byte = [0; 1];
+    match kind {
+        Kind::Idle => {
+            let _ = stream.read(&mut byte).await;
+        }
+        Kind::Slowloris => {
+            if stream.write_all(b"GET / HTTP/1.1\r\n").await.is_err() {
+                return;
+            }
+            loop {
+                tokio::select! {
+                    read = stream.read(&mut byte) => if matches!(read, Ok(0) | Err(_)) { return },
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {
+                        if stream.write_all(b"X").await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+        Kind::Pipeline => {
+            let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
+            while stream.write_all(&request).await.is_ok() {}
+        }
+    }
+}
+
+/// Polls as a load balancer does, from `source`, every `every` until `until`: a new connection,
+/// HAProxy's request, the whole answer. A poll not answered within `timeout` counts as lost.
+pub async fn poll_like_haproxy(
+    target: SocketAddr,
+    source: IpAddr,
+    every: Duration,
+    timeout: Duration,
+    until: Instant,
+) -> Polls {
+    let mut polls = Polls::default();
+    while Instant::now() < until {
+        let started = Instant::now();
+        match tokio::time::timeout(timeout, poll_once(source, target)).await {
+            Ok(Ok(status)) => {
+                polls.latencies.push(started.elapsed());
+                polls.statuses.push(status);
+            }
+            _ => polls.lost += 1,
+        }
+        tokio::time::sleep_until(tokio::time::Instant::from_std(started + every)).await;
+    }
+    polls
+}
+
+async fn poll_once(source: IpAddr, target: SocketAddr) -> io::Result<u16> {
+    let mut stream = connect_from(source, target).await?;
+    stream.write_all(CHECK).await?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await?;
+    let status = answer
+        .split(|&b| b == b' ')
+        .nth(1)
+        .and_then(|s| std::str::from_utf8(s).ok())
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| io::Error::other("no status line"))?;
+    Ok(status)
+}
+
+/// What the legitimate poller saw.
+#[derive(Debug, Default)]
+pub struct Polls {
+    pub latencies: Vec<Duration>,
+    pub statuses: Vec<u16>,
+    pub lost: usize,
+}
+
+impl Polls {
+    /// The `p`-quantile of the answered polls' latencies (0.5, 0.99, 1.0 for the maximum).
+    pub fn quantile(&self, p: f64) -> Duration {
+        let mut sorted = self.latencies.clone();
+        sorted.sort();
+        match sorted.len() {
+            0 => Duration::ZERO,
+            n => sorted[((n - 1) as f64 * p).round() as usize],
+        }
+    }
+}
+
+/// The largest of a process's resident set size (KiB) and open descriptors, sampled every
+/// 100 ms until `until`.
+pub async fn sample_process(pid: u32, until: Instant) -> (u64, usize) {
+    let (mut rss, mut fds) = (0, 0);
+    while Instant::now() < until {
+        rss = rss.max(rss_kib(pid).unwrap_or(0));
+        fds = fds.max(
+            std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .map(|d| d.count())
+                .unwrap_or(0),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (rss, fds)
+}
+
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
