@@ -1,2 +1,184 @@
-//! Placeholder: the flood benchmark is being written.
-fn main() {}
+//! pmcheck under a connection flood, beside the quiet case, in one run: a load balancer polls
+//! from 127.0.0.2 (a new connection per poll, HAProxy's bytes) while 5,000 hostile connections
+//! from 127.0.0.1 (idle, byte-a-second and never-reading pipelines, reconnecting as they are
+//! closed) attack. pmcheck starts under systemd's default soft descriptor limit of 1,024.
+//!
+//!     cargo bench --bench flood                          # this build
+//!     PMCHECK_BIN=/path/to/pmcheck cargo bench --bench flood   # another one
+//!     FLOOD_SECONDS=60 FLOOD_CONNECTIONS=5000 cargo bench --bench flood
+
+#[path = "../tests/common/flood.rs"]
+mod flood;
+
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use flood::{Attack, Polls};
+
+/// The daemon under test, killed by PID when the bench ends however it ends.
+struct Daemon {
+    child: Child,
+    addr: SocketAddr,
+    log_lines: Arc<AtomicUsize>,
+    _state: tempfile::TempDir,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(bin: &str) -> Daemon {
+    let state = tempfile::tempdir().expect("a state directory");
+    // A port nobody listens on: polls are answered from the latest probe whatever it says.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -Sn 1024 && exec \"$0\" \"$@\"", bin, "serve"])
+        .args(["--listen", "127.0.0.1:0", "--puppet-conf", "/dev/null"])
+        .args([
+            "--certname",
+            "bench.example",
+            "--puppet-addr",
+            &closed.to_string(),
+        ])
+        .arg("--state-dir")
+        .arg(state.path())
+        .env_clear()
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pmcheck starts");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let log_lines = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = mpsc::channel();
+    let lines = Arc::clone(&log_lines);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            lines.fetch_add(1, Ordering::Relaxed);
+            if let Some(addr) = line.split("listening on ").nth(1) {
+                let _ = tx.send(addr.trim().parse::<SocketAddr>());
+            }
+            if std::env::var_os("FLOOD_SHOW_LOG").is_some() {
+                eprintln!("  pmcheck: {line}");
+            }
+        }
+    });
+    let mut daemon = Daemon {
+        child,
+        addr: "127.0.0.1:0".parse().expect("an address"),
+        log_lines,
+        _state: state,
+    };
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(Ok(addr)) => daemon.addr = addr,
+        other => panic!("pmcheck did not say where it listens: {other:?}"),
+    }
+    daemon
+}
+
+struct Phase {
+    name: String,
+    polls: Polls,
+    rss_kib: u64,
+    fds: usize,
+    log_lines: usize,
+    hostile: u64,
+}
+
+async fn phase(d: &Daemon, name: &str, seconds: u64, attack: Option<Attack>) -> Phase {
+    let lb: IpAddr = "127.0.0.2".parse().expect("an address");
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let logged = d.log_lines.load(Ordering::Relaxed);
+    let attacking = attack.map(|a| a.spawn(until));
+    let every = Duration::from_millis(10);
+    let (polls, (rss_kib, fds)) = tokio::join!(
+        flood::poll_like_haproxy(d.addr, lb, every, Duration::from_secs(2), until),
+        flood::sample_process(d.child.id(), until),
+    );
+    let hostile = attacking
+        .map(|t| {
+            t.join()
+                .expect("the attack")
+                .connected
+                .load(Ordering::Relaxed)
+        })
+        .unwrap_or(0);
+    Phase {
+        name: name.to_owned(),
+        polls,
+        rss_kib,
+        fds,
+        log_lines: d.log_lines.load(Ordering::Relaxed) - logged,
+        hostile,
+    }
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let bin =
+        std::env::var("PMCHECK_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_pmcheck").to_owned());
+    let seconds = env_number("FLOOD_SECONDS", 20);
+    let total = env_number("FLOOD_CONNECTIONS", 5000) as usize;
+    let fds = flood::raise_fd_limit();
+    assert!(
+        fds as usize > total + 500,
+        "the bench needs more than {total} descriptors; its hard limit is {fds}"
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let d = start(&bin);
+    println!("pmcheck {bin} on {} (pid {})", d.addr, d.child.id());
+    let attack = Attack {
+        target: d.addr,
+        source: "127.0.0.1".parse().expect("an address"),
+        idle: total * 2 / 5,
+        slowloris: total * 3 / 10,
+        pipeline: total - total * 2 / 5 - total * 3 / 10,
+    };
+    let phases = rt.block_on(async {
+        // Let the first probe land.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let quiet = phase(&d, "quiet", 5, None).await;
+        let flood = phase(&d, &format!("{total} hostile"), seconds, Some(attack)).await;
+        [quiet, flood]
+    });
+    println!(
+        "\n{:<14} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
+        "phase", "polls", "lost", "p50", "p99", "max", "RSS KiB", "fds", "log lines", "attacks"
+    );
+    for p in &phases {
+        let ms = |d: Duration| format!("{:.1}ms", d.as_secs_f64() * 1000.0);
+        println!(
+            "{:<14} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
+            p.name,
+            p.polls.latencies.len(),
+            p.polls.lost,
+            ms(p.polls.quantile(0.5)),
+            ms(p.polls.quantile(0.99)),
+            ms(p.polls.quantile(1.0)),
+            p.rss_kib,
+            p.fds,
+            p.log_lines,
+            p.hostile
+        );
+    }
+}

@@ -103,7 +103,9 @@ fn bind_one(addr: SocketAddr) -> Result<std::net::TcpListener, ListenError> {
     }
     socket.set_reuse_address(true).map_err(fail)?;
     socket.bind(&addr.into()).map_err(fail)?;
-    socket.listen(1024).map_err(fail)?;
+    // Deep enough for a flood not to drop a load balancer's SYN (the kernel caps it at
+    // net.core.somaxconn).
+    socket.listen(4096).map_err(fail)?;
     socket.set_nonblocking(true).map_err(fail)?;
     Ok(socket.into())
 }
