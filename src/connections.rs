@@ -125,9 +125,8 @@ impl Connections {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Enters a new connection from `source`, closing another first when a limit is reached;
-    /// says whether it did.
-    pub fn admit(self: &Arc<Self>, source: IpAddr) -> (Ticket, bool) {
+    /// Enters a new connection from `source`, closing another first when a limit is reached.
+    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Ticket {
         let source = source.to_canonical();
         let (close, closed) = oneshot::channel();
         let mut table = self.lock();
@@ -139,7 +138,9 @@ impl Connections {
         } else {
             None
         };
-        let shed = victim.is_some_and(|victim| table.evict_oldest(victim, self.limits));
+        if let Some(victim) = victim {
+            table.evict_oldest(victim, self.limits);
+        }
         let id = table.next;
         table.next += 1;
         table.live.insert(
@@ -150,12 +151,11 @@ impl Connections {
             },
         );
         *table.per_source.entry(source).or_default() += 1;
-        let ticket = Ticket {
+        Ticket {
             id,
             connections: Arc::clone(self),
             shed: closed,
-        };
-        (ticket, shed)
+        }
     }
 }
 
@@ -167,14 +167,14 @@ impl Table {
             .map(|(source, _)| *source)
     }
 
-    fn evict_oldest(&mut self, source: IpAddr, limits: Limits) -> bool {
+    fn evict_oldest(&mut self, source: IpAddr, limits: Limits) {
         let Some(id) = self
             .live
             .iter()
             .find(|(_, live)| live.source == source)
             .map(|(id, _)| *id)
         else {
-            return false;
+            return;
         };
         let held = self.per_source.get(&source).copied().unwrap_or(0);
         self.release(id);
@@ -187,7 +187,6 @@ impl Table {
                 LOG_EVERY.as_secs()
             );
         }
-        true
     }
 
     fn release(&mut self, id: u64) {
@@ -249,11 +248,10 @@ mod tests {
             total: 10,
             per_source: 2,
         });
-        let mut first = table.admit(ip("10.0.0.1")).0;
-        let _second = table.admit(ip("10.0.0.1")).0;
-        let mut other = table.admit(ip("10.0.0.2")).0;
-        let (_third, shed) = table.admit(ip("10.0.0.1"));
-        assert!(shed, "admitting the third shed one");
+        let mut first = table.admit(ip("10.0.0.1"));
+        let _second = table.admit(ip("10.0.0.1"));
+        let mut other = table.admit(ip("10.0.0.2"));
+        let _third = table.admit(ip("10.0.0.1"));
         assert!(
             first
                 .shed
@@ -275,9 +273,9 @@ mod tests {
             total: 4,
             per_source: 4,
         });
-        let mut lb = table.admit(ip("10.0.0.9")).0;
-        let mut flood: Vec<_> = (0..3).map(|_| table.admit(ip("10.0.0.1")).0).collect();
-        let _new_lb_poll = table.admit(ip("::ffff:10.0.0.9")).0;
+        let mut lb = table.admit(ip("10.0.0.9"));
+        let mut flood: Vec<_> = (0..3).map(|_| table.admit(ip("10.0.0.1"))).collect();
+        let _new_lb_poll = table.admit(ip("::ffff:10.0.0.9"));
         assert_eq!(table.open(), 4);
         assert!(
             lb.shed
@@ -304,8 +302,8 @@ mod tests {
             total: 2,
             per_source: 2,
         });
-        let a = table.admit(ip("10.0.0.1")).0;
-        let b = table.admit(ip("10.0.0.2")).0;
+        let a = table.admit(ip("10.0.0.1"));
+        let b = table.admit(ip("10.0.0.2"));
         drop((a, b));
         assert_eq!(table.open(), 0);
         assert!(table.lock().per_source.is_empty());

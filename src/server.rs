@@ -271,8 +271,8 @@ async fn accept(
                     }
                     // Out of descriptors: shed connections are closing, give them a moment
                     // (not the 50 ms of other errors: a load balancer's check is waiting).
-                    let out_of_fds = matches!(e.raw_os_error(), Some(code) if code == nix::errno::Errno::EMFILE as i32 || code == nix::errno::Errno::ENFILE as i32);
-                    tokio::time::sleep(Duration::from_millis(if out_of_fds { 1 } else { 50 })).await;
+                    let pause = if out_of_descriptors(&e) { 1 } else { 50 };
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
                     continue;
                 }
             },
@@ -290,7 +290,7 @@ async fn accept(
             }
             continue;
         }
-        let (ticket, _shed) = guard.connections.admit(peer.ip());
+        let ticket = guard.connections.admit(peer.ip());
         let _ = stream.set_nodelay(true);
         let stream = WriteDeadline::new(stream, WRITE_TIMEOUT);
         let connection = http.serve_connection(TokioIo::new(stream), answers(Arc::clone(&health)));
@@ -321,6 +321,12 @@ async fn accept(
         while connections.join_next().await.is_some() {}
     })
     .await;
+}
+
+/// EMFILE or ENFILE: the process or the system has no descriptor left.
+fn out_of_descriptors(e: &io::Error) -> bool {
+    use nix::errno::Errno;
+    matches!(e.raw_os_error(), Some(code) if code == Errno::EMFILE as i32 || code == Errno::ENFILE as i32)
 }
 
 /// The HTTP/1 settings every poll is served with.
