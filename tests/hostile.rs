@@ -363,34 +363,33 @@ async fn serve_creates_a_missing_state_directory_and_warns_about_a_world_writabl
 fn the_drain_record_says_who_really_drained() {
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().display().to_string();
-    let out = pmcheck()
-        .env("USER", "mallory")
-        .env("LOGNAME", "mallory")
-        .env("SUDO_USER", "mallory")
-        .env("SUDO_UID", "4242")
-        .args(["drain", "--state-dir", &dir])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(state.path().join("drain")).unwrap()).unwrap();
-    assert_eq!(
-        record["by"],
-        whoami().as_str(),
-        "USER and a SUDO_USER without a matching SUDO_UID are not believed"
-    );
-    if running_as_root() {
-        // What sudo sets for a real person.
+    // `pmcheck drain` with these variables set: who the record says drained.
+    let drained_by = |vars: &[(&str, &str)]| {
         let out = pmcheck()
-            .env("SUDO_USER", "nobody")
-            .env("SUDO_UID", "65534")
+            .envs(vars.iter().copied())
             .args(["drain", "--state-dir", &dir])
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         let record: serde_json::Value =
             serde_json::from_slice(&std::fs::read(state.path().join("drain")).unwrap()).unwrap();
-        assert_eq!(record["by"], "nobody via sudo");
+        record["by"].as_str().unwrap_or_default().to_owned()
+    };
+    let spoofed = [
+        ("USER", "mallory"),
+        ("LOGNAME", "mallory"),
+        ("SUDO_USER", "mallory"),
+        ("SUDO_UID", "4242"),
+    ];
+    assert_eq!(
+        drained_by(&spoofed),
+        whoami(),
+        "USER and a SUDO_USER without a matching SUDO_UID are not believed"
+    );
+    if running_as_root() {
+        // What sudo sets for a real person.
+        let sudo = [("SUDO_USER", "nobody"), ("SUDO_UID", "65534")];
+        assert_eq!(drained_by(&sudo), "nobody via sudo");
     }
 }
 
