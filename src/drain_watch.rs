@@ -34,6 +34,8 @@ pub type Drains = watch::Receiver<Arc<DrainState>>;
 /// one blocking thread, not one per attempt.
 pub struct Watcher {
     file: Arc<DrainFile>,
+    /// [`DrainFile::look`]; a test puts a file system that hangs in its place.
+    read: Reader,
     known: Option<FileStamp>,
     pending: Option<tokio::task::JoinHandle<Job>>,
     /// Woken by the thread that reads the state directory's events.
@@ -41,6 +43,8 @@ pub struct Watcher {
     /// Whether that thread runs; a look sets it up (again) while it does not.
     watching: Arc<AtomicBool>,
 }
+
+type Reader = Arc<dyn Fn(&DrainFile, Option<FileStamp>, SystemTime) -> Option<Look> + Send + Sync>;
 
 /// What a look on the blocking pool brings back.
 struct Job {
@@ -98,6 +102,7 @@ impl Watcher {
     pub fn new(file: DrainFile) -> Self {
         Self {
             file: Arc::new(file),
+            read: Arc::new(DrainFile::look),
             known: None,
             pending: None,
             changes: Arc::new(Notify::new()),
@@ -120,12 +125,12 @@ impl Watcher {
             self.known = None;
         }
         let mut job = self.pending.take().unwrap_or_else(|| {
-            let (file, known) = (Arc::clone(&self.file), self.known);
+            let (file, known, read) = (Arc::clone(&self.file), self.known, Arc::clone(&self.read));
             // Claimed now, so that only one look sets the watch up.
             let watch = !self.watching.swap(true, Ordering::AcqRel);
             tokio::task::spawn_blocking(move || Job {
                 watch: watch.then(|| watch_dir(file.dir())),
-                look: file.look(known, SystemTime::now()),
+                look: read(&file, known, SystemTime::now()),
             })
         });
         match tokio::time::timeout(DEADLINE, &mut job).await {
@@ -258,6 +263,51 @@ mod tests {
             watcher.look(true).await.is_some(),
             "a reload reads it again"
         );
+    }
+
+    /// A file system that hangs until the test lets it go, as a dead NFS server does. (Real
+    /// time: tokio's paused clock does not move while a blocking task runs.)
+    #[tokio::test]
+    async fn a_hung_file_system_is_unknown_and_holds_one_thread_only() {
+        use std::sync::atomic::AtomicUsize;
+        let dir = tempfile::tempdir().unwrap();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        // Lets the file system go however the test ends, or the runtime would wait for it.
+        struct Release(std::sync::mpsc::Sender<()>);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                let _ = self.0.send(());
+            }
+        }
+        let release = Release(release);
+        let hold = std::sync::Mutex::new(hold);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let mut watcher = Watcher::new(DrainFile::new(dir.path()));
+        let counted = Arc::clone(&calls);
+        watcher.read = Arc::new(move |file, known, now| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let _ = hold.lock().unwrap().recv();
+            file.look(known, now)
+        });
+        for _ in 0..2 {
+            let Some(DrainState::Unknown(why)) = watcher.look(false).await else {
+                panic!("a look that does not come back is unknown (fail closed)");
+            };
+            assert!(
+                why.to_string().contains("has not finished after 1s"),
+                "{why}"
+            );
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "the hung look is awaited, not repeated"
+        );
+        release.send(()).unwrap();
+        assert!(matches!(
+            watcher.look(false).await,
+            Some(DrainState::NotDrained)
+        ));
     }
 
     #[tokio::test]
