@@ -303,7 +303,7 @@ mod tests {
             1,
             "the hung look is awaited, not repeated"
         );
-        release.send(()).unwrap();
+        drop(release);
         assert!(matches!(
             watcher.look(false).await,
             Some(DrainState::NotDrained)
