@@ -136,7 +136,11 @@ pub async fn serve(
     let (stop, stopped) = watch::channel(());
     let (publish, latest) = watch::channel(None);
     let drain_file = DrainFile::new(&settings.state_dir.value);
-    prepare_state_dir(&drain_file);
+    // On the blocking pool with the drain record's deadline: the state directory may sit on a
+    // hung file system, and then the first look says so (503 UNKNOWN) instead of start-up waiting.
+    let dir = DrainFile::new(&settings.state_dir.value);
+    let prepared = tokio::task::spawn_blocking(move || prepare_state_dir(&dir));
+    let _ = tokio::time::timeout(drain_watch::DEADLINE, prepared).await;
     let (publish_drain, drains) = watch::channel(Arc::new(DrainState::NotDrained));
     // The first look before the first answer: a drained node never answers from a default.
     let mut watcher = Watcher::new(drain_file);
