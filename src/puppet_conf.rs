@@ -27,11 +27,13 @@ pub enum PuppetConfError {
         source: std::io::Error,
     },
     #[error(
-        "{path}:{line}: cannot parse `{text}`: expected `[section]`, `name = value` or a # comment"
+        "{path}:{line}: cannot parse `{shown}`: expected `[section]`, `name = value` or a # comment",
+        shown = crate::text::one_line(text, 120)
     )]
     Syntax {
         path: PathBuf,
         line: usize,
+        /// The line as it is in the file; shown on one bounded line.
         text: String,
     },
     #[error("{setting} = {value}: unknown variable ${var} (from {source_})")]
