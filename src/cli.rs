@@ -208,7 +208,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// A duration the way operators write them: `1500ms`, `2s`, `30m`, `1h`.
 pub fn format_duration(d: std::time::Duration) -> String {
     // Finer than a millisecond (`--timeout 1500us`): humantime's own words, which it reads back.
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         return humantime::format_duration(d).to_string();
     }
     let ms = d.as_millis();
