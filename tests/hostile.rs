@@ -46,14 +46,10 @@ fn pmcheck_within(within: Duration, args: &[&str]) -> std::process::Output {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + within;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("`pmcheck {}` hung for {within:?}", args.join(" "));
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if exited_within(&mut child, within).is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("`pmcheck {}` hung for {within:?}", args.join(" "));
     }
     child.wait_with_output().unwrap()
 }
@@ -68,17 +64,10 @@ fn signal(d: &Daemon, name: &str) {
 
 /// Waits for the daemon to exit, returning its exit code; fails after `within`.
 fn exit_code(d: &mut Daemon, within: Duration) -> Option<i32> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = d.child().try_wait().unwrap() {
-            return status.code();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pmcheck did not stop within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = exited_within(d.child(), within);
+    status
+        .unwrap_or_else(|| panic!("pmcheck did not stop within {within:?}"))
+        .code()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

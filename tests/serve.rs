@@ -590,13 +590,6 @@ async fn sigterm_stops_the_daemon_cleanly() {
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = Instant::now() + SOON;
-    let code = loop {
-        if let Some(status) = d.child().try_wait().unwrap() {
-            break status.code();
-        }
-        assert!(Instant::now() < deadline, "pmcheck ignored SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert_eq!(code, Some(0));
+    let status = exited_within(d.child(), SOON).expect("pmcheck ignored SIGTERM");
+    assert_eq!(status.code(), Some(0));
 }

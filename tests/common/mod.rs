@@ -368,6 +368,21 @@ pub fn bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pmcheck")))
 }
 
+/// Waits for `child` to exit, checking every 20 ms; `None` when it is still running after
+/// `within` (the caller says what that means and kills it).
+pub fn exited_within(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The pmcheck binary, with a clean environment.
 pub fn pmcheck() -> Command {
     let mut command = Command::new(bin());
