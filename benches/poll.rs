@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::Request;
-use pmcheck::drain::{DrainFile, DrainRecord, DrainState};
-use pmcheck::probe::ProbeReport;
-use pmcheck::responder::Health;
+use pmcheck::health::drain::{DrainFile, DrainRecord, DrainState};
+use pmcheck::puppet::probe::ProbeReport;
+use pmcheck::responder::http::Health;
 use tokio::sync::watch;
 
 type Senders = (

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::cidr::Cidr;
+use crate::responder::cidr::Cidr;
 
 /// Where `drain`, `undrain` and the daemon keep the drain record.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/pmcheck";
@@ -151,7 +151,7 @@ pub struct DrainArgs {
         env = "PMCHECK_REASON",
         value_name = "TEXT",
         default_value = "drained by operator",
-        value_parser = crate::drain::parse_reason
+        value_parser = crate::health::drain::parse_reason
     )]
     pub reason: String,
     /// Undrain automatically after this long (for example 30m)

@@ -8,14 +8,15 @@ use clap::parser::ValueSource;
 use thiserror::Error;
 
 use crate::cli::{CheckArgs, Cli, Command, DrainArgs, Generate, PuppetArgs, StateArgs, StatusArgs};
-use crate::connections::Limits;
-use crate::drain::{DrainError, DrainFile, DrainRecord};
-use crate::probe::Prober;
-use crate::puppet_conf::Source;
-use crate::server::ListenError;
+use crate::health::drain::{DrainError, DrainFile, DrainRecord};
+use crate::health::verdict::{Verdict, Word};
+use crate::operator::{manual, status};
+use crate::puppet::probe::Prober;
+use crate::responder::connections::Limits;
+use crate::responder::server::ListenError;
+use crate::responder::{inetd, server, signals, systemd};
+use crate::settings::puppet_conf::Source;
 use crate::settings::{Host, Origin, Settings, SettingsError};
-use crate::verdict::{Verdict, Word};
-use crate::{inetd, manual, server, signals, status, systemd};
 
 /// sysexits(3) codes.
 pub mod exit {

@@ -6,25 +6,13 @@
 //! [`puppet_conf`] and [`settings`]. Its listeners are guarded by an allowlist ([`cidr`]), a
 //! connection table ([`connections`]) and write deadlines ([`deadline`]).
 
-pub mod cidr;
 pub mod cli;
 pub mod commands;
-pub mod connections;
-pub mod deadline;
-pub mod drain;
-pub mod drain_watch;
-pub mod identity;
-pub mod inetd;
-pub mod manual;
-pub mod probe;
-pub mod puppet_conf;
+pub mod health;
+pub mod operator;
+pub mod puppet;
 pub mod responder;
-pub mod server;
 pub mod settings;
-pub mod signals;
-pub mod status;
-pub mod systemd;
 pub mod text;
-pub mod verdict;
 
 pub use commands::run;

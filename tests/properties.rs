@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use pmcheck::cli::{format_duration, parse_duration};
-use pmcheck::puppet_conf::{PuppetConf, PuppetConfError};
+use pmcheck::settings::puppet_conf::{PuppetConf, PuppetConfError};
 use proptest::prelude::*;
 
 const CONF: &str = "/etc/puppetlabs/puppet/puppet.conf";

@@ -12,10 +12,10 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
-use crate::drain::DrainFile;
-use crate::drain_watch;
-use crate::probe::{ProbeReport, ProbeTarget, Prober};
-use crate::responder::Health;
+use crate::health::drain::DrainFile;
+use crate::health::drain_watch;
+use crate::puppet::probe::{ProbeReport, ProbeTarget, Prober};
+use crate::responder::http::Health;
 use crate::settings::DEFAULT_TIMEOUT;
 
 /// The largest request head accepted; a health check is a few dozen bytes.

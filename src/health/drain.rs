@@ -4,7 +4,7 @@
 //! record or the new one, never half of either. Whatever else sits at that path (a symlink, a FIFO,
 //! a device, a directory, a file larger than any record) is refused unread: the node then answers
 //! 503 UNKNOWN with the reason, because nobody can tell whether it was meant to be drained. The
-//! daemon does not read the file per poll: [`crate::drain_watch`] re-reads it when it changes.
+//! daemon does not read the file per poll: [`crate::health::drain_watch`] re-reads it when it changes.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -17,7 +17,7 @@ use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::identity::FileStamp;
+use crate::puppet::identity::FileStamp;
 use crate::text;
 
 /// The largest drain file read. What `pmcheck drain` writes stays under 2 KiB.
@@ -293,7 +293,7 @@ impl DrainFile {
     }
 
     /// Looks at the file; `None` when its stamp equals `known` (nothing changed, nothing read).
-    /// Blocking: the daemon calls it off its workers, with a deadline ([`crate::drain_watch`]).
+    /// Blocking: the daemon calls it off its workers, with a deadline ([`crate::health::drain_watch`]).
     pub fn look(&self, known: Option<FileStamp>, now: SystemTime) -> Option<Look> {
         let unchanged = known.is_some()
             && fs::symlink_metadata(&self.path)

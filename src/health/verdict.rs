@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::drain::{Drain, DrainState};
-use crate::probe::ProbeReport;
+use crate::health::drain::{Drain, DrainState};
+use crate::puppet::probe::ProbeReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "UPPERCASE")]
@@ -204,7 +204,7 @@ impl<'a> Verdict<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::DrainRecord;
+    use crate::health::drain::DrainRecord;
     use std::time::SystemTime;
 
     const STALE: Duration = Duration::from_secs(5);
@@ -234,7 +234,7 @@ mod tests {
         let text = serde_json::to_string(&record).unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("drain"), text).unwrap();
-        match crate::drain::DrainFile::new(dir.path()).state(SystemTime::now()) {
+        match crate::health::drain::DrainFile::new(dir.path()).state(SystemTime::now()) {
             DrainState::Drained(d) | DrainState::Expired(d) => d,
             other => panic!("unexpected {other:?}"),
         }
@@ -322,7 +322,7 @@ mod tests {
     fn unreadable_drain_state_fails_closed_even_when_healthy() {
         let now = Instant::now();
         let ok = report(true, now);
-        let state = DrainState::Unknown(crate::drain::Unreadable::Read {
+        let state = DrainState::Unknown(crate::health::drain::Unreadable::Read {
             path: "/x/drain".into(),
             source: std::sync::Arc::new(std::io::ErrorKind::PermissionDenied.into()),
         });

@@ -10,7 +10,7 @@ use rustls::{AlertDescription, CertificateError};
 use thiserror::Error;
 use tokio::sync::watch;
 
-use crate::identity::{FileStamp, IdentityError, IdentityFiles};
+use crate::puppet::identity::{FileStamp, IdentityError, IdentityFiles};
 use crate::text;
 
 /// Puppet Server >= 6.14. Older servers answer 404 `not found: server` and need the next one.

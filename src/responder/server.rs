@@ -14,16 +14,16 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::cidr::{self, Cidr};
 use crate::cli::format_duration;
-use crate::connections::{Connections, Limits, Throttle};
-use crate::deadline::WriteDeadline;
-use crate::drain::{DrainFile, DrainState};
-use crate::drain_watch::{self, Watcher};
-use crate::probe::{self, ProbeReport, Prober};
-use crate::responder::Health;
+use crate::health::drain::{DrainFile, DrainState};
+use crate::health::drain_watch::{self, Watcher};
+use crate::health::verdict::{Verdict, Word};
+use crate::puppet::probe::{self, ProbeReport, Prober};
+use crate::responder::cidr::{self, Cidr};
+use crate::responder::connections::{Connections, Limits, Throttle};
+use crate::responder::deadline::WriteDeadline;
+use crate::responder::http::Health;
 use crate::settings::Settings;
-use crate::verdict::{Verdict, Word};
 
 /// Port 9200 on every address, IPv4 included.
 pub const DEFAULT_LISTEN_V6: SocketAddr =
@@ -383,14 +383,14 @@ fn log_changes(health: Arc<Health>) -> impl FnMut(&ProbeReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::{Drain, DrainState};
+    use crate::health::drain::{Drain, DrainState};
     use proptest::prelude::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// A drained node with a healthy Puppet Server: the one case where a 200 would be a lie
     /// that still looks plausible.
     fn drained() -> (Arc<Health>, impl Sized) {
-        let report = crate::probe::ProbeReport {
+        let report = crate::puppet::probe::ProbeReport {
             ok: true,
             inconclusive: false,
             detail: "running".into(),

@@ -12,9 +12,9 @@ use hyper::ext::ReasonPhrase;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::drain_watch::Drains;
-use crate::probe::{Latest, ProbeReport};
-use crate::verdict::{Verdict, Word};
+use crate::health::drain_watch::Drains;
+use crate::health::verdict::{Verdict, Word};
+use crate::puppet::probe::{Latest, ProbeReport};
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
@@ -128,7 +128,7 @@ fn wants_json(headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::DrainState;
+    use crate::health::drain::DrainState;
     use http_body_util::BodyExt;
 
     fn body(response: Response<Full<Bytes>>) -> (StatusCode, HeaderMap, Bytes) {

@@ -1,6 +1,8 @@
 //! pmcheck's resolved settings: command line and environment over puppet.conf over defaults,
 //! each value with where it came from.
 
+pub mod puppet_conf;
+
 use std::fmt;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -8,10 +10,10 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use self::puppet_conf::{Layout, PuppetConf, PuppetConfError, Resolver, Source, Webserver};
 use crate::cli::{PuppetArgs, StateArgs};
-use crate::identity::IdentityFiles;
-use crate::probe::{DEFAULT_STATUS_PATH, ProbeTarget};
-use crate::puppet_conf::{self, Layout, PuppetConf, PuppetConfError, Resolver, Source, Webserver};
+use crate::puppet::identity::IdentityFiles;
+use crate::puppet::probe::{DEFAULT_STATUS_PATH, ProbeTarget};
 
 /// The deadline of one probe when nothing else is said.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1500);

@@ -17,8 +17,8 @@ use std::time::{Duration, SystemTime};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::sync::{Notify, watch};
 
-use crate::drain::{DrainFile, DrainState, Look, Unreadable};
-use crate::identity::FileStamp;
+use crate::health::drain::{DrainFile, DrainState, Look, Unreadable};
+use crate::puppet::identity::FileStamp;
 
 /// How often the file is looked at: a drain reaches the answers this fast, well inside one
 /// HAProxy check interval.
@@ -235,7 +235,7 @@ pub async fn read_once(file: DrainFile) -> DrainState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::DrainRecord;
+    use crate::health::drain::DrainRecord;
 
     #[tokio::test]
     async fn a_drain_written_is_heard_of_at_once_and_read_once() {

@@ -1,0 +1,6 @@
+//! The node's health: the drain record, kept current in the background, and the verdict made
+//! from it and the latest probe.
+
+pub mod drain;
+pub mod drain_watch;
+pub mod verdict;

@@ -1,0 +1,4 @@
+//! What the operator reads: `pmcheck status` and the manual.
+
+pub mod manual;
+pub mod status;
