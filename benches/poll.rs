@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::Request;
+use pmcheck::health::answer::Answer;
 use pmcheck::health::drain::{DrainFile, DrainRecord, DrainState};
-use pmcheck::puppet::probe::ProbeReport;
-use pmcheck::responder::http::Health;
+use pmcheck::health::verdict::Verdict;
+use pmcheck::puppet::probe::{ProbeOutcome, ProbeReport};
+use pmcheck::responder::http::Responder;
 use tokio::sync::watch;
 
 type Senders = (
@@ -20,18 +22,15 @@ type Senders = (
 );
 
 /// A daemon's view with a fresh, healthy probe report; keep the senders alive while polling.
-fn health() -> (Health, Senders) {
-    let report = ProbeReport {
-        ok: true,
-        inconclusive: false,
-        detail: "running".into(),
-        latency: Duration::from_millis(12),
-        finished: Instant::now(),
-        endpoint: "https://puppet01.example.com:8140/status/v1/simple/server".into(),
-    };
+fn health() -> (Responder, Senders) {
+    let report = ProbeReport::new(
+        ProbeOutcome::Healthy,
+        Duration::from_millis(12),
+        Some("https://puppet01.example.com:8140/status/v1/simple/server".into()),
+    );
     let (publish, latest) = watch::channel(Some(Arc::new(report)));
     let (publish_drain, drain) = watch::channel(Arc::new(DrainState::NotDrained));
-    let health = Health {
+    let health = Responder {
         drain,
         latest,
         stale_after: Duration::from_secs(3600),
@@ -39,7 +38,27 @@ fn health() -> (Health, Senders) {
     (health, (publish, publish_drain))
 }
 
-fn measure(name: &str, health: &Health, request: &Request<()>) {
+/// The verdict a poll gets, read back through the public answer type, so that a bench never
+/// times an answer other than the one it names.
+fn verdict_of(health: &Responder) -> Verdict {
+    use http_body_util::BodyExt;
+    let request = Request::get("/")
+        .header("accept", "application/json")
+        .body(())
+        .expect("request");
+    let body = health.answer(&request).into_body();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    let bytes = match rt.block_on(body.collect()) {
+        Ok(collected) => collected.to_bytes(),
+        Err(never) => match never {},
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    Answer::from_json(&text).expect("a JSON answer").verdict
+}
+
+fn measure(name: &str, health: &Responder, request: &Request<()>) {
     const ROUNDS: u32 = 5;
     const PER_ROUND: u32 = 100_000;
     let mut best = Duration::MAX;
@@ -64,6 +83,7 @@ fn main() {
         .header("accept", "application/json")
         .body(())
         .expect("request");
+    assert_eq!(verdict_of(&health), Verdict::Ok);
     measure("OK, text (HAProxy's OPTIONS /)", &health, &options);
     measure("OK, JSON", &health, &json);
     let file = DrainFile::new(dir.path());
@@ -71,5 +91,6 @@ fn main() {
     file.write(&DrainRecord::new("upgrade".into(), None, now))
         .expect("drain");
     senders.1.send_replace(Arc::new(file.state(now)));
+    assert_eq!(verdict_of(&health), Verdict::Drained);
     measure("DRAINED, text", &health, &options);
 }

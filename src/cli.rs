@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::responder::cidr::Cidr;
+use crate::settings::duration::parse_duration;
 
 /// Where `drain`, `undrain` and the daemon keep the drain record.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/pmcheck";
@@ -188,52 +189,4 @@ pub enum Generate {
     Man,
     /// A completion script for SHELL (bash, zsh, fish, elvish, powershell)
     Completions { shell: clap_complete::Shell },
-}
-
-/// Durations as operators write them: `1500ms`, `2s`, `30m`, `1h`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text)
-        .map_err(|e| format!("{e} (write a duration such as 1500ms, 2s, 30m or 1h)"))?;
-    /// Ten years: longer is a typo, and would overflow the clock arithmetic.
-    const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
-    if duration.is_zero() {
-        return Err("must be longer than zero".to_owned());
-    }
-    if duration > LONGEST {
-        return Err("must be at most ten years".to_owned());
-    }
-    Ok(duration)
-}
-
-/// A duration the way operators write them: `1500ms`, `2s`, `30m`, `1h`.
-pub fn format_duration(d: std::time::Duration) -> String {
-    // Finer than a millisecond (`--timeout 1500us`): humantime's own words, which it reads back.
-    if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        return humantime::format_duration(d).to_string();
-    }
-    let ms = d.as_millis();
-    match ms {
-        0 => "0s".to_owned(),
-        _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
-        _ if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
-        _ if ms.is_multiple_of(1_000) => format!("{}s", ms / 1_000),
-        _ => format!("{ms}ms"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn durations_read_and_print_as_operators_write_them() {
-        for text in ["1500ms", "2s", "30m", "1h"] {
-            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
-        }
-        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
-        assert!(parse_duration("0s").is_err());
-        assert!(parse_duration("500000000000y").is_err());
-        assert!(parse_duration("soon").unwrap_err().contains("1500ms"));
-    }
 }

@@ -9,9 +9,9 @@ use thiserror::Error;
 
 use crate::cli::{CheckArgs, Cli, Command, DrainArgs, Generate, PuppetArgs, StateArgs, StatusArgs};
 use crate::health::drain::{DrainError, DrainFile, DrainRecord};
-use crate::health::verdict::{Verdict, Word};
+use crate::health::verdict::{Decision, Verdict};
 use crate::operator::{manual, status};
-use crate::puppet::probe::Prober;
+use crate::puppet::probe::{ProbeOutcome, Prober};
 use crate::responder::connections::Limits;
 use crate::responder::server::ListenError;
 use crate::responder::{inetd, server, signals, systemd};
@@ -90,9 +90,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> u8 {
     let result = match cli.command {
         Command::Serve(args) => serve(args, &origin),
         Command::Inetd(args) => {
-            let target = settings(&args.puppet, &args.state, &origin)
-                .map(|s| s.probe_target())
-                .map_err(|e| e.to_string());
+            let target = Settings::resolve(&args.puppet, &args.state, &origin, &Host::REAL)
+                .map(|s| s.probe_target());
             let answered = inetd::answer_one(&args.state.state_dir, target, args.read_timeout);
             block_on(answered)
                 .and_then(|r| r)
@@ -240,17 +239,18 @@ fn check(args: CheckArgs, origin: &dyn Origin) -> u8 {
         }
     };
     let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
-    let verdict = Verdict::decide(&drain, Some(&report), Instant::now(), Duration::MAX);
-    let (label, code) = match verdict.word {
-        Word::Unknown | Word::Starting => ("UNKNOWN", 3),
-        _ if report.inconclusive => ("UNKNOWN", 3),
-        _ if !report.ok => ("CRITICAL", 2),
-        Word::Drained => ("WARNING", 1),
+    let decision = Decision::decide(&drain, Some(&report), Instant::now(), Duration::MAX);
+    let (label, code) = match (decision.verdict, &report.outcome) {
+        (Verdict::Unknown | Verdict::Starting, _) | (_, ProbeOutcome::CannotTell(_)) => {
+            ("UNKNOWN", 3)
+        }
+        (_, ProbeOutcome::Unhealthy(_)) => ("CRITICAL", 2),
+        (Verdict::Drained, _) => ("WARNING", 1),
         _ => ("OK", 0),
     };
     println!(
         "PMCHECK {label} - {} | time={:.3}s;;;0",
-        verdict.reason,
+        decision.reason,
         report.latency.as_secs_f64()
     );
     code
@@ -302,13 +302,13 @@ fn undrain(state: StateArgs) -> Result<u8, Error> {
 }
 
 fn status_command(args: StatusArgs) -> Result<u8, Error> {
-    let answer = block_on(status::ask(&args.url))??;
+    let reply = block_on(status::ask(&args.url))??;
     if args.json {
-        print!("{}", answer.body);
+        print!("{}", reply.body);
     } else {
-        print!("{}", status::describe(&answer));
+        print!("{}", status::describe(&reply));
     }
-    Ok(if answer.status == 200 { 0 } else { 1 })
+    Ok(if reply.status == 200 { 0 } else { 1 })
 }
 
 fn generate(what: Generate) -> Result<u8, Error> {

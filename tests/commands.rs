@@ -7,6 +7,8 @@ use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use common::*;
+use pmcheck::health::answer::Answer;
+use pmcheck::health::verdict::Verdict;
 
 fn run(command: &str, args: &[String]) -> Output {
     pmcheck().arg(command).args(args).output().unwrap()
@@ -44,7 +46,7 @@ async fn check_follows_the_monitoring_plugin_convention() {
         "{warn:?}"
     );
 
-    s.stub.set(Behavior::Answer(503, "error", "text/plain"));
+    s.stub.set(Behavior::Reply(503, "error", "text/plain"));
     let crit = run("check", &a);
     assert_eq!(
         crit.status.code(),
@@ -467,9 +469,9 @@ async fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(json["verdict"], "DRAINED");
-    assert_eq!(json["drain"]["reason"], "why");
+    let answer = Answer::from_json(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(answer.verdict, Verdict::Drained);
+    assert_eq!(answer.drain.unwrap().reason.as_deref(), Some("why"));
     drop(d);
     let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));

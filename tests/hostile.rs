@@ -14,7 +14,7 @@ use common::*;
 const FAST: &[&str] = &["--interval", "100ms", "--timeout", "1s"];
 const SOON: Duration = Duration::from_secs(10);
 
-fn is(word: &'static str) -> impl Fn(&Answer) -> bool {
+fn is(word: &'static str) -> impl Fn(&Reply) -> bool {
     move |a| a.body.starts_with(word)
 }
 
@@ -289,7 +289,7 @@ async fn pem_wrapped_garbage_is_named_as_such_not_as_a_mismatch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
-    let s = Setup::new(Behavior::Answer(
+    let s = Setup::new(Behavior::Reply(
         503,
         "stopping\r\nX-Injected: 1",
         "text/plain",

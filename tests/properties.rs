@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use pmcheck::cli::{format_duration, parse_duration};
+use pmcheck::settings::duration::{format_duration, parse_duration};
 use pmcheck::settings::puppet_conf::{PuppetConf, PuppetConfError};
 use proptest::prelude::*;
 

@@ -5,6 +5,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use pmcheck::health::answer::Answer;
+use pmcheck::health::verdict::Verdict;
 
 const FAST: &[&str] = &["--interval", "100ms", "--timeout", "1s"];
 const SOON: Duration = Duration::from_secs(10);
@@ -21,7 +23,7 @@ impl Setup {
     }
 }
 
-fn is(word: &'static str) -> impl Fn(&Answer) -> bool {
+fn is(word: &'static str) -> impl Fn(&Reply) -> bool {
     move |a| a.body.starts_with(word)
 }
 
@@ -143,19 +145,23 @@ async fn json_answer_has_verdict_reason_drain_and_probe() {
         "GET / HTTP/1.1\r\nhost: a\r\naccept: application/json\r\nconnection: close\r\n\r\n",
     );
     assert_eq!(a.header("content-type"), Some("application/json"));
-    let json: serde_json::Value = serde_json::from_str(&a.body).unwrap();
-    assert_eq!(json["verdict"], "OK");
-    assert_eq!(json["reason"], "Puppet Server is running");
-    assert!(json["drain"].is_null());
-    assert_eq!(json["probe"]["ok"], true);
-    assert_eq!(json["probe"]["detail"], "running");
-    assert!(json["probe"]["latency_ms"].is_u64());
-    assert!(json["probe"]["age_ms"].as_u64().unwrap() < 5_000);
+    let answer = Answer::from_json(&a.body).unwrap();
+    assert_eq!(answer.verdict, Verdict::Ok);
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.reason, "Puppet Server is running");
+    assert_eq!(answer.drain, None);
+    assert!(answer.probe.ok);
+    assert_eq!(answer.probe.detail, "running");
+    assert!(answer.probe.latency_ms.is_some());
+    assert!(answer.probe.age_ms.unwrap() < 5_000);
     assert_eq!(
-        json["probe"]["endpoint"],
-        format!(
-            "https://{CERTNAME}:{}/status/v1/simple/server",
-            s.stub.addr.port()
+        answer.probe.endpoint.as_deref(),
+        Some(
+            format!(
+                "https://{CERTNAME}:{}/status/v1/simple/server",
+                s.stub.addr.port()
+            )
+            .as_str()
         )
     );
 }
@@ -282,15 +288,15 @@ async fn every_way_puppet_server_fails_is_down_with_its_cause() {
     d.wait_for(SOON, "OK", is("OK"));
     let cases = [
         (
-            Behavior::Answer(503, "error", "text/plain"),
+            Behavior::Reply(503, "error", "text/plain"),
             "DOWN - Puppet Server reports `error`, not `running`",
         ),
         (
-            Behavior::Answer(200, "starting", "text/plain"),
+            Behavior::Reply(200, "starting", "text/plain"),
             "DOWN - Puppet Server reports `starting`, not `running`",
         ),
         (
-            Behavior::Answer(
+            Behavior::Reply(
                 500,
                 "Internal Server Error: java.lang.OutOfMemoryError\n at x",
                 "text/plain",
@@ -298,7 +304,7 @@ async fn every_way_puppet_server_fails_is_down_with_its_cause() {
             "DOWN - Puppet Server answered HTTP 500: Internal Server Error: java.lang.OutOfMemoryError at x",
         ),
         (
-            Behavior::Answer(404, "<html><body>HTTP ERROR 404</body></html>", "text/html"),
+            Behavior::Reply(404, "<html><body>HTTP ERROR 404</body></html>", "text/html"),
             "DOWN - Puppet Server answered 404: it is still starting",
         ),
     ];

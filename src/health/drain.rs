@@ -217,7 +217,7 @@ pub enum Unreadable {
     },
     #[error(
         "reading drain record {path} has not finished after {}: is its filesystem hung?",
-        crate::cli::format_duration(*after)
+        crate::settings::duration::format_duration(*after)
     )]
     Hung { path: PathBuf, after: Duration },
     #[error(

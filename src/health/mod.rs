@@ -1,6 +1,7 @@
 //! The node's health: the drain record, kept current in the background, and the verdict made
 //! from it and the latest probe.
 
+pub mod answer;
 pub mod drain;
 pub mod drain_watch;
 pub mod verdict;

@@ -1,157 +1,170 @@
 //! `pmcheck status`: asks the running daemon what it answers HAProxy, for a person.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
-use hyper::Request;
-use hyper::header;
-use hyper_util::rt::TokioIo;
-use serde_json::Value;
+use rustls::crypto::ring;
+
 use thiserror::Error;
+
+use crate::health::answer::Answer;
+use crate::settings::duration::format_duration;
 
 const DEADLINE: Duration = Duration::from_secs(5);
 /// The largest answer read: pmcheck's JSON is well under 4 KiB.
 const BODY_LIMIT: usize = 64 * 1024;
 
+/// Why the daemon could not be asked.
 #[derive(Debug, Error)]
 pub enum StatusError {
-    #[error("--url {url}: {detail}; write it as http://HOST:PORT/")]
-    Url { url: String, detail: String },
-    #[error("cannot reach pmcheck at {url}: {detail} (is `pmcheck serve` running there?)")]
-    Unreachable { url: String, detail: String },
+    /// `--url` is not an http:// URL.
+    #[error("--url {url}: {problem}; write it as http://HOST:PORT/")]
+    Url {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
+    /// Nothing answered, or the exchange broke.
+    #[error("cannot reach pmcheck at {url}: {} (is `pmcheck serve` running there?)", cause(.source))]
+    Unreachable {
+        /// The URL asked.
+        url: String,
+        /// What reqwest saw.
+        source: reqwest::Error,
+    },
+    /// An answer larger than pmcheck ever sends.
+    #[error(
+        "cannot reach pmcheck at {url}: the answer is larger than {} KiB, which pmcheck never \
+         sends: is this pmcheck?",
+        BODY_LIMIT / 1024
+    )]
+    TooLarge {
+        /// The URL asked.
+        url: String,
+    },
 }
 
-/// The daemon's answer: its HTTP status and JSON body.
-pub struct Answer {
+/// The daemon's reply: its HTTP status and body.
+pub struct Reply {
+    /// The HTTP status: 200 when the daemon answers HAProxy OK.
     pub status: u16,
+    /// The JSON body as sent.
     pub body: String,
 }
 
-/// GETs `url` with `Accept: application/json`.
-pub async fn ask(url: &str) -> Result<Answer, StatusError> {
-    let bad = |detail: &str| StatusError::Url {
+/// GETs `url` with `Accept: application/json`, within five seconds.
+pub async fn ask(url: &str) -> Result<Reply, StatusError> {
+    let bad = |problem| StatusError::Url {
         url: url.to_owned(),
-        detail: detail.to_owned(),
+        problem,
     };
-    let uri: hyper::Uri = url.parse().map_err(|_| bad("not a URL"))?;
-    if uri.scheme_str() != Some("http") {
+    let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
+    if parsed.scheme() != "http" {
         return Err(bad("only http:// is supported (pmcheck serves plain HTTP)"));
     }
-    let host = uri
-        .host()
-        .ok_or_else(|| bad("no host"))?
-        .trim_matches(['[', ']'])
-        .to_owned();
-    let port = uri.port_u16().unwrap_or(80);
-    let authority = uri
-        .authority()
-        .map(|a| a.as_str().to_owned())
-        .unwrap_or_default();
-    let unreachable = |detail: String| StatusError::Unreachable {
+    let unreachable = |source| StatusError::Unreachable {
         url: url.to_owned(),
-        detail,
+        source,
     };
-    let exchange = async {
-        let stream = tokio::net::TcpStream::connect((host.as_str(), port))
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        tokio::spawn(connection);
-        let request = Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
-            .header(header::HOST, authority)
-            .header(header::ACCEPT, "application/json")
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| unreachable(e.to_string()))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
-        let status = response.status().as_u16();
-        let body = Limited::new(response.into_body(), BODY_LIMIT)
-            .collect()
-            .await
-            .map_err(|e| {
-                unreachable(if e.is::<http_body_util::LengthLimitError>() {
-                    format!(
-                        "the answer is larger than {} KiB, which pmcheck never sends: is this pmcheck?",
-                        BODY_LIMIT / 1024
-                    )
-                } else {
-                    e.to_string()
-                })
-            })?
-            .to_bytes();
-        Ok(Answer {
-            status,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
-    };
-    tokio::time::timeout(DEADLINE, exchange)
+    // reqwest needs a TLS setup even for plain HTTP; this one trusts nothing, so it can never
+    // be used for anything but http://.
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map(|tls| {
+            tls.with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth()
+        });
+    let mut client = reqwest::Client::builder();
+    if let Ok(tls) = tls {
+        client = client.tls_backend_preconfigured(tls);
+    }
+    let client = client
+        .no_proxy()
+        .timeout(DEADLINE)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(unreachable)?;
+    let mut response = client
+        .get(parsed)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
         .await
-        .unwrap_or_else(|_| {
-            Err(unreachable(format!(
-                "no answer within {}",
-                crate::cli::format_duration(DEADLINE)
-            )))
-        })
+        .map_err(unreachable)?;
+    let status = response.status().as_u16();
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+        if body.len() + chunk.len() > BODY_LIMIT {
+            return Err(StatusError::TooLarge {
+                url: url.to_owned(),
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Reply {
+        status,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
 }
 
-/// The answer for a person: the verdict line, then the drain and the probe.
-pub fn describe(answer: &Answer) -> String {
-    let Ok(json) = serde_json::from_str::<Value>(&answer.body) else {
-        return format!("HTTP {}: {}", answer.status, answer.body.trim());
-    };
-    let text = |v: &Value| {
-        v.as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| v.to_string())
+/// The innermost cause reqwest saw, or that it timed out.
+fn cause(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        return format!("no answer within {}", format_duration(DEADLINE));
+    }
+    let mut inner: &dyn std::error::Error = e;
+    while let Some(next) = inner.source() {
+        inner = next;
+    }
+    inner.to_string()
+}
+
+/// The reply for a person: the verdict line, then the drain and the probe.
+pub fn describe(reply: &Reply) -> String {
+    let Ok(answer) = Answer::from_json(&reply.body) else {
+        return format!("HTTP {}: {}", reply.status, reply.body.trim());
     };
     let mut out = format!(
         "{} (HTTP {}) - {}\n",
-        text(&json["verdict"]),
-        answer.status,
-        text(&json["reason"])
+        answer.verdict.as_str(),
+        reply.status,
+        answer.reason
     );
-    let drain = &json["drain"];
-    if drain.is_null() {
-        out.push_str("drain:  not drained\n");
-    } else {
-        let reason = drain["reason"].as_str().unwrap_or("(no valid record)");
-        let mut line = format!("drain:  {reason}");
-        if let Some(by) = drain["by"].as_str() {
-            line.push_str(&format!(", by {by}"));
+    match &answer.drain {
+        None => out.push_str("drain:  not drained\n"),
+        Some(drain) => {
+            let mut line = format!(
+                "drain:  {}",
+                drain.reason.as_deref().unwrap_or("(no valid record)")
+            );
+            for (label, value) in [
+                ("by", &drain.by),
+                ("since", &drain.since),
+                ("until", &drain.until),
+            ] {
+                if let Some(value) = value {
+                    line.push_str(&format!(", {label} {value}"));
+                }
+            }
+            if drain.expired {
+                line.push_str(" - EXPIRED, no longer counts; `pmcheck undrain` removes it");
+            }
+            if let Some(problem) = &drain.problem {
+                line.push_str(&format!(" ({problem})"));
+            }
+            out.push_str(&line);
+            out.push('\n');
         }
-        if let Some(since) = drain["since"].as_str() {
-            line.push_str(&format!(", since {since}"));
-        }
-        if let Some(until) = drain["until"].as_str() {
-            line.push_str(&format!(", until {until}"));
-        }
-        if drain["expired"].as_bool() == Some(true) {
-            line.push_str(" - EXPIRED, no longer counts; `pmcheck undrain` removes it");
-        }
-        if let Some(problem) = drain["problem"].as_str() {
-            line.push_str(&format!(" ({problem})"));
-        }
-        out.push_str(&line);
-        out.push('\n');
     }
-    let probe = &json["probe"];
-    let ms = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| format!("{n} ms"));
+    let probe = &answer.probe;
+    let ms = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));
     out.push_str(&format!(
         "probe:  {} - {} (took {}, {} ago) {}\n",
-        if probe["ok"].as_bool() == Some(true) {
-            "ok"
-        } else {
-            "failed"
-        },
-        text(&probe["detail"]),
-        ms(&probe["latency_ms"]),
-        ms(&probe["age_ms"]),
-        probe["endpoint"].as_str().unwrap_or("")
+        if probe.ok { "ok" } else { "failed" },
+        probe.detail,
+        ms(probe.latency_ms),
+        ms(probe.age_ms),
+        probe.endpoint.as_deref().unwrap_or("")
     ));
     out
 }

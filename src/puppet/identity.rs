@@ -28,11 +28,15 @@ pub enum IdentityError {
         path: PathBuf,
         source: io::Error,
     },
-    #[error("{setting} {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----): {detail}")]
+    /// `source` is `None` when the file parses but holds no CERTIFICATE block.
+    #[error(
+        "{setting} {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----): {}",
+        source.as_ref().map_or("the file has no CERTIFICATE block".to_owned(), ToString::to_string)
+    )]
     NoCertificate {
         setting: &'static str,
         path: PathBuf,
-        detail: String,
+        source: Option<pem::Error>,
     },
     #[error(
         "hostprivkey {path} is encrypted (a Puppet passfile?): pmcheck needs the key unencrypted, \
@@ -41,28 +45,38 @@ pub enum IdentityError {
     EncryptedKey { path: PathBuf },
     #[error(
         "hostprivkey {path} holds no private key (expected -----BEGIN RSA PRIVATE KEY-----, \
-         EC PRIVATE KEY or PRIVATE KEY): {detail}"
+         EC PRIVATE KEY or PRIVATE KEY): {}",
+        match source {
+            pem::Error::NoItemsFound => "the file has no private key block".to_owned(),
+            other => other.to_string(),
+        }
     )]
-    NoKey { path: PathBuf, detail: String },
+    NoKey { path: PathBuf, source: pem::Error },
     #[error(
-        "hostcert {path} holds a CERTIFICATE block that is not a valid X.509 certificate ({detail}): \
+        "hostcert {path} holds a CERTIFICATE block that is not a valid X.509 certificate ({source}): \
          restore it from Puppet's ssldir or get a new one with `puppet ssl bootstrap`"
     )]
-    BadCertificate { path: PathBuf, detail: String },
+    BadCertificate {
+        path: PathBuf,
+        source: rustls::Error,
+    },
     #[error(
         "hostprivkey {path} holds a PRIVATE KEY block that is not a usable RSA or EC key \
-         ({detail}): restore it from Puppet's ssldir"
+         ({source}): restore it from Puppet's ssldir"
     )]
-    BadKey { path: PathBuf, detail: String },
+    BadKey {
+        path: PathBuf,
+        source: rustls::Error,
+    },
     #[error("localcacert {path} holds no certificate usable as a trust anchor")]
     NoTrustAnchor { path: PathBuf },
     #[error("the TLS library cannot be set up: {0}")]
-    Provider(String),
-    #[error("hostcert {hostcert} and hostprivkey {hostprivkey} do not fit together: {detail}")]
+    Provider(#[source] rustls::Error),
+    #[error("hostcert {hostcert} and hostprivkey {hostprivkey} do not fit together: {source}")]
     KeyMismatch {
         hostcert: PathBuf,
         hostprivkey: PathBuf,
-        detail: String,
+        source: rustls::Error,
     },
 }
 
@@ -140,7 +154,7 @@ impl IdentityFiles {
             rustls::server::ParsedCertificate::try_from(leaf).map_err(|e| {
                 IdentityError::BadCertificate {
                     path: self.hostcert.clone(),
-                    detail: e.to_string(),
+                    source: e,
                 }
             })?;
         }
@@ -149,19 +163,19 @@ impl IdentityFiles {
         provider
             .key_provider
             .load_private_key(key.clone_key())
-            .map_err(|e| IdentityError::BadKey {
+            .map_err(|source| IdentityError::BadKey {
                 path: self.hostprivkey.clone(),
-                detail: e.to_string(),
+                source,
             })?;
         rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| IdentityError::Provider(e.to_string()))?
+            .map_err(IdentityError::Provider)?
             .with_root_certificates(roots)
             .with_client_auth_cert(chain, key)
-            .map_err(|e| IdentityError::KeyMismatch {
+            .map_err(|source| IdentityError::KeyMismatch {
                 hostcert: self.hostcert.clone(),
                 hostprivkey: self.hostprivkey.clone(),
-                detail: e.to_string(),
+                source,
             })
     }
 
@@ -192,16 +206,16 @@ fn read_certificates(
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, IdentityError> {
     let bytes = read(setting, path)?;
-    let no_cert = |detail: String| IdentityError::NoCertificate {
+    let no_cert = |source: Option<pem::Error>| IdentityError::NoCertificate {
         setting,
         path: path.to_owned(),
-        detail,
+        source,
     };
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| no_cert(e.to_string()))?;
+        .map_err(|e| no_cert(Some(e)))?;
     if certs.is_empty() {
-        return Err(no_cert("the file has no CERTIFICATE block".into()));
+        return Err(no_cert(None));
     }
     Ok(certs)
 }
@@ -219,11 +233,8 @@ fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, IdentityError
             path: path.to_owned(),
         });
     }
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| IdentityError::NoKey {
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|source| IdentityError::NoKey {
         path: path.to_owned(),
-        detail: match e {
-            pem::Error::NoItemsFound => "the file has no private key block".into(),
-            other => other.to_string(),
-        },
+        source,
     })
 }

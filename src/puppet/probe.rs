@@ -3,6 +3,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use thiserror::Error;
 use tokio::sync::watch;
 
 use crate::puppet::identity::{FileStamp, IdentityError, IdentityFiles};
+use crate::settings::duration::format_duration;
 use crate::text;
 
 /// Puppet Server >= 6.14. Older servers answer 404 `not found: server` and need the next one.
@@ -32,44 +34,238 @@ pub struct ProbeTarget {
     pub timeout: Duration,
 }
 
-/// The outcome of one probe.
-#[derive(Debug, Clone)]
+/// One probe: what it found and when.
+#[derive(Debug)]
 pub struct ProbeReport {
-    pub ok: bool,
-    /// The probe could not even be made (certificate files missing, unreadable or unusable):
-    /// pmcheck cannot tell how Puppet Server is.
-    pub inconclusive: bool,
-    /// `running`, or what went wrong in plain words.
-    pub detail: String,
+    /// What the probe found.
+    pub outcome: ProbeOutcome,
+    /// How long the probe took.
     pub latency: Duration,
+    /// When it finished: the verdict ages reports from here.
     pub finished: Instant,
-    pub endpoint: String,
+    /// The URL probed, without the query; `None` when no request was made.
+    pub endpoint: Option<String>,
+    /// The outcome in words, rendered once per probe so that every poll can borrow it.
+    detail: String,
 }
 
+impl ProbeReport {
+    /// A report of `outcome`, finished now.
+    pub fn new(outcome: ProbeOutcome, latency: Duration, endpoint: Option<String>) -> Self {
+        Self {
+            detail: outcome.to_string(),
+            outcome,
+            latency,
+            finished: Instant::now(),
+            endpoint,
+        }
+    }
+
+    /// A probe that could not be made at all, for `cause`: inetd's answer when the settings
+    /// themselves are bad.
+    pub fn not_made(cause: CannotProbe) -> Self {
+        Self::new(ProbeOutcome::CannotTell(cause), Duration::ZERO, None)
+    }
+
+    /// `running`, or what went wrong, in plain words.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+/// What one probe found out about Puppet Server, kept apart from the node's verdict (which also
+/// weighs the drain record and the report's age).
+#[derive(Debug)]
+pub enum ProbeOutcome {
+    /// Puppet Server answered `running`.
+    Healthy,
+    /// Puppet Server was asked and is not fit for agents: the error says how.
+    Unhealthy(ProbeError),
+    /// The probe could not be made, so pmcheck cannot tell how Puppet Server is.
+    CannotTell(CannotProbe),
+}
+
+impl ProbeOutcome {
+    /// Whether Puppet Server answered `running`.
+    pub fn is_healthy(&self) -> bool {
+        matches!(self, ProbeOutcome::Healthy)
+    }
+}
+
+/// `running`, or what went wrong, in the words the verdict and `pmcheck status` show.
+impl std::fmt::Display for ProbeOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeOutcome::Healthy => f.write_str("running"),
+            ProbeOutcome::Unhealthy(e) => e.fmt(f),
+            ProbeOutcome::CannotTell(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Why a probe could not be made: a problem on this host, not in Puppet Server.
 #[derive(Debug, Error)]
-pub enum ProbeError {
+pub enum CannotProbe {
+    /// The certificate, key or CA file is missing, unreadable or unusable.
     #[error(transparent)]
     Identity(#[from] IdentityError),
-    #[error("cannot set up the HTTPS client: {0}")]
-    Client(String),
+    /// reqwest refused the TLS configuration.
+    #[error("cannot set up the HTTPS client: {}", chain(.0))]
+    Client(#[source] reqwest::Error),
+    /// The task loading the identity files died.
+    #[error("cannot set up the HTTPS client: loading the identity files failed: {0}")]
+    Loader(#[source] tokio::task::JoinError),
+    /// The settings could not be resolved (inetd still answers, with this as the reason).
+    #[error(transparent)]
+    Settings(#[from] crate::settings::SettingsError),
+}
+
+/// How Puppet Server failed the probe, phase by phase.
+#[derive(Debug, Error)]
+pub enum ProbeError {
+    /// Nothing listens on the port.
     #[error(
         "connection to {addr} refused: Puppet Server is not listening (stopped, restarting or still starting)"
     )]
-    Refused { addr: SocketAddr },
-    #[error("cannot connect to {addr}: {detail}")]
-    Connect { addr: SocketAddr, detail: String },
-    #[error("TLS with Puppet Server at {addr} failed: {detail}")]
-    Tls { addr: SocketAddr, detail: String },
-    #[error("no answer from Puppet Server at {addr} within {timeout}", timeout = crate::cli::format_duration(*.after))]
-    Timeout { addr: SocketAddr, after: Duration },
+    Refused {
+        /// Where pmcheck connected.
+        addr: SocketAddr,
+    },
+    /// The TCP connection failed otherwise (unreachable, reset during connect, ...).
+    #[error("cannot connect to {addr}: {}", chain(.source))]
+    Connect {
+        /// Where pmcheck connected.
+        addr: SocketAddr,
+        /// What reqwest saw.
+        source: reqwest::Error,
+    },
+    /// The TLS handshake failed; the problem says which side and what to do.
+    #[error("TLS with Puppet Server at {addr} failed: {problem}")]
+    Tls {
+        /// Where pmcheck connected.
+        addr: SocketAddr,
+        /// What was wrong.
+        problem: TlsProblem,
+    },
+    /// No answer within the probe's deadline.
+    #[error("no answer from Puppet Server at {addr} within {timeout}", timeout = format_duration(*.after))]
+    Timeout {
+        /// Where pmcheck connected.
+        addr: SocketAddr,
+        /// The deadline.
+        after: Duration,
+    },
+    /// Jetty's own 404: the status routes are not registered yet.
     #[error("Puppet Server answered 404: it is still starting (its status routes are not up yet)")]
     NotReady,
+    /// An HTTP status pmcheck does not expect, with what the body was.
     #[error("Puppet Server answered HTTP {status}: {body}")]
-    Status { status: u16, body: String },
+    Status {
+        /// The HTTP status code.
+        status: u16,
+        /// The body, or what kind of body it was.
+        body: Body,
+    },
+    /// The status service answered with a state other than `running` (`starting`, `stopping`...).
     #[error("Puppet Server reports `{0}`, not `running`")]
     NotRunning(String),
-    #[error("HTTP exchange with Puppet Server at {addr} failed: {detail}")]
-    Http { addr: SocketAddr, detail: String },
+    /// The HTTP exchange broke after connecting.
+    #[error("HTTP exchange with Puppet Server at {addr} failed: {}", chain(.source))]
+    Http {
+        /// Where pmcheck connected.
+        addr: SocketAddr,
+        /// What reqwest saw.
+        source: reqwest::Error,
+    },
+}
+
+/// A TLS handshake failure, spelt out for the operator who has to fix it.
+#[derive(Debug, Error)]
+pub enum TlsProblem {
+    /// Puppet Server's certificate chains to another CA.
+    #[error("Puppet Server's certificate is not signed by the CA in {} (localcacert)", ca.display())]
+    UnknownIssuer {
+        /// The localcacert file.
+        ca: PathBuf,
+    },
+    /// A certificate without subjectAltName cannot be verified by name at all.
+    #[error(
+        "Puppet Server's certificate has no subjectAltName, so it cannot be verified as {certname} \
+         (issued by a CA older than Puppet Server 6.15.2/7.1.0?): regenerate it with \
+         `puppetserver ca generate` or reissue it with dns_alt_names"
+    )]
+    NoAltName {
+        /// The name pmcheck expects.
+        certname: String,
+    },
+    /// The certificate names other hosts.
+    #[error("Puppet Server's certificate is for {} but pmcheck expects {certname}: set --certname", presented.join(", "))]
+    WrongName {
+        /// The names in the certificate.
+        presented: Vec<String>,
+        /// The name pmcheck expects.
+        certname: String,
+    },
+    /// The certificate is not valid for the name (rustls gave no names).
+    #[error("Puppet Server's certificate is not valid for {certname}: set --certname")]
+    NotValidForName {
+        /// The name pmcheck expects.
+        certname: String,
+    },
+    /// Puppet Server's certificate has expired.
+    #[error("Puppet Server's certificate has expired")]
+    Expired,
+    /// Puppet Server refused this host's certificate.
+    #[error(
+        "Puppet Server rejected this host's certificate {} ({alert:?}): is it signed by \
+         Puppet Server's CA, current and not revoked?",
+        hostcert.display()
+    )]
+    Rejected {
+        /// The TLS alert Puppet Server sent.
+        alert: AlertDescription,
+        /// The hostcert file.
+        hostcert: PathBuf,
+    },
+    /// Anything else rustls reports.
+    #[error(transparent)]
+    Other(rustls::Error),
+}
+
+/// A response body as the verdict shows it: text on one line, or what kind of bytes it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Text, on one line and bounded.
+    Text(String),
+    /// Nothing at all.
+    Empty,
+    /// Compressed with `encoding`, which pmcheck does not decode.
+    Compressed {
+        /// The content encoding (from the header, or `gzip` from the magic bytes).
+        encoding: String,
+        /// How many bytes were read.
+        len: usize,
+    },
+    /// Bytes that are not text.
+    Binary {
+        /// How many bytes were read.
+        len: usize,
+    },
+}
+
+impl std::fmt::Display for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Text(text) => f.write_str(text),
+            Body::Empty => f.write_str("(empty body)"),
+            Body::Compressed { encoding, len } => write!(
+                f,
+                "a {encoding}-compressed body of {len} bytes, which pmcheck does not decode (it \
+                 asks for plain text; is something between pmcheck and Puppet Server compressing?)"
+            ),
+            Body::Binary { len } => write!(f, "a binary body of {len} bytes"),
+        }
+    }
 }
 
 /// Probes one Puppet Server, rebuilding its TLS client whenever the certificate, key or CA
@@ -109,37 +305,25 @@ impl Prober {
         let started = Instant::now();
         let outcome = match tokio::time::timeout(self.target.timeout, self.attempt()).await {
             Ok(outcome) => outcome,
-            Err(_) => Err(ProbeError::Timeout {
+            Err(_) => ProbeOutcome::Unhealthy(ProbeError::Timeout {
                 addr: self.target.addr,
                 after: self.target.timeout,
             }),
         };
-        let finished = Instant::now();
-        let inconclusive = matches!(
-            outcome,
-            Err(ProbeError::Identity(_) | ProbeError::Client(_))
-        );
-        let (ok, detail) = match outcome {
-            Ok(()) => (true, "running".to_owned()),
-            Err(e) => (false, e.to_string()),
-        };
-        ProbeReport {
-            ok,
-            inconclusive,
-            detail,
-            latency: finished - started,
-            finished,
-            endpoint: self.endpoint(),
-        }
+        ProbeReport::new(outcome, started.elapsed(), Some(self.endpoint()))
     }
 
-    async fn attempt(&mut self) -> Result<(), ProbeError> {
-        let client = self.client().await?;
-        match self.get(&client).await {
+    async fn attempt(&mut self) -> ProbeOutcome {
+        let client = match self.client().await {
+            Ok(client) => client,
+            Err(cannot) => return ProbeOutcome::CannotTell(cannot),
+        };
+        let answered = match self.get(&client).await {
             // Puppet's own 404 (not Jetty's HTML page): this server predates /simple/server.
-            Err(ProbeError::Status { status: 404, body })
-                if body.starts_with("not found") && self.path == DEFAULT_STATUS_PATH =>
-            {
+            Err(ProbeError::Status {
+                status: 404,
+                body: Body::Text(body),
+            }) if body.starts_with("not found") && self.path == DEFAULT_STATUS_PATH => {
                 tracing::info!(
                     "Puppet Server has no {DEFAULT_STATUS_PATH} (older than 6.14); using {LEGACY_STATUS_PATH} from now on"
                 );
@@ -147,10 +331,14 @@ impl Prober {
                 self.get(&client).await
             }
             other => other,
+        };
+        match answered {
+            Ok(()) => ProbeOutcome::Healthy,
+            Err(e) => ProbeOutcome::Unhealthy(e),
         }
     }
 
-    async fn client(&mut self) -> Result<reqwest::Client, ProbeError> {
+    async fn client(&mut self) -> Result<reqwest::Client, CannotProbe> {
         let stamps = self.target.identity.stamps();
         if let Some((built, client)) = &self.client
             && *built == stamps
@@ -163,7 +351,7 @@ impl Prober {
         let identity = self.target.identity.clone();
         let tls = tokio::task::spawn_blocking(move || identity.client_config())
             .await
-            .map_err(|e| ProbeError::Client(e.to_string()))??;
+            .map_err(CannotProbe::Loader)??;
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .resolve(&self.target.certname, self.target.addr)
@@ -177,7 +365,7 @@ impl Prober {
             .pool_idle_timeout(Duration::from_secs(20))
             .user_agent(concat!("pmcheck/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| ProbeError::Client(chain(&e)))?;
+            .map_err(CannotProbe::Client)?;
         // Once at start and once per renewal: worth a line.
         let identity = &self.target.identity;
         tracing::info!(
@@ -200,7 +388,7 @@ impl Prober {
             .get(&url)
             .send()
             .await
-            .map_err(|e| self.classify(&e))?;
+            .map_err(|e| self.classify(e))?;
         let status = response.status().as_u16();
         let encoding = response
             .headers()
@@ -212,15 +400,12 @@ impl Prober {
             match response.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
                 Ok(None) => break,
-                Err(e) => return Err(self.classify(&e)),
+                Err(e) => return Err(self.classify(e)),
             }
         }
         body.truncate(BODY_LIMIT);
-        if let Some(shown) = undecodable(encoding.as_deref(), &body) {
-            return Err(ProbeError::Status {
-                status,
-                body: shown,
-            });
+        if let Some(body) = undecodable(encoding.as_deref(), &body) {
+            return Err(ProbeError::Status { status, body });
         }
         let text = String::from_utf8_lossy(&body);
         let text = text.trim();
@@ -232,14 +417,14 @@ impl Prober {
             404 if text.starts_with('<') => Err(ProbeError::NotReady),
             _ => Err(ProbeError::Status {
                 status,
-                body: one_line(text),
+                body: shown(text),
             }),
         }
     }
 
     /// Names the phase that failed: connecting, TLS (with the certificate problem spelt out),
     /// or the HTTP exchange.
-    fn classify(&self, e: &reqwest::Error) -> ProbeError {
+    fn classify(&self, e: reqwest::Error) -> ProbeError {
         let addr = self.target.addr;
         if e.is_timeout() {
             return ProbeError::Timeout {
@@ -247,9 +432,12 @@ impl Prober {
                 after: self.target.timeout,
             };
         }
-        for cause in causes(e) {
+        for cause in causes(&e) {
             if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
-                return self.tls_error(tls);
+                return ProbeError::Tls {
+                    addr,
+                    problem: self.tls_problem(tls),
+                };
             }
             if cause
                 .downcast_ref::<io::Error>()
@@ -259,49 +447,42 @@ impl Prober {
             }
         }
         if e.is_connect() {
-            ProbeError::Connect {
-                addr,
-                detail: chain(e),
-            }
+            ProbeError::Connect { addr, source: e }
         } else {
-            ProbeError::Http {
-                addr,
-                detail: chain(e),
-            }
+            ProbeError::Http { addr, source: e }
         }
     }
 
-    fn tls_error(&self, e: &rustls::Error) -> ProbeError {
+    fn tls_problem(&self, e: &rustls::Error) -> TlsProblem {
         let t = &self.target;
-        let ca = t.identity.localcacert.display();
-        let detail = match e {
+        let certname = || t.certname.clone();
+        match e {
             rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-                format!("Puppet Server's certificate is not signed by the CA in {ca} (localcacert)")
+                TlsProblem::UnknownIssuer {
+                    ca: t.identity.localcacert.clone(),
+                }
             }
             rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
                 presented,
                 ..
-            }) if presented.is_empty() => format!(
-                "Puppet Server's certificate has no subjectAltName, so it cannot be verified as {} \
-                 (issued by a CA older than Puppet Server 6.15.2/7.1.0?): regenerate it with \
-                 `puppetserver ca generate` or reissue it with dns_alt_names",
-                t.certname
-            ),
+            }) if presented.is_empty() => TlsProblem::NoAltName {
+                certname: certname(),
+            },
             rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
                 presented,
                 ..
-            }) => format!(
-                "Puppet Server's certificate is for {} but pmcheck expects {}: set --certname",
-                presented.join(", "),
-                t.certname
-            ),
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => format!(
-                "Puppet Server's certificate is not valid for {}: set --certname",
-                t.certname
-            ),
+            }) => TlsProblem::WrongName {
+                presented: presented.clone(),
+                certname: certname(),
+            },
+            rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
+                TlsProblem::NotValidForName {
+                    certname: certname(),
+                }
+            }
             rustls::Error::InvalidCertificate(CertificateError::Expired)
             | rustls::Error::InvalidCertificate(CertificateError::ExpiredContext { .. }) => {
-                "Puppet Server's certificate has expired".to_owned()
+                TlsProblem::Expired
             }
             rustls::Error::AlertReceived(
                 alert @ (AlertDescription::BadCertificate
@@ -312,16 +493,11 @@ impl Prober {
                 | AlertDescription::CertificateRevoked
                 | AlertDescription::DecryptError
                 | AlertDescription::AccessDenied),
-            ) => format!(
-                "Puppet Server rejected this host's certificate {} ({alert:?}): is it signed by \
-                 Puppet Server's CA, current and not revoked?",
-                t.identity.hostcert.display()
-            ),
-            other => other.to_string(),
-        };
-        ProbeError::Tls {
-            addr: t.addr,
-            detail,
+            ) => TlsProblem::Rejected {
+                alert: *alert,
+                hostcert: t.identity.hostcert.clone(),
+            },
+            other => TlsProblem::Other(other.clone()),
         }
     }
 }
@@ -374,32 +550,31 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// A body for the verdict's reason: one line, control characters escaped, at most 120 characters.
-fn one_line(text: &str) -> String {
+fn shown(text: &str) -> Body {
     match text::one_line(text, 120) {
-        flat if flat.is_empty() => "(empty body)".to_owned(),
-        flat => flat.into_owned(),
+        flat if flat.is_empty() => Body::Empty,
+        flat => Body::Text(flat.into_owned()),
     }
 }
 
 /// Says what a body is when it is not text to show: compressed (pmcheck asks for none, but a
 /// proxy or a misconfigured server may send it anyway) or binary.
-fn undecodable(encoding: Option<&str>, body: &[u8]) -> Option<String> {
+fn undecodable(encoding: Option<&str>, body: &[u8]) -> Option<Body> {
     let compressed = match encoding {
         Some(e) if !e.eq_ignore_ascii_case("identity") => Some(e.to_owned()),
         _ if body.starts_with(&[0x1f, 0x8b]) => Some("gzip".to_owned()),
         _ => None,
     };
     if let Some(encoding) = compressed {
-        return Some(format!(
-            "a {encoding}-compressed body of {} bytes, which pmcheck does not decode (it asks for \
-             plain text; is something between pmcheck and Puppet Server compressing?)",
-            body.len()
-        ));
+        return Some(Body::Compressed {
+            encoding,
+            len: body.len(),
+        });
     }
     let binary = body
         .iter()
         .any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace()));
-    binary.then(|| format!("a binary body of {} bytes", body.len()))
+    binary.then_some(Body::Binary { len: body.len() })
 }
 
 /// The latest probe report, shared between the prober and every poll.
@@ -452,24 +627,29 @@ mod tests {
 
     #[test]
     fn bodies_are_flattened_and_cut() {
-        assert_eq!(one_line("a\n  b"), "a b");
-        assert_eq!(one_line(""), "(empty body)");
-        assert!(one_line(&"x".repeat(500)).ends_with("..."));
-        assert_eq!(one_line("stopping\r\nX-Evil: 1"), "stopping X-Evil: 1");
+        assert_eq!(shown("a\n  b").to_string(), "a b");
+        assert_eq!(shown("").to_string(), "(empty body)");
+        assert!(shown(&"x".repeat(500)).to_string().ends_with("..."));
+        assert_eq!(
+            shown("stopping\r\nX-Evil: 1").to_string(),
+            "stopping X-Evil: 1"
+        );
     }
 
     #[test]
     fn compressed_and_binary_bodies_are_named_not_shown() {
-        let gzip = undecodable(None, &[0x1f, 0x8b, 8, 0, 0, 0]).unwrap();
+        let gzip = undecodable(None, &[0x1f, 0x8b, 8, 0, 0, 0])
+            .unwrap()
+            .to_string();
         assert_eq!(
             gzip,
             "a gzip-compressed body of 6 bytes, which pmcheck does not decode (it asks for plain \
              text; is something between pmcheck and Puppet Server compressing?)"
         );
-        let br = undecodable(Some("br"), b"xyz").unwrap();
+        let br = undecodable(Some("br"), b"xyz").unwrap().to_string();
         assert!(br.starts_with("a br-compressed body"), "{br}");
         assert_eq!(
-            undecodable(None, b"\x00\x01").unwrap(),
+            undecodable(None, b"\x00\x01").unwrap().to_string(),
             "a binary body of 2 bytes"
         );
         assert_eq!(undecodable(Some("identity"), b"running\n"), None);

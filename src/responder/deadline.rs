@@ -53,7 +53,7 @@ impl<S> WriteDeadline<S> {
                 io::ErrorKind::TimedOut,
                 format!(
                     "the client has not read its answer for {}",
-                    crate::cli::format_duration(self.limit)
+                    crate::settings::duration::format_duration(self.limit)
                 ),
             ))),
             Poll::Pending => Poll::Pending,

@@ -13,7 +13,7 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
 use crate::health::drain_watch::Drains;
-use crate::health::verdict::{Verdict, Word};
+use crate::health::verdict::{Decision, Verdict};
 use crate::puppet::probe::{Latest, ProbeReport};
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
@@ -23,14 +23,14 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// What every poll reads: the latest drain state and probe report, both kept up to date in the
 /// background, so a poll does no I/O beyond its socket.
-pub struct Health {
+pub struct Responder {
     pub drain: Drains,
     pub latest: Latest,
     /// Past this age a probe report no longer counts (the prober must be stuck).
     pub stale_after: Duration,
 }
 
-impl Health {
+impl Responder {
     /// The latest probe report, without waiting for Puppet Server.
     pub fn latest(&self) -> Option<Arc<ProbeReport>> {
         self.latest.borrow().clone()
@@ -44,19 +44,23 @@ impl Health {
         }
         let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
-        let verdict = Verdict::decide(&drain, probe.as_deref(), Instant::now(), self.stale_after);
-        respond(&verdict, method, request.headers())
+        let decision = Decision::decide(&drain, probe.as_deref(), Instant::now(), self.stale_after);
+        respond(&decision, method, request.headers())
     }
 }
 
 /// The answer to a GET, HEAD or OPTIONS poll. HEAD gets the same status and headers, no body.
 pub fn respond(
-    verdict: &Verdict<'_>,
+    decision: &Decision<'_>,
     method: &Method,
     headers: &HeaderMap,
 ) -> Response<Full<Bytes>> {
     let json = wants_json(headers);
-    let body = if json { verdict.json() } else { verdict.text() };
+    let body = if json {
+        decision.json()
+    } else {
+        decision.text()
+    };
     let length = HeaderValue::from(body.len());
     let body = if *method == Method::HEAD {
         Bytes::new()
@@ -65,9 +69,9 @@ pub fn respond(
     };
     let mut response = Response::new(Full::new(body));
     *response.status_mut() =
-        StatusCode::from_u16(verdict.word.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    if verdict.word != Word::Ok {
-        response.extensions_mut().insert(reason_phrase(verdict));
+        StatusCode::from_u16(decision.verdict.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    if decision.verdict != Verdict::Ok {
+        response.extensions_mut().insert(reason_phrase(decision));
     }
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, if json { JSON } else { TEXT });
@@ -81,14 +85,14 @@ pub fn respond(
 
 /// The status line's reason phrase: the verdict and the start of its reason, which HAProxy shows
 /// as the check's info on its stats page (`last_chk`), so the cause of a 503 is visible there.
-fn reason_phrase(verdict: &Verdict<'_>) -> ReasonPhrase {
+fn reason_phrase(decision: &Decision<'_>) -> ReasonPhrase {
     /// Long enough for "Drained: kernel upgrade (by alice since ...)", short enough for a table cell.
     const LIMIT: usize = 100;
-    let word = verdict.word.reason_phrase();
+    let word = decision.verdict.reason_phrase();
     let mut phrase = String::with_capacity(LIMIT + 3);
     phrase.push_str(word);
     phrase.push_str(": ");
-    for c in verdict.reason.chars() {
+    for c in decision.reason.chars() {
         if phrase.len() >= LIMIT {
             phrase.push_str("...");
             break;
@@ -144,8 +148,8 @@ mod tests {
     }
 
     /// Before the first probe: a 503 with a known body.
-    fn starting(drain: &DrainState) -> Verdict<'_> {
-        Verdict::decide(drain, None, Instant::now(), Duration::from_secs(5))
+    fn starting(drain: &DrainState) -> Decision<'_> {
+        Decision::decide(drain, None, Instant::now(), Duration::from_secs(5))
     }
 
     #[test]

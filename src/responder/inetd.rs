@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -14,9 +14,9 @@ use tokio::sync::watch;
 
 use crate::health::drain::DrainFile;
 use crate::health::drain_watch;
-use crate::puppet::probe::{ProbeReport, ProbeTarget, Prober};
-use crate::responder::http::Health;
-use crate::settings::DEFAULT_TIMEOUT;
+use crate::puppet::probe::{CannotProbe, ProbeReport, ProbeTarget, Prober};
+use crate::responder::http::Responder;
+use crate::settings::{DEFAULT_TIMEOUT, SettingsError};
 
 /// The largest request head accepted; a health check is a few dozen bytes.
 const REQUEST_LIMIT: usize = 8 * 1024;
@@ -26,7 +26,7 @@ const REQUEST_LIMIT: usize = 8 * 1024;
 /// under xinetd nobody reads stderr (it is the connection).
 pub async fn answer_one(
     state_dir: &Path,
-    target: Result<ProbeTarget, String>,
+    target: Result<ProbeTarget, SettingsError>,
     read_timeout: Duration,
 ) -> io::Result<()> {
     let (publish, latest) = watch::channel(None);
@@ -38,20 +38,14 @@ pub async fn answer_one(
                 publish.send_replace(Some(Arc::new(report)));
             });
         }
-        Err(why) => {
-            publish.send_replace(Some(Arc::new(ProbeReport {
-                ok: false,
-                inconclusive: true,
-                detail: why,
-                latency: Duration::ZERO,
-                finished: Instant::now(),
-                endpoint: String::new(),
-            })));
+        Err(bad) => {
+            let report = ProbeReport::not_made(CannotProbe::Settings(bad));
+            publish.send_replace(Some(Arc::new(report)));
         }
     }
     let drain = drain_watch::read_once(DrainFile::new(state_dir)).await;
     let (_keep, drains) = watch::channel(Arc::new(drain));
-    let health = Arc::new(Health {
+    let health = Arc::new(Responder {
         drain: drains,
         latest,
         stale_after: probe_deadline + read_timeout,

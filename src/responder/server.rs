@@ -14,16 +14,16 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::cli::format_duration;
 use crate::health::drain::{DrainFile, DrainState};
 use crate::health::drain_watch::{self, Watcher};
-use crate::health::verdict::{Verdict, Word};
+use crate::health::verdict::{Decision, Verdict};
 use crate::puppet::probe::{self, ProbeReport, Prober};
 use crate::responder::cidr::{self, Cidr};
 use crate::responder::connections::{Connections, Limits, Throttle};
 use crate::responder::deadline::WriteDeadline;
-use crate::responder::http::Health;
+use crate::responder::http::Responder;
 use crate::settings::Settings;
+use crate::settings::duration::format_duration;
 
 /// Port 9200 on every address, IPv4 included.
 pub const DEFAULT_LISTEN_V6: SocketAddr =
@@ -149,7 +149,7 @@ pub async fn serve(
     if let Some(state) = first {
         publish_drain.send_replace(Arc::new(state));
     }
-    let health = Arc::new(Health {
+    let health = Arc::new(Responder {
         drain: drains,
         latest,
         // A probe lands at least every interval + timeout; allow one missed round.
@@ -257,7 +257,7 @@ impl Guard {
 /// Accepts polls until stopped, then gives those in flight a moment to finish.
 async fn accept(
     listener: TcpListener,
-    health: Arc<Health>,
+    health: Arc<Responder>,
     guard: Arc<Guard>,
     stopped: watch::Receiver<()>,
 ) {
@@ -349,7 +349,7 @@ type Answer = hyper::Response<http_body_util::Full<bytes::Bytes>>;
 
 /// The service that answers each request of a connection from `health`.
 fn answers(
-    health: Arc<Health>,
+    health: Arc<Responder>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = Answer,
@@ -360,23 +360,24 @@ fn answers(
 }
 
 /// Logs one line whenever the verdict changes, not one per poll.
-fn log_changes(health: Arc<Health>) -> impl FnMut(&ProbeReport) {
-    let mut last: Option<(Word, String)> = None;
+fn log_changes(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
+    let mut last: Option<(Verdict, String)> = None;
     move |report| {
         let drain = Arc::clone(&health.drain.borrow());
-        let verdict = Verdict::decide(&drain, Some(report), Instant::now(), health.stale_after);
+        let decision = Decision::decide(&drain, Some(report), Instant::now(), health.stale_after);
         if last
             .as_ref()
-            .is_some_and(|(w, r)| *w == verdict.word && *r == verdict.reason)
+            .is_some_and(|(v, r)| *v == decision.verdict && *r == decision.reason)
         {
             return;
         }
-        if verdict.word == Word::Ok {
-            tracing::info!("verdict {}: {}", verdict.word.as_str(), verdict.reason);
+        let verdict = decision.verdict.as_str();
+        if decision.verdict == Verdict::Ok {
+            tracing::info!("verdict {verdict}: {}", decision.reason);
         } else {
-            tracing::warn!("verdict {}: {}", verdict.word.as_str(), verdict.reason);
+            tracing::warn!("verdict {verdict}: {}", decision.reason);
         }
-        last = Some((verdict.word, verdict.reason.into_owned()));
+        last = Some((decision.verdict, decision.reason.into_owned()));
     }
 }
 
@@ -389,19 +390,16 @@ mod tests {
 
     /// A drained node with a healthy Puppet Server: the one case where a 200 would be a lie
     /// that still looks plausible.
-    fn drained() -> (Arc<Health>, impl Sized) {
-        let report = crate::puppet::probe::ProbeReport {
-            ok: true,
-            inconclusive: false,
-            detail: "running".into(),
-            latency: Duration::from_millis(1),
-            finished: Instant::now(),
-            endpoint: String::new(),
-        };
+    fn drained() -> (Arc<Responder>, impl Sized) {
+        let report = ProbeReport::new(
+            crate::puppet::probe::ProbeOutcome::Healthy,
+            Duration::from_millis(1),
+            None,
+        );
         let (p, latest) = watch::channel(Some(Arc::new(report)));
         let state = DrainState::Drained(Drain::parse(b"{}"));
         let (d, drain) = watch::channel(Arc::new(state));
-        let health = Health {
+        let health = Responder {
             drain,
             latest,
             stale_after: Duration::from_secs(3600),
@@ -411,7 +409,7 @@ mod tests {
 
     /// Feeds `input` to one connection, closes the client's sending side, and returns what
     /// pmcheck wrote back.
-    async fn exchange(health: &Arc<Health>, input: &[u8]) -> Vec<u8> {
+    async fn exchange(health: &Arc<Responder>, input: &[u8]) -> Vec<u8> {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let connection = http().serve_connection(TokioIo::new(server), answers(Arc::clone(health)));
         let served = tokio::spawn(connection);

@@ -1,6 +1,7 @@
 //! pmcheck's resolved settings: command line and environment over puppet.conf over defaults,
 //! each value with where it came from.
 
+pub mod duration;
 pub mod puppet_conf;
 
 use std::fmt;
@@ -234,7 +235,7 @@ impl fmt::Display for Settings {
             Some(p) => p.display().to_string(),
             None => "(none)".into(),
         };
-        let timeout = crate::cli::format_duration(self.timeout.value);
+        let timeout = crate::settings::duration::format_duration(self.timeout.value);
         let rows: [(&str, String, &Source); 10] = [
             ("puppet-conf", conf, &self.puppet_conf.source),
             (

@@ -167,7 +167,7 @@ pub fn replace(path: &Path, bytes: &[u8]) {
 pub enum Behavior {
     Running,
     /// Any status and body, with a content type.
-    Answer(u16, &'static str, &'static str),
+    Reply(u16, &'static str, &'static str),
     /// Accept the TCP connection, or a request on an open one, and never say a word.
     Hang,
     /// A Puppet Server older than 6.14: no /status/v1/simple/server.
@@ -341,7 +341,7 @@ fn stub_answer(
         Behavior::Running if path.starts_with("/status/v1/simple") => reply(200, "running"),
         Behavior::Legacy if path == "/status/v1/simple/master" => reply(200, "running"),
         Behavior::Legacy if path == "/status/v1/simple/server" => reply(404, "not found: server"),
-        Behavior::Answer(status, body, content_type) => Response::builder()
+        Behavior::Reply(status, body, content_type) => Response::builder()
             .status(status)
             .header("content-type", content_type)
             .body(Full::new(Bytes::from_static(body.as_bytes())))
@@ -469,7 +469,7 @@ impl Daemon {
     }
 
     /// GET / and the text body.
-    pub fn poll(&self) -> Answer {
+    pub fn poll(&self) -> Reply {
         request(
             self.addr,
             "GET / HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
@@ -477,7 +477,7 @@ impl Daemon {
     }
 
     /// Polls until `pred` holds, failing after `within`.
-    pub fn wait_for(&self, within: Duration, what: &str, pred: impl Fn(&Answer) -> bool) -> Answer {
+    pub fn wait_for(&self, within: Duration, what: &str, pred: impl Fn(&Reply) -> bool) -> Reply {
         let deadline = Instant::now() + within;
         loop {
             let answer = self.poll();
@@ -547,7 +547,7 @@ impl Daemon {
 
 /// An HTTP answer, parsed from the raw bytes on the wire.
 #[derive(Debug, Clone)]
-pub struct Answer {
+pub struct Reply {
     pub raw: String,
     pub status_line: String,
     pub status: u16,
@@ -555,7 +555,7 @@ pub struct Answer {
     pub body: String,
 }
 
-impl Answer {
+impl Reply {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -565,7 +565,7 @@ impl Answer {
 }
 
 /// Sends `raw` bytes and reads until the server closes.
-pub fn request(addr: SocketAddr, raw: &str) -> Answer {
+pub fn request(addr: SocketAddr, raw: &str) -> Reply {
     let mut stream = TcpStream::connect(addr).expect("pmcheck accepts");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -578,7 +578,7 @@ pub fn request(addr: SocketAddr, raw: &str) -> Answer {
     parse_answer(&String::from_utf8_lossy(&bytes))
 }
 
-pub fn parse_answer(raw: &str) -> Answer {
+pub fn parse_answer(raw: &str) -> Reply {
     let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((raw, ""));
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default().to_owned();
@@ -591,7 +591,7 @@ pub fn parse_answer(raw: &str) -> Answer {
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_owned(), v.trim().to_owned()))
         .collect();
-    Answer {
+    Reply {
         raw: raw.to_owned(),
         status_line,
         status,

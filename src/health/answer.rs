@@ -1,0 +1,75 @@
+//! The answer: what a poll, `pmcheck status` and the tests read, as one type that serializes
+//! to the JSON body (`Accept: application/json`) and reads it back.
+//!
+//! Fields borrow while an answer is rendered and own after it is read back: [`Answer<'static>`]
+//! is what [`Answer::from_json`] returns.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+use crate::health::verdict::Verdict;
+
+/// The whole answer to a poll.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer<'a> {
+    /// The first word of the text body.
+    pub verdict: Verdict,
+    /// The HTTP status HAProxy acts on: 200 for OK, 503 otherwise.
+    pub status: u16,
+    /// Why, in one line.
+    pub reason: Cow<'a, str>,
+    /// The drain record, when there is one (also an expired one); `None` when not drained or
+    /// when the record cannot be read (the reason says why).
+    pub drain: Option<DrainAnswer<'a>>,
+    /// The latest probe of Puppet Server.
+    pub probe: ProbeAnswer<'a>,
+}
+
+/// The drain record as found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainAnswer<'a> {
+    /// Why the node is drained; `None` when the file is not a valid record.
+    pub reason: Option<Cow<'a, str>>,
+    /// Who drained it.
+    pub by: Option<Cow<'a, str>>,
+    /// Since when (RFC 3339).
+    pub since: Option<Cow<'a, str>>,
+    /// Until when, for `drain --for` (RFC 3339).
+    pub until: Option<Cow<'a, str>>,
+    /// The `until` time has passed: the drain no longer counts.
+    pub expired: bool,
+    /// What is wrong with the file, if anything.
+    pub problem: Option<Cow<'a, str>>,
+}
+
+/// The latest probe, as the verdict used it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeAnswer<'a> {
+    /// Puppet Server answered `running`.
+    pub ok: bool,
+    /// `running`, or what went wrong.
+    pub detail: Cow<'a, str>,
+    /// How long the probe took; `None` before the first probe.
+    pub latency_ms: Option<u64>,
+    /// How old the probe is; `None` before the first probe.
+    pub age_ms: Option<u64>,
+    /// The URL probed; `None` when no request was made.
+    pub endpoint: Option<Cow<'a, str>>,
+}
+
+impl Answer<'_> {
+    /// The JSON body, one line and a newline.
+    pub fn to_json(&self) -> String {
+        let mut json = serde_json::to_string(self).unwrap_or_else(|e| {
+            format!(r#"{{"verdict":"UNKNOWN","status":503,"reason":"cannot render JSON: {e}"}}"#)
+        });
+        json.push('\n');
+        json
+    }
+
+    /// Reads a JSON body back.
+    pub fn from_json(text: &str) -> serde_json::Result<Answer<'static>> {
+        serde_json::from_str(text)
+    }
+}

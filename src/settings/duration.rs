@@ -1,0 +1,52 @@
+//! Durations as operators write them (`1500ms`, `2s`, `30m`, `1h`): read from flags and
+//! printed back in the same words by `pmcheck config`, reasons and logs.
+
+use std::time::Duration;
+
+/// Ten years: longer is a typo, and would overflow the clock arithmetic.
+const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Reads a duration for clap: positive, at most ten years.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (write a duration such as 1500ms, 2s, 30m or 1h)"))?;
+    if duration.is_zero() {
+        return Err("must be longer than zero".to_owned());
+    }
+    if duration > LONGEST {
+        return Err("must be at most ten years".to_owned());
+    }
+    Ok(duration)
+}
+
+/// Prints a duration in the largest unit that keeps it whole, which [`parse_duration`] reads back.
+pub fn format_duration(d: Duration) -> String {
+    // Finer than a millisecond (`--timeout 1500us`): humantime's own words, which it reads back.
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        return humantime::format_duration(d).to_string();
+    }
+    let ms = d.as_millis();
+    match ms {
+        0 => "0s".to_owned(),
+        _ if ms.is_multiple_of(3_600_000) => format!("{}h", ms / 3_600_000),
+        _ if ms.is_multiple_of(60_000) => format!("{}m", ms / 60_000),
+        _ if ms.is_multiple_of(1_000) => format!("{}s", ms / 1_000),
+        _ => format!("{ms}ms"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_and_print_as_operators_write_them() {
+        for text in ["1500ms", "2s", "30m", "1h"] {
+            assert_eq!(format_duration(parse_duration(text).unwrap()), text);
+        }
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("500000000000y").is_err());
+        assert!(parse_duration("soon").unwrap_err().contains("1500ms"));
+    }
+}
