@@ -8,6 +8,7 @@ use clap::parser::ValueSource;
 use thiserror::Error;
 
 use crate::cli::{CheckArgs, Cli, Command, DrainArgs, Generate, PuppetArgs, StateArgs, StatusArgs};
+use crate::exit::Exit;
 use crate::health::drain::{DrainError, DrainFile, DrainRecord};
 use crate::health::verdict::{Decision, Verdict};
 use crate::operator::{manual, status};
@@ -17,15 +18,6 @@ use crate::responder::server::ListenError;
 use crate::responder::{inetd, server, signals, systemd};
 use crate::settings::puppet_conf::Source;
 use crate::settings::{Host, Origin, Settings, SettingsError};
-
-/// sysexits(3) codes.
-pub mod exit {
-    pub const USAGE: u8 = 64;
-    pub const UNAVAILABLE: u8 = 69;
-    pub const OSERR: u8 = 71;
-    pub const CANTCREAT: u8 = 73;
-    pub const CONFIG: u8 = 78;
-}
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -44,43 +36,20 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn exit_code(&self) -> u8 {
+    /// How the command ends.
+    pub fn exit(&self) -> Exit {
         match self {
-            Error::Settings(_) => exit::CONFIG,
-            Error::Listen(e) => e.exit_code(),
-            Error::Drain(_) => exit::CANTCREAT,
-            Error::Status(_) => 1,
-            Error::Systemd(_) => exit::OSERR,
-            Error::Io(_) => exit::OSERR,
+            Error::Settings(_) => Exit::Config,
+            Error::Listen(e) => e.exit(),
+            Error::Drain(_) => Exit::CantCreate,
+            Error::Status(_) => Exit::Warning,
+            Error::Systemd(_) | Error::Io(_) => Exit::OsErr,
         }
     }
 }
 
-/// The exit code for a command line clap rejected: `check` follows the monitoring-plugin
-/// convention (3 UNKNOWN), everything else sysexits' EX_USAGE.
-pub fn usage_exit_code(error: &clap::Error, args: &[String]) -> u8 {
-    use clap::error::ErrorKind;
-    if matches!(
-        error.kind(),
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
-    ) {
-        return 0;
-    }
-    if args
-        .iter()
-        .skip(1)
-        .find(|a| !a.starts_with('-'))
-        .map(String::as_str)
-        == Some("check")
-    {
-        3
-    } else {
-        exit::USAGE
-    }
-}
-
 /// Runs the parsed command line; `matches` tells flags from environment variables.
-pub fn run(cli: Cli, matches: &ArgMatches) -> u8 {
+pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
     let sub = matches.subcommand().map(|(_, m)| m).unwrap_or(matches);
     let origin = Matches(sub);
     let quiet = matches!(cli.command, Command::Inetd(_)) && inetd::stderr_is_the_connection();
@@ -95,13 +64,13 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> u8 {
             let answered = inetd::answer_one(&args.state.state_dir, target, args.read_timeout);
             block_on(answered)
                 .and_then(|r| r)
-                .map(|()| 0)
+                .map(|()| Exit::Ok)
                 .map_err(Error::from)
         }
         Command::Check(args) => return check(args, &origin),
         Command::Config(args) => settings(&args.puppet, &args.state, &origin).map(|s| {
             print!("{s}");
-            0
+            Exit::Ok
         }),
         Command::Drain(args) => drain(args),
         Command::Undrain(state) => undrain(state),
@@ -113,7 +82,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> u8 {
         if !quiet {
             eprintln!("pmcheck: {e}");
         }
-        e.exit_code()
+        e.exit()
     })
 }
 
@@ -174,7 +143,7 @@ fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
     Ok(output)
 }
 
-fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<u8, Error> {
+fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<Exit, Error> {
     let settings = settings(&args.puppet, &args.state, origin)?;
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
@@ -218,35 +187,35 @@ fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<u8, Error> 
         .await
     })?;
     rt.shutdown_timeout(Duration::from_secs(1));
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
 /// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, Puppet healthy),
 /// 2 CRITICAL (Puppet unhealthy), 3 UNKNOWN (bad settings, unreadable drain state).
-fn check(args: CheckArgs, origin: &dyn Origin) -> u8 {
+fn check(args: CheckArgs, origin: &dyn Origin) -> Exit {
     let settings = match settings(&args.puppet, &args.state, origin) {
         Ok(s) => s,
         Err(e) => {
             println!("PMCHECK UNKNOWN - {e}");
-            return 3;
+            return Exit::Unknown;
         }
     };
     let report = match block_on(async { Prober::new(settings.probe_target()).probe().await }) {
         Ok(report) => report,
         Err(e) => {
             println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
-            return 3;
+            return Exit::Unknown;
         }
     };
     let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
     let decision = Decision::decide(&drain, Some(&report), Instant::now(), Duration::MAX);
     let (label, code) = match (decision.verdict, &report.outcome) {
         (Verdict::Unknown | Verdict::Starting, _) | (_, ProbeOutcome::CannotTell(_)) => {
-            ("UNKNOWN", 3)
+            ("UNKNOWN", Exit::Unknown)
         }
-        (_, ProbeOutcome::Unhealthy(_)) => ("CRITICAL", 2),
-        (Verdict::Drained, _) => ("WARNING", 1),
-        _ => ("OK", 0),
+        (_, ProbeOutcome::Unhealthy(_)) => ("CRITICAL", Exit::Critical),
+        (Verdict::Drained, _) => ("WARNING", Exit::Warning),
+        _ => ("OK", Exit::Ok),
     };
     println!(
         "PMCHECK {label} - {} | time={:.3}s;;;0",
@@ -256,7 +225,7 @@ fn check(args: CheckArgs, origin: &dyn Origin) -> u8 {
     code
 }
 
-fn drain(args: DrainArgs) -> Result<u8, Error> {
+fn drain(args: DrainArgs) -> Result<Exit, Error> {
     let file = DrainFile::new(&args.state.state_dir);
     let previous = file.current();
     let record = DrainRecord::new(args.reason, args.for_, SystemTime::now());
@@ -282,10 +251,10 @@ fn drain(args: DrainArgs) -> Result<u8, Error> {
         out,
         "pmcheck now answers 503; HAProxy takes the node out after its `fall` failed checks. `pmcheck undrain` puts it back."
     )?;
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-fn undrain(state: StateArgs) -> Result<u8, Error> {
+fn undrain(state: StateArgs) -> Result<Exit, Error> {
     let file = DrainFile::new(&state.state_dir);
     match file.remove()? {
         Some(previous) => println!(
@@ -298,24 +267,28 @@ fn undrain(state: StateArgs) -> Result<u8, Error> {
             file.path().display()
         ),
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-fn status_command(args: StatusArgs) -> Result<u8, Error> {
+fn status_command(args: StatusArgs) -> Result<Exit, Error> {
     let reply = block_on(status::ask(&args.url))??;
     if args.json {
         print!("{}", reply.body);
     } else {
         print!("{}", status::describe(&reply));
     }
-    Ok(if reply.status == 200 { 0 } else { 1 })
+    Ok(if reply.status == 200 {
+        Exit::Ok
+    } else {
+        Exit::Warning
+    })
 }
 
-fn generate(what: Generate) -> Result<u8, Error> {
+fn generate(what: Generate) -> Result<Exit, Error> {
     let mut out = std::io::stdout().lock();
     match what {
         Generate::Man => manual::man(&mut out)?,
         Generate::Completions { shell } => manual::completions(shell, &mut out),
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }

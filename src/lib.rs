@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod exit;
 pub mod health;
 pub mod operator;
 pub mod puppet;

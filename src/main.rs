@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
 use pmcheck::cli::Cli;
+use pmcheck::exit::Exit;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -11,10 +12,10 @@ fn main() -> ExitCode {
         .try_get_matches_from(&args)
         .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
     match parsed {
-        Ok((cli, matches)) => ExitCode::from(pmcheck::run(cli, &matches)),
+        Ok((cli, matches)) => pmcheck::run(cli, &matches).into(),
         Err(error) => {
             let _ = error.print();
-            ExitCode::from(pmcheck::commands::usage_exit_code(&error, &args))
+            Exit::for_usage(&error, &args).into()
         }
     }
 }

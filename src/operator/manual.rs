@@ -8,6 +8,7 @@ use clap_mangen::Man;
 use clap_mangen::roff::{Roff, bold, roman};
 
 use crate::cli::Cli;
+use crate::exit::Exit;
 
 /// pmcheck(1): the top-level page, then every command with its options, then exit status,
 /// environment, files and examples.
@@ -39,13 +40,13 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
     }
 
     let mut roff = Roff::new();
-    roff.control("SH", ["EXIT STATUS"])
-        .text([roman("serve, inetd, config, drain and undrain exit 0 on success, 64 for bad arguments, 78 for bad settings (puppet.conf, values), 69 when the listen address is taken or absent, 71 for other system errors, 73 when the drain record cannot be written.")])
-        .control("PP", [])
-        .text([bold("check"), roman(" exits 0 OK, 1 WARNING (drained, Puppet Server healthy), 2 CRITICAL (Puppet Server unhealthy), 3 UNKNOWN (bad arguments or settings, unreadable drain state or certificate files).")])
-        .control("PP", [])
-        .text([bold("status"), roman(" exits 0 when the daemon answers 200, else 1.")])
-        .control("SH", ["SIGNALS"])
+    roff.control("SH", ["EXIT STATUS"]);
+    for exit in Exit::ALL {
+        roff.control("TP", [])
+            .text([bold(exit.code().to_string())])
+            .text([roman(exit.meaning())]);
+    }
+    roff.control("SH", ["SIGNALS"])
         .text([bold("serve"), roman(" stops gracefully on SIGTERM and SIGINT, re-reads the certificate, key, CA and the drain record at once on SIGHUP (it also notices changes by itself within a second), and ignores SIGUSR1 and SIGUSR2.")])
         .control("SH", ["ENVIRONMENT"])
         .text([roman("Every option reads PMCHECK_ and its name in capitals, with - as _ (PMCHECK_LISTEN, PMCHECK_INTERVAL, PMCHECK_TIMEOUT, PMCHECK_STATE_DIR, ...), so a systemd EnvironmentFile configures the daemon. RUST_LOG sets the log level (default info). NOTIFY_SOCKET, WATCHDOG_USEC, LISTEN_FDS and LISTEN_PID are read as systemd sets them.")])

@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::exit::Exit;
 use crate::health::drain::{DrainFile, DrainState};
 use crate::health::drain_watch::{self, Watcher};
 use crate::health::verdict::{Decision, Verdict};
@@ -49,11 +50,11 @@ pub struct ListenError {
 }
 
 impl ListenError {
-    /// sysexits: 69 (EX_UNAVAILABLE) when the address is taken or absent, 71 (EX_OSERR) otherwise.
-    pub fn exit_code(&self) -> u8 {
+    /// EX_UNAVAILABLE when the address is taken or absent, EX_OSERR otherwise.
+    pub fn exit(&self) -> Exit {
         match self.source.kind() {
-            io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable => 69,
-            _ => 71,
+            io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable => Exit::Unavailable,
+            _ => Exit::OsErr,
         }
     }
 }

@@ -1,0 +1,118 @@
+//! How pmcheck's commands end: one table of exit codes for every command, the usage-error
+//! mapping and the man page's EXIT STATUS section.
+//!
+//! `check` speaks the monitoring-plugin convention (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN), so
+//! Nagios, Icinga and Sensu read it as it is; `status` reuses 0 and 1; everything else that can
+//! fail uses sysexits(3), so scripts can tell a typo from a taken port.
+
+/// One exit code and what it means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Success; `check`: OK; `status`: the daemon answers 200.
+    Ok,
+    /// `check`: WARNING, drained while Puppet Server is healthy; `status`: the daemon does not
+    /// answer 200, or cannot be reached.
+    Warning,
+    /// `check`: CRITICAL, Puppet Server is unhealthy.
+    Critical,
+    /// `check`: UNKNOWN, bad arguments or settings, unreadable drain state or certificate files.
+    Unknown,
+    /// EX_USAGE: the command line is wrong.
+    Usage,
+    /// EX_UNAVAILABLE: the listen address is taken or absent.
+    Unavailable,
+    /// EX_OSERR: any other system error (sockets, systemd, writing output).
+    OsErr,
+    /// EX_CANTCREAT: the drain record cannot be written or removed.
+    CantCreate,
+    /// EX_CONFIG: a setting is wrong (puppet.conf, a value).
+    Config,
+}
+
+impl Exit {
+    /// Every code, in the man page's order.
+    pub const ALL: [Exit; 9] = [
+        Exit::Ok,
+        Exit::Warning,
+        Exit::Critical,
+        Exit::Unknown,
+        Exit::Usage,
+        Exit::Unavailable,
+        Exit::OsErr,
+        Exit::CantCreate,
+        Exit::Config,
+    ];
+
+    /// The number the process exits with.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Ok => 0,
+            Exit::Warning => 1,
+            Exit::Critical => 2,
+            Exit::Unknown => 3,
+            Exit::Usage => 64,
+            Exit::Unavailable => 69,
+            Exit::OsErr => 71,
+            Exit::CantCreate => 73,
+            Exit::Config => 78,
+        }
+    }
+
+    /// What it means, for the man page.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Exit::Ok => "success; check: OK; status: the daemon answers 200",
+            Exit::Warning => {
+                "check: WARNING, drained while Puppet Server is healthy; status: the daemon does \
+                 not answer 200, or cannot be reached"
+            }
+            Exit::Critical => "check: CRITICAL, Puppet Server is unhealthy",
+            Exit::Unknown => {
+                "check: UNKNOWN, bad arguments or settings, unreadable drain state or certificate \
+                 files"
+            }
+            Exit::Usage => "bad arguments (EX_USAGE); check exits 3 instead",
+            Exit::Unavailable => "the listen address is taken or absent (EX_UNAVAILABLE)",
+            Exit::OsErr => "another system error: sockets, systemd, output (EX_OSERR)",
+            Exit::CantCreate => "the drain record cannot be written or removed (EX_CANTCREAT)",
+            Exit::Config => "a bad setting: puppet.conf, a value (EX_CONFIG)",
+        }
+    }
+
+    /// The code for a command line clap rejected: `check` follows the monitoring-plugin
+    /// convention (3 UNKNOWN), everything else EX_USAGE; help and version are a success.
+    pub fn for_usage(error: &clap::Error, args: &[String]) -> Exit {
+        use clap::error::ErrorKind;
+        if matches!(
+            error.kind(),
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+        ) {
+            return Exit::Ok;
+        }
+        let command = args.iter().skip(1).find(|a| !a.starts_with('-'));
+        if command.map(String::as_str) == Some("check") {
+            Exit::Unknown
+        } else {
+            Exit::Usage
+        }
+    }
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(exit: Exit) -> Self {
+        std::process::ExitCode::from(exit.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_is_listed_once() {
+        let mut codes: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), Exit::ALL.len());
+    }
+}
