@@ -9,9 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::responder::cidr::Cidr;
 use crate::settings::duration::parse_duration;
-
-/// Where `drain`, `undrain` and the daemon keep the drain record.
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/pmcheck";
+use crate::settings::{defaults, parse_certname, parse_status_path};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -49,13 +47,13 @@ pub enum Command {
 }
 
 /// How to find and reach the local Puppet Server. Unset values come from puppet.conf.
-#[derive(Debug, Clone, Default, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct PuppetArgs {
     /// puppet.conf to read [default: first existing of /etc/puppetlabs/puppet/puppet.conf, /etc/puppet/puppet.conf]
     #[arg(long, env = "PMCHECK_PUPPET_CONF", value_name = "PATH")]
     pub puppet_conf: Option<PathBuf>,
     /// The certname: the TLS name verified, sent as SNI and as Host [default: from puppet.conf, else the FQDN]
-    #[arg(long, env = "PMCHECK_CERTNAME", value_name = "NAME")]
+    #[arg(long, env = "PMCHECK_CERTNAME", value_name = "NAME", value_parser = parse_certname)]
     pub certname: Option<String>,
     /// Client certificate [default: puppet.conf hostcert]
     #[arg(long, env = "PMCHECK_HOSTCERT", value_name = "PATH")]
@@ -69,18 +67,18 @@ pub struct PuppetArgs {
     /// Where to connect [default: ssl-host:ssl-port of Puppet Server's webserver.conf (127.0.0.1 for a wildcard host), else 127.0.0.1:<serverport from puppet.conf, else 8140>]
     #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
     pub puppet_addr: Option<String>,
-    /// Status endpoint; a 404 "not found: server" falls back to /status/v1/simple/master [default: /status/v1/simple/server]
-    #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH")]
-    pub status_path: Option<String>,
-    /// Deadline of one probe; Puppet Server gets a ?timeout=N below it [default: 1500ms]
-    #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
-    pub timeout: Option<Duration>,
+    /// Status endpoint; a 404 "not found: server" falls back to /status/v1/simple/master
+    #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH", default_value = defaults::STATUS_PATH, value_parser = parse_status_path)]
+    pub status_path: String,
+    /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
+    #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = defaults::TIMEOUT)]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct StateArgs {
     /// Directory of the drain record (DIR/drain)
-    #[arg(long, env = "PMCHECK_STATE_DIR", value_name = "DIR", default_value = DEFAULT_STATE_DIR)]
+    #[arg(long, env = "PMCHECK_STATE_DIR", value_name = "DIR", default_value = defaults::STATE_DIR)]
     pub state_dir: PathBuf,
 }
 

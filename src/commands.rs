@@ -1,4 +1,5 @@
-//! The subcommands, each mapped to a sysexits-style exit code.
+//! The subcommands: the one place that turns clap's structs into settings and errors into
+//! exit codes.
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant, SystemTime};
@@ -7,7 +8,7 @@ use clap::ArgMatches;
 use clap::parser::ValueSource;
 use thiserror::Error;
 
-use crate::cli::{CheckArgs, Cli, Command, DrainArgs, Generate, PuppetArgs, StateArgs, StatusArgs};
+use crate::cli::{Cli, Command, DrainArgs, Generate, StateArgs, StatusArgs};
 use crate::exit::Exit;
 use crate::health::drain::{DrainError, DrainFile, DrainRecord};
 use crate::health::verdict::{Decision, Verdict};
@@ -16,8 +17,7 @@ use crate::puppet::probe::{ProbeOutcome, Prober};
 use crate::responder::connections::Limits;
 use crate::responder::server::ListenError;
 use crate::responder::{inetd, server, signals, systemd};
-use crate::settings::puppet_conf::Source;
-use crate::settings::{Host, Origin, Settings, SettingsError};
+use crate::settings::{Given, Host, Setting, Settings, SettingsError, Source};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -48,30 +48,36 @@ impl Error {
     }
 }
 
-/// Runs the parsed command line; `matches` tells flags from environment variables.
+/// Runs the parsed command line; `matches` tells where each value came from.
 pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
-    let sub = matches.subcommand().map(|(_, m)| m).unwrap_or(matches);
-    let origin = Matches(sub);
     let quiet = matches!(cli.command, Command::Inetd(_)) && inetd::stderr_is_the_connection();
     if !quiet {
         init_logging();
     }
+    let given = || Provenance::of(matches).given();
     let result = match cli.command {
-        Command::Serve(args) => serve(args, &origin),
+        Command::Serve(args) => serve(args, &given()),
         Command::Inetd(args) => {
-            let target = Settings::resolve(&args.puppet, &args.state, &origin, &Host::REAL)
-                .map(|s| s.probe_target());
-            let answered = inetd::answer_one(&args.state.state_dir, target, args.read_timeout);
-            block_on(answered)
+            let given = given();
+            let target = Settings::resolve(&given, &Host::REAL).map(|s| s.probe_target());
+            let answered = inetd::answer_one(
+                &args.state.state_dir,
+                target,
+                given.timeout.value,
+                args.read_timeout,
+            );
+            run_single_threaded(answered)
                 .and_then(|r| r)
                 .map(|()| Exit::Ok)
                 .map_err(Error::from)
         }
-        Command::Check(args) => return check(args, &origin),
-        Command::Config(args) => settings(&args.puppet, &args.state, &origin).map(|s| {
-            print!("{s}");
-            Exit::Ok
-        }),
+        Command::Check(_) => return check(&given()),
+        Command::Config(_) => Settings::resolve(&given(), &Host::REAL)
+            .map(|s| {
+                print!("{s}");
+                Exit::Ok
+            })
+            .map_err(Error::from),
         Command::Drain(args) => drain(args),
         Command::Undrain(state) => undrain(state),
         Command::Status(args) => status_command(args),
@@ -86,20 +92,75 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
     })
 }
 
-struct Matches<'a>(&'a ArgMatches);
+/// Where clap found each value of a subcommand: on the command line, in the environment variable
+/// its definition names, or its default. The only place that turns clap's matches into
+/// [`Given`] settings, so an option's name, variable and default are each written once.
+struct Provenance<'a> {
+    matches: &'a ArgMatches,
+    command: clap::Command,
+}
 
-impl Origin for Matches<'_> {
-    fn origin(&self, id: &str, env: &'static str) -> Source {
-        match self
-            .0
-            .try_get_raw(id)
-            .ok()
-            .and_then(|_| self.0.value_source(id))
-        {
-            Some(ValueSource::EnvVariable) => Source::Env(env),
+impl<'a> Provenance<'a> {
+    /// The subcommand's matches and definition.
+    fn of(matches: &'a ArgMatches) -> Self {
+        let cli = <Cli as clap::CommandFactory>::command();
+        match matches.subcommand() {
+            Some((name, sub)) => Self {
+                command: cli.find_subcommand(name).cloned().unwrap_or(cli),
+                matches: sub,
+            },
+            None => Self {
+                matches,
+                command: cli,
+            },
+        }
+    }
+
+    fn given(&self) -> Given {
+        Given {
+            puppet_conf: self.get("puppet_conf"),
+            certname: self.get("certname"),
+            hostcert: self.get("hostcert"),
+            hostprivkey: self.get("hostprivkey"),
+            localcacert: self.get("localcacert"),
+            puppet_addr: self.get("puppet_addr"),
+            status_path: self.must("status_path"),
+            timeout: self.must("timeout"),
+            state_dir: self.must("state_dir"),
+        }
+    }
+
+    /// The value of the option `id` and where it came from; `None` when nobody gave it.
+    ///
+    /// An `id` that clap does not define is a bug in pmcheck, not in the input: it panics, and
+    /// the tests that give every option (`config_says_where_every_option_came_from`) catch it.
+    fn get<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Option<Setting<T>> {
+        let value = match self.matches.try_get_one::<T>(id) {
+            Ok(value) => value.cloned()?,
+            Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
+        };
+        let source = match self.matches.value_source(id) {
+            Some(ValueSource::EnvVariable) => Source::Env(self.env(id)),
             Some(ValueSource::DefaultValue) | None => Source::Default("built in".into()),
             Some(_) => Source::Flag,
-        }
+        };
+        Some(Setting { value, source })
+    }
+
+    /// An option with a default, which therefore always has a value.
+    fn must<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Setting<T> {
+        self.get(id)
+            .unwrap_or_else(|| panic!("pmcheck bug: option `{id}` has no default value"))
+    }
+
+    /// The environment variable of option `id`, as its definition names it.
+    fn env(&self, id: &str) -> String {
+        self.command
+            .get_arguments()
+            .find(|arg| arg.get_id() == id)
+            .and_then(|arg| arg.get_env())
+            .map(|var| var.to_string_lossy().into_owned())
+            .unwrap_or_default()
     }
 }
 
@@ -119,10 +180,6 @@ fn init_logging() {
     };
 }
 
-fn settings(args: &PuppetArgs, state: &StateArgs, origin: &dyn Origin) -> Result<Settings, Error> {
-    Ok(Settings::resolve(args, state, origin, &Host::REAL)?)
-}
-
 fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {
     if multi_thread {
         tokio::runtime::Builder::new_multi_thread()
@@ -135,16 +192,17 @@ fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {
     }
 }
 
-/// Runs a short command to completion without waiting for a stdin reader left blocked.
-fn block_on<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
+/// Runs a short command on one thread, and does not wait for a blocking task left behind (the
+/// stdin reader of `inetd`, which only returns when the client sends more).
+fn run_single_threaded<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
     let rt = runtime(false)?;
     let output = rt.block_on(future);
     rt.shutdown_timeout(Duration::from_millis(100));
     Ok(output)
 }
 
-fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<Exit, Error> {
-    let settings = settings(&args.puppet, &args.state, origin)?;
+fn serve(args: crate::cli::ServeArgs, given: &Given) -> Result<Exit, Error> {
+    let settings = Settings::resolve(given, &Host::REAL)?;
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
         Some(inherited) => {
@@ -192,21 +250,22 @@ fn serve(args: crate::cli::ServeArgs, origin: &dyn Origin) -> Result<Exit, Error
 
 /// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, Puppet healthy),
 /// 2 CRITICAL (Puppet unhealthy), 3 UNKNOWN (bad settings, unreadable drain state).
-fn check(args: CheckArgs, origin: &dyn Origin) -> Exit {
-    let settings = match settings(&args.puppet, &args.state, origin) {
+fn check(given: &Given) -> Exit {
+    let settings = match Settings::resolve(given, &Host::REAL) {
         Ok(s) => s,
         Err(e) => {
             println!("PMCHECK UNKNOWN - {e}");
             return Exit::Unknown;
         }
     };
-    let report = match block_on(async { Prober::new(settings.probe_target()).probe().await }) {
-        Ok(report) => report,
-        Err(e) => {
-            println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
-            return Exit::Unknown;
-        }
-    };
+    let report =
+        match run_single_threaded(async { Prober::new(settings.probe_target()).probe().await }) {
+            Ok(report) => report,
+            Err(e) => {
+                println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
+                return Exit::Unknown;
+            }
+        };
     let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
     let decision = Decision::decide(&drain, Some(&report), Instant::now(), Duration::MAX);
     let (label, code) = match (decision.verdict, &report.outcome) {
@@ -271,7 +330,7 @@ fn undrain(state: StateArgs) -> Result<Exit, Error> {
 }
 
 fn status_command(args: StatusArgs) -> Result<Exit, Error> {
-    let reply = block_on(status::ask(&args.url))??;
+    let reply = run_single_threaded(status::ask(&args.url))??;
     if args.json {
         print!("{}", reply.body);
     } else {
@@ -291,4 +350,76 @@ fn generate(what: Generate) -> Result<Exit, Error> {
         Generate::Completions { shell } => manual::completions(shell, &mut out),
     }
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches};
+
+    /// A valid value for each of `config`'s options; a new option must get one here.
+    fn sample(long: &str, dir: &std::path::Path) -> String {
+        let file = |name: &str| dir.join(name).display().to_string();
+        match long {
+            "puppet-conf" => file("puppet.conf"),
+            "certname" => "node1.example.com".into(),
+            "hostcert" | "hostprivkey" | "localcacert" => file(&format!("{long}.pem")),
+            "puppet-addr" => "127.0.0.1:8141".into(),
+            "status-path" => "/status/v1/simple/master".into(),
+            "timeout" => "2s".into(),
+            "state-dir" => file("state"),
+            other => panic!("no sample value for --{other}: add one to this test"),
+        }
+    }
+
+    /// `config` must say "command line" for every option given there: an option renamed in clap
+    /// but not in [`Provenance::given`] (or the table) fails here instead of reading "default".
+    #[test]
+    fn config_says_where_every_option_came_from() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("puppet.conf"), "").unwrap();
+        let config = Cli::command();
+        let config = config.find_subcommand("config").unwrap();
+        let longs: Vec<&str> = config
+            .get_arguments()
+            .filter_map(|arg| arg.get_long())
+            .filter(|long| *long != "help")
+            .collect();
+        let mut argv = vec!["pmcheck".to_owned(), "config".to_owned()];
+        for long in &longs {
+            argv.push(format!("--{long}"));
+            argv.push(sample(long, dir.path()));
+        }
+        let matches = Cli::command().try_get_matches_from(&argv).unwrap();
+        Cli::from_arg_matches(&matches).unwrap();
+        let given = Provenance::of(&matches).given();
+        let host = Host {
+            fqdn: &|| Err(crate::settings::puppet_conf::FqdnError::Empty),
+            webserver: &|_| None,
+        };
+        let table = Settings::resolve(&given, &host).unwrap().to_string();
+        for long in longs {
+            let row = table
+                .lines()
+                .find(|line| line.split_whitespace().next() == Some(long))
+                .unwrap_or_else(|| panic!("config shows no row for --{long}:\n{table}"));
+            assert!(row.ends_with("(command line)"), "--{long}: {row}");
+        }
+    }
+
+    /// Options nobody gave say so, and where their value came from instead.
+    #[test]
+    fn defaults_say_built_in() {
+        let matches = Cli::command()
+            .try_get_matches_from(["pmcheck", "config"])
+            .unwrap();
+        let given = Provenance::of(&matches).given();
+        assert_eq!(given.certname, None);
+        assert_eq!(given.timeout.value, Duration::from_millis(1500));
+        assert_eq!(given.timeout.source, Source::Default("built in".into()));
+        assert_eq!(
+            given.state_dir.value,
+            std::path::Path::new("/var/lib/pmcheck")
+        );
+    }
 }

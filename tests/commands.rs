@@ -103,6 +103,49 @@ async fn check_follows_the_monitoring_plugin_convention() {
     );
 }
 
+/// Every option of `config` given in its environment variable (the one clap's definition
+/// names) is reported as coming from that variable: no second list of names can drift.
+#[test]
+fn config_names_the_environment_variable_of_every_option() {
+    use clap::CommandFactory;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("puppet.conf"), "").unwrap();
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let cli = pmcheck::cli::Cli::command();
+    let config = cli.find_subcommand("config").unwrap();
+    let mut command = pmcheck();
+    command.arg("config");
+    let mut expected = Vec::new();
+    for arg in config.get_arguments() {
+        let (Some(long), Some(env)) = (arg.get_long(), arg.get_env()) else {
+            continue;
+        };
+        let value = match long {
+            "puppet-conf" => file("puppet.conf"),
+            "certname" => "node1.example.com".into(),
+            "hostcert" | "hostprivkey" | "localcacert" => file("x.pem"),
+            "puppet-addr" => "127.0.0.1:8141".into(),
+            "status-path" => "/status/v1/simple/master".into(),
+            "timeout" => "2s".into(),
+            "state-dir" => file("state"),
+            other => panic!("no sample value for --{other}: add one to this test"),
+        };
+        command.env(env, value);
+        expected.push((long, env.to_string_lossy().into_owned()));
+    }
+    assert!(expected.len() >= 9, "{expected:?}");
+    let out = command.output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    for (long, env) in expected {
+        let row = text
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(long))
+            .unwrap_or_else(|| panic!("no row for --{long}: {text}"));
+        assert!(row.ends_with(&format!("(environment {env})")), "{row}");
+    }
+}
+
 #[test]
 fn config_says_where_every_value_came_from() {
     let dir = tempfile::tempdir().unwrap();

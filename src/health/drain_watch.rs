@@ -74,13 +74,19 @@ fn watch_dir(dir: &Path) -> Option<Inotify> {
 fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBool>) {
     let gone =
         AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF;
+    // `watching` is cleared before the last wake-up, so the look it causes sets up a new watch
+    // (checking `watching` after the wake-up could still see the old thread as running).
     let forward = move || {
         loop {
             match inotify.read_events() {
                 Ok(events) => {
+                    let ended = events.iter().any(|e| e.mask.intersects(gone));
+                    if ended {
+                        watching.store(false, Ordering::Release);
+                    }
                     changes.notify_one();
-                    if events.iter().any(|e| e.mask.intersects(gone)) {
-                        break;
+                    if ended {
+                        return;
                     }
                 }
                 Err(nix::errno::Errno::EINTR) => {}
@@ -88,6 +94,7 @@ fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBo
             }
         }
         watching.store(false, Ordering::Release);
+        changes.notify_one();
     };
     if std::thread::Builder::new()
         .name("drain-events".into())

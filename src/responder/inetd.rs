@@ -16,21 +16,22 @@ use crate::health::drain::DrainFile;
 use crate::health::drain_watch;
 use crate::puppet::probe::{CannotProbe, ProbeReport, ProbeTarget, Prober};
 use crate::responder::http::Responder;
-use crate::settings::{DEFAULT_TIMEOUT, SettingsError};
+use crate::settings::SettingsError;
 
 /// The largest request head accepted; a health check is a few dozen bytes.
 const REQUEST_LIMIT: usize = 8 * 1024;
 
-/// Reads one request within `read_timeout`, probes Puppet Server meanwhile, answers, and closes.
+/// Reads one request within `read_timeout`, probes Puppet Server meanwhile (within
+/// `probe_deadline`), answers, and closes.
 /// Settings that cannot be resolved still get an answer: 503 UNKNOWN with the reason, because
 /// under xinetd nobody reads stderr (it is the connection).
 pub async fn answer_one(
     state_dir: &Path,
     target: Result<ProbeTarget, SettingsError>,
+    probe_deadline: Duration,
     read_timeout: Duration,
 ) -> io::Result<()> {
     let (publish, latest) = watch::channel(None);
-    let probe_deadline = target.as_ref().map_or(DEFAULT_TIMEOUT, |t| t.timeout);
     match target {
         Ok(target) => {
             tokio::spawn(async move {

@@ -11,37 +11,76 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use self::puppet_conf::{Layout, PuppetConf, PuppetConfError, Resolver, Source, Webserver};
-use crate::cli::{PuppetArgs, StateArgs};
+use self::puppet_conf::{FqdnError, Layout, PuppetConf, PuppetConfError, Resolver, Webserver};
 use crate::puppet::identity::IdentityFiles;
-use crate::puppet::probe::{DEFAULT_STATUS_PATH, ProbeTarget};
+use crate::puppet::probe::ProbeTarget;
 
-/// The deadline of one probe when nothing else is said.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(1500);
+/// The built-in defaults of the settings that puppet.conf does not know, as clap reads them.
+/// They are written here once; clap shows them in `--help` and the man page.
+pub mod defaults {
+    /// The deadline of one probe.
+    pub const TIMEOUT: &str = "1500ms";
+    /// Where `drain`, `undrain` and the daemon keep the drain record.
+    pub const STATE_DIR: &str = "/var/lib/pmcheck";
+    /// The status endpoint (Puppet Server >= 6.14).
+    pub const STATUS_PATH: &str = crate::puppet::probe::DEFAULT_STATUS_PATH;
+}
 
+/// Why the settings cannot be resolved. Each names the setting and what to write instead.
 #[derive(Debug, Error)]
 pub enum SettingsError {
-    #[error("--puppet-conf {path}: {source}; pass the path of an existing puppet.conf")]
+    /// `--puppet-conf` names a file that is not there.
+    #[error("--puppet-conf {}: {source}; pass the path of an existing puppet.conf", path.display())]
     PuppetConfMissing {
+        /// The path given.
         path: PathBuf,
+        /// Why it cannot be examined.
         source: std::io::Error,
     },
+    /// puppet.conf cannot be read or resolved.
     #[error(transparent)]
     PuppetConf(#[from] PuppetConfError),
-    #[error("--puppet-addr {value}: {detail}; write HOST:PORT, for example 127.0.0.1:8140")]
-    PuppetAddr { value: String, detail: String },
+    /// `--puppet-addr` cannot be resolved to an address.
+    #[error("--puppet-addr {value}: {problem}; write HOST:PORT, for example 127.0.0.1:8140")]
+    PuppetAddr {
+        /// The value given.
+        value: String,
+        /// What went wrong.
+        problem: AddrProblem,
+    },
+    /// puppet.conf's serverport is not a port number.
     #[error("serverport = {value} ({source_}): not a port number")]
-    Port { value: String, source_: Source },
-    #[error("--status-path {value}: must start with /, for example {DEFAULT_STATUS_PATH}")]
-    StatusPath { value: String },
-    #[error("--certname {value}: not a DNS name Puppet would use (letters, digits, '-', '.', '_')")]
-    Certname { value: String },
+    Port {
+        /// The value found.
+        value: String,
+        /// Where it was found.
+        source_: Source,
+    },
+    /// The certname from puppet.conf is not a name Puppet would use.
+    #[error("certname = {value} ({source_}): {CERTNAME_RULE}")]
+    Certname {
+        /// The value found.
+        value: String,
+        /// Where it was found.
+        source_: Source,
+    },
+}
+
+/// Why a HOST:PORT has no address.
+#[derive(Debug, Error)]
+pub enum AddrProblem {
+    /// The resolver failed (or the text is not HOST:PORT).
+    #[error("{0}")]
+    Lookup(#[source] std::io::Error),
+    /// The name resolved to nothing.
+    #[error("the name has no address")]
+    NoAddress,
 }
 
 /// What the host says where the configuration files are silent; tests pass their own.
 pub struct Host {
     /// The FQDN, asked only when nothing sets the certname.
-    pub fqdn: &'static dyn Fn() -> Result<String, String>,
+    pub fqdn: &'static dyn Fn() -> Result<String, FqdnError>,
     /// Puppet Server's webserver.conf for a layout.
     pub webserver: &'static dyn Fn(Layout) -> Option<Webserver>,
 }
@@ -54,86 +93,148 @@ impl Host {
     };
 }
 
+/// Where a value came from, so `pmcheck config` can tell an operator what to edit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Given on the command line.
+    Flag,
+    /// Read from this environment variable (the one named in the option's clap definition).
+    Env(String),
+    /// Read from puppet.conf.
+    File {
+        /// The puppet.conf file.
+        path: PathBuf,
+        /// Its section that held the value.
+        section: String,
+    },
+    /// Nobody said: a default, and how it was worked out.
+    Default(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Flag => f.write_str("command line"),
+            Source::Env(var) => write!(f, "environment {var}"),
+            Source::File { path, section } => write!(f, "{} [{section}]", path.display()),
+            Source::Default(how) => write!(f, "default: {how}"),
+        }
+    }
+}
+
 /// A value and where it came from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Setting<T> {
+    /// The value.
     pub value: T,
+    /// Where it came from.
     pub source: Source,
 }
 
+/// What the operator gave, on the command line or in the environment. Settings that
+/// puppet.conf or the host can supply are optional; the others always carry clap's default.
 #[derive(Debug, Clone)]
-pub struct Settings {
-    pub puppet_conf: Setting<Option<PathBuf>>,
-    pub certname: Setting<String>,
-    pub ssldir: Setting<PathBuf>,
-    pub hostcert: Setting<PathBuf>,
-    pub hostprivkey: Setting<PathBuf>,
-    pub localcacert: Setting<PathBuf>,
-    pub puppet_addr: Setting<SocketAddr>,
+pub struct Given {
+    /// `--puppet-conf`.
+    pub puppet_conf: Option<Setting<PathBuf>>,
+    /// `--certname`.
+    pub certname: Option<Setting<String>>,
+    /// `--hostcert`.
+    pub hostcert: Option<Setting<PathBuf>>,
+    /// `--hostprivkey`.
+    pub hostprivkey: Option<Setting<PathBuf>>,
+    /// `--localcacert`.
+    pub localcacert: Option<Setting<PathBuf>>,
+    /// `--puppet-addr`, resolved here (a name is looked up once, at start).
+    pub puppet_addr: Option<Setting<String>>,
+    /// `--status-path`.
     pub status_path: Setting<String>,
+    /// `--timeout`.
     pub timeout: Setting<Duration>,
+    /// `--state-dir`.
     pub state_dir: Setting<PathBuf>,
 }
 
-/// Tells a value given on the command line from one read from the environment.
-pub trait Origin {
-    fn origin(&self, id: &str, env: &'static str) -> Source;
+/// pmcheck's resolved settings, each with where it came from.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The puppet.conf read, if any.
+    pub puppet_conf: Setting<Option<PathBuf>>,
+    /// The name verified in Puppet Server's certificate, sent as SNI and Host.
+    pub certname: Setting<String>,
+    /// Puppet's ssldir (shown; the three files below are what is used).
+    pub ssldir: Setting<PathBuf>,
+    /// This host's certificate.
+    pub hostcert: Setting<PathBuf>,
+    /// This host's private key.
+    pub hostprivkey: Setting<PathBuf>,
+    /// The Puppet CA certificate(s).
+    pub localcacert: Setting<PathBuf>,
+    /// Where Puppet Server listens.
+    pub puppet_addr: Setting<SocketAddr>,
+    /// The status endpoint.
+    pub status_path: Setting<String>,
+    /// The deadline of one probe.
+    pub timeout: Setting<Duration>,
+    /// The directory of the drain record.
+    pub state_dir: Setting<PathBuf>,
 }
 
 impl Settings {
-    /// Resolves every setting. `origin` tells flags from environment variables.
-    pub fn resolve(
-        args: &PuppetArgs,
-        state: &StateArgs,
-        origin: &dyn Origin,
-        host: &Host,
-    ) -> Result<Self, SettingsError> {
-        let fqdn = host.fqdn;
-        let (conf, puppet_conf) = match &args.puppet_conf {
-            Some(path) => {
+    /// Resolves every setting: what was given beats puppet.conf, which beats Puppet's defaults.
+    pub fn resolve(given: &Given, host: &Host) -> Result<Self, SettingsError> {
+        let (conf, puppet_conf) = match &given.puppet_conf {
+            Some(Setting {
+                value: path,
+                source,
+            }) => {
                 std::fs::metadata(path).map_err(|source| SettingsError::PuppetConfMissing {
                     path: path.clone(),
                     source,
                 })?;
-                let source = origin.origin("puppet_conf", "PMCHECK_PUPPET_CONF");
-                (PuppetConf::load(path)?, Setting { value: Some(path.clone()), source })
+                (
+                    PuppetConf::load(path)?,
+                    Setting {
+                        value: Some(path.clone()),
+                        source: source.clone(),
+                    },
+                )
             }
             None => match puppet_conf::find_default() {
                 Some(path) => (
                     PuppetConf::load(&path)?,
                     Setting {
                         value: Some(path),
-                        source: Source::Default("first existing of the AIO and Debian locations".into()),
+                        source: Source::Default(
+                            "first existing of the AIO and Debian locations".into(),
+                        ),
                     },
                 ),
                 None => (
                     PuppetConf::default(),
                     Setting {
                         value: None,
-                        source: Source::Default("neither /etc/puppetlabs/puppet/puppet.conf nor /etc/puppet/puppet.conf exists; Puppet's defaults apply".into()),
+                        source: Source::Default(
+                            "neither /etc/puppetlabs/puppet/puppet.conf nor \
+                             /etc/puppet/puppet.conf exists; Puppet's defaults apply"
+                                .into(),
+                        ),
                     },
                 ),
             },
         };
 
-        let mut resolver = Resolver::new(&conf, fqdn);
+        // Given, else puppet.conf, else Puppet's default: the resolver holds all three.
+        let mut resolver = Resolver::new(&conf, host.fqdn);
         let overrides = [
-            ("certname", "PMCHECK_CERTNAME", args.certname.clone()),
-            ("hostcert", "PMCHECK_HOSTCERT", path_text(&args.hostcert)),
-            (
-                "hostprivkey",
-                "PMCHECK_HOSTPRIVKEY",
-                path_text(&args.hostprivkey),
-            ),
-            (
-                "localcacert",
-                "PMCHECK_LOCALCACERT",
-                path_text(&args.localcacert),
-            ),
+            ("certname", given.certname.clone()),
+            ("hostcert", path_text(&given.hostcert)),
+            ("hostprivkey", path_text(&given.hostprivkey)),
+            ("localcacert", path_text(&given.localcacert)),
         ];
-        for (name, env, value) in overrides {
-            if let Some(value) = value {
-                resolver.set(name, value, origin.origin(name, env));
+        for (name, setting) in overrides.into_iter() {
+            if let Some(Setting { value, source }) = setting {
+                resolver.set(name, value, source);
             }
         }
         let string = |name: &str| -> Result<Setting<String>, SettingsError> {
@@ -149,53 +250,18 @@ impl Settings {
         };
 
         let certname = string("certname")?;
-        if certname.value.is_empty()
-            || !certname
-                .value
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
-        {
+        if parse_certname(&certname.value).is_err() {
             return Err(SettingsError::Certname {
                 value: certname.value,
+                source_: certname.source,
             });
         }
-
-        let puppet_addr = match &args.puppet_addr {
-            Some(value) => Setting {
+        let puppet_addr = match &given.puppet_addr {
+            Some(Setting { value, source }) => Setting {
                 value: parse_addr(value)?,
-                source: origin.origin("puppet_addr", "PMCHECK_PUPPET_ADDR"),
+                source: source.clone(),
             },
             None => default_puppet_addr((host.webserver)(conf.layout()), &string("serverport")?)?,
-        };
-
-        let status_path = match &args.status_path {
-            Some(value) if !value.starts_with('/') => {
-                return Err(SettingsError::StatusPath {
-                    value: value.clone(),
-                });
-            }
-            Some(value) => Setting {
-                value: value.clone(),
-                source: origin.origin("status_path", "PMCHECK_STATUS_PATH"),
-            },
-            None => Setting {
-                value: DEFAULT_STATUS_PATH.to_owned(),
-                source: Source::Default("built in".into()),
-            },
-        };
-        let timeout = match args.timeout {
-            Some(value) => Setting {
-                value,
-                source: origin.origin("timeout", "PMCHECK_TIMEOUT"),
-            },
-            None => Setting {
-                value: DEFAULT_TIMEOUT,
-                source: Source::Default("built in".into()),
-            },
-        };
-        let state_dir = Setting {
-            value: state.state_dir.clone(),
-            source: origin.origin("state_dir", "PMCHECK_STATE_DIR"),
         };
 
         Ok(Self {
@@ -206,9 +272,9 @@ impl Settings {
             puppet_conf,
             certname,
             puppet_addr,
-            status_path,
-            timeout,
-            state_dir,
+            status_path: given.status_path.clone(),
+            timeout: given.timeout.clone(),
+            state_dir: given.state_dir.clone(),
         })
     }
 
@@ -235,7 +301,7 @@ impl fmt::Display for Settings {
             Some(p) => p.display().to_string(),
             None => "(none)".into(),
         };
-        let timeout = crate::settings::duration::format_duration(self.timeout.value);
+        let timeout = duration::format_duration(self.timeout.value);
         let rows: [(&str, String, &Source); 10] = [
             ("puppet-conf", conf, &self.puppet_conf.source),
             (
@@ -307,8 +373,39 @@ pub fn state_dir_warning(dir: &std::path::Path) -> Option<String> {
     })
 }
 
-fn path_text(path: &Option<PathBuf>) -> Option<String> {
-    path.as_ref().map(|p| p.display().to_string())
+fn path_text(path: &Option<Setting<PathBuf>>) -> Option<Setting<String>> {
+    path.as_ref().map(|p| Setting {
+        value: p.value.display().to_string(),
+        source: p.source.clone(),
+    })
+}
+
+/// What Puppet allows in a certname.
+const CERTNAME_RULE: &str = "not a DNS name Puppet would use (letters, digits, '-', '.', '_')";
+
+/// A certname as Puppet allows it; for clap, and for the one puppet.conf gives.
+pub fn parse_certname(text: &str) -> Result<String, String> {
+    let valid = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if valid {
+        Ok(text.to_owned())
+    } else {
+        Err(CERTNAME_RULE.to_owned())
+    }
+}
+
+/// A status path for clap: an absolute path on Puppet Server.
+pub fn parse_status_path(text: &str) -> Result<String, String> {
+    if text.starts_with('/') {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "must start with /, for example {}",
+            defaults::STATUS_PATH
+        ))
+    }
 }
 
 /// Where Puppet Server listens: webserver.conf's ssl-port (and its ssl-host, unless that is a
@@ -354,13 +451,13 @@ fn parse_addr(value: &str) -> Result<SocketAddr, SettingsError> {
     if let Ok(addr) = value.parse() {
         return Ok(addr);
     }
-    let fail = |detail: String| SettingsError::PuppetAddr {
+    let fail = |problem| SettingsError::PuppetAddr {
         value: value.to_owned(),
-        detail,
+        problem,
     };
     let addrs: Vec<SocketAddr> = value
         .to_socket_addrs()
-        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(AddrProblem::Lookup(e)))?
         .collect();
     // Jetty's default listener is IPv4 (ssl-host 0.0.0.0): `localhost` must not become ::1.
     addrs
@@ -368,7 +465,7 @@ fn parse_addr(value: &str) -> Result<SocketAddr, SettingsError> {
         .find(|a| a.is_ipv4())
         .or(addrs.first())
         .copied()
-        .ok_or_else(|| fail("the name has no address".into()))
+        .ok_or_else(|| fail(AddrProblem::NoAddress))
 }
 
 #[cfg(test)]
@@ -376,21 +473,37 @@ mod tests {
     use super::*;
     use std::path::Path;
 
-    struct AllFlags;
-    impl Origin for AllFlags {
-        fn origin(&self, _: &str, _: &'static str) -> Source {
-            Source::Flag
-        }
-    }
-
     const HOST: Host = Host {
         fqdn: &|| Ok("node1.example.com".into()),
         webserver: &|_| None,
     };
 
-    fn state() -> StateArgs {
-        StateArgs {
-            state_dir: "/var/lib/pmcheck".into(),
+    fn flag<T>(value: T) -> Option<Setting<T>> {
+        Some(Setting {
+            value,
+            source: Source::Flag,
+        })
+    }
+
+    fn default<T>(value: T) -> Setting<T> {
+        Setting {
+            value,
+            source: Source::Default("built in".into()),
+        }
+    }
+
+    /// Nothing given: clap's defaults only.
+    fn nothing() -> Given {
+        Given {
+            puppet_conf: None,
+            certname: None,
+            hostcert: None,
+            hostprivkey: None,
+            localcacert: None,
+            puppet_addr: None,
+            status_path: default(defaults::STATUS_PATH.into()),
+            timeout: default(Duration::from_millis(1500)),
+            state_dir: default(defaults::STATE_DIR.into()),
         }
     }
 
@@ -403,12 +516,12 @@ mod tests {
             "[main]\nssldir = /ssl\n[server]\nserverport = 8141\n",
         )
         .unwrap();
-        let args = PuppetArgs {
-            puppet_conf: Some(conf.clone()),
-            certname: Some("puppet01.example.com".into()),
-            ..Default::default()
+        let given = Given {
+            puppet_conf: flag(conf.clone()),
+            certname: flag("puppet01.example.com".into()),
+            ..nothing()
         };
-        let s = Settings::resolve(&args, &state(), &AllFlags, &HOST).unwrap();
+        let s = Settings::resolve(&given, &HOST).unwrap();
         assert_eq!(
             s.hostcert.value,
             Path::new("/ssl/certs/puppet01.example.com.pem")
@@ -419,8 +532,17 @@ mod tests {
         let table = s.to_string();
         assert!(table.contains("[server]"), "{table}");
         assert!(table.contains(&conf.display().to_string()), "{table}");
+    }
 
-        // Puppet Server's own listener beats the port agents dial.
+    #[test]
+    fn puppet_servers_own_listener_beats_the_port_agents_dial() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[server]\nserverport = 8141\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf),
+            ..nothing()
+        };
         let with_web = Host {
             webserver: &|_| {
                 Some(Webserver::parse(
@@ -430,46 +552,65 @@ mod tests {
             },
             ..HOST
         };
-        let s = Settings::resolve(&args, &state(), &AllFlags, &with_web).unwrap();
+        let s = Settings::resolve(&given, &with_web).unwrap();
         assert_eq!(s.puppet_addr.value, "127.0.0.1:8150".parse().unwrap());
         assert!(s.puppet_addr.source.to_string().contains("/w.conf"));
     }
 
     #[test]
-    fn bad_values_name_the_setting() {
+    fn a_missing_puppet_conf_is_named() {
         let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("missing.conf");
-        let args = PuppetArgs {
-            puppet_conf: Some(missing),
-            ..Default::default()
+        let given = Given {
+            puppet_conf: flag(dir.path().join("missing.conf")),
+            ..nothing()
         };
-        let text = Settings::resolve(&args, &state(), &AllFlags, &HOST)
-            .unwrap_err()
-            .to_string();
+        let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
         assert!(
             text.starts_with("--puppet-conf") && text.contains("missing.conf"),
             "{text}"
         );
+    }
 
+    #[test]
+    fn a_bad_serverport_is_quoted_with_its_file() {
+        let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("puppet.conf");
         std::fs::write(&conf, "[main]\nserverport = eighty\n").unwrap();
-        let args = PuppetArgs {
-            puppet_conf: Some(conf.clone()),
-            ..Default::default()
+        let given = Given {
+            puppet_conf: flag(conf.clone()),
+            ..nothing()
         };
-        let text = Settings::resolve(&args, &state(), &AllFlags, &HOST)
-            .unwrap_err()
-            .to_string();
+        let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
         assert!(text.contains("serverport = eighty"), "{text}");
+        assert!(text.contains(&conf.display().to_string()), "{text}");
+    }
 
-        let args = PuppetArgs {
-            puppet_conf: Some(conf),
-            puppet_addr: Some("nowhere".into()),
-            ..Default::default()
+    #[test]
+    fn an_unresolvable_puppet_addr_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf),
+            puppet_addr: flag("nowhere".into()),
+            ..nothing()
         };
-        let text = Settings::resolve(&args, &state(), &AllFlags, &HOST)
-            .unwrap_err()
-            .to_string();
+        let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
         assert!(text.starts_with("--puppet-addr nowhere"), "{text}");
+    }
+
+    #[test]
+    fn a_certname_from_puppet_conf_is_checked_like_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[main]\ncertname = bad name\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf),
+            ..nothing()
+        };
+        let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
+        assert!(text.starts_with("certname = bad name ("), "{text}");
+        assert!(parse_certname("bad name").is_err());
+        assert!(parse_certname("node-1.example_x.com").is_ok());
     }
 }

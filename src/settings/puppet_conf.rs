@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use super::Source;
+
 /// puppet.conf locations, in the order they are tried: AIO packages, then Debian's.
 pub const CANDIDATES: [&str; 2] = [
     "/etc/puppetlabs/puppet/puppet.conf",
@@ -46,7 +48,18 @@ pub enum PuppetConfError {
     #[error("{setting}: its value refers back to itself through $-variables")]
     Cycle { setting: String },
     #[error("cannot work out the certname: {0}; set certname in puppet.conf or pass --certname")]
-    Certname(String),
+    Certname(#[from] FqdnError),
+}
+
+/// Why the host's FQDN (Puppet's default certname) cannot be told.
+#[derive(Debug, Error)]
+pub enum FqdnError {
+    /// gethostname(2) failed.
+    #[error("gethostname failed: {0}")]
+    Hostname(#[source] std::io::Error),
+    /// The host name is empty.
+    #[error("the host name is empty")]
+    Empty,
 }
 
 /// Which package family's defaults apply where puppet.conf is silent.
@@ -64,26 +77,6 @@ impl fmt::Display for Layout {
             Layout::Aio => "Puppet AIO layout",
             Layout::Debian => "Debian layout",
         })
-    }
-}
-
-/// Where a resolved value came from, so `pmcheck config` can tell an operator what to edit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    Flag,
-    Env(&'static str),
-    File { path: PathBuf, section: String },
-    Default(String),
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::Flag => f.write_str("command line"),
-            Source::Env(var) => write!(f, "environment {var}"),
-            Source::File { path, section } => write!(f, "{} [{section}]", path.display()),
-            Source::Default(how) => write!(f, "default: {how}"),
-        }
     }
 }
 
@@ -190,12 +183,12 @@ fn strip_metadata(value: &str) -> &str {
 pub struct Resolver<'a> {
     conf: &'a PuppetConf,
     overrides: HashMap<&'static str, (String, Source)>,
-    fqdn: &'a dyn Fn() -> Result<String, String>,
+    fqdn: &'a dyn Fn() -> Result<String, FqdnError>,
 }
 
 impl<'a> Resolver<'a> {
     /// `fqdn` is asked only when the certname is needed and nothing sets it.
-    pub fn new(conf: &'a PuppetConf, fqdn: &'a dyn Fn() -> Result<String, String>) -> Self {
+    pub fn new(conf: &'a PuppetConf, fqdn: &'a dyn Fn() -> Result<String, FqdnError>) -> Self {
         Self {
             conf,
             overrides: HashMap::new(),
@@ -385,8 +378,8 @@ pub fn find_default() -> Option<PathBuf> {
 /// domain from the host name itself, else from the canonical name of the host name (what
 /// `hostname -f` prints) when that extends it, else from resolv.conf. A reverse lookup of an
 /// address would be wrong: many containers map 127.0.0.1 to `localhost`.
-pub fn fqdn() -> Result<String, String> {
-    let host = dns_lookup::get_hostname().map_err(|e| format!("gethostname failed: {e}"))?;
+pub fn fqdn() -> Result<String, FqdnError> {
+    let host = dns_lookup::get_hostname().map_err(FqdnError::Hostname)?;
     fqdn_from(&host, canonical_name(&host).as_deref(), || {
         std::fs::read_to_string("/etc/resolv.conf")
             .ok()
@@ -398,13 +391,13 @@ fn fqdn_from(
     host: &str,
     canonical: Option<&str>,
     resolv: impl FnOnce() -> Option<String>,
-) -> Result<String, String> {
+) -> Result<String, FqdnError> {
     let (short, own_domain) = match host.split_once('.') {
         Some((short, domain)) => (short, Some(domain.to_owned())),
         None => (host, None),
     };
     if short.is_empty() {
-        return Err("the host name is empty".into());
+        return Err(FqdnError::Empty);
     }
     let domain = own_domain
         .or_else(|| {
@@ -455,7 +448,7 @@ mod tests {
         PuppetConf::parse(Path::new(path), text).expect("parses")
     }
 
-    fn no_fqdn() -> Result<String, String> {
+    fn no_fqdn() -> Result<String, FqdnError> {
         Ok("node1.example.com".into())
     }
 
@@ -601,10 +594,14 @@ mod tests {
     #[test]
     fn certname_lookup_failure_says_how_to_fix_it() {
         let c = conf("/x/puppet.conf", "");
-        let failing = || Err("no host name".to_owned());
+        let failing = || Err(FqdnError::Empty);
         let r = Resolver::new(&c, &failing);
         let text = r.resolve("hostcert").unwrap_err().to_string();
-        assert!(text.contains("--certname"), "{text}");
+        assert_eq!(
+            text,
+            "cannot work out the certname: the host name is empty; set certname in puppet.conf \
+             or pass --certname"
+        );
     }
 
     #[test]
