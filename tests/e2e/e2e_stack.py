@@ -1,4 +1,4 @@
-"""Real-stack helpers for pmcheck's end-to-end suite.
+"""Real-stack helpers for pmcheck's end-to-end suite (tests/e2e) and for scripts/demo.
 
 Everything here drives real programs: Puppet Server (java, as user puppet),
 HAProxy (foreground, with an admin socket), xinetd (foreground) and the pmcheck
@@ -131,6 +131,47 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMCHECK_")}
     env.update(extra)
     return env
+
+
+# --------------------------------------------------------------------------
+# Debian packages
+
+
+def missing_packages(names: Iterable[str]) -> list[str]:
+    """The packages named that dpkg does not have installed."""
+    missing = []
+    for name in names:
+        cp = subprocess.run(
+            ["dpkg-query", "-W", "-f=${db:Status-Status}", name], capture_output=True, text=True
+        )
+        if cp.stdout.strip() != "installed":
+            missing.append(name)
+    return missing
+
+
+def install_packages(names: Iterable[str], echo: Callable[[str], None] = print) -> None:
+    """Install the packages named that are missing, with apt-get (needs root).
+
+    ``apt-get update`` runs only when the install needs it: no package lists yet, or the
+    first attempt failed (stale lists).  Waits for another apt/dpkg (unattended-upgrades,
+    a parallel job) instead of failing at once.  Raises StackError when it cannot install.
+    """
+    missing = missing_packages(names)
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise StackError(f"cannot install {' '.join(missing)}: needs root and apt-get")
+    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
+    install = [*apt, "install", "-y", "--no-install-recommends", *missing]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    echo(f"+ apt-get install -y --no-install-recommends {' '.join(missing)}")
+    if any(Path("/var/lib/apt/lists").glob("*_Packages*")) and subprocess.run(install, env=env).returncode == 0:
+        return
+    echo("+ apt-get update (the package lists are missing or stale)")
+    if subprocess.run([*apt, "update"], env=env).returncode != 0:
+        raise StackError("apt-get update failed")
+    if subprocess.run(install, env=env).returncode != 0:
+        raise StackError(f"apt-get could not install {' '.join(missing)}")
 
 
 # --------------------------------------------------------------------------
@@ -440,11 +481,16 @@ class PuppetServer:
 
 
 class Pmcheck:
-    """The pmcheck binary: one-shot commands and ``serve`` daemons."""
+    """The pmcheck binary: one-shot commands and ``serve`` daemons.
 
-    def __init__(self, binary: str, workdir: Path):
+    ``echo`` receives a line for each command run (the suite prints them; the demo
+    shows its own).
+    """
+
+    def __init__(self, binary: str, workdir: Path, echo: Callable[[str], None] = print):
         self.binary = binary
         self.dir = workdir
+        self.echo = echo
         self.daemons: list[PmcheckServe] = []
 
     def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -452,9 +498,9 @@ class Pmcheck:
             [self.binary, *args], capture_output=True, text=True, timeout=timeout,
             env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        print(f"[e2e] $ pmcheck {' '.join(args)}  -> exit {cp.returncode}")
+        self.echo(f"[e2e] $ pmcheck {' '.join(args)}  -> exit {cp.returncode}")
         for line in (cp.stdout + cp.stderr).splitlines()[:40]:
-            print(f"[e2e]   {line}")
+            self.echo(f"[e2e]   {line}")
         return cp
 
     def serve(self, state_dir: Path, *extra: str, env: dict[str, str] | None = None, name: str = "serve") -> "PmcheckServe":
@@ -493,7 +539,7 @@ class PmcheckServe:
     def start(self, timeout: float = 20) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         cmd = [self.pm.binary, "serve", "--listen", self.listen, "--state-dir", str(self.state_dir), *self.extra]
-        print(f"[e2e] $ {' '.join(cmd)}")
+        self.pm.echo(f"[e2e] $ {' '.join(cmd)}")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -528,7 +574,7 @@ class PmcheckServe:
 
 
 HAPROXY_HEAD = """\
-# ---- written by pmcheck's e2e suite: global/defaults of a throwaway HAProxy
+# ---- written by tests/e2e/e2e_stack.py: global/defaults of a throwaway HAProxy
 global
     stats socket {sock} mode 600 level admin
     log stderr format raw local0 info
@@ -541,7 +587,7 @@ defaults
     timeout client 1m
     timeout server 1m
 
-# ---- from here on: {source} (ports/addresses substituted by the suite)
+# ---- from here on: {source} (addresses and ports for this machine)
 """
 
 
@@ -614,15 +660,25 @@ class HAProxy:
             raise StackError(f"unexpected `show stat` output: {out[:200]!r}")
         return list(csv.DictReader(io.StringIO(out[2:])))
 
-    def server(self, backend: str, server: str) -> dict[str, str]:
-        """One server as HAProxy sees it: `show stat` row + `show servers state` row."""
-        row = next((r for r in self.stat() if r["pxname"] == backend and r["svname"] == server), None)
-        st = next((r for r in self.servers_state(backend) if r["srv_name"] == server), None)
-        if row is None or st is None:
-            raise StackError(f"HAProxy has no server {backend}/{server}")
-        merged = dict(row)
-        merged.update({k: v for k, v in st.items()})
+    def servers(self, backend: str) -> list[dict[str, str]]:
+        """Each server of the backend as HAProxy sees it: its `show stat` row updated with
+        its `show servers state` row (srv_op_state, srv_admin_state, ...)."""
+        states = {r["srv_name"]: r for r in self.servers_state(backend)}
+        merged = []
+        for row in self.stat():
+            if row["pxname"] != backend or row["svname"] in ("FRONTEND", "BACKEND"):
+                continue
+            if row["svname"] not in states:
+                raise StackError(f"`show servers state {backend}` has no {row['svname']}")
+            merged.append({**row, **states[row["svname"]]})
         return merged
+
+    def server(self, backend: str, server: str) -> dict[str, str]:
+        """One server as HAProxy sees it (see ``servers``)."""
+        s = next((s for s in self.servers(backend) if s["svname"] == server), None)
+        if s is None:
+            raise StackError(f"HAProxy has no server {backend}/{server}")
+        return s
 
     def wait_server(
         self, backend: str, server: str, want: Callable[[dict[str, str]], bool], what: str, timeout: float
@@ -651,6 +707,20 @@ def is_down_503(s: dict[str, str]) -> bool:
         and s["check_status"].lstrip("* ") == "L7STS"
         and s["check_code"] == "503"
     )
+
+
+def status_check(s: dict[str, str]) -> str:
+    """``UP L7OK``, ``DOWN L7STS``, ``UP 2/3 L7STS`` while a transition is under way... (the
+    ``* `` that marks a check in progress is dropped)."""
+    return f"{s['status']} {s['check_status'].lstrip('* ')}"
+
+
+def view(s: dict[str, str]) -> str:
+    """One server on one line, for people: status, last check (status/code/text), states."""
+    return "{}/{:<10} status={:<5} check={}/{} {:<28} op_state={} admin_state={}".format(
+        s["pxname"], s["svname"], s["status"], s["check_status"], s["check_code"] or "-",
+        f'"{s["last_chk"]}"', s.get("srv_op_state"), s.get("srv_admin_state"),
+    )  # fmt: skip
 
 
 def summary(s: dict[str, str]) -> str:
