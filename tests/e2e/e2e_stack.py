@@ -22,9 +22,9 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 LOOPBACK = "127.0.0.1"
 PUPPET_PORT = 8140
@@ -34,8 +34,7 @@ PUPPETSERVER_CONFD = "/etc/puppet/puppetserver/conf.d"
 PUPPETSERVER_SERVICES_D = "/etc/puppet/puppetserver/services.d"
 JRUBY_LIB = "/usr/share/jruby/lib"
 DEFAULT_JAVA_ARGS = (
-    "-Xms1g -Xmx1g -XX:TieredStopAtLevel=1 "
-    "-Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger"
+    "-Xms1g -Xmx1g -XX:TieredStopAtLevel=1 -Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger"
 )
 
 
@@ -123,7 +122,7 @@ def stop_pid(proc: subprocess.Popen, name: str, term_timeout: float = 60.0) -> N
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        raise StackError(f"{name} (pid {proc.pid}) survived SIGKILL")
+        raise StackError(f"{name} (pid {proc.pid}) survived SIGKILL") from None
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -165,7 +164,10 @@ def install_packages(names: Iterable[str], echo: Callable[[str], None] = print) 
     install = [*apt, "install", "-y", "--no-install-recommends", *missing]
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     echo(f"+ apt-get install -y --no-install-recommends {' '.join(missing)}")
-    if any(Path("/var/lib/apt/lists").glob("*_Packages*")) and subprocess.run(install, env=env).returncode == 0:
+    if (
+        any(Path("/var/lib/apt/lists").glob("*_Packages*"))
+        and subprocess.run(install, env=env).returncode == 0
+    ):
         return
     echo("+ apt-get update (the package lists are missing or stale)")
     if subprocess.run([*apt, "update"], env=env).returncode != 0:
@@ -450,7 +452,9 @@ class PuppetServer:
                 cwd=self.dir, env=env, start_new_session=True,
             )  # fmt: skip
         try:
-            wait_until("Puppet Server to be ready", self.ready, timeout, interval=0.25, alive=self.check_alive)
+            wait_until(
+                "Puppet Server to be ready", self.ready, timeout, interval=0.25, alive=self.check_alive
+            )
         except BaseException:
             self.stop()
             raise
@@ -493,7 +497,9 @@ class Pmcheck:
         self.echo = echo
         self.daemons: list[PmcheckServe] = []
 
-    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 30
+    ) -> subprocess.CompletedProcess:
         cp = subprocess.run(
             [self.binary, *args], capture_output=True, text=True, timeout=timeout,
             env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL,
@@ -503,7 +509,9 @@ class Pmcheck:
             self.echo(f"[e2e]   {line}")
         return cp
 
-    def serve(self, state_dir: Path, *extra: str, env: dict[str, str] | None = None, name: str = "serve") -> "PmcheckServe":
+    def serve(
+        self, state_dir: Path, *extra: str, env: dict[str, str] | None = None, name: str = "serve"
+    ) -> PmcheckServe:
         d = PmcheckServe(self, state_dir, list(extra), env, self.dir / f"pmcheck-{name}.log")
         self.daemons.append(d)
         d.start()
@@ -534,18 +542,23 @@ class PmcheckServe:
 
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
-            raise StackError(f"pmcheck serve exited ({self.proc and self.proc.returncode}); log:\n{tail(self.log)}")
+            raise StackError(
+                f"pmcheck serve exited ({self.proc and self.proc.returncode}); log:\n{tail(self.log)}"
+            )
 
     def start(self, timeout: float = 20) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [self.pm.binary, "serve", "--listen", self.listen, "--state-dir", str(self.state_dir), *self.extra]
+        state = str(self.state_dir)
+        cmd = [self.pm.binary, "serve", "--listen", self.listen, "--state-dir", state, *self.extra]
         self.pm.echo(f"[e2e] $ {' '.join(cmd)}")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self.env, start_new_session=True,
             )  # fmt: skip
-        wait_until(f"pmcheck serve on {self.listen} to answer", self._answers, timeout, alive=self.check_alive)
+        wait_until(
+            f"pmcheck serve on {self.listen} to answer", self._answers, timeout, alive=self.check_alive
+        )
 
     def _answers(self) -> bool:
         try:
@@ -602,9 +615,13 @@ class HAProxy:
         self.proc: subprocess.Popen | None = None
 
     def validate(self) -> None:
-        cp = subprocess.run(["haproxy", "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30)
+        cp = subprocess.run(
+            ["haproxy", "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30
+        )
         if cp.returncode != 0:
-            raise StackError(f"haproxy -c rejected {self.cfg}:\n{cp.stdout}{cp.stderr}\n--- config:\n{self.cfg.read_text()}")
+            raise StackError(
+                f"haproxy -c rejected {self.cfg}:\n{cp.stdout}{cp.stderr}\n--- config:\n{self.cfg.read_text()}"
+            )
 
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -617,7 +634,12 @@ class HAProxy:
                 ["haproxy", "-db", "-f", str(self.cfg)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
-        wait_until("the HAProxy admin socket", lambda: "Name: HAProxy" in self.admin("show info"), 15, alive=self.check_alive)
+        wait_until(
+            "the HAProxy admin socket",
+            lambda: "Name: HAProxy" in self.admin("show info"),
+            15,
+            alive=self.check_alive,
+        )
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -641,16 +663,16 @@ class HAProxy:
     def servers_state(self, backend: str) -> list[dict[str, str]]:
         """``show servers state BACKEND`` as dicts keyed by the header's names."""
         out = self.admin(f"show servers state {backend}")
-        lines = [l for l in out.splitlines() if l.strip()]
-        header = next((l for l in lines if l.startswith("# ")), None)
+        lines = [line for line in out.splitlines() if line.strip()]
+        header = next((line for line in lines if line.startswith("# ")), None)
         if header is None:
             raise StackError(f"unexpected `show servers state` output: {out!r}")
         names = header[2:].split()
         rows = []
-        for l in lines:
-            if l.startswith("#") or len(l.split()) < 5:
+        for line in lines:
+            if line.startswith("#") or len(line.split()) < 5:
                 continue
-            rows.append(dict(zip(names, l.split())))
+            rows.append(dict(zip(names, line.split(), strict=False)))
         return rows
 
     def stat(self) -> list[dict[str, str]]:
@@ -724,7 +746,17 @@ def view(s: dict[str, str]) -> str:
 
 
 def summary(s: dict[str, str]) -> str:
-    keys = ["status", "srv_op_state", "srv_admin_state", "check_status", "check_code", "last_chk", "chkfail", "chkdown", "stot"]
+    keys = [
+        "status",
+        "srv_op_state",
+        "srv_admin_state",
+        "check_status",
+        "check_code",
+        "last_chk",
+        "chkfail",
+        "chkdown",
+        "stot",
+    ]
     return " ".join(f"{k}={s.get(k)!r}" for k in keys)
 
 
@@ -799,7 +831,9 @@ def render_xinetd(text: str, port: int, binary: str, state_dir: str, service_log
     def sub1(pattern: str, repl: str, s: str) -> str:
         new, n = re.subn(pattern, repl, s, flags=re.M)
         if n != 1:
-            raise StackError(f"expected exactly one match for {pattern!r} in packaging/xinetd/pmcheck, found {n}")
+            raise StackError(
+                f"expected exactly one match for {pattern!r} in packaging/xinetd/pmcheck, found {n}"
+            )
         return new
 
     out = sub1(r"^(\s*port\s*=\s*)9200\s*$", rf"\g<1>{port}", text)
@@ -857,7 +891,12 @@ class Xinetd:
                 ["xinetd", "-dontfork", "-pidfile", str(self.pidfile), "-filelog", str(self.log), "-f", str(self.conf)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
-        wait_until("xinetd to write its pidfile", lambda: self.pidfile.exists() and self.pidfile.read_text().strip(), 15, alive=self.check_alive)
+        wait_until(
+            "xinetd to write its pidfile",
+            lambda: self.pidfile.exists() and self.pidfile.read_text().strip(),
+            15,
+            alive=self.check_alive,
+        )
         pid = int(self.pidfile.read_text().strip())
         if pid != self.proc.pid:
             raise StackError(f"xinetd -dontfork wrote pid {pid}, but we started {self.proc.pid}")
