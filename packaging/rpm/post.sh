@@ -1,14 +1,15 @@
+# shellcheck shell=sh
 # pmcheck %post ($1: 1 on installation, 2 or more on upgrade): create the drain record's
 # directory, enable pmcheck.service and start it on installation. pmcheck.socket is optional
 # and left as the administrator set it. Upgrades restart the service in %postun.
 [ -d /var/lib/pmcheck ] || install -d -m 0755 -o pmcheck -g "$(id -gn pmcheck)" /var/lib/pmcheck
 if [ "$1" -eq 1 ]; then
-    systemctl --no-reload enable pmcheck.service >/dev/null 2>&1 || :
+  systemctl --no-reload enable pmcheck.service >/dev/null 2>&1 || :
 fi
 if [ -d /run/systemd/system ]; then
-    systemctl daemon-reload >/dev/null 2>&1 || :
-    if [ "$1" -eq 1 ]; then
-        systemctl start pmcheck.service >/dev/null 2>&1 || :
-    fi
+  systemctl daemon-reload >/dev/null 2>&1 || :
+  if [ "$1" -eq 1 ]; then
+    systemctl start pmcheck.service >/dev/null 2>&1 || :
+  fi
 fi
 exit 0

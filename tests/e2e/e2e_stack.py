@@ -1,4 +1,4 @@
-"""Real-stack helpers for pmcheck's end-to-end suite.
+"""Real-stack helpers for pmcheck's end-to-end suite (tests/e2e) and for scripts/demo.
 
 Everything here drives real programs: Puppet Server (java, as user puppet),
 HAProxy (foreground, with an admin socket), xinetd (foreground) and the pmcheck
@@ -22,9 +22,9 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 LOOPBACK = "127.0.0.1"
 PUPPET_PORT = 8140
@@ -34,8 +34,7 @@ PUPPETSERVER_CONFD = "/etc/puppet/puppetserver/conf.d"
 PUPPETSERVER_SERVICES_D = "/etc/puppet/puppetserver/services.d"
 JRUBY_LIB = "/usr/share/jruby/lib"
 DEFAULT_JAVA_ARGS = (
-    "-Xms1g -Xmx1g -XX:TieredStopAtLevel=1 "
-    "-Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger"
+    "-Xms1g -Xmx1g -XX:TieredStopAtLevel=1 -Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger"
 )
 
 
@@ -123,7 +122,7 @@ def stop_pid(proc: subprocess.Popen, name: str, term_timeout: float = 60.0) -> N
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        raise StackError(f"{name} (pid {proc.pid}) survived SIGKILL")
+        raise StackError(f"{name} (pid {proc.pid}) survived SIGKILL") from None
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -131,6 +130,50 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMCHECK_")}
     env.update(extra)
     return env
+
+
+# --------------------------------------------------------------------------
+# Debian packages
+
+
+def missing_packages(names: Iterable[str]) -> list[str]:
+    """The packages named that dpkg does not have installed."""
+    missing = []
+    for name in names:
+        cp = subprocess.run(
+            ["dpkg-query", "-W", "-f=${db:Status-Status}", name], capture_output=True, text=True
+        )
+        if cp.stdout.strip() != "installed":
+            missing.append(name)
+    return missing
+
+
+def install_packages(names: Iterable[str], echo: Callable[[str], None] = print) -> None:
+    """Install the packages named that are missing, with apt-get (needs root).
+
+    ``apt-get update`` runs only when the install needs it: no package lists yet, or the
+    first attempt failed (stale lists).  Waits for another apt/dpkg (unattended-upgrades,
+    a parallel job) instead of failing at once.  Raises StackError when it cannot install.
+    """
+    missing = missing_packages(names)
+    if not missing:
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise StackError(f"cannot install {' '.join(missing)}: needs root and apt-get")
+    apt = ["apt-get", "-o", "DPkg::Lock::Timeout=300"]
+    install = [*apt, "install", "-y", "--no-install-recommends", *missing]
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    echo(f"+ apt-get install -y --no-install-recommends {' '.join(missing)}")
+    if (
+        any(Path("/var/lib/apt/lists").glob("*_Packages*"))
+        and subprocess.run(install, env=env).returncode == 0
+    ):
+        return
+    echo("+ apt-get update (the package lists are missing or stale)")
+    if subprocess.run([*apt, "update"], env=env).returncode != 0:
+        raise StackError("apt-get update failed")
+    if subprocess.run(install, env=env).returncode != 0:
+        raise StackError(f"apt-get could not install {' '.join(missing)}")
 
 
 # --------------------------------------------------------------------------
@@ -409,7 +452,9 @@ class PuppetServer:
                 cwd=self.dir, env=env, start_new_session=True,
             )  # fmt: skip
         try:
-            wait_until("Puppet Server to be ready", self.ready, timeout, interval=0.25, alive=self.check_alive)
+            wait_until(
+                "Puppet Server to be ready", self.ready, timeout, interval=0.25, alive=self.check_alive
+            )
         except BaseException:
             self.stop()
             raise
@@ -440,24 +485,33 @@ class PuppetServer:
 
 
 class Pmcheck:
-    """The pmcheck binary: one-shot commands and ``serve`` daemons."""
+    """The pmcheck binary: one-shot commands and ``serve`` daemons.
 
-    def __init__(self, binary: str, workdir: Path):
+    ``echo`` receives a line for each command run (the suite prints them; the demo
+    shows its own).
+    """
+
+    def __init__(self, binary: str, workdir: Path, echo: Callable[[str], None] = print):
         self.binary = binary
         self.dir = workdir
+        self.echo = echo
         self.daemons: list[PmcheckServe] = []
 
-    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 30
+    ) -> subprocess.CompletedProcess:
         cp = subprocess.run(
             [self.binary, *args], capture_output=True, text=True, timeout=timeout,
             env=env if env is not None else clean_env(), stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        print(f"[e2e] $ pmcheck {' '.join(args)}  -> exit {cp.returncode}")
+        self.echo(f"[e2e] $ pmcheck {' '.join(args)}  -> exit {cp.returncode}")
         for line in (cp.stdout + cp.stderr).splitlines()[:40]:
-            print(f"[e2e]   {line}")
+            self.echo(f"[e2e]   {line}")
         return cp
 
-    def serve(self, state_dir: Path, *extra: str, env: dict[str, str] | None = None, name: str = "serve") -> "PmcheckServe":
+    def serve(
+        self, state_dir: Path, *extra: str, env: dict[str, str] | None = None, name: str = "serve"
+    ) -> PmcheckServe:
         d = PmcheckServe(self, state_dir, list(extra), env, self.dir / f"pmcheck-{name}.log")
         self.daemons.append(d)
         d.start()
@@ -488,18 +542,23 @@ class PmcheckServe:
 
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
-            raise StackError(f"pmcheck serve exited ({self.proc and self.proc.returncode}); log:\n{tail(self.log)}")
+            raise StackError(
+                f"pmcheck serve exited ({self.proc and self.proc.returncode}); log:\n{tail(self.log)}"
+            )
 
     def start(self, timeout: float = 20) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [self.pm.binary, "serve", "--listen", self.listen, "--state-dir", str(self.state_dir), *self.extra]
-        print(f"[e2e] $ {' '.join(cmd)}")
+        state = str(self.state_dir)
+        cmd = [self.pm.binary, "serve", "--listen", self.listen, "--state-dir", state, *self.extra]
+        self.pm.echo(f"[e2e] $ {' '.join(cmd)}")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self.env, start_new_session=True,
             )  # fmt: skip
-        wait_until(f"pmcheck serve on {self.listen} to answer", self._answers, timeout, alive=self.check_alive)
+        wait_until(
+            f"pmcheck serve on {self.listen} to answer", self._answers, timeout, alive=self.check_alive
+        )
 
     def _answers(self) -> bool:
         try:
@@ -528,7 +587,7 @@ class PmcheckServe:
 
 
 HAPROXY_HEAD = """\
-# ---- written by pmcheck's e2e suite: global/defaults of a throwaway HAProxy
+# ---- written by tests/e2e/e2e_stack.py: global/defaults of a throwaway HAProxy
 global
     stats socket {sock} mode 600 level admin
     log stderr format raw local0 info
@@ -541,7 +600,7 @@ defaults
     timeout client 1m
     timeout server 1m
 
-# ---- from here on: {source} (ports/addresses substituted by the suite)
+# ---- from here on: {source} (addresses and ports for this machine)
 """
 
 
@@ -556,9 +615,13 @@ class HAProxy:
         self.proc: subprocess.Popen | None = None
 
     def validate(self) -> None:
-        cp = subprocess.run(["haproxy", "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30)
+        cp = subprocess.run(
+            ["haproxy", "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30
+        )
         if cp.returncode != 0:
-            raise StackError(f"haproxy -c rejected {self.cfg}:\n{cp.stdout}{cp.stderr}\n--- config:\n{self.cfg.read_text()}")
+            raise StackError(
+                f"haproxy -c rejected {self.cfg}:\n{cp.stdout}{cp.stderr}\n--- config:\n{self.cfg.read_text()}"
+            )
 
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -571,7 +634,12 @@ class HAProxy:
                 ["haproxy", "-db", "-f", str(self.cfg)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
-        wait_until("the HAProxy admin socket", lambda: "Name: HAProxy" in self.admin("show info"), 15, alive=self.check_alive)
+        wait_until(
+            "the HAProxy admin socket",
+            lambda: "Name: HAProxy" in self.admin("show info"),
+            15,
+            alive=self.check_alive,
+        )
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -595,16 +663,16 @@ class HAProxy:
     def servers_state(self, backend: str) -> list[dict[str, str]]:
         """``show servers state BACKEND`` as dicts keyed by the header's names."""
         out = self.admin(f"show servers state {backend}")
-        lines = [l for l in out.splitlines() if l.strip()]
-        header = next((l for l in lines if l.startswith("# ")), None)
+        lines = [line for line in out.splitlines() if line.strip()]
+        header = next((line for line in lines if line.startswith("# ")), None)
         if header is None:
             raise StackError(f"unexpected `show servers state` output: {out!r}")
         names = header[2:].split()
         rows = []
-        for l in lines:
-            if l.startswith("#") or len(l.split()) < 5:
+        for line in lines:
+            if line.startswith("#") or len(line.split()) < 5:
                 continue
-            rows.append(dict(zip(names, l.split())))
+            rows.append(dict(zip(names, line.split(), strict=False)))
         return rows
 
     def stat(self) -> list[dict[str, str]]:
@@ -614,15 +682,25 @@ class HAProxy:
             raise StackError(f"unexpected `show stat` output: {out[:200]!r}")
         return list(csv.DictReader(io.StringIO(out[2:])))
 
-    def server(self, backend: str, server: str) -> dict[str, str]:
-        """One server as HAProxy sees it: `show stat` row + `show servers state` row."""
-        row = next((r for r in self.stat() if r["pxname"] == backend and r["svname"] == server), None)
-        st = next((r for r in self.servers_state(backend) if r["srv_name"] == server), None)
-        if row is None or st is None:
-            raise StackError(f"HAProxy has no server {backend}/{server}")
-        merged = dict(row)
-        merged.update({k: v for k, v in st.items()})
+    def servers(self, backend: str) -> list[dict[str, str]]:
+        """Each server of the backend as HAProxy sees it: its `show stat` row updated with
+        its `show servers state` row (srv_op_state, srv_admin_state, ...)."""
+        states = {r["srv_name"]: r for r in self.servers_state(backend)}
+        merged = []
+        for row in self.stat():
+            if row["pxname"] != backend or row["svname"] in ("FRONTEND", "BACKEND"):
+                continue
+            if row["svname"] not in states:
+                raise StackError(f"`show servers state {backend}` has no {row['svname']}")
+            merged.append({**row, **states[row["svname"]]})
         return merged
+
+    def server(self, backend: str, server: str) -> dict[str, str]:
+        """One server as HAProxy sees it (see ``servers``)."""
+        s = next((s for s in self.servers(backend) if s["svname"] == server), None)
+        if s is None:
+            raise StackError(f"HAProxy has no server {backend}/{server}")
+        return s
 
     def wait_server(
         self, backend: str, server: str, want: Callable[[dict[str, str]], bool], what: str, timeout: float
@@ -653,8 +731,32 @@ def is_down_503(s: dict[str, str]) -> bool:
     )
 
 
+def status_check(s: dict[str, str]) -> str:
+    """``UP L7OK``, ``DOWN L7STS``, ``UP 2/3 L7STS`` while a transition is under way... (the
+    ``* `` that marks a check in progress is dropped)."""
+    return f"{s['status']} {s['check_status'].lstrip('* ')}"
+
+
+def view(s: dict[str, str]) -> str:
+    """One server on one line, for people: status, last check (status/code/text), states."""
+    return "{}/{:<10} status={:<5} check={}/{} {:<28} op_state={} admin_state={}".format(
+        s["pxname"], s["svname"], s["status"], s["check_status"], s["check_code"] or "-",
+        f'"{s["last_chk"]}"', s.get("srv_op_state"), s.get("srv_admin_state"),
+    )  # fmt: skip
+
+
 def summary(s: dict[str, str]) -> str:
-    keys = ["status", "srv_op_state", "srv_admin_state", "check_status", "check_code", "last_chk", "chkfail", "chkdown", "stot"]
+    keys = [
+        "status",
+        "srv_op_state",
+        "srv_admin_state",
+        "check_status",
+        "check_code",
+        "last_chk",
+        "chkfail",
+        "chkdown",
+        "stot",
+    ]
     return " ".join(f"{k}={s.get(k)!r}" for k in keys)
 
 
@@ -729,7 +831,9 @@ def render_xinetd(text: str, port: int, binary: str, state_dir: str, service_log
     def sub1(pattern: str, repl: str, s: str) -> str:
         new, n = re.subn(pattern, repl, s, flags=re.M)
         if n != 1:
-            raise StackError(f"expected exactly one match for {pattern!r} in packaging/xinetd/pmcheck, found {n}")
+            raise StackError(
+                f"expected exactly one match for {pattern!r} in packaging/xinetd/pmcheck, found {n}"
+            )
         return new
 
     out = sub1(r"^(\s*port\s*=\s*)9200\s*$", rf"\g<1>{port}", text)
@@ -787,7 +891,12 @@ class Xinetd:
                 ["xinetd", "-dontfork", "-pidfile", str(self.pidfile), "-filelog", str(self.log), "-f", str(self.conf)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
-        wait_until("xinetd to write its pidfile", lambda: self.pidfile.exists() and self.pidfile.read_text().strip(), 15, alive=self.check_alive)
+        wait_until(
+            "xinetd to write its pidfile",
+            lambda: self.pidfile.exists() and self.pidfile.read_text().strip(),
+            15,
+            alive=self.check_alive,
+        )
         pid = int(self.pidfile.read_text().strip())
         if pid != self.proc.pid:
             raise StackError(f"xinetd -dontfork wrote pid {pid}, but we started {self.proc.pid}")

@@ -92,8 +92,10 @@ def test_1_zero_configuration(pmcheck, puppetserver, puppet_cfg, testdir):
     )  # fmt: skip
     assert cp.returncode == 0, cp.stderr
     t2 = parse_config(cp.stdout)
-    assert t2["puppet-conf"] == (str(alt), t2["puppet-conf"][1]) and "command line" in t2["puppet-conf"][1], t2
-    assert "command line" in t2["timeout"][1] and t2["timeout"][0] in ("1200ms", "1s 200ms", "1.2s"), t2["timeout"]
+    conf_value, conf_source = t2["puppet-conf"]
+    assert conf_value == str(alt) and "command line" in conf_source, t2
+    timeout_value, timeout_source = t2["timeout"]
+    assert "command line" in timeout_source and timeout_value in ("1200ms", "1s 200ms", "1.2s"), t2["timeout"]
     assert "PMCHECK_CERTNAME" in t2["certname"][1], t2["certname"]
     assert str(alt) in t2["ssldir"][1] and "[main]" in t2["ssldir"][1], t2["ssldir"]
     assert t2["hostcert"][0] == puppet_cfg.hostcert, t2["hostcert"]
@@ -113,7 +115,8 @@ def test_1_zero_configuration(pmcheck, puppetserver, puppet_cfg, testdir):
     assert not data["drain"], data
     assert data["probe"]["ok"] is True, data
     # the probe goes to Puppet Server's port, with the certname as the TLS name
-    assert "8140" in str(data["probe"]["endpoint"]) and puppet_cfg.certname in str(data["probe"]["endpoint"]), data
+    endpoint = str(data["probe"]["endpoint"])
+    assert "8140" in endpoint and puppet_cfg.certname in endpoint, data
     assert isinstance(data["probe"]["latency_ms"], (int, float)), data
 
     # HAProxy's exact default check bytes, HEAD, and any path
@@ -142,8 +145,12 @@ def test_2_haproxy_default_check(pmcheck, puppetserver, haproxy, shipped_haproxy
     # the shipped file has the shape this test (and the issue) promises
     assert re.search(r"(?m)^\s*option\s+httpchk\s*$", shipped_haproxy), "`option httpchk` without arguments"
     assert re.search(r"(?m)^\s*balance\s+leastconn\s*$", shipped_haproxy)
-    assert len(re.findall(r"(?m)^\s*mode\s+tcp\s*$", shipped_haproxy)) >= 2, "frontend and backend in mode tcp"
-    assert re.search(r"(?m)^\s*server\s+\S+\s+\S+\s+check port 9200 inter 2s rise 3 fall 3\s*$", shipped_haproxy)
+    assert len(re.findall(r"(?m)^\s*mode\s+tcp\s*$", shipped_haproxy)) >= 2, (
+        "frontend and backend in mode tcp"
+    )
+    assert re.search(
+        r"(?m)^\s*server\s+\S+\s+\S+\s+check port 9200 inter 2s rise 3 fall 3\s*$", shipped_haproxy
+    )
     assert not re.search(r"(?m)^[ \t]*(http-check|option[ \t]+httpchk[ \t]+[^ \t#])", shipped_haproxy)
 
     state = testdir / "state"
@@ -189,7 +196,10 @@ def test_2_haproxy_default_check(pmcheck, puppetserver, haproxy, shipped_haproxy
     rows = h.servers_state(backend)
     assert all(r["srv_op_state"] == "2" for r in rows), rows
     t = "inter 2s rise 3 fall 3 (as shipped)" if timing == "shipped" else FAST
-    record(f"HAProxy reaction to `pmcheck drain`, {t}", f"{react_down:.2f}s until DOWN ({len(servers)} server lines)")
+    record(
+        f"HAProxy reaction to `pmcheck drain`, {t}",
+        f"{react_down:.2f}s until DOWN ({len(servers)} server lines)",
+    )
     record(f"HAProxy reaction to `pmcheck undrain`, {t}", f"{react_up:.2f}s until UP")
     assert h.server(backend, srv)["chkdown"] != "0", "HAProxy counted the UP->DOWN transition"
 
@@ -211,7 +221,10 @@ def test_3_puppet_server_failure(pmcheck, puppetserver, haproxy, shipped_haproxy
         puppetserver.stop()
         print(f"[e2e] Puppet Server stopped in {time.monotonic() - t_stop:.1f}s")
         wait_all(h, backend, servers, st.is_down_503, "DOWN with L7STS/503 (Puppet Server stopped)", 20)
-        record("HAProxy reaction to Puppet Server stopping, " + FAST, f"{time.monotonic() - t_stop:.2f}s (incl. the stop)")
+        record(
+            "HAProxy reaction to Puppet Server stopping, " + FAST,
+            f"{time.monotonic() - t_stop:.2f}s (incl. the stop)",
+        )
         for s in servers:
             assert "down" in h.server(backend, s)["last_chk"].lower(), st.summary(h.server(backend, s))
 
@@ -258,7 +271,9 @@ def test_4_mutual_tls_passes_through(pmcheck, puppetserver, puppet_cfg, haproxy,
     assert r.status == 200, r
     assert "environments" in r.json(), r.body
     sans = [v for k, v in r.peer_cert.get("subjectAltName", ()) if k == "DNS"]
-    assert puppet_cfg.certname in sans, f"Puppet Server's certificate, verified as {puppet_cfg.certname}: {sans}"
+    assert puppet_cfg.certname in sans, (
+        f"Puppet Server's certificate, verified as {puppet_cfg.certname}: {sans}"
+    )
 
     without = st.tls_context(puppet_cfg.localcacert)
     r = st.https_request(front, puppet_cfg.certname, without, "/puppet/v3/environments")
@@ -278,7 +293,9 @@ def test_4_mutual_tls_passes_through(pmcheck, puppetserver, puppet_cfg, haproxy,
 # 5. xinetd mode
 
 
-def test_5_xinetd_mode(pmcheck, pmcheck_bin, puppetserver, puppet_cfg, haproxy, xinetd, shipped_haproxy, shipped_xinetd, testdir):
+def test_5_xinetd_mode(
+    pmcheck, pmcheck_bin, puppetserver, puppet_cfg, haproxy, xinetd, shipped_haproxy, shipped_xinetd, testdir
+):
     attrs = st.xinetd_attrs(shipped_xinetd)
     expect = {
         "per_source": ["= UNLIMITED"],
@@ -314,7 +331,9 @@ def test_5_xinetd_mode(pmcheck, pmcheck_bin, puppetserver, puppet_cfg, haproxy, 
     state.mkdir(mode=0o755)
 
     port = st.free_port()
-    service = st.render_xinetd(shipped_xinetd, port, str(binary), str(state), str(testdir / "xinetd-services.log"))
+    service = st.render_xinetd(
+        shipped_xinetd, port, str(binary), str(state), str(testdir / "xinetd-services.log")
+    )
     x = xinetd(service)
     r, _ = st.wait_until(
         "xinetd to answer a poll with 200",
