@@ -11,6 +11,7 @@ use crate::responder::cidr::Cidr;
 use crate::settings::duration::parse_duration;
 use crate::settings::{defaults, parse_certname, parse_status_path};
 
+/// The whole command line.
 #[derive(Debug, Parser)]
 #[command(
     name = "pmcheck",
@@ -23,9 +24,10 @@ certificate and answers 200, or 503 with the reason. An operator drain record \
 )]
 pub struct Cli {
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the health responder daemon.
@@ -51,37 +53,39 @@ pub enum Command {
 pub struct PuppetArgs {
     /// puppet.conf to read [default: first existing of /etc/puppetlabs/puppet/puppet.conf, /etc/puppet/puppet.conf]
     #[arg(long, env = "PMCHECK_PUPPET_CONF", value_name = "PATH")]
-    pub puppet_conf: Option<PathBuf>,
+    pub(crate) puppet_conf: Option<PathBuf>,
     /// The certname: the TLS name verified, sent as SNI and as Host [default: from puppet.conf, else the FQDN]
     #[arg(long, env = "PMCHECK_CERTNAME", value_name = "NAME", value_parser = parse_certname)]
-    pub certname: Option<String>,
+    pub(crate) certname: Option<String>,
     /// Client certificate [default: puppet.conf hostcert]
     #[arg(long, env = "PMCHECK_HOSTCERT", value_name = "PATH")]
-    pub hostcert: Option<PathBuf>,
+    pub(crate) hostcert: Option<PathBuf>,
     /// Client private key (PKCS#1, SEC1 or PKCS#8 PEM) [default: puppet.conf hostprivkey]
     #[arg(long, env = "PMCHECK_HOSTPRIVKEY", value_name = "PATH")]
-    pub hostprivkey: Option<PathBuf>,
+    pub(crate) hostprivkey: Option<PathBuf>,
     /// CA certificate(s) that must have signed Puppet Server's certificate [default: puppet.conf localcacert]
     #[arg(long, env = "PMCHECK_LOCALCACERT", value_name = "PATH")]
-    pub localcacert: Option<PathBuf>,
+    pub(crate) localcacert: Option<PathBuf>,
     /// Where to connect [default: ssl-host:ssl-port of Puppet Server's webserver.conf (127.0.0.1 for a wildcard host), else 127.0.0.1:<serverport from puppet.conf, else 8140>]
     #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
-    pub puppet_addr: Option<String>,
+    pub(crate) puppet_addr: Option<String>,
     /// Status endpoint; a 404 "not found: server" falls back to /status/v1/simple/master
     #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH", default_value = defaults::STATUS_PATH, value_parser = parse_status_path)]
-    pub status_path: String,
+    pub(crate) status_path: String,
     /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
     #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = defaults::TIMEOUT)]
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
 }
 
+/// Where the drain record lives.
 #[derive(Debug, Clone, Args)]
 pub struct StateArgs {
     /// Directory of the drain record (DIR/drain)
     #[arg(long, env = "PMCHECK_STATE_DIR", value_name = "DIR", default_value = defaults::STATE_DIR)]
-    pub state_dir: PathBuf,
+    pub(crate) state_dir: PathBuf,
 }
 
+/// `pmcheck serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address to listen on (repeatable; in the environment, comma-separated) [default: [::]:9200, or 0.0.0.0:9200 without IPv6]
@@ -91,10 +95,10 @@ pub struct ServeArgs {
         value_name = "ADDR:PORT",
         value_delimiter = ','
     )]
-    pub listen: Vec<SocketAddr>,
+    pub(crate) listen: Vec<SocketAddr>,
     /// How often Puppet Server may be probed, however many pollers there are
     #[arg(long, env = "PMCHECK_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
-    pub interval: Duration,
+    pub(crate) interval: Duration,
     /// Accept polls only from this network, checked before a byte is read (repeatable; in the environment, comma-separated) [default: from anywhere]
     #[arg(
         long,
@@ -102,46 +106,50 @@ pub struct ServeArgs {
         value_name = "CIDR",
         value_delimiter = ','
     )]
-    pub allow: Vec<Cidr>,
+    pub(crate) allow: Vec<Cidr>,
     /// Most connections open at once; past it the oldest connection of the busiest source is closed
     #[arg(long, env = "PMCHECK_MAX_CONNECTIONS", value_name = "N", default_value = "1024", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: u32,
+    pub(crate) max_connections: u32,
     /// Most connections open at once from one address; past it that address's oldest is closed
     #[arg(long, env = "PMCHECK_MAX_CONNECTIONS_PER_SOURCE", value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections_per_source: u32,
+    pub(crate) max_connections_per_source: u32,
     #[command(flatten)]
-    pub puppet: PuppetArgs,
+    pub(crate) puppet: PuppetArgs,
     #[command(flatten)]
-    pub state: StateArgs,
+    pub(crate) state: StateArgs,
 }
 
+/// `pmcheck inetd`.
 #[derive(Debug, Args)]
 pub struct InetdArgs {
     /// Longest wait for the request, from connection to the blank line ending its headers
     #[arg(long, env = "PMCHECK_READ_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
-    pub read_timeout: Duration,
+    pub(crate) read_timeout: Duration,
     #[command(flatten)]
-    pub puppet: PuppetArgs,
+    pub(crate) puppet: PuppetArgs,
     #[command(flatten)]
-    pub state: StateArgs,
+    pub(crate) state: StateArgs,
 }
 
+/// `pmcheck check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
     #[command(flatten)]
-    pub puppet: PuppetArgs,
+    pub(crate) puppet: PuppetArgs,
     #[command(flatten)]
-    pub state: StateArgs,
+    pub(crate) state: StateArgs,
 }
 
+/// `pmcheck config`.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
     #[command(flatten)]
-    pub puppet: PuppetArgs,
+    pub(crate) puppet: PuppetArgs,
     #[command(flatten)]
-    pub state: StateArgs,
+    pub(crate) state: StateArgs,
 }
 
+/// `pmcheck drain`.
 #[derive(Debug, Args)]
 pub struct DrainArgs {
     /// Why the node is drained (shown to HAProxy's stats page and to whoever runs `pmcheck status`)
@@ -152,14 +160,15 @@ pub struct DrainArgs {
         default_value = "drained by operator",
         value_parser = crate::health::drain::parse_reason
     )]
-    pub reason: String,
+    pub(crate) reason: String,
     /// Undrain automatically after this long (for example 30m)
     #[arg(long = "for", env = "PMCHECK_FOR", value_name = "DURATION", value_parser = parse_duration)]
-    pub for_: Option<Duration>,
+    pub(crate) for_: Option<Duration>,
     #[command(flatten)]
-    pub state: StateArgs,
+    pub(crate) state: StateArgs,
 }
 
+/// `pmcheck status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// The daemon to ask
@@ -169,22 +178,27 @@ pub struct StatusArgs {
         value_name = "URL",
         default_value = "http://127.0.0.1:9200/"
     )]
-    pub url: String,
+    pub(crate) url: String,
     /// Print the daemon's JSON answer as it is
     #[arg(long, env = "PMCHECK_JSON")]
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
+/// `pmcheck generate`.
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
     #[command(subcommand)]
-    pub what: Generate,
+    pub(crate) what: Generate,
 }
 
+/// What `pmcheck generate` writes.
 #[derive(Debug, Subcommand)]
 pub enum Generate {
     /// The pmcheck(1) man page, in roff
     Man,
     /// A completion script for SHELL (bash, zsh, fish, elvish, powershell)
-    Completions { shell: clap_complete::Shell },
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
 }

@@ -19,18 +19,25 @@ use crate::responder::server::ListenError;
 use crate::responder::{inetd, server, signals, systemd};
 use crate::settings::{Given, Host, Setting, Settings, SettingsError, Source};
 
+/// Why a command failed; each becomes its exit code in [`Error::exit`].
 #[derive(Debug, Error)]
 pub enum Error {
+    /// The settings cannot be resolved.
     #[error(transparent)]
     Settings(#[from] SettingsError),
+    /// A listen address cannot be bound.
     #[error(transparent)]
     Listen(#[from] ListenError),
+    /// The drain record cannot be written or removed.
     #[error(transparent)]
     Drain(#[from] DrainError),
+    /// The daemon cannot be asked.
     #[error(transparent)]
     Status(#[from] status::StatusError),
+    /// systemd's sockets are unusable.
     #[error(transparent)]
     Systemd(#[from] systemd::SystemdError),
+    /// Any other system error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -1,16 +1,34 @@
 //! pmcheck: tells HAProxy whether this Puppet Server compile master may receive agent traffic.
 //!
-//! The daemon ([`server`]) answers polls ([`responder`]) from a [`verdict`] made of the drain
-//! record ([`drain`], kept current by [`drain_watch`]) and the latest [`probe`] of the local
-//! Puppet Server, which authenticates with the host's Puppet [`identity`] found through
-//! [`puppet_conf`] and [`settings`]. Its listeners are guarded by an allowlist ([`cidr`]), a
-//! connection table ([`connections`]) and write deadlines ([`deadline`]).
+//! One poll, from socket to verdict:
+//!
+//! ```text
+//! settings   flags, env, puppet.conf, webserver.conf -> Settings            (once, at start)
+//! puppet     identity files -> Prober -> ProbeReport { outcome, latency }   (once per interval)
+//! health     drain record (watched) + latest ProbeReport -> Decision        (per poll, no I/O)
+//! responder  Decision -> Answer -> text or JSON, status 200/503 + reason    (per poll)
+//! ```
+//!
+//! - [`settings`] resolves what was given over puppet.conf over defaults, each value with its
+//!   source ([`settings::Given`], [`settings::Settings`]).
+//! - [`puppet`] holds this host's TLS identity and the [`puppet::probe`] of Puppet Server's
+//!   status API, whose [`puppet::probe::ProbeOutcome`] is healthy, unhealthy (with a
+//!   [`puppet::probe::ProbeError`]) or cannot tell.
+//! - [`health`] keeps the drain record current off the poll path and decides the
+//!   [`health::verdict::Verdict`]; [`health::answer::Answer`] is the JSON body everyone reads.
+//! - [`responder`] answers polls: the daemon's listeners and their guards, the HTTP
+//!   [`responder::http::Responder`], inetd mode and systemd integration.
+//! - [`commands`] is the only place that turns the command line ([`cli`]) into settings, and
+//!   errors into an [`exit::Exit`].
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod cli;
 pub mod commands;
 pub mod exit;
 pub mod health;
-pub mod operator;
+pub(crate) mod operator;
 pub mod puppet;
 pub mod responder;
 pub mod settings;

@@ -1,5 +1,7 @@
 //! Parses the command line and hands it to the library.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};

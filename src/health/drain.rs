@@ -30,7 +30,9 @@ const BY_LIMIT: usize = 64;
 /// The record as it is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainRecord {
+    /// Why the node is drained.
     pub reason: String,
+    /// Who drained it (`alice`, `alice via sudo`).
     pub by: String,
     /// RFC 3339, UTC.
     pub since: String,
@@ -166,7 +168,9 @@ impl Drain {
 /// What the drain record says at one moment.
 #[derive(Debug, Clone)]
 pub enum DrainState {
+    /// There is no drain record.
     NotDrained,
+    /// The node is drained.
     Drained(Drain),
     /// A `--for` drain whose time is up: it no longer counts, but people should see it.
     Expired(Drain),
@@ -199,47 +203,96 @@ pub enum Unreadable {
         "drain record {path} is a symbolic link, which pmcheck does not follow: remove it \
          (`pmcheck undrain`) and drain with `pmcheck drain`"
     )]
-    Symlink { path: PathBuf },
+    /// The record is a symbolic link.
+    Symlink {
+        /// The drain record's path.
+        path: PathBuf,
+    },
     #[error(
         "drain record {path} is {kind}, not a regular file: remove it (`pmcheck undrain`, or \
          by hand) and drain with `pmcheck drain`"
     )]
-    NotRegular { path: PathBuf, kind: &'static str },
+    /// The record is a FIFO, device, directory or socket.
+    NotRegular {
+        /// The drain record's path.
+        path: PathBuf,
+        /// What it is instead, in words.
+        kind: &'static str,
+    },
     #[error(
         "drain record {path} is {len} bytes, more than the {RECORD_LIMIT} a record may have: \
          it is not read; replace it with `pmcheck drain` or remove it with `pmcheck undrain`"
     )]
-    TooLarge { path: PathBuf, len: u64 },
+    /// The record is larger than any record pmcheck writes.
+    TooLarge {
+        /// The drain record's path.
+        path: PathBuf,
+        /// Its size in bytes.
+        len: u64,
+    },
+    /// Reading the record failed.
     #[error("cannot read drain record {path}: {source}")]
     Read {
+        /// The drain record's path.
         path: PathBuf,
+        /// What the system said.
         source: Arc<io::Error>,
     },
     #[error(
         "reading drain record {path} has not finished after {}: is its filesystem hung?",
         crate::settings::duration::format_duration(*after)
     )]
-    Hung { path: PathBuf, after: Duration },
+    /// Reading the record did not finish in time.
+    Hung {
+        /// The drain record's path.
+        path: PathBuf,
+        /// How long pmcheck waited.
+        after: Duration,
+    },
     #[error(
         "state directory {dir} does not exist: create it (the package does, and `pmcheck serve` \
          does when it may) or pass --state-dir"
     )]
-    NoStateDir { dir: PathBuf },
+    /// The state directory is missing.
+    NoStateDir {
+        /// The state directory.
+        dir: PathBuf,
+    },
+    /// The state directory is something else.
     #[error("state directory {dir} is not a directory")]
-    StateDirNotDir { dir: PathBuf },
+    StateDirNotDir {
+        /// The state directory.
+        dir: PathBuf,
+    },
+    /// The state directory cannot be examined.
     #[error("cannot read state directory {dir}: {source}")]
     StateDir {
+        /// The state directory.
         dir: PathBuf,
+        /// What the system said.
         source: Arc<io::Error>,
     },
 }
 
+/// Why `drain` or `undrain` could not change the record.
 #[derive(Debug, Error)]
 pub enum DrainError {
+    /// Writing the record failed; nothing was changed.
     #[error("cannot write the drain record in {dir}: {source}{hint}", hint = fix_hint(source, dir))]
-    Write { dir: PathBuf, source: io::Error },
+    Write {
+        /// The state directory.
+        dir: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// Removing the record failed.
     #[error("cannot remove the drain record {path}: {source}{hint}", hint = fix_hint(source, path.parent().unwrap_or(Path::new("/"))))]
-    Remove { path: PathBuf, source: io::Error },
+    Remove {
+        /// The drain record's path.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
 }
 
 /// How to get past a failed write or removal, by what the system said.
@@ -260,7 +313,9 @@ fn fix_hint(e: &io::Error, dir: &Path) -> String {
 
 /// What one look at the drain file found: its stamp, for telling whether it changed since.
 pub struct Look {
+    /// The file's stamp; `None` when there is no file to stamp.
     pub stamp: Option<FileStamp>,
+    /// What it says.
     pub state: DrainState,
 }
 
@@ -272,6 +327,7 @@ pub struct DrainFile {
 }
 
 impl DrainFile {
+    /// The record `drain` in `state_dir`.
     pub fn new(state_dir: &Path) -> Self {
         Self {
             dir: state_dir.to_owned(),
@@ -279,10 +335,12 @@ impl DrainFile {
         }
     }
 
+    /// The record's path.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The state directory.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -106,6 +106,7 @@ fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBo
 }
 
 impl Watcher {
+    /// Watches `file`; the first look sets up the inotify watch.
     pub fn new(file: DrainFile) -> Self {
         Self {
             file: Arc::new(file),
@@ -122,6 +123,7 @@ impl Watcher {
         self.changes.notified().await;
     }
 
+    /// The record watched.
     pub fn file(&self) -> &DrainFile {
         &self.file
     }

@@ -15,34 +15,51 @@ use thiserror::Error;
 /// The three files Puppet keeps under its ssldir.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdentityFiles {
+    /// This host's certificate (PEM).
     pub hostcert: PathBuf,
+    /// This host's private key (PEM: PKCS#1, SEC1 or PKCS#8).
     pub hostprivkey: PathBuf,
+    /// The Puppet CA certificate(s), the only trust anchors.
     pub localcacert: PathBuf,
 }
 
+/// Why the identity files cannot be used; each names the file and the setting behind it.
 #[derive(Debug, Error)]
 pub enum IdentityError {
+    /// A file cannot be read.
     #[error("cannot read {setting} {path}: {source}{hint}", hint = read_hint(source))]
     Read {
+        /// The Puppet setting that names the file.
         setting: &'static str,
+        /// The file.
         path: PathBuf,
+        /// What the system said.
         source: io::Error,
     },
-    /// `source` is `None` when the file parses but holds no CERTIFICATE block.
+    /// A certificate file holds no certificate; `source` is `None` when the file parses but holds
+    /// no CERTIFICATE block.
     #[error(
         "{setting} {path} holds no PEM certificate (-----BEGIN CERTIFICATE-----): {}",
         source.as_ref().map_or("the file has no CERTIFICATE block".to_owned(), ToString::to_string)
     )]
     NoCertificate {
+        /// The Puppet setting that names the file.
         setting: &'static str,
+        /// The file.
         path: PathBuf,
+        /// What the PEM parser said.
         source: Option<pem::Error>,
     },
+    /// The private key is encrypted.
     #[error(
         "hostprivkey {path} is encrypted (a Puppet passfile?): pmcheck needs the key unencrypted, \
          readable only by root and group puppet (mode 0640)"
     )]
-    EncryptedKey { path: PathBuf },
+    EncryptedKey {
+        /// The key file.
+        path: PathBuf,
+    },
+    /// The key file holds no private key.
     #[error(
         "hostprivkey {path} holds no private key (expected -----BEGIN RSA PRIVATE KEY-----, \
          EC PRIVATE KEY or PRIVATE KEY): {}",
@@ -51,31 +68,51 @@ pub enum IdentityError {
             other => other.to_string(),
         }
     )]
-    NoKey { path: PathBuf, source: pem::Error },
+    NoKey {
+        /// The key file.
+        path: PathBuf,
+        /// What the PEM parser said.
+        source: pem::Error,
+    },
+    /// The certificate block is not a valid certificate.
     #[error(
         "hostcert {path} holds a CERTIFICATE block that is not a valid X.509 certificate ({source}): \
          restore it from Puppet's ssldir or get a new one with `puppet ssl bootstrap`"
     )]
     BadCertificate {
+        /// The certificate file.
         path: PathBuf,
+        /// What rustls said.
         source: rustls::Error,
     },
+    /// The key block is not a usable key.
     #[error(
         "hostprivkey {path} holds a PRIVATE KEY block that is not a usable RSA or EC key \
          ({source}): restore it from Puppet's ssldir"
     )]
     BadKey {
+        /// The key file.
         path: PathBuf,
+        /// What rustls said.
         source: rustls::Error,
     },
+    /// The CA file holds no usable trust anchor.
     #[error("localcacert {path} holds no certificate usable as a trust anchor")]
-    NoTrustAnchor { path: PathBuf },
+    NoTrustAnchor {
+        /// The CA file.
+        path: PathBuf,
+    },
+    /// rustls refused its own configuration.
     #[error("the TLS library cannot be set up: {0}")]
     Provider(#[source] rustls::Error),
+    /// The certificate and the key are not a pair.
     #[error("hostcert {hostcert} and hostprivkey {hostprivkey} do not fit together: {source}")]
     KeyMismatch {
+        /// The certificate file.
         hostcert: PathBuf,
+        /// The key file.
         hostprivkey: PathBuf,
+        /// What rustls said.
         source: rustls::Error,
     },
 }
@@ -118,6 +155,7 @@ impl FileStamp {
             .map(|m| Self::from_metadata(&m))
     }
 
+    /// The stamp of metadata already at hand.
     pub fn from_metadata(m: &std::fs::Metadata) -> Self {
         Self {
             dev: m.dev(),

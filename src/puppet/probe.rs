@@ -25,12 +25,15 @@ const BODY_LIMIT: usize = 4096;
 /// Everything one probe needs.
 #[derive(Debug, Clone)]
 pub struct ProbeTarget {
+    /// The certificate, key and CA to use.
     pub identity: IdentityFiles,
     /// The name verified in Puppet Server's certificate, sent as SNI and as Host.
     pub certname: String,
     /// Where to connect, whatever the name.
     pub addr: SocketAddr,
+    /// The status endpoint tried first.
     pub status_path: String,
+    /// The deadline of one probe.
     pub timeout: Duration,
 }
 
@@ -277,6 +280,7 @@ pub struct Prober {
 }
 
 impl Prober {
+    /// A prober for `target`; the TLS client is built at the first probe.
     pub fn new(target: ProbeTarget) -> Self {
         Self {
             path: target.status_path.clone(),

@@ -112,11 +112,8 @@ impl Connections {
         })
     }
 
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
     /// The number of connections open now.
+    #[cfg(test)]
     pub fn open(&self) -> usize {
         self.lock().live.len()
     }

@@ -24,7 +24,9 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 /// What every poll reads: the latest drain state and probe report, both kept up to date in the
 /// background, so a poll does no I/O beyond its socket.
 pub struct Responder {
+    /// The drain state, kept current by the drain watcher.
     pub drain: Drains,
+    /// The latest probe report, published by the prober.
     pub latest: Latest,
     /// Past this age a probe report no longer counts (the prober must be stuck).
     pub stale_after: Duration,

@@ -1,11 +1,11 @@
 //! Answering polls: the daemon's listeners and their guards, the HTTP responder, inetd mode and
 //! systemd's socket activation and notifications.
 
-pub mod cidr;
-pub mod connections;
-pub mod deadline;
+pub(crate) mod cidr;
+pub(crate) mod connections;
+pub(crate) mod deadline;
 pub mod http;
-pub mod inetd;
-pub mod server;
-pub mod signals;
-pub mod systemd;
+pub(crate) mod inetd;
+pub(crate) mod server;
+pub(crate) mod signals;
+pub(crate) mod systemd;

@@ -21,32 +21,49 @@ pub const CANDIDATES: [&str; 2] = [
 /// Puppet Server reads `[server]`, then the deprecated `[master]`, then `[main]`.
 const SECTIONS: [&str; 3] = ["server", "master", "main"];
 
+/// Why puppet.conf cannot be read or a setting in it cannot be resolved.
 #[derive(Debug, Error)]
 pub enum PuppetConfError {
+    /// The file cannot be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The puppet.conf file.
         path: PathBuf,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// A line is not `[section]`, `name = value` or a comment.
     #[error(
         "{path}:{line}: cannot parse `{shown}`: expected `[section]`, `name = value` or a # comment",
         shown = crate::text::one_line(text, 120)
     )]
     Syntax {
+        /// The puppet.conf file.
         path: PathBuf,
+        /// The line number, from 1.
         line: usize,
         /// The line as it is in the file; shown on one bounded line.
         text: String,
     },
+    /// A value names a `$variable` Puppet does not know.
     #[error("{setting} = {value}: unknown variable ${var} (from {source_})")]
     UnknownVariable {
+        /// The setting.
         setting: String,
+        /// Its raw value.
         value: String,
+        /// The unknown variable.
         var: String,
+        /// Where the value came from.
         source_: Source,
     },
+    /// Values refer to each other in a circle.
     #[error("{setting}: its value refers back to itself through $-variables")]
-    Cycle { setting: String },
+    Cycle {
+        /// The setting.
+        setting: String,
+    },
+    /// The certname is needed, not set, and the FQDN cannot be told.
     #[error("cannot work out the certname: {0}; set certname in puppet.conf or pass --certname")]
     Certname(#[from] FqdnError),
 }
@@ -334,8 +351,11 @@ impl<'a> Resolver<'a> {
 /// puppet.conf's serverport is what agents dial, which may be a load balancer's port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Webserver {
+    /// The webserver.conf file.
     pub path: PathBuf,
+    /// `ssl-host`, when it is an address.
     pub host: Option<IpAddr>,
+    /// `ssl-port`.
     pub port: Option<u16>,
 }
 
