@@ -22,11 +22,15 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn check_follows_the_monitoring_plugin_convention() {
-    let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
+fn check_setup() -> (Setup, Vec<String>) {
+    let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem");
     let a = s.args(&[]);
+    (s, a)
+}
 
+#[test]
+fn check_says_ok_with_perfdata_on_one_line() {
+    let (_s, a) = check_setup();
     let ok = run("check", &a);
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
     let line = stdout(&ok);
@@ -36,16 +40,24 @@ async fn check_follows_the_monitoring_plugin_convention() {
     );
     assert!(line.trim_end().ends_with("s;;;0"), "{line}");
     assert_eq!(line.lines().count(), 1);
+}
 
-    let drained = s.pmcheck("drain", &["--reason", "maint"]);
-    assert!(drained.status.success());
+#[test]
+fn check_says_warning_when_drained() {
+    let (s, a) = check_setup();
+    assert!(s.pmcheck("drain", &["--reason", "maint"]).status.success());
     let warn = run("check", &a);
     assert_eq!(warn.status.code(), Some(1), "{warn:?}");
     assert!(
         stdout(&warn).starts_with(&format!("PMCHECK WARNING - maint (by {} since ", whoami())),
         "{warn:?}"
     );
+}
 
+#[test]
+fn check_says_critical_when_puppet_server_is_unhealthy_even_when_drained() {
+    let (s, a) = check_setup();
+    assert!(s.pmcheck("drain", &["--reason", "maint"]).status.success());
     s.stub.set(Behavior::Reply(503, "error", "text/plain"));
     let crit = run("check", &a);
     assert_eq!(
@@ -55,7 +67,11 @@ async fn check_follows_the_monitoring_plugin_convention() {
     );
     assert!(stdout(&crit).starts_with("PMCHECK CRITICAL - "), "{crit:?}");
     assert!(stdout(&crit).contains("reports `error`"), "{crit:?}");
+}
 
+#[test]
+fn check_says_unknown_for_usage_and_settings_errors() {
+    let (s, _) = check_setup();
     let bad = pmcheck()
         .args(["check", "--timeout", "soon"])
         .output()
@@ -75,8 +91,12 @@ async fn check_follows_the_monitoring_plugin_convention() {
         stdout(&bad).starts_with("PMCHECK UNKNOWN - --puppet-conf"),
         "{bad:?}"
     );
+}
 
-    s.stub.set(Behavior::Running);
+#[test]
+fn check_says_unknown_without_its_key() {
+    let (s, a) = check_setup();
+    assert!(s.pmcheck("drain", &["--reason", "maint"]).status.success());
     std::fs::remove_file(&s.files.hostprivkey).unwrap();
     let unknown = run("check", &a);
     assert_eq!(
@@ -92,8 +112,11 @@ async fn check_follows_the_monitoring_plugin_convention() {
         stdout(&unknown).contains("Puppet Server's health is unknown: cannot read hostprivkey"),
         "{unknown:?}"
     );
+}
 
-    std::fs::remove_file(s.state.path().join("drain")).unwrap();
+#[test]
+fn check_says_unknown_when_the_drain_state_is_unreadable() {
+    let (s, a) = check_setup();
     std::fs::create_dir(s.state.path().join("drain")).unwrap();
     let unknown = run("check", &a);
     assert_eq!(
@@ -271,16 +294,8 @@ fn a_listen_address_in_use_exits_69() {
 }
 
 #[test]
-fn drain_without_permission_names_the_directory_and_keeps_the_old_record() {
+fn drain_through_a_file_names_the_state_directory_and_how_to_fix_it() {
     let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("state");
-    let d = state.display().to_string();
-    let out = pmcheck()
-        .args(["drain", "--state-dir", &d, "--reason", "first"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "creates the directory: {out:?}");
-    let before = std::fs::read(state.join("drain")).unwrap();
     // A file where the directory should be is an obstacle even root cannot write through.
     let blocked = dir.path().join("file");
     std::fs::write(&blocked, "").unwrap();
@@ -301,6 +316,19 @@ fn drain_without_permission_names_the_directory_and_keeps_the_old_record() {
         stderr(&out).contains("--state-dir"),
         "says how to fix it: {out:?}"
     );
+}
+
+#[test]
+fn drain_without_permission_names_the_directory_and_keeps_the_old_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let d = state.display().to_string();
+    let out = pmcheck()
+        .args(["drain", "--state-dir", &d, "--reason", "first"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "creates the directory: {out:?}");
+    let before = std::fs::read(state.join("drain")).unwrap();
     // The state directory belongs to someone else: as root, run pmcheck as nobody; otherwise
     // make the directory read-only for ourselves.
     use std::os::unix::fs::PermissionsExt;
@@ -395,30 +423,35 @@ fn running_as_root() -> bool {
 }
 
 /// xinetd mode: one request on stdin, one answer on stdout, same verdict and body.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
-    let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
-    let a = s.args(&[]);
-    let inetd = |input: &[u8], close_stdin: bool| {
-        let mut child = pmcheck()
-            .arg("inetd")
-            .args(&a)
-            .args(["--read-timeout", "1s"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(input).unwrap();
-        if !close_stdin {
-            // Keep stdin open, as a client that sends nothing more would.
-            std::mem::forget(stdin);
-        }
-        let out = child.wait_with_output().unwrap();
-        parse_answer(&String::from_utf8_lossy(&out.stdout))
-    };
-    let answer = inetd(b"OPTIONS / HTTP/1.0\r\n\r\n", true);
+/// One `pmcheck inetd` with `input` on stdin; stdin stays open unless `close_stdin`.
+fn inetd(s: &Setup, input: &[u8], close_stdin: bool) -> Reply {
+    let mut child = pmcheck()
+        .arg("inetd")
+        .args(s.args(&[]))
+        .args(["--read-timeout", "1s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    if !close_stdin {
+        // Keep stdin open, as a client that sends nothing more would.
+        std::mem::forget(stdin);
+    }
+    let out = child.wait_with_output().unwrap();
+    parse_answer(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn inetd_setup() -> Setup {
+    Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem")
+}
+
+#[test]
+fn inetd_answers_one_poll_from_one_probe() {
+    let s = inetd_setup();
+    let answer = inetd(&s, b"OPTIONS / HTTP/1.0\r\n\r\n", true);
     assert_eq!(answer.status_line, "HTTP/1.0 200 OK", "{answer:?}");
     assert_eq!(answer.body, "OK - Puppet Server is running\n");
     assert_eq!(
@@ -426,8 +459,13 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
         Some(answer.body.len().to_string().as_str())
     );
     assert_eq!(s.stub.requests(), 1, "one probe for one poll");
+}
 
+#[test]
+fn inetd_answers_only_the_first_of_two_pipelined_requests() {
+    let s = inetd_setup();
     let answer = inetd(
+        &s,
         b"GET / HTTP/1.1\r\nhost: x\r\n\r\nGET / HTTP/1.1\r\nhost: x\r\n\r\n",
         false,
     );
@@ -437,23 +475,34 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
         1,
         "exactly one answer: {answer:?}"
     );
+}
 
+#[test]
+fn inetd_answers_drained() {
+    let s = inetd_setup();
     std::fs::write(s.state.path().join("drain"), "").unwrap();
-    let answer = inetd(b"GET / HTTP/1.0\r\n\r\n", true);
+    let answer = inetd(&s, b"GET / HTTP/1.0\r\n\r\n", true);
     assert_eq!(answer.status, 503);
     assert!(answer.body.starts_with("DRAINED - "), "{answer:?}");
+}
 
+#[test]
+fn inetd_refuses_an_oversized_request() {
+    let s = inetd_setup();
     let huge = format!(
         "GET / HTTP/1.1\r\nx-padding: {}\r\n\r\n",
         "a".repeat(20_000)
     );
-    let answer = inetd(huge.as_bytes(), true);
+    let answer = inetd(&s, huge.as_bytes(), true);
     assert_ne!(
         answer.status, 200,
         "an oversized request is refused: {answer:?}"
     );
+}
 
-    // Settings that cannot be resolved still get an answer: under xinetd stderr is the socket.
+/// Settings that cannot be resolved still get an answer: under xinetd stderr is the socket.
+#[test]
+fn inetd_answers_unknown_when_the_settings_are_bad() {
     let undrained = tempfile::tempdir().unwrap();
     let mut child = pmcheck()
         .args(["inetd", "--puppet-conf", "/nonexistent/puppet.conf"])
@@ -477,9 +526,13 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
         ),
         "{answer:?}"
     );
+}
 
+#[test]
+fn inetd_ends_an_unfinished_request_at_the_read_deadline() {
+    let s = inetd_setup();
     let started = std::time::Instant::now();
-    let answer = inetd(b"GET / HTTP/1.1\r\n", false);
+    let answer = inetd(&s, b"GET / HTTP/1.1\r\n", false);
     assert_eq!(
         answer.status, 0,
         "an unfinished request gets no answer: {answer:?}"
@@ -491,9 +544,9 @@ async fn inetd_answers_exactly_one_poll_on_stdin_and_stdout() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
-    let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem").await;
+#[test]
+fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
+    let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem");
     let d = Daemon::start(&s.args(&["--interval", "100ms"]));
     d.wait_for(Duration::from_secs(10), "OK", |a| a.status == 200);
     let url = format!("http://{}/", d.addr);

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use common::flood::{self, Attack};
 use common::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_from_one_address_never_starves_a_load_balancer() {
+#[test]
+fn a_flood_from_one_address_never_starves_a_load_balancer() {
     flood::raise_fd_limit();
-    let s = Setup::new(Behavior::Running).await;
+    let s = Setup::new(Behavior::Running);
     let mut limited = Command::new("sh");
     limited
         .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\""])
@@ -38,19 +38,24 @@ async fn a_flood_from_one_address_never_starves_a_load_balancer() {
         pipeline: 50,
     };
     let attacking = attack.spawn(until);
-    let (polls, (rss, fds)) = tokio::join!(
-        flood::poll_like_haproxy(
-            d.addr,
-            lb,
-            Duration::from_millis(20),
-            Duration::from_secs(2),
-            until
-        ),
-        flood::sample_process(d.pid(), until),
-    );
-    let counts = tokio::task::spawn_blocking(move || attacking.join().expect("the attack"))
-        .await
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
         .unwrap();
+    let (polls, (rss, fds)) = runtime.block_on(async {
+        tokio::join!(
+            flood::poll_like_haproxy(
+                d.addr,
+                lb,
+                Duration::from_millis(20),
+                Duration::from_secs(2),
+                until
+            ),
+            flood::sample_process(d.pid(), until),
+        )
+    });
+    let counts = attacking.join().expect("the attack");
     let connected = counts.connected.load(std::sync::atomic::Ordering::Relaxed);
     let shed = counts
         .closed_by_server

@@ -70,9 +70,9 @@ fn exit_code(d: &mut Daemon, within: Duration) -> Option<i32> {
         .code()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fifo_at_the_drain_path_is_refused_and_nothing_hangs() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn a_fifo_at_the_drain_path_is_refused_and_nothing_hangs() {
+    let s = Setup::new(Behavior::Running);
     let mut d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     nix::unistd::mkfifo(
@@ -109,9 +109,9 @@ async fn a_fifo_at_the_drain_path_is_refused_and_nothing_hangs() {
     assert_eq!(exit_code(&mut d, SOON), Some(0), "SIGTERM stops it");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_symlink_to_dev_zero_is_refused_unread() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn a_symlink_to_dev_zero_is_refused_unread() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     std::os::unix::fs::symlink("/dev/zero", s.drain_path()).unwrap();
@@ -129,9 +129,9 @@ async fn a_symlink_to_dev_zero_is_refused_unread() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_huge_record_is_refused_and_a_long_reason_is_cut_in_every_answer() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn a_huge_record_is_refused_and_a_long_reason_is_cut_in_every_answer() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     std::fs::write(s.drain_path(), vec![b'{'; 1024 * 1024]).unwrap();
@@ -174,9 +174,9 @@ fn drain_refuses_a_reason_too_long_or_on_several_lines() {
     assert!(!state.path().join("drain").exists(), "nothing written");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sighup_reloads_and_usr1_usr2_do_no_harm() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn sighup_reloads_and_usr1_usr2_do_no_harm() {
+    let s = Setup::new(Behavior::Running);
     let mut d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     assert_eq!(d.logged("loaded the TLS identity"), 1);
@@ -213,9 +213,9 @@ fn padded(pem: &str, len: usize) -> Vec<u8> {
     bytes
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_certificate_rewritten_in_place_with_its_size_and_mtime_kept_is_noticed() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn a_certificate_rewritten_in_place_with_its_size_and_mtime_kept_is_noticed() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let key = rcgen::KeyPair::from_pem(&std::fs::read_to_string(fixture("rsa.pkcs8.pem")).unwrap())
@@ -242,9 +242,9 @@ async fn a_certificate_rewritten_in_place_with_its_size_and_mtime_kept_is_notice
     assert!(a.body.contains("rejected this host's certificate"), "{a:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_made_unreadable_is_unknown() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn a_key_made_unreadable_is_unknown() {
+    let s = Setup::new(Behavior::Running);
     // As root the key stays readable whatever its mode: run the daemon as nobody.
     let command = if running_as_root() {
         for dir in [s.files.dir.path(), s.state.path()] {
@@ -274,9 +274,9 @@ async fn a_key_made_unreadable_is_unknown() {
     assert!(a.body.contains("Permission denied"), "{a:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pem_wrapped_garbage_is_named_as_such_not_as_a_mismatch() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn pem_wrapped_garbage_is_named_as_such_not_as_a_mismatch() {
+    let s = Setup::new(Behavior::Running);
     replace(
         &s.files.hostcert,
         b"-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n",
@@ -287,14 +287,13 @@ async fn pem_wrapped_garbage_is_named_as_such_not_as_a_mismatch() {
     assert!(!a.body.contains("do not fit together"), "{a:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
+#[test]
+fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
     let s = Setup::new(Behavior::Reply(
         503,
         "stopping\r\nX-Injected: 1",
         "text/plain",
-    ))
-    .await;
+    ));
     let d = s.daemon(&[]);
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
     assert_eq!(
@@ -315,9 +314,9 @@ async fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_creates_a_missing_state_directory_and_warns_about_a_world_writable_one() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn serve_creates_a_missing_state_directory_and_warns_about_a_world_writable_one() {
+    let s = Setup::new(Behavior::Running);
     let missing = s.state.path().join("new/state");
     let missing_text = missing.display().to_string();
     let args = common::args(&s.files, s.stub.addr, &missing, FAST);
@@ -454,9 +453,9 @@ fn connect_from(source: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
     Ok(socket.into())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn allow_closes_other_sources_before_reading_a_byte() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn allow_closes_other_sources_before_reading_a_byte() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&["--allow", "127.0.0.2/32", "--allow", "10.0.0.0/8"]);
     d.wait_for_log(SOON, "accepting polls only from 127.0.0.2/32, 10.0.0.0/8");
     let poll = |source: &str| {

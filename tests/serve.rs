@@ -11,10 +11,6 @@ use pmcheck::health::verdict::Verdict;
 const FAST: &[&str] = &["--interval", "100ms", "--timeout", "1s"];
 const SOON: Duration = Duration::from_secs(10);
 
-async fn setup(behavior: Behavior) -> Setup {
-    Setup::new(behavior).await
-}
-
 impl Setup {
     fn daemon(&self, extra: &[&str]) -> Daemon {
         let mut all = FAST.to_vec();
@@ -27,9 +23,9 @@ fn is(word: &'static str) -> impl Fn(&Reply) -> bool {
     move |a| a.body.starts_with(word)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn healthy_puppet_server_answers_200_ok_with_sni_and_host_equal_to_the_certname() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn healthy_puppet_server_answers_200_ok_with_sni_and_host_equal_to_the_certname() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     let a = d.wait_for(SOON, "OK", is("OK"));
     assert_eq!(a.status, 200, "{a:?}");
@@ -48,9 +44,9 @@ async fn healthy_puppet_server_answers_200_ok_with_sni_and_host_equal_to_the_cer
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn haproxy_request_bytes_get_exact_answers() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn haproxy_request_bytes_get_exact_answers() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let checks = [
@@ -84,10 +80,10 @@ async fn haproxy_request_bytes_get_exact_answers() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_1_1_keeps_the_connection_open_unless_asked() {
+#[test]
+fn http_1_1_keeps_the_connection_open_unless_asked() {
     use std::io::{Read, Write};
-    let s = setup(Behavior::Running).await;
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let mut stream = std::net::TcpStream::connect(d.addr).unwrap();
@@ -105,9 +101,9 @@ async fn http_1_1_keeps_the_connection_open_unless_asked() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn head_matches_get_without_body_and_other_methods_get_405() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn head_matches_get_without_body_and_other_methods_get_405() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     let get = d.wait_for(SOON, "OK", is("OK"));
     let head = request(
@@ -135,9 +131,9 @@ async fn head_matches_get_without_body_and_other_methods_get_405() {
     assert_eq!(options.header("allow"), Some("GET, HEAD, OPTIONS"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn json_answer_has_verdict_reason_drain_and_probe() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn json_answer_has_verdict_reason_drain_and_probe() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let a = request(
@@ -166,9 +162,9 @@ async fn json_answer_has_verdict_reason_drain_and_probe() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drain_and_undrain_are_seen_by_the_running_daemon() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn drain_and_undrain_are_seen_by_the_running_daemon() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let out = s.pmcheck("drain", &["--reason", "upgrading to 7.9.6"]);
@@ -229,9 +225,9 @@ async fn drain_and_undrain_are_seen_by_the_running_daemon() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drain_for_expires_by_itself_and_status_says_so() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn drain_for_expires_by_itself_and_status_says_so() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let out = s.pmcheck("drain", &["--reason", "short", "--for", "1s"]);
@@ -252,9 +248,9 @@ async fn drain_for_expires_by_itself_and_status_says_so() {
     assert!(text.contains("EXPIRED"), "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     std::fs::write(s.state.path().join("drain"), "").unwrap();
@@ -281,9 +277,9 @@ async fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed(
     d.wait_for(SOON, "healed by itself", |a| a.status == 200);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_way_puppet_server_fails_is_down_with_its_cause() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn every_way_puppet_server_fails_is_down_with_its_cause() {
+    let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let cases = [
@@ -317,9 +313,9 @@ async fn every_way_puppet_server_fails_is_down_with_its_cause() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connection_refused_is_down_and_named() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn connection_refused_is_down_and_named() {
+    let s = Setup::new(Behavior::Running);
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = closed.local_addr().unwrap();
     drop(closed);
@@ -341,11 +337,11 @@ async fn connection_refused_is_down_and_named() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_certificate_from_another_ca_is_refused() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn a_server_certificate_from_another_ca_is_refused() {
+    let s = Setup::new(Behavior::Running);
     let rogue = Ca::new("rogue");
-    let impostor = Stub::start_trusting(&rogue, &s.ca, &[CERTNAME], Behavior::Running).await;
+    let impostor = Stub::start_trusting(&rogue, &s.ca, &[CERTNAME], Behavior::Running);
     let d = Daemon::start(&args(&s.files, impostor.addr, s.state.path(), FAST));
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
     assert!(
@@ -359,9 +355,9 @@ async fn a_server_certificate_from_another_ca_is_refused() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_localcacert_with_several_certificates_works() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn a_localcacert_with_several_certificates_works() {
+    let s = Setup::new(Behavior::Running);
     let other = Ca::new("another CA first in the file");
     common::replace(
         &s.files.localcacert,
@@ -374,20 +370,20 @@ async fn a_localcacert_with_several_certificates_works() {
     assert_eq!(a.status, 200, "{a:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_certificate_without_san_gets_a_precise_message() {
+#[test]
+fn a_server_certificate_without_san_gets_a_precise_message() {
     let ca = Ca::new("old");
     let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
-    let stub = Stub::start(&ca, &[], Behavior::Running).await;
+    let stub = Stub::start(&ca, &[], Behavior::Running);
     let state = tempfile::tempdir().unwrap();
     let d = Daemon::start(&args(&files, stub.addr, state.path(), FAST));
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
     assert!(a.body.contains("has no subjectAltName"), "{a:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_certificate_puppet_server_does_not_trust_is_down() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn a_client_certificate_puppet_server_does_not_trust_is_down() {
+    let s = Setup::new(Behavior::Running);
     let other = Ca::new("other");
     s.files
         .install(&other, "rsa.pkcs8.pem", "rsa.pkcs1.pem", &s.ca);
@@ -396,10 +392,10 @@ async fn a_client_certificate_puppet_server_does_not_trust_is_down() {
     assert!(a.body.contains("rejected this host's certificate"), "{a:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_client_key_format_puppet_writes_works() {
+#[test]
+fn every_client_key_format_puppet_writes_works() {
     let ca = Ca::new("keys");
-    let stub = Stub::start(&ca, &[CERTNAME], Behavior::Running).await;
+    let stub = Stub::start(&ca, &[CERTNAME], Behavior::Running);
     let state = tempfile::tempdir().unwrap();
     for (pkcs8, key) in [
         ("rsa.pkcs8.pem", "rsa.pkcs1.pem"),
@@ -416,9 +412,9 @@ async fn every_client_key_format_puppet_writes_works() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn encrypted_and_missing_keys_say_exactly_that() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn encrypted_and_missing_keys_say_exactly_that() {
+    let s = Setup::new(Behavior::Running);
     for (key, expected) in [
         ("rsa.encrypted-legacy.pem", "is encrypted"),
         ("rsa.encrypted-pkcs8.pem", "is encrypted"),
@@ -444,9 +440,9 @@ async fn encrypted_and_missing_keys_say_exactly_that() {
     assert!(a.body.contains("No such file"), "{a:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewed_certificate_files_are_picked_up_without_a_restart() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn renewed_certificate_files_are_picked_up_without_a_restart() {
+    let s = Setup::new(Behavior::Running);
     let other = Ca::new("before renewal");
     s.files
         .install(&other, "rsa.pkcs8.pem", "rsa.pkcs1.pem", &s.ca);
@@ -461,9 +457,9 @@ async fn renewed_certificate_files_are_picked_up_without_a_restart() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn older_servers_fall_back_to_the_master_path_and_remember_it() {
-    let s = setup(Behavior::Legacy).await;
+#[test]
+fn older_servers_fall_back_to_the_master_path_and_remember_it() {
+    let s = Setup::new(Behavior::Legacy);
     let d = s.daemon(&[]);
     let a = d.wait_for(SOON, "OK", is("OK"));
     assert_eq!(a.status, 200);
@@ -476,9 +472,9 @@ async fn older_servers_fall_back_to_the_master_path_and_remember_it() {
     assert_eq!(server_hits, 1, "the fallback is remembered: {log:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn starting_until_the_first_probe_finishes() {
-    let s = setup(Behavior::Hang).await;
+#[test]
+fn starting_until_the_first_probe_finishes() {
+    let s = Setup::new(Behavior::Hang);
     let d = Daemon::start(&s.args(&["--interval", "100ms", "--timeout", "3s"]));
     let a = d.poll();
     assert_eq!(a.status, 503, "never healthy before a real check");
@@ -490,9 +486,9 @@ async fn starting_until_the_first_probe_finishes() {
 
 /// A Puppet Server that accepts and never answers must not slow the polls down: they are answered
 /// from the latest probe result, not by waiting on Puppet Server.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn polls_stay_fast_while_puppet_server_hangs() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn polls_stay_fast_while_puppet_server_hangs() {
+    let s = Setup::new(Behavior::Running);
     let d = Daemon::start(&s.args(&["--interval", "100ms", "--timeout", "5s"]));
     d.wait_for(SOON, "OK", is("OK"));
     s.stub.set(Behavior::Hang);
@@ -528,43 +524,51 @@ async fn polls_stay_fast_while_puppet_server_hangs() {
 }
 
 /// However many pollers, Puppet Server sees at most one status request per interval.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_hundred_concurrent_pollers_cause_one_upstream_request_per_interval() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn two_hundred_concurrent_pollers_cause_one_upstream_request_per_interval() {
+    let s = Setup::new(Behavior::Running);
     let d = Daemon::start(&s.args(&["--interval", "500ms", "--timeout", "1s"]));
     d.wait_for(SOON, "OK", is("OK"));
     let addr = d.addr;
     let window = Duration::from_secs(2);
     let before = s.stub.requests();
     let started = Instant::now();
-    let mut pollers = tokio::task::JoinSet::new();
-    for _ in 0..200 {
-        pollers.spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut latencies = Vec::new();
-            while started.elapsed() < window {
-                let t = Instant::now();
-                let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-                stream
-                    .write_all(b"OPTIONS / HTTP/1.0\r\n\r\n")
-                    .await
-                    .unwrap();
-                let mut buf = Vec::new();
-                stream.read_to_end(&mut buf).await.unwrap();
-                assert!(
-                    buf.starts_with(b"HTTP/1.0 200 OK"),
-                    "{}",
-                    String::from_utf8_lossy(&buf)
-                );
-                latencies.push(t.elapsed());
-            }
-            latencies
-        });
-    }
-    let mut latencies = Vec::new();
-    while let Some(done) = pollers.join_next().await {
-        latencies.extend(done.unwrap());
-    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut latencies = runtime.block_on(async move {
+        let mut pollers = tokio::task::JoinSet::new();
+        for _ in 0..200 {
+            pollers.spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut latencies = Vec::new();
+                while started.elapsed() < window {
+                    let t = Instant::now();
+                    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+                    stream
+                        .write_all(b"OPTIONS / HTTP/1.0\r\n\r\n")
+                        .await
+                        .unwrap();
+                    let mut buf = Vec::new();
+                    stream.read_to_end(&mut buf).await.unwrap();
+                    assert!(
+                        buf.starts_with(b"HTTP/1.0 200 OK"),
+                        "{}",
+                        String::from_utf8_lossy(&buf)
+                    );
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            });
+        }
+        let mut latencies = Vec::new();
+        while let Some(done) = pollers.join_next().await {
+            latencies.extend(done.unwrap());
+        }
+        latencies
+    });
     let elapsed = started.elapsed();
     let upstream = s.stub.requests() - before;
     latencies.sort();
@@ -586,9 +590,9 @@ async fn two_hundred_concurrent_pollers_cause_one_upstream_request_per_interval(
     assert!(upstream >= 1, "the prober kept probing");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_stops_the_daemon_cleanly() {
-    let s = setup(Behavior::Running).await;
+#[test]
+fn sigterm_stops_the_daemon_cleanly() {
+    let s = Setup::new(Behavior::Running);
     let mut d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let status = std::process::Command::new("kill")

@@ -39,9 +39,9 @@ fn socket_activated(listener: std::net::TcpListener, listen_pid: &str, args: &[S
     Daemon::adopt(command.spawn().unwrap())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_takes_its_listening_socket_from_systemd() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn serve_takes_its_listening_socket_from_systemd() {
+    let s = Setup::new(Behavior::Running);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     // A --listen too: with sockets from systemd it is ignored, and said so.
@@ -72,9 +72,9 @@ async fn serve_takes_its_listening_socket_from_systemd() {
     assert_eq!(answer.body, "OK - Puppet Server is running\n");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sockets_meant_for_another_process_are_left_alone() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn sockets_meant_for_another_process_are_left_alone() {
+    let s = Setup::new(Behavior::Running);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let inherited = listener.local_addr().unwrap();
     let daemon = socket_activated(listener, "1", &s.args(&["--listen", "127.0.0.1:0"]));
@@ -85,9 +85,9 @@ async fn sockets_meant_for_another_process_are_left_alone() {
     assert_eq!(daemon.logged("from systemd"), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_notifies_ready_watchdog_and_stopping() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn serve_notifies_ready_watchdog_and_stopping() {
+    let s = Setup::new(Behavior::Running);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let socket = UnixDatagram::bind(&path).unwrap();
@@ -125,9 +125,9 @@ async fn serve_notifies_ready_watchdog_and_stopping() {
     assert_eq!(code, Some(0));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watchdog_for_another_process_is_ignored() {
-    let s = Setup::new(Behavior::Running).await;
+#[test]
+fn watchdog_for_another_process_is_ignored() {
+    let s = Setup::new(Behavior::Running);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let socket = UnixDatagram::bind(&path).unwrap();

@@ -123,14 +123,14 @@ pub struct Setup {
 
 impl Setup {
     /// With an RSA key in PKCS#1 form, as Puppet writes it.
-    pub async fn new(behavior: Behavior) -> Self {
-        Self::with_key(behavior, "rsa.pkcs8.pem", "rsa.pkcs1.pem").await
+    pub fn new(behavior: Behavior) -> Self {
+        Self::with_key(behavior, "rsa.pkcs8.pem", "rsa.pkcs1.pem")
     }
 
-    pub async fn with_key(behavior: Behavior, pkcs8_fixture: &str, key_fixture: &str) -> Self {
+    pub fn with_key(behavior: Behavior, pkcs8_fixture: &str, key_fixture: &str) -> Self {
         let ca = Ca::new("test");
         let files = HostFiles::new(&ca, pkcs8_fixture, key_fixture);
-        let stub = Stub::start(&ca, &[CERTNAME], behavior).await;
+        let stub = Stub::start(&ca, &[CERTNAME], behavior);
         let state = tempfile::tempdir().unwrap();
         Self {
             ca,
@@ -185,26 +185,31 @@ pub struct Seen {
 
 /// An in-process Puppet Server stand-in: TLS with a server certificate for CERTNAME (or other
 /// SANs), a client certificate required and verified against its CA, SNI and Host checked.
+///
+/// It runs on a runtime of its own (one worker thread), so the tests that use it are plain
+/// `#[test]` functions whose blocking helpers (sockets, waits) cannot stall it.
 pub struct Stub {
     pub addr: SocketAddr,
     pub seen: Arc<Seen>,
     pub behavior: Arc<Mutex<Behavior>>,
-    task: tokio::task::JoinHandle<()>,
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl Drop for Stub {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
 impl Stub {
-    pub async fn start(ca: &Ca, server_sans: &[&str], behavior: Behavior) -> Self {
-        Self::start_trusting(ca, ca, server_sans, behavior).await
+    pub fn start(ca: &Ca, server_sans: &[&str], behavior: Behavior) -> Self {
+        Self::start_trusting(ca, ca, server_sans, behavior)
     }
 
     /// `ca` signs the server certificate; only clients signed by `client_ca` get in.
-    pub async fn start_trusting(
+    pub fn start_trusting(
         ca: &Ca,
         client_ca: &Ca,
         server_sans: &[&str],
@@ -232,11 +237,17 @@ impl Stub {
             .with_single_cert(chain, key)
             .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("stub-puppetserver")
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Seen::default());
         let behavior = Arc::new(Mutex::new(behavior));
-        let task = tokio::spawn(serve_stub(
+        runtime.spawn(serve_stub(
             listener,
             acceptor,
             Arc::clone(&seen),
@@ -246,7 +257,7 @@ impl Stub {
             addr,
             seen,
             behavior,
-            task,
+            runtime: Some(runtime),
         }
     }
 
