@@ -84,12 +84,12 @@ fn ceil_second(t: SystemTime) -> SystemTime {
 
 /// A drain file as found on disk. A file that is not a valid record still drains the node:
 /// someone meant to drain it (`touch drain`), and guessing otherwise would put it back in the pool.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Drain {
     /// The record, its texts made one-line and bounded (a hand-written file may hold anything).
     pub record: Option<DrainRecord>,
-    /// Why the file is not a valid record, if it is not.
-    pub problem: Option<String>,
+    /// What is wrong with the file, if anything.
+    pub problem: Option<DrainProblem>,
     until: Option<SystemTime>,
 }
 
@@ -101,7 +101,7 @@ impl Drain {
             Err(e) => {
                 return Self {
                     record: None,
-                    problem: Some(format!("not a valid drain record ({e})")),
+                    problem: Some(DrainProblem::NotARecord(Arc::new(e))),
                     until: None,
                 };
             }
@@ -121,12 +121,7 @@ impl Drain {
                     .until
                     .as_deref()
                     .map(|u| text::one_line(u, BY_LIMIT).into_owned());
-                (
-                    None,
-                    Some(format!(
-                        "`until` is not an RFC 3339 time ({e}), so the drain does not expire"
-                    )),
-                )
+                (None, Some(DrainProblem::BadUntil(e)))
             }
         };
         Self {
@@ -153,16 +148,29 @@ impl Drain {
                 s.push(')');
                 if let Some(problem) = &self.problem {
                     s.push_str("; ");
-                    s.push_str(problem);
+                    s.push_str(&problem.to_string());
                 }
                 s
             }
             None => format!(
                 "drain file is {}; it still counts as drained",
-                self.problem.as_deref().unwrap_or("unreadable")
+                self.problem
+                    .as_ref()
+                    .map_or("unreadable".to_owned(), ToString::to_string)
             ),
         }
     }
+}
+
+/// What is wrong with a drain file that still drains the node.
+#[derive(Debug, Clone, Error)]
+pub enum DrainProblem {
+    /// The file is not a JSON drain record (`touch drain`, a hand-edited file).
+    #[error("not a valid drain record ({0})")]
+    NotARecord(Arc<serde_json::Error>),
+    /// `until` is not an RFC 3339 time.
+    #[error("`until` is not an RFC 3339 time ({0}), so the drain does not expire")]
+    BadUntil(humantime::TimestampError),
 }
 
 /// What the drain record says at one moment.
@@ -682,7 +690,7 @@ mod tests {
             panic!("a bad `until` must not undrain");
         };
         assert_eq!(drain.record.as_ref().map(|r| r.reason.as_str()), Some("r"));
-        assert!(drain.problem.as_deref().unwrap_or("").contains("until"));
+        assert!(matches!(drain.problem, Some(DrainProblem::BadUntil(_))));
     }
 
     #[test]

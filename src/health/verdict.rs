@@ -158,7 +158,7 @@ impl<'a> Decision<'a> {
                 since: record.map(|r| r.since.as_str().into()),
                 until: record.and_then(|r| r.until.as_deref()).map(Cow::from),
                 expired,
-                problem: d.problem.as_deref().map(Cow::from),
+                problem: d.problem.as_ref().map(|p| Cow::Owned(p.to_string())),
             }
         };
         Answer {
