@@ -294,6 +294,11 @@ impl Settings {
     }
 }
 
+/// A row of `pmcheck config`'s table for a path.
+fn path_row<'a>(name: &'a str, s: &'a Setting<PathBuf>) -> (&'a str, String, &'a Source) {
+    (name, s.value.display().to_string(), &s.source)
+}
+
 /// `pmcheck config`'s table.
 impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -309,26 +314,10 @@ impl fmt::Display for Settings {
                 self.certname.value.clone(),
                 &self.certname.source,
             ),
-            (
-                "ssldir",
-                self.ssldir.value.display().to_string(),
-                &self.ssldir.source,
-            ),
-            (
-                "hostcert",
-                self.hostcert.value.display().to_string(),
-                &self.hostcert.source,
-            ),
-            (
-                "hostprivkey",
-                self.hostprivkey.value.display().to_string(),
-                &self.hostprivkey.source,
-            ),
-            (
-                "localcacert",
-                self.localcacert.value.display().to_string(),
-                &self.localcacert.source,
-            ),
+            path_row("ssldir", &self.ssldir),
+            path_row("hostcert", &self.hostcert),
+            path_row("hostprivkey", &self.hostprivkey),
+            path_row("localcacert", &self.localcacert),
             (
                 "puppet-addr",
                 self.puppet_addr.value.to_string(),
@@ -340,11 +329,7 @@ impl fmt::Display for Settings {
                 &self.status_path.source,
             ),
             ("timeout", timeout, &self.timeout.source),
-            (
-                "state-dir",
-                self.state_dir.value.display().to_string(),
-                &self.state_dir.source,
-            ),
+            path_row("state-dir", &self.state_dir),
         ];
         let width = rows.iter().map(|(_, v, _)| v.len()).max().unwrap_or(0);
         for (name, value, source) in rows {
