@@ -32,6 +32,6 @@ pub(crate) mod operator;
 pub mod puppet;
 pub mod responder;
 pub mod settings;
-pub mod text;
+pub(crate) mod text;
 
 pub use commands::run;

@@ -49,8 +49,14 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
     roff.control("SH", ["SIGNALS"])
         .text([bold("serve"), roman(" stops gracefully on SIGTERM and SIGINT, re-reads the certificate, key, CA and the drain record at once on SIGHUP (it also notices changes by itself within a second), and ignores SIGUSR1 and SIGUSR2.")])
         .control("SH", ["ENVIRONMENT"])
-        .text([roman("Every option reads PMCHECK_ and its name in capitals, with - as _ (PMCHECK_LISTEN, PMCHECK_INTERVAL, PMCHECK_TIMEOUT, PMCHECK_STATE_DIR, ...), so a systemd EnvironmentFile configures the daemon. RUST_LOG sets the log level (default info). NOTIFY_SOCKET, WATCHDOG_USEC, LISTEN_FDS and LISTEN_PID are read as systemd sets them.")])
-        .control("SH", ["FILES"])
+        .text([roman("Every option also reads an environment variable, so a systemd EnvironmentFile configures the daemon; a flag beats its variable. RUST_LOG sets the log level (default info). NOTIFY_SOCKET, WATCHDOG_USEC, LISTEN_FDS and LISTEN_PID are read as systemd sets them.")]);
+    // From the clap definitions, so the list cannot drift from the options.
+    for (var, option) in environment(&cli) {
+        roff.control("TP", [])
+            .text([bold(var)])
+            .text([roman(format!("--{option}"))]);
+    }
+    roff.control("SH", ["FILES"])
         .text([bold("/var/lib/pmcheck/drain"), roman(": the drain record (JSON: reason, by, since, until). Only a regular file of at most 8 KiB counts; anything else there (a symlink, FIFO, device, directory) makes the daemon answer 503 UNKNOWN until it is removed.")])
         .control("PP", [])
         .text([bold("/etc/puppetlabs/puppet/puppet.conf"), roman(", "), bold("/etc/puppet/puppet.conf"), roman(": where the certname, hostcert, hostprivkey, localcacert and serverport come from.")])
@@ -69,4 +75,19 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
 /// A completion script for `shell`.
 pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
     clap_complete::generate(shell, &mut Cli::command(), "pmcheck", out);
+}
+
+/// Every option's environment variable and long name, across the subcommands, sorted by variable.
+fn environment(cli: &clap::Command) -> Vec<(String, String)> {
+    let mut vars: Vec<(String, String)> = cli
+        .get_subcommands()
+        .flat_map(|sub| sub.get_arguments())
+        .filter_map(|arg| {
+            let var = arg.get_env()?.to_string_lossy().into_owned();
+            Some((var, arg.get_long()?.to_owned()))
+        })
+        .collect();
+    vars.sort();
+    vars.dedup();
+    vars
 }
