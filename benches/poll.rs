@@ -1,6 +1,6 @@
 //! What one poll costs inside pmcheck: the latest drain state and probe report (both kept by
-//! background tasks), the verdict and the rendered answer (text and JSON). Run with
-//! `cargo bench --bench poll`.
+//! background tasks), the verdict and the rendered answer (text, JSON, agent-check line). Run
+//! with `cargo bench --bench poll`.
 //!
 //! Polls over the network (accept, parse, write) are measured by `scripts/bench` with wrk.
 
@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use hyper::Request;
 use pmcheck::health::answer::Answer;
 use pmcheck::health::drain::{DrainFile, DrainRecord, DrainState};
-use pmcheck::health::verdict::Verdict;
+use pmcheck::health::verdict::{Rules, Verdict};
+use pmcheck::health::weight::Rejoin;
+use pmcheck::puppet::pool::{Load, Pool};
 use pmcheck::puppet::probe::{ProbeOutcome, ProbeReport};
 use pmcheck::responder::http::Responder;
 use tokio::sync::watch;
@@ -19,23 +21,45 @@ use tokio::sync::watch;
 type Senders = (
     watch::Sender<Option<Arc<ProbeReport>>>,
     watch::Sender<Arc<DrainState>>,
+    watch::Sender<Rejoin>,
 );
 
 /// A daemon's view with a fresh, healthy probe report; keep the senders alive while polling.
 fn health() -> (Responder, Senders) {
-    let report = ProbeReport::new(
-        ProbeOutcome::Healthy,
+    // A warm pool of four, one compile running: what a compile master reports most of the day.
+    let pool = Pool {
+        size: 4,
+        free: 3,
+        borrowed: 1,
+        waiting: 0,
+        average_free: 3.2,
+        average_wait_ms: 1,
+        average_borrow_ms: 4200,
+        queue_limit_hits: 0,
+        borrow_timeouts: 0,
+        lock: "not-in-use".into(),
+        lock_since: None,
+    };
+    let report = ProbeReport::with_pool(
+        ProbeOutcome::Healthy(Some(Load::Warm)),
+        Some(pool),
         Duration::from_millis(12),
-        Some("https://puppet01.example.com:8140/status/v1/simple/server".into()),
+        Some("https://puppet01.example.com:8140/status/v1/services/jruby-metrics".into()),
     );
     let (publish, latest) = watch::channel(Some(Arc::new(report)));
     let (publish_drain, drain) = watch::channel(Arc::new(DrainState::NotDrained));
+    let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
     let health = Responder {
         drain,
         latest,
-        stale_after: Duration::from_secs(3600),
+        rejoin,
+        rules: Rules {
+            stale_after: Duration::from_secs(3600),
+            drained_status: 503,
+            slow_start: Duration::from_secs(60),
+        },
     };
-    (health, (publish, publish_drain))
+    (health, (publish, publish_drain, publish_rejoin))
 }
 
 /// The verdict a poll gets, read back through the public answer type, so that a bench never
@@ -59,13 +83,19 @@ fn verdict_of(health: &Responder) -> Verdict {
 }
 
 fn measure(name: &str, health: &Responder, request: &Request<()>) {
+    time(name, || {
+        black_box(health.answer(black_box(request)));
+    });
+}
+
+fn time(name: &str, mut poll: impl FnMut()) {
     const ROUNDS: u32 = 5;
     const PER_ROUND: u32 = 100_000;
     let mut best = Duration::MAX;
     for _ in 0..ROUNDS {
         let started = Instant::now();
         for _ in 0..PER_ROUND {
-            black_box(health.answer(black_box(request)));
+            poll();
         }
         best = best.min(started.elapsed() / PER_ROUND);
     }
@@ -86,6 +116,18 @@ fn main() {
     assert_eq!(verdict_of(&health), Verdict::Ok);
     measure("OK, text (HAProxy's OPTIONS /)", &health, &options);
     measure("OK, JSON", &health, &json);
+    assert!(health.agent_line().starts_with("up ready 75% #OK - "));
+    time("OK, agent-check line", || {
+        black_box(health.agent_line());
+    });
+    // Back from a restart: the weight is the lower of pool and ramp.
+    senders
+        .2
+        .send_replace(Rejoin::Since(Instant::now() - Duration::from_secs(3)));
+    assert!(health.agent_line().starts_with("up ready 14% #OK - "));
+    time("OK ramping, agent-check line", || {
+        black_box(health.agent_line());
+    });
     let file = DrainFile::new(dir.path());
     let now = std::time::SystemTime::now();
     file.write(&DrainRecord::new("upgrade".into(), None, now))

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::responder::cidr::Cidr;
-use crate::settings::duration::parse_duration;
+use crate::settings::duration::{parse_duration, parse_duration_or_off};
 use crate::settings::{defaults, parse_certname, parse_status_path};
 
 /// The whole command line.
@@ -113,10 +113,40 @@ pub struct ServeArgs {
     /// Most connections open at once from one address; past it that address's oldest is closed
     #[arg(long, env = "PMCHECK_MAX_CONNECTIONS_PER_SOURCE", value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections_per_source: u32,
+    /// Also answer HAProxy's agent check here: one line per connection with the node's state and a weight from Puppet Server's JRuby pool (repeatable; in the environment, comma-separated; the packaged service uses [::]:9201) [default: no agent check]
+    #[arg(
+        long,
+        env = "PMCHECK_AGENT_LISTEN",
+        value_name = "ADDR:PORT",
+        value_delimiter = ','
+    )]
+    pub(crate) agent_listen: Vec<SocketAddr>,
+    /// After Puppet Server comes back (a restart, a reload, an undrain), ramp the agent-check weight from 10% to 100% over this long; 0s turns it off
+    #[arg(long, env = "PMCHECK_SLOW_START", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = "60s")]
+    pub(crate) slow_start: Duration,
+    #[command(flatten)]
+    pub(crate) drained: DrainedArgs,
     #[command(flatten)]
     pub(crate) puppet: PuppetArgs,
     #[command(flatten)]
     pub(crate) state: StateArgs,
+}
+
+/// How a drained node answers the HTTP check.
+#[derive(Debug, Clone, Args)]
+pub struct DrainedArgs {
+    /// HTTP status of a drained answer: 503, or 404 for HAProxy's `http-check disable-on-404`, which shows a drain as NOLB instead of DOWN
+    #[arg(long, env = "PMCHECK_DRAINED_STATUS", value_name = "CODE", default_value = "503", value_parser = parse_drained_status)]
+    pub(crate) drained_status: u16,
+}
+
+/// 503 or 404: the two statuses a load balancer can read as "take it out".
+fn parse_drained_status(text: &str) -> Result<u16, String> {
+    match text.trim() {
+        "503" => Ok(503),
+        "404" => Ok(404),
+        _ => Err("must be 503 (every load balancer: unhealthy) or 404 (HAProxy with `http-check disable-on-404`: NOLB)".into()),
+    }
 }
 
 /// `pmcheck inetd`.
@@ -125,6 +155,8 @@ pub struct InetdArgs {
     /// Longest wait for the request, from connection to the blank line ending its headers
     #[arg(long, env = "PMCHECK_READ_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub(crate) read_timeout: Duration,
+    #[command(flatten)]
+    pub(crate) drained: DrainedArgs,
     #[command(flatten)]
     pub(crate) puppet: PuppetArgs,
     #[command(flatten)]

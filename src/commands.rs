@@ -11,7 +11,8 @@ use thiserror::Error;
 use crate::cli::{Cli, Command, DrainArgs, Generate, StateArgs, StatusArgs};
 use crate::exit::Exit;
 use crate::health::drain::{DrainError, DrainFile, DrainRecord};
-use crate::health::verdict::{Decision, Verdict};
+use crate::health::verdict::{Decision, Rules, Verdict};
+use crate::health::weight::Rejoin;
 use crate::operator::{manual, status};
 use crate::puppet::probe::{ProbeOutcome, Prober};
 use crate::responder::connections::Limits;
@@ -72,6 +73,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
                 target,
                 given.timeout.value,
                 args.read_timeout,
+                args.drained.drained_status,
             );
             run_single_threaded(answered)
                 .and_then(|r| r)
@@ -222,8 +224,14 @@ fn serve(args: crate::cli::ServeArgs, given: &Given) -> Result<Exit, Error> {
         }
         None => server::bind(&args.listen)?,
     };
+    let listeners = server::Listeners {
+        http: listeners,
+        agent: server::bind_each(&args.agent_listen)?,
+    };
     let notifier = systemd::Notifier::from_env();
     let options = server::Options {
+        drained_status: args.drained.drained_status,
+        slow_start: args.slow_start,
         interval: args.interval,
         allow: args.allow,
         limits: Limits {
@@ -274,21 +282,45 @@ fn check(given: &Given) -> Exit {
             }
         };
     let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
-    let decision = Decision::decide(&drain, Some(&report), Instant::now(), Duration::MAX);
+    let decision = Decision::decide(
+        &drain,
+        Some(&report),
+        Rejoin::Steady,
+        Instant::now(),
+        &Rules::ONCE,
+    );
     let (label, code) = match (decision.verdict, &report.outcome) {
         (Verdict::Unknown | Verdict::Starting, _) | (_, ProbeOutcome::CannotTell(_)) => {
             ("UNKNOWN", Exit::Unknown)
         }
-        (_, ProbeOutcome::Unhealthy(_)) => ("CRITICAL", Exit::Critical),
+        (_, ProbeOutcome::Unhealthy(_) | ProbeOutcome::NotReady(_)) => ("CRITICAL", Exit::Critical),
         (Verdict::Drained, _) => ("WARNING", Exit::Warning),
         _ => ("OK", Exit::Ok),
     };
-    println!(
-        "PMCHECK {label} - {} | time={:.3}s;;;0",
-        decision.reason,
-        report.latency.as_secs_f64()
-    );
+    let mut perfdata = format!("time={:.3}s;;;0", report.latency.as_secs_f64());
+    if let Some(pool) = &report.pool {
+        perfdata.push(' ');
+        perfdata.push_str(&pool_perfdata(pool, decision.weight));
+    }
+    println!("PMCHECK {label} - {} | {perfdata}", decision.reason);
     code
+}
+
+/// The pool as monitoring-plugin performance data: gauges with their bounds, counters as `c`.
+fn pool_perfdata(pool: &crate::puppet::pool::Pool, weight: u8) -> String {
+    let size = pool.size;
+    format!(
+        "jrubies_free={};;;0;{size} jrubies_borrowed={};;;0;{size} jrubies_waiting={};;;0 \
+         average_wait={}ms;;;0 average_borrow={}ms;;;0 queue_limit_hits={}c borrow_timeouts={}c \
+         weight={weight}%;;;0;100",
+        pool.free,
+        pool.borrowed,
+        pool.waiting,
+        pool.average_wait_ms,
+        pool.average_borrow_ms,
+        pool.queue_limit_hits,
+        pool.borrow_timeouts,
+    )
 }
 
 fn drain(args: DrainArgs) -> Result<Exit, Error> {

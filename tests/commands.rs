@@ -35,10 +35,15 @@ fn check_says_ok_with_perfdata_on_one_line() {
     assert_eq!(ok.status.code(), Some(0), "{ok:?}");
     let line = stdout(&ok);
     assert!(
-        line.starts_with("PMCHECK OK - Puppet Server is running | time="),
+        line.starts_with("PMCHECK OK - Puppet Server is running, 1 of 1 JRubies free | time="),
         "{line}"
     );
-    assert!(line.trim_end().ends_with("s;;;0"), "{line}");
+    // The pool as perfdata, gauges bounded by the pool's size.
+    assert!(
+        line.contains("s;;;0 jrubies_free=1;;;0;1 jrubies_borrowed=0;;;0;1 jrubies_waiting=0;;;0 "),
+        "{line}"
+    );
+    assert!(line.trim_end().ends_with(" weight=100%;;;0;100"), "{line}");
     assert_eq!(line.lines().count(), 1);
 }
 
@@ -453,7 +458,10 @@ fn inetd_answers_one_poll_from_one_probe() {
     let s = inetd_setup();
     let answer = inetd(&s, b"OPTIONS / HTTP/1.0\r\n\r\n", true);
     assert_eq!(answer.status_line, "HTTP/1.0 200 OK", "{answer:?}");
-    assert_eq!(answer.body, "OK - Puppet Server is running\n");
+    assert_eq!(
+        answer.body,
+        "OK - Puppet Server is running, 1 of 1 JRubies free\n"
+    );
     assert_eq!(
         answer.header("content-length"),
         Some(answer.body.len().to_string().as_str())
@@ -554,7 +562,16 @@ fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
     assert_eq!(out.status.code(), Some(0));
     assert!(
         stdout(&out).starts_with(
-            "OK (HTTP 200) - Puppet Server is running\ndrain:  not drained\nprobe:  ok - running"
+            "OK (HTTP 200) - Puppet Server is running, 1 of 1 JRubies free\ndrain:  not drained\n\
+             probe:  ok - Puppet Server is running, 1 of 1 JRubies free"
+        ),
+        "{out:?}"
+    );
+    assert!(
+        stdout(&out).ends_with(
+            "\npool:   warm: 1 of 1 JRubies free, 0 compiling, 0 waiting; average wait 0 ms, \
+             borrow 0 ms; 0 refused at the queue limit, 0 borrow timeouts; lock not-in-use\n\
+             weight: 100% (HAProxy agent check)\n"
         ),
         "{out:?}"
     );

@@ -29,11 +29,17 @@ fn healthy_puppet_server_answers_200_ok_with_sni_and_host_equal_to_the_certname(
     let d = s.daemon(&[]);
     let a = d.wait_for(SOON, "OK", is("OK"));
     assert_eq!(a.status, 200, "{a:?}");
-    assert_eq!(a.body, "OK - Puppet Server is running\n");
+    assert_eq!(
+        a.body,
+        "OK - Puppet Server is running, 1 of 1 JRubies free\n"
+    );
     let log = s.stub.seen.requests_log.lock().unwrap().clone();
     let (method, uri, host) = &log[0];
     assert_eq!(method, "GET", "never HEAD: Puppet's auth.conf denies it");
-    assert_eq!(uri, "/status/v1/simple/server?timeout=1");
+    assert_eq!(
+        uri,
+        "/status/v1/services/jruby-metrics?level=debug&timeout=1"
+    );
     assert_eq!(
         host.as_deref(),
         Some(format!("{CERTNAME}:{}", s.stub.addr.port()).as_str())
@@ -76,7 +82,10 @@ fn haproxy_request_bytes_get_exact_answers() {
             "{raw:?}"
         );
         assert_eq!(a.header("cache-control"), Some("no-store"), "{raw:?}");
-        assert_eq!(a.body, "OK - Puppet Server is running\n");
+        assert_eq!(
+            a.body,
+            "OK - Puppet Server is running, 1 of 1 JRubies free\n"
+        );
     }
 }
 
@@ -144,17 +153,26 @@ fn json_answer_has_verdict_reason_drain_and_probe() {
     let answer = Answer::from_json(&a.body).unwrap();
     assert_eq!(answer.verdict, Verdict::Ok);
     assert_eq!(answer.status, 200);
-    assert_eq!(answer.reason, "Puppet Server is running");
+    assert_eq!(
+        answer.reason,
+        "Puppet Server is running, 1 of 1 JRubies free"
+    );
     assert_eq!(answer.drain, None);
     assert!(answer.probe.ok);
-    assert_eq!(answer.probe.detail, "running");
+    assert_eq!(
+        answer.probe.detail,
+        "Puppet Server is running, 1 of 1 JRubies free"
+    );
+    let pool = answer.pool.expect("the pool's numbers");
+    assert_eq!((pool.size, pool.free, pool.waiting), (1, 1, 0));
+    assert_eq!(answer.weight, 100);
     assert!(answer.probe.latency_ms.is_some());
     assert!(answer.probe.age_ms.unwrap() < 5_000);
     assert_eq!(
         answer.probe.endpoint.as_deref(),
         Some(
             format!(
-                "https://{CERTNAME}:{}/status/v1/simple/server",
+                "https://{CERTNAME}:{}/status/v1/services/jruby-metrics",
                 s.stub.addr.port()
             )
             .as_str()
@@ -288,10 +306,6 @@ fn every_way_puppet_server_fails_is_down_with_its_cause() {
             "DOWN - Puppet Server reports `error`, not `running`",
         ),
         (
-            Behavior::Reply(200, "starting", "text/plain"),
-            "DOWN - Puppet Server reports `starting`, not `running`",
-        ),
-        (
             Behavior::Reply(
                 500,
                 "Internal Server Error: java.lang.OutOfMemoryError\n at x",
@@ -300,8 +314,8 @@ fn every_way_puppet_server_fails_is_down_with_its_cause() {
             "DOWN - Puppet Server answered HTTP 500: Internal Server Error: java.lang.OutOfMemoryError at x",
         ),
         (
-            Behavior::Reply(404, "<html><body>HTTP ERROR 404</body></html>", "text/html"),
-            "DOWN - Puppet Server answered 404: it is still starting",
+            Behavior::Reply(200, r#"{"kind":"surprise"}"#, "application/json"),
+            "DOWN - Puppet Server's status answer (HTTP 200) is not a service status: missing field `state`",
         ),
     ];
     for (behavior, expected) in cases {
@@ -310,6 +324,131 @@ fn every_way_puppet_server_fails_is_down_with_its_cause() {
         assert_eq!(a.status, 503, "{behavior:?}");
         s.stub.set(Behavior::Running);
         d.wait_for(SOON, "OK again", is("OK"));
+    }
+}
+
+/// Up but unable to compile: 503 NOTREADY, so the node stays out until it can.
+#[test]
+fn a_puppet_server_that_cannot_compile_yet_is_not_ready() {
+    let s = Setup::new(Behavior::Running);
+    let d = s.daemon(&[]);
+    d.wait_for(SOON, "OK", is("OK"));
+    let cases = [
+        (
+            Behavior::Reply(200, "starting", "text/plain"),
+            "NOTREADY - Puppet Server reports `starting`, not `running`",
+        ),
+        (
+            Behavior::Reply(
+                503,
+                r#"{"state":"stopping","status":{},"service_name":"jruby-metrics"}"#,
+                "application/json",
+            ),
+            "NOTREADY - Puppet Server reports `stopping`, not `running`",
+        ),
+        (
+            Behavior::Reply(404, "<html><body>HTTP ERROR 404</body></html>", "text/html"),
+            "NOTREADY - Puppet Server answered 404: it is still starting",
+        ),
+        (
+            Behavior::Pool(pool(2, 2, 0, 0, ":acquired")),
+            "NOTREADY - Puppet Server's JRuby pool is locked (being flushed) since 2026-11-22T10:34:55.412Z",
+        ),
+        (
+            Behavior::Pool(pool(2, 0, 0, 0, ":not-in-use")),
+            "NOTREADY - Puppet Server has none of its 2 JRubies yet",
+        ),
+    ];
+    for (behavior, expected) in cases {
+        s.stub.set(behavior.clone());
+        let a = d.wait_for(SOON, expected, |a| a.body.starts_with(expected));
+        assert_eq!(a.status, 503, "{behavior:?}");
+        assert_eq!(a.status_line.split(' ').nth(2), Some("Not"), "{a:?}");
+        s.stub.set(Behavior::Running);
+        d.wait_for(SOON, "OK again", is("OK"));
+    }
+}
+
+/// A busy node stays in the pool (200) and says so with its numbers; the weight says how much.
+#[test]
+fn pool_states_give_their_words_and_weights() {
+    let s = Setup::new(Behavior::Running);
+    let d = s.daemon(&[]);
+    let cases = [
+        (
+            pool(4, 4, 0, 0, ":not-in-use"),
+            "OK - Puppet Server is running, 4 of 4 JRubies free",
+            100,
+            "warm",
+        ),
+        (
+            pool(4, 1, 0, 0, ":not-in-use"),
+            "OK - warming: 1 of 4 JRubies ready",
+            25,
+            "warming",
+        ),
+        (
+            pool(4, 3, 1, 0, ":not-in-use"),
+            "OK - Puppet Server is running, 3 of 4 JRubies free",
+            75,
+            "warm",
+        ),
+        (
+            pool(4, 0, 4, 3, ":not-in-use"),
+            "OK - busy: 0 of 4 JRubies free, 3 requests waiting, average wait 850 ms",
+            10,
+            "busy",
+        ),
+        (
+            pool(4, 4, 0, 0, ":requested"),
+            "OK - busy: 4 of 4 JRubies free, average wait 0 ms, a pool flush is waiting for running compiles",
+            100,
+            "busy",
+        ),
+    ];
+    for (answer, text, weight, load) in cases {
+        s.stub.set(Behavior::Pool(answer));
+        let a = d.wait_for(SOON, text, |a| a.body.starts_with(text));
+        assert_eq!(a.status, 200, "busy is still 200: {a:?}");
+        let json = d.wait_for_json(SOON, text, |j| j.reason.starts_with(&text[5..]));
+        assert_eq!(json.weight, weight, "{text}");
+        assert_eq!(
+            serde_json::to_value(json.load).unwrap(),
+            serde_json::Value::from(load),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn puppet_enterprise_and_servers_without_the_pool_service_are_followed() {
+    for (behavior, path) in [
+        (Behavior::Enterprise, "/status/v1/services/pe-jruby-metrics"),
+        (Behavior::Simple, "/status/v1/simple/server"),
+    ] {
+        let s = Setup::new(behavior);
+        let d = s.daemon(&[]);
+        let a = d.wait_for(SOON, "OK", is("OK"));
+        d.wait_for(SOON, "a few more probes", |_| s.stub.requests() >= 6);
+        let log = s.stub.seen.requests_log.lock().unwrap().clone();
+        let first = log
+            .iter()
+            .filter(|(_, uri, _)| uri.starts_with("/status/v1/services/jruby-metrics"))
+            .count();
+        assert_eq!(first, 1, "the fallback is remembered: {log:?}");
+        assert!(log.last().unwrap().1.starts_with(path), "{log:?}");
+        if path.contains("pe-jruby") {
+            assert_eq!(
+                a.body,
+                "OK - Puppet Server is running, 1 of 1 JRubies free\n"
+            );
+            assert!(log.last().unwrap().1.contains("level=debug"), "{log:?}");
+        } else {
+            assert_eq!(
+                a.body, "OK - Puppet Server is running\n",
+                "no pool numbers to show"
+            );
+        }
     }
 }
 

@@ -69,7 +69,10 @@ fn serve_takes_its_listening_socket_from_systemd() {
         "only the inherited socket"
     );
     let answer = daemon.wait_for(Duration::from_secs(10), "OK", |a| a.status == 200);
-    assert_eq!(answer.body, "OK - Puppet Server is running\n");
+    assert_eq!(
+        answer.body,
+        "OK - Puppet Server is running, 1 of 1 JRubies free\n"
+    );
 }
 
 #[test]

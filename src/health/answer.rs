@@ -9,13 +9,15 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use crate::health::verdict::Verdict;
+use crate::puppet::pool::{Load, Pool};
 
 /// The whole answer to a poll.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Answer<'a> {
     /// The first word of the text body.
     pub verdict: Verdict,
-    /// The HTTP status HAProxy acts on: 200 for OK, 503 otherwise.
+    /// The HTTP status HAProxy acts on: 200 for OK, 503 otherwise (404 for a drain with
+    /// `--drained-status 404`).
     pub status: u16,
     /// Why, in one line.
     pub reason: Cow<'a, str>,
@@ -24,6 +26,13 @@ pub struct Answer<'a> {
     pub drain: Option<DrainAnswer<'a>>,
     /// The latest probe of Puppet Server.
     pub probe: ProbeAnswer<'a>,
+    /// The agent-check weight in percent: 100 for a warm idle node, less when busy, warming
+    /// or ramping up after coming back, the floor when not OK.
+    pub weight: u8,
+    /// How loaded Puppet Server's JRuby pool is, when it can compile and reported it.
+    pub load: Option<Load>,
+    /// Puppet Server's JRuby pool as last reported; `None` when it gave no numbers.
+    pub pool: Option<Cow<'a, Pool>>,
 }
 
 /// The drain record as found.

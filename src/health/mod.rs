@@ -5,3 +5,4 @@ pub mod answer;
 pub mod drain;
 pub mod drain_watch;
 pub mod verdict;
+pub mod weight;

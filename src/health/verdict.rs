@@ -2,7 +2,10 @@
 //!
 //! The rules, in order: a drain state that cannot be read is UNKNOWN (fail closed); a drain is
 //! DRAINED; no finished probe yet is STARTING (never healthy before a real check); a probe too
-//! old to trust is UNKNOWN; a failed probe is DOWN; otherwise OK. Only OK answers 200.
+//! old to trust is UNKNOWN; a probe that could not be made is UNKNOWN; a failed probe is DOWN;
+//! a Puppet Server that cannot compile yet is NOTREADY; otherwise OK, busy or not. Only OK
+//! answers 200: a busy node stays in the pool (taking it out would move its load onto the
+//! others until all fall over) and asks for less through the agent check's weight.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -12,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer};
 use crate::health::drain::{Drain, DrainState};
+use crate::health::weight::Rejoin;
 use crate::puppet::probe::{ProbeOutcome, ProbeReport};
 use crate::settings::duration::format_duration;
 
@@ -25,6 +29,9 @@ pub enum Verdict {
     Drained,
     /// Puppet Server failed the probe.
     Down,
+    /// Puppet Server answers but cannot compile yet (starting, pool locked or empty).
+    #[serde(rename = "NOTREADY")]
+    NotReady,
     /// No probe has finished yet.
     Starting,
     /// pmcheck cannot tell (unreadable drain record, stuck prober, unusable identity): fail closed.
@@ -38,12 +45,13 @@ impl Verdict {
             Verdict::Ok => "OK",
             Verdict::Drained => "DRAINED",
             Verdict::Down => "DOWN",
+            Verdict::NotReady => "NOTREADY",
             Verdict::Starting => "STARTING",
             Verdict::Unknown => "UNKNOWN",
         }
     }
 
-    /// The HTTP status HAProxy acts on.
+    /// The HTTP status HAProxy acts on (a drain's may be 404 instead: [`Rules::drained_status`]).
     pub fn status(self) -> u16 {
         if self == Verdict::Ok { 200 } else { 503 }
     }
@@ -54,6 +62,7 @@ impl Verdict {
             Verdict::Ok => "OK",
             Verdict::Drained => "Drained",
             Verdict::Down => "Puppet Server Down",
+            Verdict::NotReady => "Not Ready",
             Verdict::Starting => "Starting",
             Verdict::Unknown => "Health Unknown",
         }
@@ -63,11 +72,35 @@ impl Verdict {
 const RUNNING: &str = "Puppet Server is running";
 const NO_PROBE_YET: &str = "no probe of Puppet Server has finished yet";
 
+/// The daemon's settings that shape an answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    /// Past this age a probe report no longer counts (the prober must be stuck).
+    pub stale_after: Duration,
+    /// The HTTP status of a drained answer: 503, or 404 for `http-check disable-on-404`.
+    pub drained_status: u16,
+    /// How long a node that came back takes to ramp its weight up.
+    pub slow_start: Duration,
+}
+
+impl Rules {
+    /// For one-off answers (`check`, `inetd`): no report goes stale, drains are 503, no ramp.
+    pub const ONCE: Rules = Rules {
+        stale_after: Duration::MAX,
+        drained_status: 503,
+        slow_start: Duration::ZERO,
+    };
+}
+
 /// A verdict with its reason and everything it was decided from.
 #[derive(Debug, Clone)]
 pub struct Decision<'a> {
     /// What HAProxy is told.
     pub verdict: Verdict,
+    /// The HTTP status: 200 for OK, the drained status for DRAINED, 503 otherwise.
+    pub status: u16,
+    /// The agent-check weight in percent ([`crate::health::weight`]).
+    pub weight: u8,
     /// Why, in one line.
     pub reason: Cow<'a, str>,
     /// The drain state it was decided from.
@@ -79,19 +112,25 @@ pub struct Decision<'a> {
 }
 
 impl<'a> Decision<'a> {
-    /// Applies the rules. `stale_after` is the age past which a probe report no longer counts.
+    /// Applies the rules; `rejoin` says where the node stands on its way back, for the weight.
     pub fn decide(
         drain: &'a DrainState,
         probe: Option<&'a ProbeReport>,
+        rejoin: Rejoin,
         now: Instant,
-        stale_after: Duration,
+        rules: &Rules,
     ) -> Self {
+        let stale_after = rules.stale_after;
         let age = probe.map(|p| now.saturating_duration_since(p.finished));
         let outcome = probe.map(|p| (&p.outcome, p.detail()));
         // Puppet Server's side, for the reasons that also mention the drain.
         let puppet = || -> Cow<'a, str> {
             match outcome {
-                Some((ProbeOutcome::Healthy, _)) => RUNNING.into(),
+                Some((ProbeOutcome::Healthy(None), _)) => RUNNING.into(),
+                Some((ProbeOutcome::Healthy(Some(_)), detail)) => detail.into(),
+                Some((ProbeOutcome::NotReady(_), detail)) => {
+                    format!("Puppet Server is not ready: {detail}").into()
+                }
                 Some((ProbeOutcome::CannotTell(_), detail)) => {
                     format!("Puppet Server's health is unknown: {detail}").into()
                 }
@@ -126,14 +165,22 @@ impl<'a> Decision<'a> {
                 format!("cannot probe Puppet Server: {detail}").into(),
             ),
             (_, Some((ProbeOutcome::Unhealthy(_), detail)), _) => (Verdict::Down, detail.into()),
+            (_, Some((ProbeOutcome::NotReady(_), detail)), _) => (Verdict::NotReady, detail.into()),
             (DrainState::Expired(d), _, _) => (
                 Verdict::Ok,
-                format!("{RUNNING}; drain expired: {}", d.describe()).into(),
+                format!("{}; drain expired: {}", puppet(), d.describe()).into(),
             ),
-            _ => (Verdict::Ok, RUNNING.into()),
+            _ => (Verdict::Ok, puppet()),
         };
+        let status = match verdict {
+            Verdict::Drained => rules.drained_status,
+            other => other.status(),
+        };
+        let pool = probe.and_then(|p| p.pool.as_ref());
         Self {
             verdict,
+            status,
+            weight: rejoin.weight(verdict, pool, now, rules.slow_start),
             reason,
             drain,
             probe,
@@ -163,13 +210,19 @@ impl<'a> Decision<'a> {
         };
         Answer {
             verdict: self.verdict,
-            status: self.verdict.status(),
+            status: self.status,
             reason: Cow::Borrowed(&self.reason),
             drain: match self.drain {
                 DrainState::Drained(d) => Some(drain(d, false)),
                 DrainState::Expired(d) => Some(drain(d, true)),
                 DrainState::NotDrained | DrainState::Unknown(_) => None,
             },
+            weight: self.weight,
+            load: match self.probe.map(|p| &p.outcome) {
+                Some(ProbeOutcome::Healthy(load)) => *load,
+                _ => None,
+            },
+            pool: self.probe.and_then(|p| p.pool.as_ref()).map(Cow::Borrowed),
             probe: match self.probe {
                 Some(p) => ProbeAnswer {
                     ok: p.outcome.is_healthy(),
@@ -204,6 +257,10 @@ mod tests {
     use std::time::SystemTime;
 
     const STALE: Duration = Duration::from_secs(5);
+    const RULES: Rules = Rules {
+        stale_after: STALE,
+        ..Rules::ONCE
+    };
 
     fn report(outcome: ProbeOutcome, finished: Instant) -> ProbeReport {
         let mut report = ProbeReport::new(
@@ -216,7 +273,7 @@ mod tests {
     }
 
     fn healthy(finished: Instant) -> ProbeReport {
-        report(ProbeOutcome::Healthy, finished)
+        report(ProbeOutcome::Healthy(None), finished)
     }
 
     fn refused(finished: Instant) -> ProbeReport {
@@ -247,14 +304,26 @@ mod tests {
     fn healthy_and_undrained_is_the_only_200() {
         let now = Instant::now();
         let ok = healthy(now);
-        let v = Decision::decide(&DrainState::NotDrained, Some(&ok), now, STALE);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&ok),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
         assert_eq!((v.verdict, v.verdict.status()), (Verdict::Ok, 200));
         assert_eq!(v.text(), "OK - Puppet Server is running\n");
     }
 
     #[test]
     fn no_probe_yet_is_starting() {
-        let v = Decision::decide(&DrainState::NotDrained, None, Instant::now(), STALE);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            None,
+            Rejoin::Steady,
+            Instant::now(),
+            &RULES,
+        );
         assert_eq!((v.verdict, v.verdict.status()), (Verdict::Starting, 503));
     }
 
@@ -262,7 +331,13 @@ mod tests {
     fn failed_probe_is_down_with_its_detail() {
         let now = Instant::now();
         let bad = refused(now);
-        let v = Decision::decide(&DrainState::NotDrained, Some(&bad), now, STALE);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&bad),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
         assert_eq!(v.verdict, Verdict::Down);
         assert!(
             v.text()
@@ -281,7 +356,13 @@ mod tests {
             source: std::io::ErrorKind::PermissionDenied.into(),
         };
         let report = report(ProbeOutcome::CannotTell(unreadable.into()), now);
-        let v = Decision::decide(&DrainState::NotDrained, Some(&report), now, STALE);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&report),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
         assert_eq!((v.verdict, v.verdict.status()), (Verdict::Unknown, 503));
         assert_eq!(
             v.reason,
@@ -297,12 +378,19 @@ mod tests {
         let v = Decision::decide(
             &DrainState::NotDrained,
             Some(&ok),
+            Rejoin::Steady,
             then + STALE + Duration::from_millis(1),
-            STALE,
+            &RULES,
         );
         assert_eq!(v.verdict, Verdict::Unknown);
         assert!(v.reason.contains("old"), "{}", v.reason);
-        let v = Decision::decide(&DrainState::NotDrained, Some(&ok), then + STALE, STALE);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&ok),
+            Rejoin::Steady,
+            then + STALE,
+            &RULES,
+        );
         assert_eq!(v.verdict, Verdict::Ok, "exactly at the limit still counts");
     }
 
@@ -311,7 +399,7 @@ mod tests {
         let now = Instant::now();
         let ok = healthy(now);
         let state = DrainState::Drained(drained(None));
-        let v = Decision::decide(&state, Some(&ok), now, STALE);
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
         assert_eq!(v.verdict, Verdict::Drained);
         let text = v.text();
         assert!(
@@ -333,7 +421,7 @@ mod tests {
             path: "/x/drain".into(),
             source: std::sync::Arc::new(std::io::ErrorKind::PermissionDenied.into()),
         });
-        let v = Decision::decide(&state, Some(&ok), now, STALE);
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
         assert_eq!((v.verdict, v.verdict.status()), (Verdict::Unknown, 503));
         assert!(v.reason.contains("/x/drain"), "{}", v.reason);
     }
@@ -343,7 +431,7 @@ mod tests {
         let now = Instant::now();
         let ok = healthy(now);
         let state = DrainState::Expired(drained(Some("2026-11-22T10:30:00Z")));
-        let v = Decision::decide(&state, Some(&ok), now, STALE);
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
         assert_eq!(v.verdict, Verdict::Ok);
         assert!(v.reason.contains("drain expired"), "{}", v.reason);
         let answer = Answer::from_json(&v.json()).unwrap();
@@ -357,8 +445,9 @@ mod tests {
         let v = Decision::decide(
             &DrainState::NotDrained,
             Some(&ok),
+            Rejoin::Steady,
             now + Duration::from_millis(250),
-            STALE,
+            &RULES,
         );
         // The wire format, byte for byte: scripts and monitoring read these names.
         let json = v.json();
@@ -366,7 +455,8 @@ mod tests {
             json,
             "{\"verdict\":\"OK\",\"status\":200,\"reason\":\"Puppet Server is running\",\
              \"drain\":null,\"probe\":{\"ok\":true,\"detail\":\"running\",\"latency_ms\":12,\
-             \"age_ms\":250,\"endpoint\":\"https://node:8140/status/v1/simple/server\"}}\n"
+             \"age_ms\":250,\"endpoint\":\"https://node:8140/status/v1/simple/server\"},\
+             \"weight\":100,\"load\":null,\"pool\":null}\n"
         );
         assert_eq!(Answer::from_json(&json).unwrap(), v.answer());
     }

@@ -8,6 +8,7 @@ use rustls::crypto::ring;
 use thiserror::Error;
 
 use crate::health::answer::Answer;
+use crate::puppet::pool::Load;
 use crate::settings::duration::format_duration;
 
 const DEADLINE: Duration = Duration::from_secs(5);
@@ -165,6 +166,30 @@ pub fn describe(reply: &Reply) -> String {
         ms(probe.latency_ms),
         ms(probe.age_ms),
         probe.endpoint.as_deref().unwrap_or("")
+    ));
+    if let Some(pool) = &answer.pool {
+        let load = answer.load.map_or("cannot compile", |l| match l {
+            Load::Warm => "warm",
+            Load::Warming => "warming",
+            Load::Busy => "busy",
+        });
+        out.push_str(&format!(
+            "pool:   {load}: {} of {} JRubies free, {} compiling, {} waiting; average wait {} ms, \
+             borrow {} ms; {} refused at the queue limit, {} borrow timeouts; lock {}\n",
+            pool.free,
+            pool.size,
+            pool.borrowed,
+            pool.waiting,
+            pool.average_wait_ms,
+            pool.average_borrow_ms,
+            pool.queue_limit_hits,
+            pool.borrow_timeouts,
+            pool.lock,
+        ));
+    }
+    out.push_str(&format!(
+        "weight: {}% (HAProxy agent check)\n",
+        answer.weight
     ));
     out
 }

@@ -1,5 +1,9 @@
 //! The probe: one HTTPS GET of Puppet Server's status API, as this host, verified against the
 //! Puppet CA, turned into a [`ProbeReport`] that says in plain words what was seen.
+//!
+//! It asks the `jruby-metrics` status service: one request says both that Puppet Server runs
+//! (the service's `state`) and whether it can compile (its JRuby pool). Servers without that
+//! service fall back along [`FALLBACKS`] to the `simple` status, which says `running` only.
 
 use std::io;
 use std::net::SocketAddr;
@@ -12,15 +16,24 @@ use thiserror::Error;
 use tokio::sync::watch;
 
 use crate::puppet::identity::{FileStamp, IdentityError, IdentityFiles};
+use crate::puppet::pool::{Capacity, Load, Pool, ServiceStatus, Unready};
 use crate::settings::duration::format_duration;
 use crate::text;
 
-/// Puppet Server >= 6.14. Older servers answer 404 `not found: server` and need the next one.
-pub const DEFAULT_STATUS_PATH: &str = "/status/v1/simple/server";
-/// What the Puppet agent falls back to on older servers.
-pub const LEGACY_STATUS_PATH: &str = "/status/v1/simple/master";
-/// The largest status body we read; `running` is 7 bytes, Jetty's 404 page about 400.
-const BODY_LIMIT: usize = 4096;
+/// The pool's status service of open source Puppet Server.
+pub const DEFAULT_STATUS_PATH: &str = "/status/v1/services/jruby-metrics";
+/// Where a probe goes next when a path answers 404 `not found` / `service-not-found`: the
+/// pool service under Puppet Enterprise's name, the simple status of Puppet Server >= 6.14,
+/// then that of older servers (what the Puppet agent falls back to).
+pub const FALLBACKS: [&str; 4] = [
+    DEFAULT_STATUS_PATH,
+    "/status/v1/services/pe-jruby-metrics",
+    "/status/v1/simple/server",
+    "/status/v1/simple/master",
+];
+/// The largest status body we read. The pool's answer lists every compiling and waiting
+/// request (a few hundred bytes each), so a saturated server's answer can be large.
+const BODY_LIMIT: usize = 4 * 1024 * 1024;
 
 /// Everything one probe needs.
 #[derive(Debug, Clone)]
@@ -48,6 +61,8 @@ pub struct ProbeReport {
     pub finished: Instant,
     /// The URL probed, without the query; `None` when no request was made.
     pub endpoint: Option<String>,
+    /// The JRuby pool, when Puppet Server reported it (also when it cannot compile yet).
+    pub pool: Option<Pool>,
     /// The outcome in words, rendered once per probe so that every poll can borrow it.
     detail: String,
 }
@@ -55,12 +70,27 @@ pub struct ProbeReport {
 impl ProbeReport {
     /// A report of `outcome`, finished now.
     pub fn new(outcome: ProbeOutcome, latency: Duration, endpoint: Option<String>) -> Self {
+        Self::with_pool(outcome, None, latency, endpoint)
+    }
+
+    /// A report of `outcome` with the pool it was read from, finished now.
+    pub fn with_pool(
+        outcome: ProbeOutcome,
+        pool: Option<Pool>,
+        latency: Duration,
+        endpoint: Option<String>,
+    ) -> Self {
+        let detail = match (&outcome, &pool) {
+            (ProbeOutcome::Healthy(Some(load)), Some(pool)) => pool.describe(*load),
+            _ => outcome.to_string(),
+        };
         Self {
-            detail: outcome.to_string(),
+            detail,
             outcome,
             latency,
             finished: Instant::now(),
             endpoint,
+            pool,
         }
     }
 
@@ -70,7 +100,7 @@ impl ProbeReport {
         Self::new(ProbeOutcome::CannotTell(cause), Duration::ZERO, None)
     }
 
-    /// `running`, or what went wrong, in plain words.
+    /// `running` (with the pool's numbers when known), or what went wrong, in plain words.
     pub fn detail(&self) -> &str {
         &self.detail
     }
@@ -80,8 +110,10 @@ impl ProbeReport {
 /// weighs the drain record and the report's age).
 #[derive(Debug)]
 pub enum ProbeOutcome {
-    /// Puppet Server answered `running`.
-    Healthy,
+    /// Puppet Server answered `running` and can compile; the load, when it reported its pool.
+    Healthy(Option<Load>),
+    /// Puppet Server answers but cannot compile yet (starting, pool locked or empty).
+    NotReady(Unready),
     /// Puppet Server was asked and is not fit for agents: the error says how.
     Unhealthy(ProbeError),
     /// The probe could not be made, so pmcheck cannot tell how Puppet Server is.
@@ -89,9 +121,9 @@ pub enum ProbeOutcome {
 }
 
 impl ProbeOutcome {
-    /// Whether Puppet Server answered `running`.
+    /// Whether Puppet Server answered `running` and can compile.
     pub fn is_healthy(&self) -> bool {
-        matches!(self, ProbeOutcome::Healthy)
+        matches!(self, ProbeOutcome::Healthy(_))
     }
 }
 
@@ -99,7 +131,8 @@ impl ProbeOutcome {
 impl std::fmt::Display for ProbeOutcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ProbeOutcome::Healthy => f.write_str("running"),
+            ProbeOutcome::Healthy(_) => f.write_str("running"),
+            ProbeOutcome::NotReady(e) => e.fmt(f),
             ProbeOutcome::Unhealthy(e) => e.fmt(f),
             ProbeOutcome::CannotTell(e) => e.fmt(f),
         }
@@ -158,9 +191,6 @@ pub enum ProbeError {
         /// The deadline.
         after: Duration,
     },
-    /// Jetty's own 404: the status routes are not registered yet.
-    #[error("Puppet Server answered 404: it is still starting (its status routes are not up yet)")]
-    NotReady,
     /// An HTTP status pmcheck does not expect, with what the body was.
     #[error("Puppet Server answered HTTP {status}: {body}")]
     Status {
@@ -169,9 +199,17 @@ pub enum ProbeError {
         /// The body, or what kind of body it was.
         body: Body,
     },
-    /// The status service answered with a state other than `running` (`starting`, `stopping`...).
+    /// The status service answered with a failed state (`error`, `unknown`, ...).
     #[error("Puppet Server reports `{0}`, not `running`")]
     NotRunning(String),
+    /// A JSON status answer that is not a service status.
+    #[error("Puppet Server's status answer (HTTP {status}) is not a service status: {problem}")]
+    Unreadable {
+        /// The HTTP status code.
+        status: u16,
+        /// What serde_json said.
+        problem: String,
+    },
     /// The HTTP exchange broke after connecting.
     #[error("HTTP exchange with Puppet Server at {addr} failed: {}", chain(.source))]
     Http {
@@ -277,6 +315,8 @@ pub struct Prober {
     target: ProbeTarget,
     path: String,
     client: Option<([Option<FileStamp>; 3], reqwest::Client)>,
+    /// The queue-limit count of the previous probe: a rise means requests were refused.
+    queue_limit_hits: Option<u64>,
 }
 
 impl Prober {
@@ -286,6 +326,7 @@ impl Prober {
             path: target.status_path.clone(),
             target,
             client: None,
+            queue_limit_hits: None,
         }
     }
 
@@ -307,38 +348,59 @@ impl Prober {
     /// One probe, never longer than the target's timeout.
     pub async fn probe(&mut self) -> ProbeReport {
         let started = Instant::now();
-        let outcome = match tokio::time::timeout(self.target.timeout, self.attempt()).await {
-            Ok(outcome) => outcome,
-            Err(_) => ProbeOutcome::Unhealthy(ProbeError::Timeout {
-                addr: self.target.addr,
-                after: self.target.timeout,
-            }),
+        let (outcome, pool) = match tokio::time::timeout(self.target.timeout, self.attempt()).await
+        {
+            Ok(seen) => seen,
+            Err(_) => (
+                ProbeOutcome::Unhealthy(ProbeError::Timeout {
+                    addr: self.target.addr,
+                    after: self.target.timeout,
+                }),
+                None,
+            ),
         };
-        ProbeReport::new(outcome, started.elapsed(), Some(self.endpoint()))
+        ProbeReport::with_pool(outcome, pool, started.elapsed(), Some(self.endpoint()))
     }
 
-    async fn attempt(&mut self) -> ProbeOutcome {
+    async fn attempt(&mut self) -> (ProbeOutcome, Option<Pool>) {
         let client = match self.client().await {
             Ok(client) => client,
-            Err(cannot) => return ProbeOutcome::CannotTell(cannot),
+            Err(cannot) => return (ProbeOutcome::CannotTell(cannot), None),
         };
-        let answered = match self.get(&client).await {
-            // Puppet's own 404 (not Jetty's HTML page): this server predates /simple/server.
-            Err(ProbeError::Status {
-                status: 404,
-                body: Body::Text(body),
-            }) if body.starts_with("not found") && self.path == DEFAULT_STATUS_PATH => {
-                tracing::info!(
-                    "Puppet Server has no {DEFAULT_STATUS_PATH} (older than 6.14); using {LEGACY_STATUS_PATH} from now on"
-                );
-                self.path = LEGACY_STATUS_PATH.to_owned();
-                self.get(&client).await
+        let answered = loop {
+            match self.get(&client).await {
+                // The status service's own 404: no such service or status route here.
+                Ok(Seen::NotFound) if let Some(next) = next_path(&self.path) => {
+                    tracing::info!(
+                        "Puppet Server has no {}; using {next} from now on",
+                        self.path
+                    );
+                    self.path = next.to_owned();
+                }
+                other => break other,
             }
-            other => other,
         };
         match answered {
-            Ok(()) => ProbeOutcome::Healthy,
-            Err(e) => ProbeOutcome::Unhealthy(e),
+            Ok(Seen::Running(None)) => (ProbeOutcome::Healthy(None), None),
+            Ok(Seen::Running(Some(pool))) => {
+                let previous = self.queue_limit_hits.replace(pool.queue_limit_hits);
+                let new_hits = previous.map_or(0, |p| pool.queue_limit_hits.saturating_sub(p));
+                let outcome = match pool.capacity(new_hits) {
+                    Capacity::Ready(load) => ProbeOutcome::Healthy(Some(load)),
+                    Capacity::Unready(why) => ProbeOutcome::NotReady(why),
+                };
+                (outcome, Some(pool))
+            }
+            Ok(Seen::Unready(why)) => (ProbeOutcome::NotReady(why), None),
+            // The last path there is to try.
+            Ok(Seen::NotFound) => (
+                ProbeOutcome::Unhealthy(ProbeError::Status {
+                    status: 404,
+                    body: Body::Text(format!("not found: {}", self.path)),
+                }),
+                None,
+            ),
+            Err(e) => (ProbeOutcome::Unhealthy(e), None),
         }
     }
 
@@ -382,9 +444,15 @@ impl Prober {
         Ok(client)
     }
 
-    async fn get(&self, client: &reqwest::Client) -> Result<(), ProbeError> {
+    async fn get(&self, client: &reqwest::Client) -> Result<Seen, ProbeError> {
+        // The pool's numbers are in the `debug` level only.
+        let level = if self.path.starts_with("/status/v1/services") {
+            "level=debug&"
+        } else {
+            ""
+        };
         let url = format!(
-            "{}?timeout={}",
+            "{}?{level}timeout={}",
             self.endpoint(),
             server_timeout(self.target.timeout)
         );
@@ -412,18 +480,7 @@ impl Prober {
             return Err(ProbeError::Status { status, body });
         }
         let text = String::from_utf8_lossy(&body);
-        let text = text.trim();
-        match status {
-            200 if text == "running" => Ok(()),
-            200 | 503 if !text.is_empty() && text.len() < 64 && !text.contains('<') => Err(
-                ProbeError::NotRunning(text::one_line(text, 64).into_owned()),
-            ),
-            404 if text.starts_with('<') => Err(ProbeError::NotReady),
-            _ => Err(ProbeError::Status {
-                status,
-                body: shown(text),
-            }),
-        }
+        read_answer(status, text.trim())
     }
 
     /// Names the phase that failed: connecting, TLS (with the certificate problem spelt out),
@@ -512,6 +569,70 @@ pub fn server_timeout(deadline: Duration) -> u64 {
     (deadline.as_secs_f64().ceil() as u64)
         .saturating_sub(1)
         .max(1)
+}
+
+/// The path after `path` in [`FALLBACKS`]; none for a path of the operator's own.
+fn next_path(path: &str) -> Option<&'static str> {
+    let at = FALLBACKS.iter().position(|p| *p == path)?;
+    FALLBACKS.get(at + 1).copied()
+}
+
+/// What one status answer said.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    /// `running`, with the pool when the answer carried it.
+    Running(Option<Pool>),
+    /// Up, but not able to compile yet.
+    Unready(Unready),
+    /// The status service's own 404 for this path: try the next one.
+    NotFound,
+}
+
+/// Reads a status answer: a service status in JSON (the pool service), or the `simple`
+/// status's one word, whichever Puppet Server sent.
+fn read_answer(status: u16, text: &str) -> Result<Seen, ProbeError> {
+    let state = |state: &str| match state {
+        "running" => None,
+        "starting" | "stopping" => Some(Ok(Seen::Unready(Unready::State(state.to_owned())))),
+        other => Some(Err(ProbeError::NotRunning(
+            text::one_line(other, 64).into_owned(),
+        ))),
+    };
+    if text.starts_with('{') {
+        if status == 404 && text.contains("service-not-found") {
+            return Ok(Seen::NotFound);
+        }
+        return match serde_json::from_str::<ServiceStatus>(text) {
+            Ok(service) => match state(&service.state) {
+                None if status == 200 => Ok(Seen::Running(service.pool())),
+                None => Err(ProbeError::Status {
+                    status,
+                    body: shown(text),
+                }),
+                Some(seen) => seen,
+            },
+            Err(e) => Err(ProbeError::Unreadable {
+                status,
+                problem: text::one_line(&e.to_string(), 120).into_owned(),
+            }),
+        };
+    }
+    match status {
+        200 if text == "running" => Ok(Seen::Running(None)),
+        200 | 503 if !text.is_empty() && text.len() < 64 && !text.contains('<') => state(text)
+            .unwrap_or_else(|| {
+                Err(ProbeError::Status {
+                    status,
+                    body: shown(text),
+                })
+            }),
+        404 if text.starts_with("not found") => Ok(Seen::NotFound),
+        404 if text.starts_with('<') => Ok(Seen::Unready(Unready::RoutesMissing)),
+        _ => Err(ProbeError::Status {
+            status,
+            body: shown(text),
+        }),
+    }
 }
 
 /// An error and its causes, outermost first. `io::Error::source()` skips the error it wraps, so
@@ -627,6 +748,75 @@ mod tests {
             1,
             "Puppet needs at least 1"
         );
+    }
+
+    #[test]
+    fn service_status_answers_are_read_by_state_and_pool() {
+        let captured =
+            include_str!("../../tests/fixtures/puppetserver-7.9.5-status-services-debug.json");
+        let all: serde_json::Value = serde_json::from_str(captured).unwrap();
+        let service = all["jruby-metrics"].to_string();
+        match read_answer(200, &service) {
+            Ok(Seen::Running(Some(pool))) => assert_eq!((pool.size, pool.free), (1, 1)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            read_answer(503, r#"{"state":"starting","status":{}}"#).unwrap(),
+            Seen::Unready(Unready::State("starting".into()))
+        );
+        assert_eq!(
+            read_answer(503, r#"{"state":"error","status":{}}"#)
+                .unwrap_err()
+                .to_string(),
+            "Puppet Server reports `error`, not `running`"
+        );
+        assert_eq!(
+            read_answer(200, r#"{"state":"running","status":{}}"#).unwrap(),
+            Seen::Running(None),
+            "no debug details: running, without numbers"
+        );
+        let not_found = r#"{"kind":"service-not-found","msg":"No status information found for service jruby-metrics"}"#;
+        assert_eq!(read_answer(404, not_found).unwrap(), Seen::NotFound);
+        assert!(matches!(
+            read_answer(200, r#"{"unexpected":true}"#),
+            Err(ProbeError::Unreadable { status: 200, .. })
+        ));
+    }
+
+    #[test]
+    fn simple_answers_are_read_by_their_word() {
+        assert_eq!(read_answer(200, "running").unwrap(), Seen::Running(None));
+        assert_eq!(
+            read_answer(503, "stopping").unwrap(),
+            Seen::Unready(Unready::State("stopping".into()))
+        );
+        assert!(matches!(
+            read_answer(503, "error"),
+            Err(ProbeError::NotRunning(state)) if state == "error"
+        ));
+        assert!(matches!(
+            read_answer(503, "running"),
+            Err(ProbeError::Status { status: 503, .. })
+        ));
+        assert_eq!(
+            read_answer(404, "not found: server").unwrap(),
+            Seen::NotFound
+        );
+        assert_eq!(
+            read_answer(404, "<html><body>HTTP ERROR 404</body></html>").unwrap(),
+            Seen::Unready(Unready::RoutesMissing)
+        );
+    }
+
+    #[test]
+    fn fallbacks_run_in_order_and_stop_at_the_end_or_at_a_path_of_ones_own() {
+        assert_eq!(next_path(FALLBACKS[0]), Some(FALLBACKS[1]));
+        assert_eq!(
+            next_path("/status/v1/simple/server"),
+            Some("/status/v1/simple/master")
+        );
+        assert_eq!(next_path("/status/v1/simple/master"), None);
+        assert_eq!(next_path("/behind/a/proxy"), None);
     }
 
     #[test]

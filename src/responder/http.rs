@@ -4,32 +4,37 @@
 //! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::ext::ReasonPhrase;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::watch;
 
 use crate::health::drain_watch::Drains;
-use crate::health::verdict::{Decision, Verdict};
+use crate::health::verdict::{Decision, Rules, Verdict};
+use crate::health::weight::Rejoin;
 use crate::puppet::probe::{Latest, ProbeReport};
+use crate::responder::agent;
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
-/// What every poll reads: the latest drain state and probe report, both kept up to date in the
-/// background, so a poll does no I/O beyond its socket.
+/// What every poll reads: the latest drain state, probe report and rejoin state, all kept up
+/// to date in the background, so a poll does no I/O beyond its socket.
 pub struct Responder {
     /// The drain state, kept current by the drain watcher.
     pub drain: Drains,
     /// The latest probe report, published by the prober.
     pub latest: Latest,
-    /// Past this age a probe report no longer counts (the prober must be stuck).
-    pub stale_after: Duration,
+    /// Where the node stands on its way back into the pool, for the weight.
+    pub rejoin: watch::Receiver<Rejoin>,
+    /// The daemon's settings that shape an answer.
+    pub rules: Rules,
 }
 
 impl Responder {
@@ -46,8 +51,30 @@ impl Responder {
         }
         let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
-        let decision = Decision::decide(&drain, probe.as_deref(), Instant::now(), self.stale_after);
+        let rejoin = *self.rejoin.borrow();
+        let decision = Decision::decide(
+            &drain,
+            probe.as_deref(),
+            rejoin,
+            Instant::now(),
+            &self.rules,
+        );
         respond(&decision, method, request.headers())
+    }
+
+    /// The agent check's line.
+    pub fn agent_line(&self) -> String {
+        let drain = Arc::clone(&self.drain.borrow());
+        let probe = self.latest();
+        let rejoin = *self.rejoin.borrow();
+        let decision = Decision::decide(
+            &drain,
+            probe.as_deref(),
+            rejoin,
+            Instant::now(),
+            &self.rules,
+        );
+        agent::line(&decision)
     }
 }
 
@@ -71,7 +98,7 @@ pub fn respond(
     };
     let mut response = Response::new(Full::new(body));
     *response.status_mut() =
-        StatusCode::from_u16(decision.verdict.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        StatusCode::from_u16(decision.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
     if decision.verdict != Verdict::Ok {
         response.extensions_mut().insert(reason_phrase(decision));
     }
@@ -151,7 +178,7 @@ mod tests {
 
     /// Before the first probe: a 503 with a known body.
     fn starting(drain: &DrainState) -> Decision<'_> {
-        Decision::decide(drain, None, Instant::now(), Duration::from_secs(5))
+        Decision::decide(drain, None, Rejoin::Steady, Instant::now(), &Rules::ONCE)
     }
 
     #[test]

@@ -14,6 +14,8 @@ use tokio::sync::watch;
 
 use crate::health::drain::DrainFile;
 use crate::health::drain_watch;
+use crate::health::verdict::Rules;
+use crate::health::weight::Rejoin;
 use crate::puppet::probe::{CannotProbe, ProbeReport, ProbeTarget, Prober};
 use crate::responder::http::Responder;
 use crate::settings::SettingsError;
@@ -30,6 +32,7 @@ pub async fn answer_one(
     target: Result<ProbeTarget, SettingsError>,
     probe_deadline: Duration,
     read_timeout: Duration,
+    drained_status: u16,
 ) -> io::Result<()> {
     let (publish, latest) = watch::channel(None);
     match target {
@@ -46,10 +49,16 @@ pub async fn answer_one(
     }
     let drain = drain_watch::read_once(DrainFile::new(state_dir)).await;
     let (_keep, drains) = watch::channel(Arc::new(drain));
+    let (_steady, rejoin) = watch::channel(Rejoin::Steady);
     let health = Arc::new(Responder {
         drain: drains,
         latest,
-        stale_after: probe_deadline + read_timeout,
+        rejoin,
+        rules: Rules {
+            stale_after: probe_deadline + read_timeout,
+            drained_status,
+            ..Rules::ONCE
+        },
     });
     let answered = Arc::new(AtomicBool::new(false));
     let service = {

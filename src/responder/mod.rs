@@ -1,6 +1,7 @@
 //! Answering polls: the daemon's listeners and their guards, the HTTP responder, inetd mode and
 //! systemd's socket activation and notifications.
 
+pub(crate) mod agent;
 pub(crate) mod cidr;
 pub(crate) mod connections;
 pub(crate) mod deadline;

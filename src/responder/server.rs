@@ -17,8 +17,10 @@ use tokio::task::JoinSet;
 use crate::exit::Exit;
 use crate::health::drain::{DrainFile, DrainState};
 use crate::health::drain_watch::{self, Watcher};
-use crate::health::verdict::{Decision, Verdict};
+use crate::health::verdict::{Decision, Rules, Verdict};
+use crate::health::weight::{Rejoin, Tracker};
 use crate::puppet::probe::{self, ProbeReport, Prober};
+use crate::responder::agent;
 use crate::responder::cidr::{self, Cidr};
 use crate::responder::connections::{Connections, Limits, Throttle};
 use crate::responder::deadline::WriteDeadline;
@@ -85,6 +87,11 @@ pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenEr
             Err(e) => Err(e),
         };
     }
+    bind_each(addrs)
+}
+
+/// Binds every address given, and nothing when none is.
+pub fn bind_each(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
     addrs.iter().map(|addr| bind_one(*addr)).collect()
 }
 
@@ -111,7 +118,7 @@ fn bind_one(addr: SocketAddr) -> Result<std::net::TcpListener, ListenError> {
     Ok(socket.into())
 }
 
-/// How the daemon polls Puppet Server and guards its listeners.
+/// How the daemon polls Puppet Server, answers and guards its listeners.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// How often Puppet Server may be probed.
@@ -119,6 +126,25 @@ pub struct Options {
     /// Networks that may connect; empty for everyone.
     pub allow: Vec<Cidr>,
     pub limits: Limits,
+    /// The HTTP status of a drained answer.
+    pub drained_status: u16,
+    /// How long a node that came back takes to ramp its weight up.
+    pub slow_start: Duration,
+}
+
+/// The bound listeners: HTTP checks, and HAProxy agent checks.
+pub struct Listeners {
+    pub http: Vec<std::net::TcpListener>,
+    pub agent: Vec<std::net::TcpListener>,
+}
+
+/// What a listener answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// HTTP health checks (`option httpchk`, curl, `pmcheck status`).
+    Http,
+    /// HAProxy's agent check: one line, then close.
+    Agent,
 }
 
 /// Runs the daemon on already-bound listeners until `shutdown` resolves. `ready` is called once
@@ -127,7 +153,7 @@ pub struct Options {
 pub async fn serve(
     settings: &Settings,
     options: Options,
-    listeners: Vec<std::net::TcpListener>,
+    listeners: Listeners,
     reload: watch::Receiver<()>,
     ready: impl FnOnce(),
     shutdown: impl Future<Output = ()>,
@@ -150,11 +176,18 @@ pub async fn serve(
     if let Some(state) = first {
         publish_drain.send_replace(Arc::new(state));
     }
+    let rules = Rules {
+        // A probe lands at least every interval + timeout; allow one missed round.
+        stale_after: 2 * (interval + timeout),
+        drained_status: options.drained_status,
+        slow_start: options.slow_start,
+    };
+    let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
     let health = Arc::new(Responder {
         drain: drains,
         latest,
-        // A probe lands at least every interval + timeout; allow one missed round.
-        stale_after: 2 * (interval + timeout),
+        rejoin,
+        rules,
     });
 
     let limits = options.limits.fit_descriptors();
@@ -166,10 +199,19 @@ pub async fn serve(
         failed: Mutex::new(Throttle::new(Duration::from_secs(10))),
     });
     let mut tasks = JoinSet::new();
-    for listener in listeners {
+    let kinds = (listeners.http.into_iter().map(|l| (Kind::Http, l)))
+        .chain(listeners.agent.into_iter().map(|l| (Kind::Agent, l)));
+    for (kind, listener) in kinds {
         let listener = TcpListener::from_std(listener)?;
-        tracing::info!("listening on {}", listener.local_addr()?);
+        match kind {
+            Kind::Http => tracing::info!("listening on {}", listener.local_addr()?),
+            Kind::Agent => tracing::info!(
+                "answering HAProxy agent checks on {}",
+                listener.local_addr()?
+            ),
+        }
         tasks.spawn(accept(
+            kind,
             listener,
             Arc::clone(&health),
             Arc::clone(&guard),
@@ -197,6 +239,11 @@ pub async fn serve(
         watcher,
         publish_drain,
         reload.clone(),
+        until_stopped(stopped.clone()),
+    ));
+    tasks.spawn(track_rejoin(
+        Arc::clone(&health),
+        publish_rejoin,
         until_stopped(stopped.clone()),
     ));
     tasks.spawn(probe::run(
@@ -255,8 +302,41 @@ impl Guard {
     }
 }
 
+/// Follows the verdict (on every probe, drain change, and once a second for reports going
+/// stale) so the weight knows when the node came back.
+async fn track_rejoin(
+    health: Arc<Responder>,
+    publish: watch::Sender<Rejoin>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut tracker = Tracker::new(health.rules.slow_start);
+    let mut drains = health.drain.clone();
+    let mut latest = health.latest.clone();
+    tokio::pin!(shutdown);
+    loop {
+        let now = Instant::now();
+        let drain = Arc::clone(&drains.borrow_and_update());
+        let probe = latest.borrow_and_update().clone();
+        let decision =
+            Decision::decide(&drain, probe.as_deref(), Rejoin::Steady, now, &health.rules);
+        let state = tracker.observe(decision.verdict, now);
+        publish.send_if_modified(|current| {
+            let changed = *current != state;
+            *current = state;
+            changed
+        });
+        tokio::select! {
+            Ok(()) = drains.changed() => {}
+            Ok(()) = latest.changed() => {}
+            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = &mut shutdown => return,
+        }
+    }
+}
+
 /// Accepts polls until stopped, then gives those in flight a moment to finish.
 async fn accept(
+    kind: Kind,
     listener: TcpListener,
     health: Arc<Responder>,
     guard: Arc<Guard>,
@@ -296,6 +376,17 @@ async fn accept(
             continue;
         }
         let ticket = guard.connections.admit(peer.ip());
+        if kind == Kind::Agent {
+            let line = health.agent_line();
+            connections.spawn(async move {
+                let mut ticket = ticket;
+                tokio::select! {
+                    () = agent::answer(stream, line) => {}
+                    _ = &mut ticket.shed => {}
+                }
+            });
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let stream = WriteDeadline::new(stream, WRITE_TIMEOUT);
         let connection = http.serve_connection(TokioIo::new(stream), answers(Arc::clone(&health)));
@@ -365,7 +456,9 @@ fn log_changes(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
     let mut last: Option<(Verdict, String)> = None;
     move |report| {
         let drain = Arc::clone(&health.drain.borrow());
-        let decision = Decision::decide(&drain, Some(report), Instant::now(), health.stale_after);
+        let rejoin = *health.rejoin.borrow();
+        let decision =
+            Decision::decide(&drain, Some(report), rejoin, Instant::now(), &health.rules);
         if last
             .as_ref()
             .is_some_and(|(v, r)| *v == decision.verdict && *r == decision.reason)
@@ -393,19 +486,24 @@ mod tests {
     /// that still looks plausible.
     fn drained() -> (Arc<Responder>, impl Sized) {
         let report = ProbeReport::new(
-            crate::puppet::probe::ProbeOutcome::Healthy,
+            crate::puppet::probe::ProbeOutcome::Healthy(None),
             Duration::from_millis(1),
             None,
         );
         let (p, latest) = watch::channel(Some(Arc::new(report)));
         let state = DrainState::Drained(Drain::parse(b"{}"));
         let (d, drain) = watch::channel(Arc::new(state));
+        let (r, rejoin) = watch::channel(Rejoin::Steady);
         let health = Responder {
             drain,
             latest,
-            stale_after: Duration::from_secs(3600),
+            rejoin,
+            rules: Rules {
+                stale_after: Duration::from_secs(3600),
+                ..Rules::ONCE
+            },
         };
-        (Arc::new(health), (p, d))
+        (Arc::new(health), (p, d, r))
     }
 
     /// Feeds `input` to one connection, closes the client's sending side, and returns what

@@ -19,6 +19,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// Reads a duration for clap where `0s` means "off": at most ten years.
+pub fn parse_duration_or_off(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(zero) if zero.is_zero() => Ok(zero),
+        _ => parse_duration(text),
+    }
+}
+
 /// Prints a duration in the largest unit that keeps it whole, which [`parse_duration`] reads back.
 pub fn format_duration(d: Duration) -> String {
     // Finer than a millisecond (`--timeout 1500us`): humantime's own words, which it reads back.
@@ -38,6 +46,18 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zero_is_off_only_where_off_is_meant() {
+        assert_eq!(parse_duration_or_off("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration_or_off("90s"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("0s").is_err());
+        assert!(
+            parse_duration_or_off("soon")
+                .unwrap_err()
+                .contains("1500ms")
+        );
+    }
 
     #[test]
     fn durations_read_and_print_as_operators_write_them() {

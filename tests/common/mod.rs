@@ -165,13 +165,59 @@ pub fn replace(path: &Path, bytes: &[u8]) {
 /// How the stub answers.
 #[derive(Clone, Debug)]
 pub enum Behavior {
+    /// Puppet Server 7.9.5 as captured: the pool service answers with one idle instance.
     Running,
+    /// The pool service answers `running` with this `status.experimental` (see [`pool`]).
+    Pool(String),
+    /// A server without the pool service: only the simple status answers.
+    Simple,
+    /// Puppet Enterprise: the pool service is `pe-jruby-metrics`.
+    Enterprise,
     /// Any status and body, with a content type.
     Reply(u16, &'static str, &'static str),
     /// Accept the TCP connection, or a request on an open one, and never say a word.
     Hang,
-    /// A Puppet Server older than 6.14: no /status/v1/simple/server.
+    /// A Puppet Server older than 6.14: no pool service, no /status/v1/simple/server.
     Legacy,
+}
+
+/// The `jruby-metrics` entry of the captured Puppet Server answer, as the service path sends it.
+pub fn captured_pool_service() -> String {
+    let text =
+        std::fs::read_to_string(fixture("puppetserver-7.9.5-status-services-debug.json")).unwrap();
+    let all: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut service = all["jruby-metrics"].clone();
+    service["service_name"] = "jruby-metrics".into();
+    service.to_string()
+}
+
+/// A pool service answer with these numbers: `size` instances, `free` idle, `borrowed`
+/// compiling, `waiting` queued, the lock in `lock` (`:not-in-use`, `:requested`, `:acquired`).
+pub fn pool(size: u32, free: u32, borrowed: u32, waiting: u32, lock: &str) -> String {
+    let instance = serde_json::json!({"reason": {"request": {"uri": "/puppet/v3/catalog/agent"}}, "time": 0, "duration-millis": 900});
+    serde_json::json!({
+        "service_version": "7.9.5",
+        "service_status_version": 1,
+        "detail_level": "debug",
+        "state": "running",
+        "status": {"experimental": {
+            "jruby-pool-lock-status": {"current-state": lock, "last-change-time": "2026-11-22T10:34:55.412Z"},
+            "metrics": {
+                "num-jrubies": size,
+                "num-free-jrubies": free,
+                "borrowed-instances": vec![instance.clone(); borrowed as usize],
+                "requested-instances": vec![instance; waiting as usize],
+                "average-free-jrubies": f64::from(free),
+                "average-wait-time": if waiting > 0 { 850 } else { 0 },
+                "average-borrow-time": 4000,
+                "queue-limit-hit-count": 0,
+                "borrow-timeout-count": 0,
+            }
+        }},
+        "active_alerts": [],
+        "service_name": "jruby-metrics",
+    })
+    .to_string()
 }
 
 /// What the stub saw.
@@ -337,6 +383,21 @@ fn stub_answer(
             .body(Full::new(Bytes::from_static(body.as_bytes())))
             .unwrap()
     };
+    let json = |status: u16, body: String| {
+        Response::builder()
+            .status(status)
+            .header("content-type", "application/json;charset=utf-8")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap()
+    };
+    let not_found = |service: &str| {
+        json(
+            404,
+            format!(
+                r#"{{"kind":"service-not-found","msg":"No status information found for service {service}"}}"#
+            ),
+        )
+    };
     // What Jetty and Puppet Server's auth.conf do.
     let host_name = host
         .as_deref()
@@ -348,11 +409,27 @@ fn stub_answer(
         return reply(403, "Forbidden request");
     }
     let path = req.uri().path();
-    match behavior.lock().unwrap().clone() {
-        Behavior::Running if path.starts_with("/status/v1/simple") => reply(200, "running"),
-        Behavior::Legacy if path == "/status/v1/simple/master" => reply(200, "running"),
-        Behavior::Legacy if path == "/status/v1/simple/server" => reply(404, "not found: server"),
-        Behavior::Reply(status, body, content_type) => Response::builder()
+    let service = path.strip_prefix("/status/v1/services/");
+    let current = behavior.lock().unwrap().clone();
+    let reply_any = matches!(current, Behavior::Reply(..));
+    match (current, service) {
+        (Behavior::Running, Some("jruby-metrics")) => json(200, captured_pool_service()),
+        (Behavior::Pool(answer), Some("jruby-metrics")) => json(200, answer),
+        (Behavior::Enterprise, Some("pe-jruby-metrics")) => json(
+            200,
+            captured_pool_service().replace("\"jruby-metrics\"", "\"pe-jruby-metrics\""),
+        ),
+        (_, Some(service)) if !reply_any => not_found(service),
+        (Behavior::Running | Behavior::Simple | Behavior::Enterprise | Behavior::Pool(_), None)
+            if path.starts_with("/status/v1/simple") =>
+        {
+            reply(200, "running")
+        }
+        (Behavior::Legacy, _) if path == "/status/v1/simple/master" => reply(200, "running"),
+        (Behavior::Legacy, _) if path == "/status/v1/simple/server" => {
+            reply(404, "not found: server")
+        }
+        (Behavior::Reply(status, body, content_type), _) => Response::builder()
             .status(status)
             .header("content-type", content_type)
             .body(Full::new(Bytes::from_static(body.as_bytes())))
@@ -485,6 +562,48 @@ impl Daemon {
             self.addr,
             "GET / HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
         )
+    }
+
+    /// The agent-check address, from the daemon's "answering HAProxy agent checks on" line.
+    pub fn agent_addr(&self) -> SocketAddr {
+        const NEEDLE: &str = "answering HAProxy agent checks on ";
+        self.wait_for_log(Duration::from_secs(10), NEEDLE);
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .find_map(|l| l.split(NEEDLE).nth(1))
+            .and_then(|a| a.trim().parse().ok())
+            .expect("an agent-check address")
+    }
+
+    /// GET / with `Accept: application/json`, read back as an answer.
+    pub fn poll_json(&self) -> pmcheck::health::answer::Answer<'static> {
+        let reply = request(
+            self.addr,
+            "GET / HTTP/1.1\r\nHost: pmcheck\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        );
+        pmcheck::health::answer::Answer::from_json(&reply.body)
+            .unwrap_or_else(|e| panic!("not an answer ({e}): {reply:?}"))
+    }
+
+    /// Polls for JSON until `pred` holds, failing after `within`.
+    pub fn wait_for_json(
+        &self,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&pmcheck::health::answer::Answer<'static>) -> bool,
+    ) -> pmcheck::health::answer::Answer<'static> {
+        let deadline = Instant::now() + within;
+        loop {
+            let answer = self.poll_json();
+            if pred(&answer) {
+                return answer;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited {within:?} for {what}; last answer: {answer:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Polls until `pred` holds, failing after `within`.

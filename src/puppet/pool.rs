@@ -1,0 +1,384 @@
+//! Puppet Server's JRuby pool, as its `jruby-metrics` status service reports it: how many
+//! instances can compile now, how many requests wait, and whether the pool is locked.
+//!
+//! Open source Puppet Server's `simple` status says `running` whenever the process is up; the
+//! pool is where a compile master's real capacity shows (puppetserver `jruby_metrics_core.clj`).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use std::fmt;
+use std::time::Duration;
+
+/// The pool numbers pmcheck uses, from `status.experimental.metrics` and
+/// `status.experimental.jruby-pool-lock-status` of `?level=debug`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pool {
+    /// `num-jrubies`: the pool's size (`max-active-instances`), fixed at start.
+    pub size: u32,
+    /// `num-free-jrubies`: instances idle now.
+    pub free: u32,
+    /// `borrowed-instances`: requests compiling now.
+    pub borrowed: u32,
+    /// `requested-instances`: requests waiting for an instance.
+    pub waiting: u32,
+    /// `average-free-jrubies`: free instances, averaged by Puppet Server over recent minutes.
+    pub average_free: f64,
+    /// `average-wait-time`: how long a request waited for an instance, recent average.
+    pub average_wait_ms: u64,
+    /// `average-borrow-time`: how long a request held an instance, recent average.
+    pub average_borrow_ms: u64,
+    /// `queue-limit-hit-count`: requests refused because `max-queued-requests` was reached.
+    pub queue_limit_hits: u64,
+    /// `borrow-timeout-count`: requests that gave up waiting (`borrow-timeout`).
+    pub borrow_timeouts: u64,
+    /// The pool lock (`:not-in-use`, `:requested`, `:acquired`), without the colon.
+    pub lock: String,
+    /// When the lock last changed, as Puppet Server reports it.
+    pub lock_since: Option<String>,
+}
+
+/// How loaded a pool that can compile is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Load {
+    /// Every instance exists and nothing waits.
+    Warm,
+    /// Some instances are still being created; those that exist are not overloaded.
+    Warming,
+    /// Requests wait, or recently waited too long, or were refused.
+    Busy,
+}
+
+/// Why a running Puppet Server cannot compile yet: the node stays out of the pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unready {
+    /// Jetty answers, but the status routes are not registered yet (an HTML 404).
+    RoutesMissing,
+    /// The status service reports a state on its way to or from `running`.
+    State(String),
+    /// The pool is locked (`:acquired`): it is being flushed and nothing compiles.
+    Locked {
+        /// When the lock changed, as Puppet Server reports it.
+        since: Option<String>,
+    },
+    /// No instance exists: none free, none compiling.
+    NoInstance {
+        /// The pool's size.
+        size: u32,
+    },
+}
+
+impl fmt::Display for Unready {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unready::RoutesMissing => f.write_str(
+                "Puppet Server answered 404: it is still starting (its status routes are not up yet)",
+            ),
+            Unready::State(state) => write!(f, "Puppet Server reports `{state}`, not `running`"),
+            Unready::Locked { since: Some(since) } => write!(
+                f,
+                "Puppet Server's JRuby pool is locked (being flushed) since {since}: nothing compiles"
+            ),
+            Unready::Locked { since: None } => f.write_str(
+                "Puppet Server's JRuby pool is locked (being flushed): nothing compiles",
+            ),
+            Unready::NoInstance { size } => write!(
+                f,
+                "Puppet Server has none of its {size} JRubies yet: nothing compiles"
+            ),
+        }
+    }
+}
+
+/// What the pool says about the node: can it compile, and how loaded is it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Capacity {
+    /// It compiles; `load` says how busy it is.
+    Ready(Load),
+    /// It cannot compile yet.
+    Unready(Unready),
+}
+
+/// An average wait for an instance at or above this makes the node busy. Puppet Server's
+/// average decays over minutes, so it says "requests have been queueing", not one slow moment.
+pub const BUSY_WAIT: Duration = Duration::from_millis(500);
+
+impl Pool {
+    /// Instances that exist: free or compiling. Below `size` while the pool warms up (and
+    /// while a flush replaces them).
+    pub fn created(&self) -> u32 {
+        self.free.saturating_add(self.borrowed).min(self.size)
+    }
+
+    /// Whether the node can compile, and how loaded it is. `new_queue_limit_hits` is how
+    /// many requests Puppet Server refused since the previous probe.
+    pub fn capacity(&self, new_queue_limit_hits: u64) -> Capacity {
+        if self.lock == "acquired" {
+            return Capacity::Unready(Unready::Locked {
+                since: self.lock_since.clone(),
+            });
+        }
+        if self.size == 0 || self.created() == 0 {
+            return Capacity::Unready(Unready::NoInstance { size: self.size });
+        }
+        let busy = self.free == 0
+            || self.waiting > 0
+            || self.lock == "requested"
+            || new_queue_limit_hits > 0
+            || self.average_wait_ms >= BUSY_WAIT.as_millis() as u64;
+        Capacity::Ready(if busy {
+            Load::Busy
+        } else if self.created() < self.size {
+            Load::Warming
+        } else {
+            Load::Warm
+        })
+    }
+
+    /// The pool in a few words, for the answer's reason: what an operator reads first.
+    pub fn describe(&self, load: Load) -> String {
+        let plural =
+            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        match load {
+            Load::Warm => format!(
+                "Puppet Server is running, {} of {} JRubies free",
+                self.free, self.size
+            ),
+            Load::Warming => format!("warming: {} of {} JRubies ready", self.created(), self.size),
+            Load::Busy => {
+                let mut text = format!("busy: {} of {} JRubies free", self.free, self.size);
+                if self.waiting > 0 {
+                    text.push_str(", ");
+                    text.push_str(&plural(self.waiting, "request", "requests"));
+                    text.push_str(" waiting");
+                }
+                text.push_str(&format!(", average wait {} ms", self.average_wait_ms));
+                if self.lock == "requested" {
+                    text.push_str(", a pool flush is waiting for running compiles");
+                }
+                if self.queue_limit_hits > 0 {
+                    text.push_str(&format!(
+                        ", {} refused at the queue limit",
+                        plural(self.queue_limit_hits as u32, "request", "requests")
+                    ));
+                }
+                text
+            }
+        }
+    }
+}
+
+/// A `jruby-metrics` (or `pe-jruby-metrics`) service status, as Puppet Server sends it.
+#[derive(Debug, Deserialize)]
+pub struct ServiceStatus {
+    /// `running`, `starting`, `stopping`, `error` or `unknown`.
+    pub state: String,
+    /// The service's own status; the pool sits under `experimental` at `?level=debug`.
+    #[serde(default)]
+    status: Option<Experimental>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Experimental {
+    experimental: Option<Raw>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Raw {
+    #[serde(rename = "jruby-pool-lock-status")]
+    lock: Option<RawLock>,
+    metrics: RawMetrics,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct RawLock {
+    current_state: String,
+    last_change_time: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct RawMetrics {
+    num_jrubies: u32,
+    num_free_jrubies: u32,
+    #[serde(default, deserialize_with = "count")]
+    borrowed_instances: u32,
+    #[serde(default, deserialize_with = "count")]
+    requested_instances: u32,
+    #[serde(default)]
+    average_free_jrubies: f64,
+    #[serde(default, deserialize_with = "millis")]
+    average_wait_time: u64,
+    #[serde(default, deserialize_with = "millis")]
+    average_borrow_time: u64,
+    #[serde(default)]
+    queue_limit_hit_count: u64,
+    #[serde(default)]
+    borrow_timeout_count: u64,
+}
+
+impl ServiceStatus {
+    /// The pool, when the answer carries it (`?level=debug`, a Puppet Server that has it).
+    pub fn pool(&self) -> Option<Pool> {
+        let raw = self.status.as_ref()?.experimental.as_ref()?;
+        let m = &raw.metrics;
+        let lock = raw
+            .lock
+            .as_ref()
+            .map_or("not-in-use", |l| l.current_state.trim_start_matches(':'));
+        let lock_since = raw
+            .lock
+            .as_ref()
+            .and_then(|l| l.last_change_time.as_deref());
+        Some(Pool {
+            size: m.num_jrubies,
+            free: m.num_free_jrubies,
+            borrowed: m.borrowed_instances,
+            waiting: m.requested_instances,
+            average_free: m.average_free_jrubies,
+            average_wait_ms: m.average_wait_time,
+            average_borrow_ms: m.average_borrow_time,
+            queue_limit_hits: m.queue_limit_hit_count,
+            borrow_timeouts: m.borrow_timeout_count,
+            lock: crate::text::one_line(lock, 20).into_owned(),
+            lock_since: lock_since.map(|t| crate::text::one_line(t, 40).into_owned()),
+        })
+    }
+}
+
+/// The length of a list, without keeping its entries: a saturated server lists every
+/// waiting request.
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    struct Count;
+    impl<'de> serde::de::Visitor<'de> for Count {
+        type Value = u32;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<u32, A::Error> {
+            let mut n = 0u32;
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                n = n.saturating_add(1);
+            }
+            Ok(n)
+        }
+    }
+    d.deserialize_seq(Count)
+}
+
+/// Milliseconds, which Puppet Server sends as an integer or a float.
+fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let ms = f64::deserialize(d)?;
+    Ok(if ms.is_finite() && ms > 0.0 {
+        ms.round().min(u64::MAX as f64) as u64
+    } else {
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real answer captured from Puppet Server 7.9.5 (one instance, idle).
+    fn captured() -> ServiceStatus {
+        let text =
+            include_str!("../../tests/fixtures/puppetserver-7.9.5-status-services-debug.json");
+        let all: serde_json::Value = serde_json::from_str(text).unwrap();
+        serde_json::from_value(all["jruby-metrics"].clone()).unwrap()
+    }
+
+    fn pool(size: u32, free: u32, borrowed: u32, waiting: u32) -> Pool {
+        Pool {
+            size,
+            free,
+            borrowed,
+            waiting,
+            average_free: f64::from(free),
+            average_wait_ms: 0,
+            average_borrow_ms: 0,
+            queue_limit_hits: 0,
+            borrow_timeouts: 0,
+            lock: "not-in-use".into(),
+            lock_since: None,
+        }
+    }
+
+    #[test]
+    fn the_captured_answer_is_a_warm_idle_pool() {
+        let status = captured();
+        assert_eq!(status.state, "running");
+        let p = status.pool().expect("pool numbers");
+        assert_eq!((p.size, p.free, p.borrowed, p.waiting), (1, 1, 0, 0));
+        assert_eq!(p.lock, "not-in-use");
+        assert_eq!(p.capacity(0), Capacity::Ready(Load::Warm));
+        assert_eq!(
+            p.describe(Load::Warm),
+            "Puppet Server is running, 1 of 1 JRubies free"
+        );
+    }
+
+    #[test]
+    fn warming_busy_locked_and_empty_pools() {
+        assert_eq!(pool(4, 1, 0, 0).capacity(0), Capacity::Ready(Load::Warming));
+        assert_eq!(
+            pool(4, 1, 0, 0).describe(Load::Warming),
+            "warming: 1 of 4 JRubies ready"
+        );
+        let saturated = pool(4, 0, 4, 3);
+        assert_eq!(saturated.capacity(0), Capacity::Ready(Load::Busy));
+        let mut slow = pool(4, 4, 0, 0);
+        slow.average_wait_ms = 850;
+        assert_eq!(slow.capacity(0), Capacity::Ready(Load::Busy));
+        slow.average_wait_ms = 499;
+        assert_eq!(slow.capacity(0), Capacity::Ready(Load::Warm));
+        assert_eq!(
+            pool(4, 4, 0, 0).capacity(2),
+            Capacity::Ready(Load::Busy),
+            "refusals at the queue limit since the last probe"
+        );
+        let mut locked = pool(4, 4, 0, 0);
+        locked.lock = "acquired".into();
+        assert!(matches!(
+            locked.capacity(0),
+            Capacity::Unready(Unready::Locked { .. })
+        ));
+        locked.lock = "requested".into();
+        assert_eq!(locked.capacity(0), Capacity::Ready(Load::Busy));
+        assert_eq!(
+            pool(2, 0, 0, 0).capacity(0),
+            Capacity::Unready(Unready::NoInstance { size: 2 })
+        );
+    }
+
+    #[test]
+    fn a_busy_pool_says_its_numbers() {
+        let mut p = pool(4, 0, 4, 3);
+        p.average_wait_ms = 850;
+        assert_eq!(
+            p.describe(Load::Busy),
+            "busy: 0 of 4 JRubies free, 3 requests waiting, average wait 850 ms"
+        );
+    }
+
+    #[test]
+    fn lists_are_counted_and_float_times_rounded() {
+        let text = r#"{"state":"running","status":{"experimental":{
+            "jruby-pool-lock-status":{"current-state":":requested"},
+            "metrics":{"num-jrubies":2,"num-free-jrubies":0,
+              "borrowed-instances":[{"reason":{"request":{"uri":"/puppet/v3/catalog/a"}},"duration-millis":900}],
+              "requested-instances":[{"reason":{}},{"reason":{}}],
+              "average-wait-time":36.6,"average-borrow-time":5000,"extra-field":true}}}}"#;
+        let status: ServiceStatus = serde_json::from_str(text).unwrap();
+        let p = status.pool().unwrap();
+        assert_eq!((p.borrowed, p.waiting, p.average_wait_ms), (1, 2, 37));
+        assert_eq!(p.lock, "requested");
+    }
+
+    #[test]
+    fn an_answer_without_debug_details_has_no_pool() {
+        let status: ServiceStatus =
+            serde_json::from_str(r#"{"state":"running","status":{}}"#).unwrap();
+        assert_eq!(status.pool(), None);
+    }
+}

@@ -1,0 +1,197 @@
+//! The HAProxy agent check (`agent-check agent-port 9201`): for each TCP connection, one line
+//! in HAProxy's agent grammar, then close.
+//!
+//! HAProxy reads one line ended by `\n` without sending anything (unless `agent-send` is
+//! set), so the line is written at once. Words it does not find keep their old value and only
+//! the agent can undo what it set, so every line carries the whole state: health, admin state
+//! and weight. HAProxy shows the text after `#` only next to a health word (`via agent : up
+//! (text)`), which is why a drain with a healthy Puppet Server says `up drain`.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::health::drain::DrainState;
+use crate::health::verdict::{Decision, Verdict};
+
+/// How long the line may wait for the client to take it.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the connection stays open after the line, reading what the client still sends
+/// (`agent-send`), so that closing never resets it before the line is read.
+const LINGER: Duration = Duration::from_secs(2);
+/// HAProxy keeps 128 bytes of a check's description, `via agent : down (` included.
+const DESCRIPTION: usize = 100;
+
+/// The line for `decision`, ended by `\n`.
+///
+/// | verdict | line |
+/// |---|---|
+/// | OK (warm, busy, warming, ramping) | `up ready 80% #OK - ...` |
+/// | DRAINED, Puppet Server healthy | `up drain 10% #DRAINED - ...` |
+/// | DRAINED, Puppet Server not | `drain 10% #DRAINED - ...`: never `up` over a failing probe |
+/// | DOWN, NOTREADY | `down ready 10% #DOWN - ...` |
+/// | UNKNOWN | `fail ready 10% #UNKNOWN - ...`; no admin word when the drain state is unknown |
+/// | STARTING | `#STARTING - ...`: no state word, HAProxy keeps what it had until the first probe |
+pub fn line(decision: &Decision<'_>) -> String {
+    let healthy = decision.probe.is_some_and(|p| p.outcome.is_healthy());
+    let words = match decision.verdict {
+        Verdict::Ok => "up ready",
+        Verdict::Drained if healthy => "up drain",
+        Verdict::Drained => "drain",
+        Verdict::Down | Verdict::NotReady => "down ready",
+        Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => "fail",
+        Verdict::Unknown => "fail ready",
+        Verdict::Starting => "",
+    };
+    let mut line = String::with_capacity(words.len() + DESCRIPTION + 16);
+    if !words.is_empty() {
+        line.push_str(words);
+        line.push(' ');
+        line.push_str(&decision.weight.to_string());
+        line.push_str("% ");
+    }
+    line.push('#');
+    line.push_str(decision.verdict.as_str());
+    line.push_str(" - ");
+    let room = DESCRIPTION.saturating_sub(decision.verdict.as_str().len() + 3);
+    for (i, c) in decision.reason.chars().enumerate() {
+        if i >= room {
+            line.push_str("...");
+            break;
+        }
+        // One line of printable ASCII: a line break would end the line early.
+        line.push(if c.is_ascii_graphic() || c == ' ' {
+            c
+        } else {
+            '?'
+        });
+    }
+    line.push('\n');
+    line
+}
+
+/// Writes `line` to one agent-check connection, then closes it.
+pub async fn answer(mut stream: TcpStream, line: String) {
+    let _ = stream.set_nodelay(true);
+    match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(line.as_bytes())).await {
+        Ok(Ok(())) => {}
+        // Gone, or never reading: nothing more to say.
+        _ => return,
+    }
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 512];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(n) = stream.read(&mut sink).await
+            && n > 0
+        {}
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::drain::Drain;
+    use crate::health::verdict::Rules;
+    use crate::health::weight::Rejoin;
+    use crate::puppet::pool::{Load, Pool, Unready};
+    use crate::puppet::probe::{ProbeError, ProbeOutcome, ProbeReport};
+    use std::time::Instant;
+
+    fn pool(free: u32, borrowed: u32, waiting: u32) -> Pool {
+        Pool {
+            size: 4,
+            free,
+            borrowed,
+            waiting,
+            average_free: 0.0,
+            average_wait_ms: 850,
+            average_borrow_ms: 0,
+            queue_limit_hits: 0,
+            borrow_timeouts: 0,
+            lock: "not-in-use".into(),
+            lock_since: None,
+        }
+    }
+
+    fn report(outcome: ProbeOutcome, pool: Option<Pool>) -> ProbeReport {
+        ProbeReport::with_pool(outcome, pool, Duration::from_millis(3), None)
+    }
+
+    fn line_for(drain: &DrainState, probe: Option<&ProbeReport>) -> String {
+        let decision = Decision::decide(drain, probe, Rejoin::Steady, Instant::now(), &Rules::ONCE);
+        line(&decision)
+    }
+
+    fn refused() -> ProbeReport {
+        let addr = "127.0.0.1:8140".parse().unwrap();
+        report(ProbeOutcome::Unhealthy(ProbeError::Refused { addr }), None)
+    }
+
+    #[test]
+    fn one_line_per_verdict() {
+        let warm = report(ProbeOutcome::Healthy(Some(Load::Warm)), Some(pool(4, 0, 0)));
+        let busy = report(ProbeOutcome::Healthy(Some(Load::Busy)), Some(pool(0, 4, 3)));
+        let locked = report(
+            ProbeOutcome::NotReady(Unready::Locked { since: None }),
+            Some(pool(4, 0, 0)),
+        );
+        let drained = DrainState::Drained(Drain::parse(
+            br#"{"reason":"kernel upgrade","by":"alice","since":"2026-11-22T10:00:00Z"}"#,
+        ));
+        let unknown = DrainState::Unknown(crate::health::drain::Unreadable::Read {
+            path: "/var/lib/pmcheck/drain".into(),
+            source: std::sync::Arc::new(std::io::ErrorKind::PermissionDenied.into()),
+        });
+        let none = DrainState::NotDrained;
+        let cases = [
+            (
+                line_for(&none, Some(&warm)),
+                "up ready 100% #OK - Puppet Server is running, 4 of 4 JRubies free\n",
+            ),
+            (
+                line_for(&none, Some(&busy)),
+                "up ready 10% #OK - busy: 0 of 4 JRubies free, 3 requests waiting, average wait 850 ms\n",
+            ),
+            (
+                line_for(&drained, Some(&warm)),
+                "up drain 10% #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is running, 4 of 4 JRu...\n",
+            ),
+            (
+                line_for(&drained, Some(&refused())),
+                "drain 10% #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is down: connection to...\n",
+            ),
+            (
+                line_for(&none, Some(&refused())),
+                "down ready 10% #DOWN - connection to 127.0.0.1:8140 refused: Puppet Server is not listening (stopped, restarting or ...\n",
+            ),
+            (
+                line_for(&none, Some(&locked)),
+                "down ready 10% #NOTREADY - Puppet Server's JRuby pool is locked (being flushed): nothing compiles\n",
+            ),
+            (
+                line_for(&unknown, Some(&warm)),
+                "fail 10% #UNKNOWN - cannot tell whether this node is drained: cannot read drain record /var/lib/pmcheck/drain:...\n",
+            ),
+            (
+                line_for(&none, None),
+                "#STARTING - no probe of Puppet Server has finished yet\n",
+            ),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, want);
+            assert!(got.len() <= 128, "{got}");
+        }
+    }
+
+    #[test]
+    fn a_reason_cannot_break_the_line() {
+        let drain = DrainState::NotDrained;
+        let mut decision =
+            Decision::decide(&drain, None, Rejoin::Steady, Instant::now(), &Rules::ONCE);
+        decision.reason = "a\nup ready 100%\r\u{e9}".into();
+        let line = line(&decision);
+        assert_eq!(line, "#STARTING - a?up ready 100%??\n");
+    }
+}

@@ -1,0 +1,222 @@
+//! The HAProxy agent check, as HAProxy and hostile clients use it: one line per connection
+//! at once, whatever the client sends or does not read; the weight from the pool and the ramp;
+//! drains that HAProxy can tell from failures.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const SOON: Duration = Duration::from_secs(10);
+
+fn agent_daemon(s: &Setup, extra: &[&str]) -> Daemon {
+    let mut args = vec!["--agent-listen", "127.0.0.1:0", "--interval", "100ms"];
+    args.extend_from_slice(extra);
+    let d = Daemon::start(&s.args(&args));
+    d.wait_for(SOON, "a first probe", |a| !a.body.starts_with("STARTING"));
+    d
+}
+
+/// Connects, optionally sends `send` (and half-closes), and reads until the daemon closes.
+fn agent_line(addr: SocketAddr, send: Option<&[u8]>) -> (String, Duration) {
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(SOON)).unwrap();
+    if let Some(bytes) = send {
+        stream.write_all(bytes).unwrap();
+    }
+    let mut line = String::new();
+    stream
+        .read_to_string(&mut line)
+        .expect("the daemon closes after its line");
+    (line, started.elapsed())
+}
+
+fn wait_line(addr: SocketAddr, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + SOON;
+    loop {
+        let (line, _) = agent_line(addr, None);
+        if pred(&line) {
+            return line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "waited for {what}; last line {line:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_client_that_sends_nothing_gets_the_whole_state_at_once_then_a_close() {
+    let s = Setup::new(Behavior::Running);
+    let d = agent_daemon(&s, &[]);
+    let (line, took) = agent_line(d.agent_addr(), None);
+    assert_eq!(
+        line,
+        "up ready 100% #OK - Puppet Server is running, 1 of 1 JRubies free\n"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "at once, not after a read timeout: {took:?}"
+    );
+}
+
+#[test]
+fn agent_send_bytes_and_half_closes_still_get_the_line() {
+    let s = Setup::new(Behavior::Running);
+    let d = agent_daemon(&s, &[]);
+    let addr = d.agent_addr();
+    let (line, _) = agent_line(addr, Some(b"ping\n"));
+    assert!(line.starts_with("up ready 100% #OK"), "{line:?}");
+    // A client that sends and half-closes at once, like `agent-send` on a reused socket.
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(SOON)).unwrap();
+    stream.write_all(&[b'x'; 64 * 1024]).unwrap();
+    stream.shutdown(Shutdown::Write).unwrap();
+    let mut line = String::new();
+    stream.read_to_string(&mut line).unwrap();
+    assert!(line.starts_with("up ready 100% #OK"), "{line:?}");
+}
+
+#[test]
+fn clients_that_never_read_do_not_hold_the_others_up() {
+    let s = Setup::new(Behavior::Running);
+    let d = agent_daemon(&s, &[]);
+    let addr = d.agent_addr();
+    let idle: Vec<TcpStream> = (0..50).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let (line, took) = agent_line(addr, None);
+    assert!(line.starts_with("up ready"), "{line:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(d.poll().status, 200, "HTTP checks are not held up either");
+    // The line waited in each idle socket, and the daemon let go of them.
+    for mut stream in idle {
+        stream.set_read_timeout(Some(SOON)).unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        assert!(text.starts_with("up ready"), "{text:?}");
+    }
+}
+
+#[test]
+fn drained_down_and_busy_nodes_each_say_so() {
+    let s = Setup::new(Behavior::Running);
+    let d = agent_daemon(&s, &["--slow-start", "0s"]);
+    let addr = d.agent_addr();
+    assert!(
+        s.pmcheck("drain", &["--reason", "kernel upgrade"])
+            .status
+            .success()
+    );
+    let line = wait_line(addr, "drain", |l| l.contains("DRAINED"));
+    assert!(
+        line.starts_with(&format!(
+            "up drain 10% #DRAINED - kernel upgrade (by {} since ",
+            whoami()
+        )),
+        "{line:?}"
+    );
+    s.stub.set(Behavior::Reply(503, "error", "text/plain"));
+    let line = wait_line(addr, "drained and failing", |l| l.contains("is down"));
+    assert!(
+        line.starts_with("drain 10% #DRAINED - kernel upgrade"),
+        "never up over a failing probe: {line:?}"
+    );
+    assert!(s.pmcheck("undrain", &[]).status.success());
+    let line = wait_line(addr, "down", |l| l.contains("#DOWN"));
+    assert_eq!(
+        line,
+        "down ready 10% #DOWN - Puppet Server reports `error`, not `running`\n"
+    );
+    s.stub.set(Behavior::Pool(pool(4, 0, 4, 2, ":not-in-use")));
+    let line = wait_line(addr, "busy", |l| l.contains("busy"));
+    assert_eq!(
+        line,
+        "up ready 10% #OK - busy: 0 of 4 JRubies free, 2 requests waiting, average wait 850 ms\n"
+    );
+    s.stub.set(Behavior::Pool(pool(4, 2, 2, 0, ":not-in-use")));
+    wait_line(addr, "half the pool free", |l| {
+        l.starts_with("up ready 50% #OK")
+    });
+}
+
+#[test]
+fn weight_ramps_up_after_an_undrain() {
+    let s = Setup::new(Behavior::Running);
+    let d = agent_daemon(&s, &["--slow-start", "3s"]);
+    assert_eq!(
+        d.poll_json().weight,
+        100,
+        "started on a serving node: no ramp"
+    );
+    assert!(s.pmcheck("drain", &[]).status.success());
+    d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
+    assert_eq!(d.poll_json().weight, 10);
+    assert!(s.pmcheck("undrain", &[]).status.success());
+    let back = d.wait_for_json(SOON, "OK", |a| {
+        a.verdict == pmcheck::health::verdict::Verdict::Ok
+    });
+    let mut weights = vec![back.weight];
+    while *weights.last().unwrap() < 100 {
+        std::thread::sleep(Duration::from_millis(200));
+        weights.push(d.poll_json().weight);
+        assert!(weights.len() < 100, "never reached 100: {weights:?}");
+    }
+    assert!(weights[0] < 40, "starts near the floor: {weights:?}");
+    assert!(
+        weights.windows(2).all(|w| w[0] <= w[1]),
+        "never drops: {weights:?}"
+    );
+    assert!(weights.len() >= 5, "a ramp, not a jump: {weights:?}");
+}
+
+#[test]
+fn drains_can_answer_404_for_disable_on_404() {
+    let s = Setup::new(Behavior::Running);
+    let d = agent_daemon(&s, &["--drained-status", "404"]);
+    assert!(
+        s.pmcheck("drain", &["--reason", "planned"])
+            .status
+            .success()
+    );
+    let a = d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
+    assert_eq!(a.status, 404, "{a:?}");
+    assert!(
+        a.status_line.starts_with("HTTP/1.1 404 Drained: planned"),
+        "{a:?}"
+    );
+    assert_eq!(d.poll_json().status, 404);
+    // Failures stay 503.
+    s.stub.set(Behavior::Reply(503, "error", "text/plain"));
+    assert!(s.pmcheck("undrain", &[]).status.success());
+    let a = d.wait_for(SOON, "DOWN", |a| a.body.starts_with("DOWN"));
+    assert_eq!(a.status, 503);
+}
+
+#[test]
+fn a_drained_status_other_than_503_or_404_is_refused_with_the_choice() {
+    let out = pmcheck()
+        .args(["serve", "--drained-status", "200"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--drained-status"), "{err}");
+    assert!(err.contains("must be 503") && err.contains("404"), "{err}");
+}
+
+#[test]
+fn the_allow_list_guards_the_agent_port_too() {
+    let s = Setup::new(Behavior::Running);
+    let d = Daemon::start(&s.args(&["--agent-listen", "127.0.0.1:0", "--allow", "192.0.2.0/24"]));
+    let mut stream = TcpStream::connect(d.agent_addr()).unwrap();
+    stream.set_read_timeout(Some(SOON)).unwrap();
+    let mut line = Vec::new();
+    // Closed (or reset) without a word.
+    let _ = stream.read_to_end(&mut line);
+    assert_eq!(String::from_utf8_lossy(&line), "");
+    d.wait_for_log(SOON, "refused 1 connection(s)");
+}
