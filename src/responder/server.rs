@@ -90,9 +90,26 @@ pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenEr
     bind_each(addrs)
 }
 
-/// Binds every address given, and nothing when none is.
+/// Binds every address given, and nothing when none is. `[::]:PORT` falls back to
+/// `0.0.0.0:PORT` on a host without IPv6, so one packaged setting fits every host.
 pub fn bind_each(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
-    addrs.iter().map(|addr| bind_one(*addr)).collect()
+    addrs
+        .iter()
+        .map(|addr| match bind_one(*addr) {
+            Err(e)
+                if *addr == SocketAddr::new(DEFAULT_LISTEN_V6.ip(), addr.port())
+                    && no_ipv6(&e.source) =>
+            {
+                let v4 = SocketAddr::new(DEFAULT_LISTEN_V4.ip(), addr.port());
+                tracing::warn!(
+                    "no IPv6 on this host ({}); listening on {v4} instead of {addr}",
+                    e.source
+                );
+                bind_one(v4)
+            }
+            other => other,
+        })
+        .collect()
 }
 
 fn no_ipv6(e: &io::Error) -> bool {
