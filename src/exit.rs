@@ -66,7 +66,7 @@ impl Exit {
                 "check: WARNING, drained while Puppet Server is healthy; status: the daemon does \
                  not answer 200, or cannot be reached"
             }
-            Exit::Critical => "check: CRITICAL, Puppet Server is unhealthy",
+            Exit::Critical => "check: CRITICAL, Puppet Server is down or not ready",
             Exit::Unknown => {
                 "check: UNKNOWN, bad arguments or settings, unreadable drain state or certificate \
                  files"
