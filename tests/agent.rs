@@ -220,3 +220,22 @@ fn the_allow_list_guards_the_agent_port_too() {
     assert_eq!(String::from_utf8_lossy(&line), "");
     d.wait_for_log(SOON, "refused 1 connection(s)");
 }
+
+#[test]
+fn the_log_follows_the_load_not_every_compile() {
+    let s = Setup::new(Behavior::Pool(pool(4, 4, 0, 0, ":not-in-use")));
+    let d = agent_daemon(&s, &[]);
+    for free in [3, 2, 3, 4] {
+        s.stub
+            .set(Behavior::Pool(pool(4, free, 4 - free, 0, ":not-in-use")));
+        let text = format!("OK - Puppet Server is running, {free} of 4 JRubies free");
+        d.wait_for(SOON, &text, |a| a.body.starts_with(&text));
+    }
+    assert_eq!(d.logged("verdict OK"), 1, "{:?}", d.log.lock().unwrap());
+    s.stub.set(Behavior::Pool(pool(4, 0, 4, 1, ":not-in-use")));
+    d.wait_for_log(
+        SOON,
+        "verdict OK: busy: 0 of 4 JRubies free, 1 request waiting",
+    );
+    assert_eq!(d.logged("verdict OK"), 2);
+}

@@ -19,7 +19,7 @@ use crate::health::drain::{DrainFile, DrainState};
 use crate::health::drain_watch::{self, Watcher};
 use crate::health::verdict::{Decision, Rules, Verdict};
 use crate::health::weight::{Rejoin, Tracker};
-use crate::puppet::probe::{self, ProbeReport, Prober};
+use crate::puppet::probe::{self, ProbeOutcome, ProbeReport, Prober};
 use crate::responder::agent;
 use crate::responder::cidr::{self, Cidr};
 use crate::responder::connections::{Connections, Limits, Throttle};
@@ -468,7 +468,9 @@ fn answers(
     service_fn(move |request| std::future::ready(Ok(health.answer(&request))))
 }
 
-/// Logs one line whenever the verdict changes, not one per poll.
+/// Logs one line whenever the verdict changes, not one per poll: a new verdict, a new cause
+/// of a 503, or an OK node turning busy, warming or warm (not every change of the pool's
+/// numbers, which move with every compile).
 fn log_changes(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
     let mut last: Option<(Verdict, String)> = None;
     move |report| {
@@ -476,9 +478,13 @@ fn log_changes(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
         let rejoin = *health.rejoin.borrow();
         let decision =
             Decision::decide(&drain, Some(report), rejoin, Instant::now(), &health.rules);
+        let key = match (decision.verdict, &report.outcome) {
+            (Verdict::Ok, ProbeOutcome::Healthy(Some(load))) => format!("{load:?}"),
+            _ => decision.reason.to_string(),
+        };
         if last
             .as_ref()
-            .is_some_and(|(v, r)| *v == decision.verdict && *r == decision.reason)
+            .is_some_and(|(v, k)| *v == decision.verdict && *k == key)
         {
             return;
         }
@@ -488,7 +494,7 @@ fn log_changes(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
         } else {
             tracing::warn!("verdict {verdict}: {}", decision.reason);
         }
-        last = Some((decision.verdict, decision.reason.into_owned()));
+        last = Some((decision.verdict, key));
     }
 }
 
