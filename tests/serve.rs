@@ -420,6 +420,31 @@ fn pool_states_give_their_words_and_weights() {
     }
 }
 
+/// Requests refused at `max-queued-requests` make the node busy while they keep coming, not
+/// for ever: the count is cumulative, the probe looks at what changed since the last one.
+#[test]
+fn new_queue_limit_refusals_make_a_node_busy_until_they_stop() {
+    let with_hits = |n: u32| {
+        pool(4, 4, 0, 0, ":not-in-use").replace(
+            "\"queue-limit-hit-count\":0",
+            &format!("\"queue-limit-hit-count\":{n}"),
+        )
+    };
+    let s = Setup::new(Behavior::Pool(with_hits(0)));
+    let d = s.daemon(&[]);
+    d.wait_for(SOON, "warm", |a| {
+        a.body.starts_with("OK - Puppet Server is running")
+    });
+    s.stub.set(Behavior::Pool(with_hits(5)));
+    let busy = "OK - busy: 4 of 4 JRubies free, average wait 0 ms, 5 requests refused at the queue limit since start";
+    let a = d.wait_for(SOON, busy, |a| a.body.starts_with(busy));
+    assert_eq!(a.status, 200);
+    d.wait_for(SOON, "warm again once no new refusal comes", |a| {
+        a.body
+            .starts_with("OK - Puppet Server is running, 4 of 4 JRubies free")
+    });
+}
+
 #[test]
 fn puppet_enterprise_and_servers_without_the_pool_service_are_followed() {
     for (behavior, path) in [

@@ -157,7 +157,7 @@ impl Pool {
                 }
                 if self.queue_limit_hits > 0 {
                     text.push_str(&format!(
-                        ", {} refused at the queue limit",
+                        ", {} refused at the queue limit since start",
                         plural(self.queue_limit_hits as u32, "request", "requests")
                     ));
                 }
