@@ -347,7 +347,7 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     )?;
     writeln!(
         out,
-        "pmcheck now answers 503; HAProxy takes the node out after its `fall` failed checks. `pmcheck undrain` puts it back."
+        "pmcheck now answers DRAINED (503, or 404 with --drained-status 404); HAProxy takes the node out after its `fall` failed checks (at its next check with disable-on-404 or the agent check). `pmcheck undrain` puts it back."
     )?;
     Ok(Exit::Ok)
 }

@@ -114,7 +114,7 @@ fn drained_down_and_busy_nodes_each_say_so() {
     let line = wait_line(addr, "drain", |l| l.contains("DRAINED"));
     assert!(
         line.starts_with(&format!(
-            "up drain 10% #DRAINED - kernel upgrade (by {} since ",
+            "up drain #DRAINED - kernel upgrade (by {} since ",
             whoami()
         )),
         "{line:?}"
@@ -122,7 +122,7 @@ fn drained_down_and_busy_nodes_each_say_so() {
     s.stub.set(Behavior::Reply(503, "error", "text/plain"));
     let line = wait_line(addr, "drained and failing", |l| l.contains("is down"));
     assert!(
-        line.starts_with("drain 10% #DRAINED - kernel upgrade"),
+        line.starts_with("drain #DRAINED - kernel upgrade"),
         "never up over a failing probe: {line:?}"
     );
     assert!(s.pmcheck("undrain", &[]).status.success());

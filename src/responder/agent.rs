@@ -3,9 +3,15 @@
 //!
 //! HAProxy reads one line ended by `\n` without sending anything (unless `agent-send` is
 //! set), so the line is written at once. Words it does not find keep their old value and only
-//! the agent can undo what it set, so every line carries the whole state: health, admin state
-//! and weight. HAProxy shows the text after `#` only next to a health word (`via agent : up
-//! (text)`), which is why a drain with a healthy Puppet Server says `up drain`.
+//! the agent can undo what it set, so every line carries the whole state it knows: health,
+//! admin state and, while the node takes traffic or is out for a failure, the weight. HAProxy
+//! shows the text after `#` only next to a health word (`via agent : up (text)`), which is why
+//! a drain with a healthy Puppet Server says `up drain`.
+//!
+//! A drained line has no weight: HAProxy 2.6 logs "remains in forced drain mode" at every
+//! weight it is sent while drained, one warning per server per `agent-inter`. Nothing is lost:
+//! the admin drain keeps new agents away until the line that says `ready`, which carries the
+//! ramp's first weight.
 
 use std::time::Duration;
 
@@ -28,26 +34,29 @@ const DESCRIPTION: usize = 100;
 /// | verdict | line |
 /// |---|---|
 /// | OK (warm, busy, warming, ramping) | `up ready 80% #OK - ...` |
-/// | DRAINED, Puppet Server healthy | `up drain 10% #DRAINED - ...` |
-/// | DRAINED, Puppet Server not | `drain 10% #DRAINED - ...`: never `up` over a failing probe |
+/// | DRAINED, Puppet Server healthy | `up drain #DRAINED - ...` |
+/// | DRAINED, Puppet Server not | `drain #DRAINED - ...`: never `up` over a failing probe |
 /// | DOWN, NOTREADY | `down ready 10% #DOWN - ...` |
-/// | UNKNOWN | `fail ready 10% #UNKNOWN - ...`; no admin word when the drain state is unknown |
+/// | UNKNOWN | `fail ready 10% #UNKNOWN - ...`; `fail #...` when the drain state is unknown |
 /// | STARTING | `#STARTING - ...`: no state word, HAProxy keeps what it had until the first probe |
 pub fn line(decision: &Decision<'_>) -> String {
     let healthy = decision.probe.is_some_and(|p| p.outcome.is_healthy());
-    let words = match decision.verdict {
-        Verdict::Ok => "up ready",
-        Verdict::Drained if healthy => "up drain",
-        Verdict::Drained => "drain",
-        Verdict::Down | Verdict::NotReady => "down ready",
-        Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => "fail",
-        Verdict::Unknown => "fail ready",
-        Verdict::Starting => "",
+    // (words, whether the weight goes with them)
+    let (words, weighted) = match decision.verdict {
+        Verdict::Ok => ("up ready", true),
+        Verdict::Drained if healthy => ("up drain", false),
+        Verdict::Drained => ("drain", false),
+        Verdict::Down | Verdict::NotReady => ("down ready", true),
+        Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => ("fail", false),
+        Verdict::Unknown => ("fail ready", true),
+        Verdict::Starting => ("", false),
     };
     let mut line = String::with_capacity(words.len() + DESCRIPTION + 16);
     if !words.is_empty() {
         line.push_str(words);
         line.push(' ');
+    }
+    if weighted {
         line.push_str(&decision.weight.to_string());
         line.push_str("% ");
     }
@@ -156,11 +165,11 @@ mod tests {
             ),
             (
                 line_for(&drained, Some(&warm)),
-                "up drain 10% #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is running, 4 of 4 JRu...\n",
+                "up drain #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is running, 4 of 4 JRu...\n",
             ),
             (
                 line_for(&drained, Some(&refused())),
-                "drain 10% #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is down: connection to...\n",
+                "drain #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is down: connection to...\n",
             ),
             (
                 line_for(&none, Some(&refused())),
@@ -172,7 +181,7 @@ mod tests {
             ),
             (
                 line_for(&unknown, Some(&warm)),
-                "fail 10% #UNKNOWN - cannot tell whether this node is drained: cannot read drain record /var/lib/pmcheck/drain:...\n",
+                "fail #UNKNOWN - cannot tell whether this node is drained: cannot read drain record /var/lib/pmcheck/drain:...\n",
             ),
             (
                 line_for(&none, None),

@@ -9,6 +9,7 @@ group id, never by name.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import http.client
 import io
@@ -33,9 +34,14 @@ PUPPETSERVER_JAR = "/usr/share/puppetserver/puppetserver.jar"
 PUPPETSERVER_CONFD = "/etc/puppet/puppetserver/conf.d"
 PUPPETSERVER_SERVICES_D = "/etc/puppet/puppetserver/services.d"
 JRUBY_LIB = "/usr/share/jruby/lib"
+# two JRuby instances (MAX_ACTIVE_INSTANCES) at about 512 MB each, plus the rest of the server
 DEFAULT_JAVA_ARGS = (
-    "-Xms1g -Xmx1g -XX:TieredStopAtLevel=1 -Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger"
+    "-Xms1g -Xmx1536m -XX:TieredStopAtLevel=1 "
+    "-Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger"
 )
+# A pool of two, so that warming (one of two created) and busy (none free, requests
+# waiting) can be seen on a 2-core machine, where Puppet Server's default is cores - 1 = 1.
+MAX_ACTIVE_INSTANCES = 2
 
 
 class StackError(RuntimeError):
@@ -392,7 +398,15 @@ class PuppetServer:
         text = _hocon_set(text, "access-log-config", str(self.dir / "request-logging.xml"))
         web.write_text(text)
         ps = self.confd / "puppetserver.conf"
-        ps.write_text(_hocon_set(ps.read_text(), "server-run-dir", str(self.rundir)))
+        text = _hocon_set(ps.read_text(), "server-run-dir", str(self.rundir))
+        text, n = re.subn(
+            r"(?m)^(\s*)#?\s*max-active-instances\s*[:=].*$",
+            rf"\g<1>max-active-instances: {MAX_ACTIVE_INSTANCES}",
+            text,
+        )
+        if n != 1:
+            raise StackError(f"expected one `max-active-instances` in puppetserver.conf, found {n}")
+        ps.write_text(text)
         (self.dir / "logback.xml").write_text(LOGBACK)
         glob = self.confd / "global.conf"
         glob.write_text(_hocon_set(glob.read_text(), "logging-config", str(self.dir / "logback.xml")))
@@ -462,6 +476,22 @@ class PuppetServer:
         self.start_times.append(took)
         return took
 
+    def pool(self) -> dict | None:
+        """The JRuby pool as Puppet Server reports it (``status.experimental.metrics`` of
+        ``jruby-metrics``), or None while it does not answer."""
+        ctx = tls_context(self.settings.localcacert, self.settings.hostcert, self.settings.hostprivkey)
+        try:
+            r = https_request(
+                PUPPET_PORT,
+                self.settings.certname,
+                ctx,
+                "/status/v1/services/jruby-metrics?level=debug",
+                timeout=5,
+            )
+            return json.loads(r.body)["status"]["experimental"]["metrics"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def ready(self) -> bool:
         if self.restart_file.read_text().strip() != "1":
             return False
@@ -478,6 +508,59 @@ class PuppetServer:
         if self.proc is not None:
             # the port must really be free again: a later start relies on it
             wait_until(f"port {PUPPET_PORT} to close", lambda: not port_accepts(PUPPET_PORT), 30)
+
+
+# --------------------------------------------------------------------------
+# real Puppet agents
+
+ENVIRONMENTS = Path("/etc/puppet/code/environments")
+
+
+@contextlib.contextmanager
+def slow_environment(name: str, seconds: int):
+    """A Puppet environment NAME whose catalog takes ``seconds`` to compile (``generate`` runs
+    /bin/sleep on the server, holding a JRuby instance), created in the host's environmentpath
+    and removed afterwards, with any directory it had to create."""
+    env = ENVIRONMENTS / name
+    created = [d for d in (ENVIRONMENTS.parent, ENVIRONMENTS) if not d.exists()]
+    shutil.rmtree(env, ignore_errors=True)  # a leftover of an interrupted run
+    (env / "manifests").mkdir(parents=True)
+    (env / "manifests" / "site.pp").write_text(
+        f"node default {{\n  $slept = generate('/bin/sleep', '{seconds}')\n"
+        "  notify { 'pmcheck e2e compile': }\n}\n"
+    )
+    for d in [*created, env, env / "manifests"]:
+        os.chmod(d, 0o755)
+    os.chmod(env / "manifests" / "site.pp", 0o644)
+    try:
+        yield name
+    finally:
+        shutil.rmtree(env, ignore_errors=True)
+        for d in reversed(created):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+
+
+def agent_run(settings: PuppetSettings, port: int, environment: str, workdir: Path) -> subprocess.Popen:
+    """One real ``puppet agent --test --noop`` against ``certname:port`` (HAProxy's frontend
+    or Puppet Server itself), with its own vardir and rundir so that concurrent runs do not
+    share a lock. Exit 0 or 2 is a successful run."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        "puppet", "agent", "--test", "--noop",
+        "--server", settings.certname, "--serverport", str(port),
+        "--environment", environment,
+        "--vardir", str(workdir / "var"), "--rundir", str(workdir / "run"),
+        "--logdir", str(workdir / "log"), "--publicdir", str(workdir / "public"),
+    ]  # fmt: skip
+    log = open(workdir / "agent.log", "wb")  # noqa: SIM115 - closed when the child has it
+    try:
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=clean_env(), start_new_session=True,
+        )  # fmt: skip
+    finally:
+        log.close()
 
 
 # --------------------------------------------------------------------------
@@ -772,11 +855,14 @@ def render_haproxy(
     check_port: int,
     backend_addr: str = f"{LOOPBACK}:{PUPPET_PORT}",
     timing: str | None = None,
+    agent_port: int | None = None,
 ) -> tuple[str, str, list[str]]:
     """Turn packaging/haproxy/pmcheck.cfg into a loopback-only config.
 
     * every ``bind`` gets the loopback address and ``frontend_port``;
     * every active ``server`` line gets ``backend_addr`` and ``check port <check_port>``;
+    * its ``agent-port`` becomes ``agent_port`` (without one, a free port nothing listens on:
+      HAProxy then changes nothing for the agent, and the HTTP check decides alone);
     * with ``timing`` (e.g. ``"inter 300ms rise 2 fall 2"``) the server lines' inter/rise/fall
       are replaced by it, otherwise they are kept as shipped.
     Returns (config, backend name, server names).  Raises when the file does not have the
@@ -786,12 +872,16 @@ def render_haproxy(
     if nbind < 1:
         raise StackError("packaging/haproxy/pmcheck.cfg has no `bind` line")
     names: list[str] = []
+    agent = agent_port if agent_port is not None else free_port()
 
     def fix_server(m: re.Match) -> str:
         rest = m["rest"]
-        rest, n = re.subn(r"\bport\s+\d+", f"port {check_port}", rest)
+        rest, n = re.subn(r"(?<![\w-])port\s+\d+", f"port {check_port}", rest)
         if n != 1:
             raise StackError(f"server line without exactly one `port N`: {m[0]!r}")
+        rest, n = re.subn(r"\bagent-port\s+\d+", f"agent-port {agent}", rest)
+        if n != 1:
+            raise StackError(f"server line without exactly one `agent-port N`: {m[0]!r}")
         if timing is not None:
             for word in ("inter", "rise", "fall"):
                 rest, n = re.subn(rf"\s+{word}\s+\S+", "", rest)

@@ -149,9 +149,13 @@ def test_2_haproxy_default_check(pmcheck, puppetserver, haproxy, shipped_haproxy
         "frontend and backend in mode tcp"
     )
     assert re.search(
-        r"(?m)^\s*server\s+\S+\s+\S+\s+check port 9200 inter 2s rise 3 fall 3\s*$", shipped_haproxy
+        r"(?m)^\s*server\s+\S+\s+\S+\s+check port 9200 inter 2s rise 3 fall 3"
+        r" agent-check agent-port 9201 agent-inter 2s weight 100\s*$",
+        shipped_haproxy,
     )
-    assert not re.search(r"(?m)^[ \t]*(http-check|option[ \t]+httpchk[ \t]+[^ \t#])", shipped_haproxy)
+    # the only http-check line: drains (404) as NOLB; pmcheck's default 503 still fails the check
+    assert re.findall(r"(?m)^[ \t]*http-check.*$", shipped_haproxy) == ["    http-check disable-on-404"]
+    assert not re.search(r"(?m)^[ \t]*option[ \t]+httpchk[ \t]+[^ \t#]", shipped_haproxy)
 
     state = testdir / "state"
     d = pmcheck.serve(state)
