@@ -316,6 +316,45 @@ mod tests {
     }
 
     #[test]
+    fn busy_is_still_200_and_not_ready_is_503() {
+        use crate::puppet::pool::{Load, Unready};
+        let now = Instant::now();
+        let busy = report(ProbeOutcome::Healthy(Some(Load::Busy)), now);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&busy),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
+        assert_eq!((v.verdict, v.status), (Verdict::Ok, 200));
+        let locked = report(ProbeOutcome::NotReady(Unready::Locked { since: None }), now);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&locked),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
+        assert_eq!(
+            (v.verdict, v.status, v.weight),
+            (Verdict::NotReady, 503, 10)
+        );
+        assert!(
+            v.text()
+                .starts_with("NOTREADY - Puppet Server's JRuby pool is locked")
+        );
+        let drained = DrainState::Drained(drained(None));
+        let rules = Rules {
+            drained_status: 404,
+            ..RULES
+        };
+        let v = Decision::decide(&drained, Some(&locked), Rejoin::Steady, now, &rules);
+        assert_eq!((v.verdict, v.status), (Verdict::Drained, 404));
+        assert!(v.reason.ends_with("; Puppet Server is not ready: Puppet Server's JRuby pool is locked (being flushed): nothing compiles"), "{}", v.reason);
+    }
+
+    #[test]
     fn no_probe_yet_is_starting() {
         let v = Decision::decide(
             &DrainState::NotDrained,
