@@ -151,7 +151,9 @@ pub struct Options {
 
 /// The bound listeners: HTTP checks, and HAProxy agent checks.
 pub struct Listeners {
+    /// `--listen`, or systemd's sockets.
     pub http: Vec<std::net::TcpListener>,
+    /// `--agent-listen`: bound by the daemon itself, also under socket activation.
     pub agent: Vec<std::net::TcpListener>,
 }
 
