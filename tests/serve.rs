@@ -477,6 +477,25 @@ fn puppet_enterprise_and_servers_without_the_pool_service_are_followed() {
     }
 }
 
+/// A fallback is for the server that needed it: once Puppet Server has gone away (an
+/// upgrade, say), the probe starts from the pool service again.
+#[test]
+fn a_fallback_does_not_outlive_the_server_that_needed_it() {
+    let s = Setup::new(Behavior::Simple);
+    let d = s.daemon(&[]);
+    d.wait_for(SOON, "OK without pool numbers", |a| {
+        a.body == "OK - Puppet Server is running\n"
+    });
+    let addr = s.stub.addr;
+    drop(s.stub);
+    d.wait_for(SOON, "refused", |a| a.body.contains("refused"));
+    let _upgraded = Stub::start_on(addr, &s.ca, &s.ca, &[CERTNAME], Behavior::Running);
+    d.wait_for(SOON, "the pool again", |a| {
+        a.body == "OK - Puppet Server is running, 1 of 1 JRubies free\n"
+    });
+    d.wait_for_log(SOON, "trying /status/v1/services/jruby-metrics again");
+}
+
 #[test]
 fn connection_refused_is_down_and_named() {
     let s = Setup::new(Behavior::Running);

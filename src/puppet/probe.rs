@@ -400,7 +400,18 @@ impl Prober {
                 }),
                 None,
             ),
-            Err(e) => (ProbeOutcome::Unhealthy(e), None),
+            Err(e) => {
+                // Puppet Server is restarting (perhaps upgraded): start from the configured
+                // path again, so a fallback chosen for the old server does not outlive it.
+                if matches!(e, ProbeError::Refused { .. }) && self.path != self.target.status_path {
+                    tracing::info!(
+                        "Puppet Server is not listening; trying {} again once it is back",
+                        self.target.status_path
+                    );
+                    self.path = self.target.status_path.clone();
+                }
+                (ProbeOutcome::Unhealthy(e), None)
+            }
         }
     }
 

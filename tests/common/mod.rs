@@ -261,6 +261,23 @@ impl Stub {
         server_sans: &[&str],
         behavior: Behavior,
     ) -> Self {
+        Self::start_on(
+            "127.0.0.1:0".parse().unwrap(),
+            ca,
+            client_ca,
+            server_sans,
+            behavior,
+        )
+    }
+
+    /// A stub on `addr`: a Puppet Server that comes back on the port an earlier one had.
+    pub fn start_on(
+        addr: SocketAddr,
+        ca: &Ca,
+        client_ca: &Ca,
+        server_sans: &[&str],
+        behavior: Behavior,
+    ) -> Self {
         let key = KeyPair::generate().unwrap();
         let cert_pem = ca.issue(CERTNAME, server_sans, &key);
         let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
@@ -289,7 +306,7 @@ impl Stub {
             .enable_all()
             .build()
             .unwrap();
-        let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let listener = runtime.block_on(TcpListener::bind(addr)).unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Seen::default());
         let behavior = Arc::new(Mutex::new(behavior));
