@@ -22,6 +22,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -564,6 +565,98 @@ def agent_run(settings: PuppetSettings, port: int, environment: str, workdir: Pa
 
 
 # --------------------------------------------------------------------------
+# stand-ins for pmcheck's two ports, to see how HAProxy reads a given answer
+
+
+class _StubServer:
+    """A threaded TCP server on 127.0.0.1 (a port of its own) calling ``self.serve(conn)`` per
+    connection; counts the connections it served, so a test can wait for the next checks."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.sock = socket.create_server((LOOPBACK, 0))
+        self.port = self.sock.getsockname()[1]
+        self.served = 0
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._accept, name=name, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.closed.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.thread.join(timeout=5)
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                self.serve(conn)
+            except OSError:
+                return
+        with self.lock:
+            self.served += 1
+
+    def serve(self, conn: socket.socket) -> None:
+        raise NotImplementedError
+
+    def count(self) -> int:
+        with self.lock:
+            return self.served
+
+
+class AgentLineStub(_StubServer):
+    """An agent-check port that writes ``line`` (plus ``\n``) to each connection without
+    reading first and closes, as ``pmcheck serve --agent-listen`` does."""
+
+    def __init__(self, line: str = ""):
+        super().__init__("agent-line-stub")
+        self.line = line
+
+    def serve(self, conn: socket.socket) -> None:
+        conn.sendall(self.line.encode() + b"\n")
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(512):  # whatever the client still sends, until it closes
+            pass
+
+
+class HttpStatusStub(_StubServer):
+    """A check port that answers every request with ``status`` and ``reason`` (HTTP/1.0, a
+    one-line body), as pmcheck's HTTP responder does."""
+
+    def __init__(self, status: int = 200, reason: str = "OK"):
+        super().__init__("http-status-stub")
+        self.status, self.reason = status, reason
+
+    def serve(self, conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 65536:
+            b = conn.recv(4096)
+            if not b:
+                break
+            data += b
+        body = f"{self.reason}\n".encode()
+        head = f"HTTP/1.0 {self.status} {self.reason}\r\nContent-Type: text/plain\r\n"
+        conn.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+# --------------------------------------------------------------------------
 # pmcheck
 
 
@@ -863,8 +956,9 @@ def render_haproxy(
     * every active ``server`` line gets ``backend_addr`` and ``check port <check_port>``;
     * its ``agent-port`` becomes ``agent_port`` (without one, a free port nothing listens on:
       HAProxy then changes nothing for the agent, and the HTTP check decides alone);
-    * with ``timing`` (e.g. ``"inter 300ms rise 2 fall 2"``) the server lines' inter/rise/fall
-      are replaced by it, otherwise they are kept as shipped.
+    * with ``timing`` (``"inter 300ms rise 2 fall 2"``, ``"... agent-inter 300ms"``: pairs of a
+      keyword the shipped line has and a value) those keywords of the server lines are replaced
+      by it, the others are kept as shipped.
     Returns (config, backend name, server names).  Raises when the file does not have the
     shape the suite relies on, so the test fails instead of testing something else.
     """
@@ -883,11 +977,15 @@ def render_haproxy(
         if n != 1:
             raise StackError(f"server line without exactly one `agent-port N`: {m[0]!r}")
         if timing is not None:
-            for word in ("inter", "rise", "fall"):
-                rest, n = re.subn(rf"\s+{word}\s+\S+", "", rest)
+            words = timing.split()
+            if len(words) % 2:
+                raise StackError(f"timing must be keyword/value pairs: {timing!r}")
+            for word in words[::2]:
+                # `inter` is not the end of `agent-inter`
+                rest, n = re.subn(rf"(?<![\w-]){re.escape(word)}\s+\S+", "", rest)
                 if n != 1:
                     raise StackError(f"server line without exactly one `{word}`: {m[0]!r}")
-            rest = rest.rstrip() + " " + timing
+            rest = re.sub(r"\s+", " ", rest).rstrip() + " " + timing
         names.append(m["name"])
         return f"{m['indent']}server {m['name']} {backend_addr}{rest}"
 
