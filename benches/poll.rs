@@ -5,6 +5,7 @@
 //! Polls over the network (accept, parse, write) are measured by `scripts/bench` with wrk.
 
 use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,11 @@ use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
 use pmcheck::puppet::probe::{ProbeOutcome, ProbeReport};
 use pmcheck::responder::http::Responder;
+use pmcheck::responder::pollers::Pollers;
 use tokio::sync::watch;
+
+/// The load balancer polling: not loopback, so every answer is the one HAProxy gets.
+const LB: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 5));
 
 type Senders = (
     watch::Sender<Option<Arc<ProbeReport>>>,
@@ -58,6 +63,8 @@ fn health() -> (Responder, Senders) {
             drained_status: 503,
             slow_start: Duration::from_secs(60),
         },
+        pollers: Pollers::new(),
+        puppet: None,
     };
     (health, (publish, publish_drain, publish_rejoin))
 }
@@ -70,7 +77,7 @@ fn verdict_of(health: &Responder) -> Verdict {
         .header("accept", "application/json")
         .body(())
         .expect("request");
-    let body = health.answer(&request).into_body();
+    let body = health.answer(&request, LB).into_body();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
@@ -84,7 +91,7 @@ fn verdict_of(health: &Responder) -> Verdict {
 
 fn measure(name: &str, health: &Responder, request: &Request<()>) {
     time(name, || {
-        black_box(health.answer(black_box(request)));
+        black_box(health.answer(black_box(request), LB));
     });
 }
 
@@ -116,17 +123,17 @@ fn main() {
     assert_eq!(verdict_of(&health), Verdict::Ok);
     measure("OK, text (HAProxy's OPTIONS /)", &health, &options);
     measure("OK, JSON", &health, &json);
-    assert!(health.agent_line().starts_with("up ready 75% #OK - "));
+    assert!(health.agent_line(LB).starts_with("up ready 75% #OK - "));
     time("OK, agent-check line", || {
-        black_box(health.agent_line());
+        black_box(health.agent_line(LB));
     });
     // Back from a restart: the weight is the lower of pool and ramp.
     senders
         .2
         .send_replace(Rejoin::Since(Instant::now() - Duration::from_secs(3)));
-    assert!(health.agent_line().starts_with("up ready 14% #OK - "));
+    assert!(health.agent_line(LB).starts_with("up ready 14% #OK - "));
     time("OK ramping, agent-check line", || {
-        black_box(health.agent_line());
+        black_box(health.agent_line(LB));
     });
     let file = DrainFile::new(dir.path());
     let now = std::time::SystemTime::now();

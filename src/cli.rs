@@ -1,5 +1,5 @@
-//! The command line. Every option also reads `PMCHECK_<OPTION>` so a systemd
-//! `EnvironmentFile` can configure the daemon without editing the unit.
+//! The command line. Every option but the `--wait` switches also reads `PMCHECK_<OPTION>` so a
+//! systemd `EnvironmentFile` can configure the daemon without editing the unit.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,10 +38,12 @@ pub enum Command {
     Check(CheckArgs),
     /// Print every resolved setting and where it came from.
     Config(ConfigArgs),
-    /// Take this node out of the load balancer pool (the daemon answers 503 DRAINED).
+    /// Take this node out of the load balancer pool (the daemon answers 503 DRAINED); with --wait, return once it is safe to stop Puppet Server.
     Drain(DrainArgs),
-    /// Put this node back into the pool.
-    Undrain(StateArgs),
+    /// Put this node back into the pool; with --wait, return once the load balancers took it back.
+    Undrain(UndrainArgs),
+    /// Drain, wait, run COMMAND (a restart, an upgrade), wait until Puppet Server can compile, undrain, wait; the node stays drained if anything fails.
+    Cycle(CycleArgs),
     /// Ask the running daemon what it answers HAProxy now (exit 0 when it answers 200).
     Status(StatusArgs),
     /// Print the man page or a shell completion script (for packaging).
@@ -181,6 +183,25 @@ pub struct ConfigArgs {
     pub(crate) state: StateArgs,
 }
 
+/// How `--wait` and `cycle` wait: which daemon to ask, how long, how many polls.
+#[derive(Debug, Clone, Args)]
+pub struct WaitArgs {
+    /// With --wait and in cycle: give up waiting after this long (exit 75; a drain stays in place)
+    #[arg(long, env = "PMCHECK_WAIT_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
+    pub(crate) timeout: Duration,
+    /// With --wait and in cycle: answers in a row a load balancer's HTTP check must get before it counts as having acted (HAProxy's fall and rise); one agent-check answer suffices for a drain
+    #[arg(long, env = "PMCHECK_POLLS", value_name = "N", default_value = "3", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub(crate) polls: u32,
+    /// With --wait and in cycle: the daemon to ask what each load balancer was told
+    #[arg(
+        long,
+        env = "PMCHECK_URL",
+        value_name = "URL",
+        default_value = "http://127.0.0.1:9200/"
+    )]
+    pub(crate) url: String,
+}
+
 /// `pmcheck drain`.
 #[derive(Debug, Args)]
 pub struct DrainArgs {
@@ -196,8 +217,40 @@ pub struct DrainArgs {
     /// Undrain automatically after this long (for example 30m)
     #[arg(long = "for", env = "PMCHECK_FOR", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) for_: Option<Duration>,
+    /// Then wait until it is safe to stop Puppet Server: every load balancer polling was told DRAINED, no agent connection and no borrowed JRuby is left
+    #[arg(long)]
+    pub(crate) wait: bool,
+    #[command(flatten)]
+    pub(crate) waiting: WaitArgs,
     #[command(flatten)]
     pub(crate) state: StateArgs,
+}
+
+/// `pmcheck undrain`.
+#[derive(Debug, Args)]
+pub struct UndrainArgs {
+    /// Then wait until every load balancer polling was told OK often enough to take the node back
+    #[arg(long)]
+    pub(crate) wait: bool,
+    #[command(flatten)]
+    pub(crate) waiting: WaitArgs,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+}
+
+/// `pmcheck cycle`.
+#[derive(Debug, Args)]
+pub struct CycleArgs {
+    /// Why, for the drain record [default: pmcheck cycle: COMMAND]
+    #[arg(long, env = "PMCHECK_REASON", value_name = "TEXT", value_parser = crate::health::drain::parse_reason)]
+    pub(crate) reason: Option<String>,
+    #[command(flatten)]
+    pub(crate) waiting: WaitArgs,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+    /// The command to run while drained, after `--`: `pmcheck cycle -- systemctl restart puppetserver`
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<std::ffi::OsString>,
 }
 
 /// `pmcheck status`.

@@ -8,11 +8,13 @@ use clap::ArgMatches;
 use clap::parser::ValueSource;
 use thiserror::Error;
 
-use crate::cli::{Cli, Command, DrainArgs, Generate, StateArgs, StatusArgs};
+use crate::cli::{Cli, Command, CycleArgs, DrainArgs, Generate, StatusArgs, UndrainArgs, WaitArgs};
 use crate::exit::Exit;
 use crate::health::drain::{DrainError, DrainFile, DrainRecord};
 use crate::health::verdict::{Decision, Rules, Verdict};
 use crate::health::weight::Rejoin;
+use crate::operator::cycle::{self, Cycle, CycleError};
+use crate::operator::wait::{self, Goal, Wait, WaitError};
 use crate::operator::{manual, status};
 use crate::puppet::probe::{ProbeOutcome, Prober};
 use crate::responder::connections::Limits;
@@ -38,6 +40,12 @@ pub enum Error {
     /// systemd's sockets are unusable.
     #[error(transparent)]
     Systemd(#[from] systemd::SystemdError),
+    /// `--wait` did not see its goal reached.
+    #[error(transparent)]
+    Wait(#[from] WaitError),
+    /// `cycle` stopped before the end.
+    #[error(transparent)]
+    Cycle(#[from] CycleError),
     /// Any other system error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -52,7 +60,24 @@ impl Error {
             Error::Drain(_) => Exit::CantCreate,
             Error::Status(_) => Exit::Warning,
             Error::Systemd(_) | Error::Io(_) => Exit::OsErr,
+            Error::Wait(e) => wait_exit(e),
+            Error::Cycle(e) => match e {
+                CycleError::NoDaemon(e) => wait_exit(e),
+                CycleError::Drain(_) => Exit::CantCreate,
+                e if e.not_healthy() => Exit::Critical,
+                CycleError::Wait { source, .. } => wait_exit(source),
+                CycleError::Command { .. } => Exit::Warning,
+                CycleError::Interrupted { .. } => Exit::Interrupted,
+            },
         }
+    }
+}
+
+fn wait_exit(e: &WaitError) -> Exit {
+    match e {
+        WaitError::NoDaemon(_) => Exit::Unavailable,
+        WaitError::TimedOut { .. } => Exit::TempFail,
+        WaitError::Interrupted { .. } => Exit::Interrupted,
     }
 }
 
@@ -88,7 +113,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
             })
             .map_err(Error::from),
         Command::Drain(args) => drain(args),
-        Command::Undrain(state) => undrain(state),
+        Command::Undrain(args) => undrain(args),
+        Command::Cycle(args) => cycle_command(args),
         Command::Status(args) => status_command(args),
         Command::Generate(args) => generate(args.what),
     };
@@ -345,14 +371,52 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
         record.since,
         file.path().display()
     )?;
-    writeln!(
-        out,
-        "pmcheck now answers DRAINED (503, or 404 with --drained-status 404); HAProxy takes the node out after its `fall` failed checks (at its next check with disable-on-404 or the agent check). `pmcheck undrain` puts it back."
-    )?;
+    if !args.wait {
+        writeln!(
+            out,
+            "pmcheck now answers DRAINED (503, or 404 with --drained-status 404); HAProxy takes the node out after its `fall` failed checks (at its next check with disable-on-404 or the agent check). `pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
+        )?;
+        return Ok(Exit::Ok);
+    }
+    drop(out);
+    let done = wait_for(Goal::Drained, &args.waiting)
+        .map_err(|e| annotate(e, "the node stays drained"))?;
+    println!(
+        "safe to stop Puppet Server after {}: {}",
+        wait::seconds(done.waited),
+        done.summary
+    );
     Ok(Exit::Ok)
 }
 
-fn undrain(state: StateArgs) -> Result<Exit, Error> {
+/// Runs one wait on its own runtime; a signal ends the process as usual.
+fn wait_for(goal: Goal, args: &WaitArgs) -> Result<wait::Done, Error> {
+    let how = Wait {
+        url: args.url.clone(),
+        timeout: args.timeout,
+        polls: args.polls,
+    };
+    Ok(run_single_threaded(wait::wait(
+        goal,
+        &how,
+        std::future::pending(),
+    ))??)
+}
+
+/// A timed-out wait's error, with what became of the node (the line before said what was
+/// written, so a daemon that cannot be reached needs no more).
+fn annotate(e: Error, left: &str) -> Error {
+    match e {
+        Error::Wait(WaitError::TimedOut { waited, pending }) => Error::Wait(WaitError::TimedOut {
+            waited,
+            pending: format!("{pending} ({left})"),
+        }),
+        other => other,
+    }
+}
+
+fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
+    let state = args.state;
     let file = DrainFile::new(&state.state_dir);
     match file.remove()? {
         Some(previous) => println!(
@@ -365,6 +429,40 @@ fn undrain(state: StateArgs) -> Result<Exit, Error> {
             file.path().display()
         ),
     }
+    if args.wait {
+        let done = wait_for(Goal::Undrained, &args.waiting)
+            .map_err(|e| annotate(e, "the node is undrained"))?;
+        println!(
+            "back in rotation after {}: {}",
+            wait::seconds(done.waited),
+            done.summary
+        );
+    }
+    Ok(Exit::Ok)
+}
+
+fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
+    let command = cycle::shown(&args.command);
+    let reason = args.reason.unwrap_or_else(|| {
+        let text = format!("pmcheck cycle: {}", command.trim_matches('`'));
+        let text: String = text
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        text.chars()
+            .take(crate::health::drain::REASON_LIMIT)
+            .collect()
+    });
+    let cycle = Cycle {
+        reason,
+        wait: Wait {
+            url: args.waiting.url,
+            timeout: args.waiting.timeout,
+            polls: args.waiting.polls,
+        },
+        command: args.command,
+    };
+    run_single_threaded(cycle::run(&cycle, &args.state.state_dir))??;
     Ok(Exit::Ok)
 }
 

@@ -11,27 +11,33 @@ pub enum Exit {
     /// Success; `check`: OK; `status`: the daemon answers 200.
     Ok,
     /// `check`: WARNING, drained while Puppet Server is healthy; `status`: the daemon does not
-    /// answer 200, or cannot be reached.
+    /// answer 200, or cannot be reached; `cycle`: the command failed.
     Warning,
-    /// `check`: CRITICAL, Puppet Server is unhealthy.
+    /// `check`: CRITICAL, Puppet Server is unhealthy; `cycle`: Puppet Server did not come back
+    /// healthy in time.
     Critical,
     /// `check`: UNKNOWN, bad arguments or settings, unreadable drain state or certificate files.
     Unknown,
     /// EX_USAGE: the command line is wrong.
     Usage,
-    /// EX_UNAVAILABLE: the listen address is taken or absent.
+    /// EX_UNAVAILABLE: the listen address is taken or absent; `--wait` and `cycle`: the daemon
+    /// cannot be reached.
     Unavailable,
     /// EX_OSERR: any other system error (sockets, systemd, writing output).
     OsErr,
     /// EX_CANTCREAT: the drain record cannot be written or removed.
     CantCreate,
+    /// EX_TEMPFAIL: `--wait` or a wait of `cycle` timed out.
+    TempFail,
     /// EX_CONFIG: a setting is wrong (puppet.conf, a value).
     Config,
+    /// 128 + SIGINT: `cycle` was interrupted by a signal.
+    Interrupted,
 }
 
 impl Exit {
     /// Every code, in the man page's order.
-    pub const ALL: [Exit; 9] = [
+    pub const ALL: [Exit; 11] = [
         Exit::Ok,
         Exit::Warning,
         Exit::Critical,
@@ -40,7 +46,9 @@ impl Exit {
         Exit::Unavailable,
         Exit::OsErr,
         Exit::CantCreate,
+        Exit::TempFail,
         Exit::Config,
+        Exit::Interrupted,
     ];
 
     /// The number the process exits with.
@@ -54,28 +62,44 @@ impl Exit {
             Exit::Unavailable => 69,
             Exit::OsErr => 71,
             Exit::CantCreate => 73,
+            Exit::TempFail => 75,
             Exit::Config => 78,
+            Exit::Interrupted => 130,
         }
     }
 
     /// What it means, for the man page.
     pub fn meaning(self) -> &'static str {
         match self {
-            Exit::Ok => "success; check: OK; status: the daemon answers 200",
+            Exit::Ok => {
+                "success; check: OK; status: the daemon answers 200; drain --wait: safe to stop \
+                 Puppet Server; cycle: done"
+            }
             Exit::Warning => {
                 "check: WARNING, drained while Puppet Server is healthy; status: the daemon does \
-                 not answer 200, or cannot be reached"
+                 not answer 200, or cannot be reached; cycle: the command failed (the node stays \
+                 drained)"
             }
-            Exit::Critical => "check: CRITICAL, Puppet Server is down or not ready",
+            Exit::Critical => {
+                "check: CRITICAL, Puppet Server is down or not ready; cycle: Puppet Server did \
+                 not come back healthy within --timeout (the node stays drained)"
+            }
             Exit::Unknown => {
                 "check: UNKNOWN, bad arguments or settings, unreadable drain state or certificate \
                  files"
             }
             Exit::Usage => "bad arguments (EX_USAGE); check exits 3 instead",
-            Exit::Unavailable => "the listen address is taken or absent (EX_UNAVAILABLE)",
+            Exit::Unavailable => {
+                "the listen address is taken or absent; --wait, cycle: the daemon cannot be \
+                 reached (EX_UNAVAILABLE)"
+            }
             Exit::OsErr => "another system error: sockets, systemd, output (EX_OSERR)",
             Exit::CantCreate => "the drain record cannot be written or removed (EX_CANTCREAT)",
+            Exit::TempFail => {
+                "--wait or a wait of cycle timed out; a drain stays in place (EX_TEMPFAIL)"
+            }
             Exit::Config => "a bad setting: puppet.conf, a value (EX_CONFIG)",
+            Exit::Interrupted => "cycle was interrupted by a signal; the node stays drained",
         }
     }
 

@@ -568,11 +568,16 @@ fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
         "{out:?}"
     );
     assert!(
-        stdout(&out).ends_with(
+        stdout(&out).contains(
             "\npool:   warm: 1 of 1 JRubies free, 0 compiling, 0 waiting; average wait 0 ms, \
              borrow 0 ms; 0 refused at the queue limit, 0 borrow timeouts; lock not-in-use\n\
-             weight: 100% (HAProxy agent check)\n"
+             weight: 100% (HAProxy agent check)\n\
+             poller: 127.0.0.1: HTTP: OK x"
         ),
+        "the test's own polls make it a poller: {out:?}"
+    );
+    assert!(
+        stdout(&out).ends_with(&format!("\nagents: no connection to {}\n", s.stub.addr)),
         "{out:?}"
     );
     s.pmcheck("drain", &["--reason", "why"]);

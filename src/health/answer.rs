@@ -5,6 +5,7 @@
 //! is what [`Answer::from_json`] returns.
 
 use std::borrow::Cow;
+use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +34,52 @@ pub struct Answer<'a> {
     pub load: Option<Load>,
     /// Puppet Server's JRuby pool as last reported; `None` when it gave no numbers.
     pub pool: Option<Cow<'a, Pool>>,
+    /// Who polls this node and what each was told: only in JSON answers to loopback (the
+    /// operator's `pmcheck status` and `drain --wait`), absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pollers: Option<Vec<PollerAnswer>>,
+    /// The agent connections to Puppet Server: only in JSON answers to loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<TrafficAnswer>,
+}
+
+/// One address that polls, and what it was told ([`crate::responder::pollers`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PollerAnswer {
+    /// Where its polls come from.
+    pub address: IpAddr,
+    /// How long ago its first remembered poll was.
+    pub first_ms_ago: u64,
+    /// How long ago its latest poll was.
+    pub last_ms_ago: u64,
+    /// How many polls it made since the first, of either kind.
+    pub polls: u32,
+    /// What its HTTP checks were told.
+    pub http: Option<ToldAnswer>,
+    /// What its agent checks were told.
+    pub agent: Option<ToldAnswer>,
+}
+
+/// What one kind of check was told last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToldAnswer {
+    /// The verdict of the latest answer.
+    pub told: Verdict,
+    /// How many answers in a row carried it.
+    pub times: u32,
+    /// How long ago the latest answer was.
+    pub last_ms_ago: u64,
+}
+
+/// The established connections to Puppet Server's listener, without pmcheck's own probes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrafficAnswer {
+    /// The listener watched: the address pmcheck probes.
+    pub listener: SocketAddr,
+    /// The remote end of each connection (for agents through HAProxy, HAProxy's address).
+    pub connections: Vec<SocketAddr>,
+    /// Why the connections cannot be read, if they cannot.
+    pub problem: Option<String>,
 }
 
 /// The drain record as found.

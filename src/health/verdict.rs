@@ -223,6 +223,8 @@ impl<'a> Decision<'a> {
                 _ => None,
             },
             pool: self.probe.and_then(|p| p.pool.as_ref()).map(Cow::Borrowed),
+            pollers: None,
+            traffic: None,
             probe: match self.probe {
                 Some(p) => ProbeAnswer {
                     ok: p.outcome.is_healthy(),

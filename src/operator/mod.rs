@@ -1,4 +1,7 @@
-//! What the operator reads: `pmcheck status` and the manual.
+//! What the operator runs and reads: `pmcheck status`, the waits of `drain --wait` and
+//! `undrain --wait`, `pmcheck cycle`, and the manual.
 
+pub mod cycle;
 pub mod manual;
 pub mod status;
+pub mod wait;

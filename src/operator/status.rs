@@ -82,6 +82,8 @@ pub async fn ask(url: &str) -> Result<Reply, StatusError> {
     }
     let client = client
         .no_proxy()
+        // Not a load balancer: the daemon does not count this request as a poller's.
+        .user_agent(crate::responder::http::USER_AGENT)
         .timeout(DEADLINE)
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -191,5 +193,28 @@ pub fn describe(reply: &Reply) -> String {
         "weight: {}% (HAProxy agent check)\n",
         answer.weight
     ));
+    for p in answer.pollers.iter().flatten() {
+        out.push_str(&format!(
+            "poller: {}: {}\n",
+            p.address,
+            crate::operator::wait::describe_told(p, true)
+        ));
+    }
+    if let Some(t) = &answer.traffic {
+        let line = match (&t.problem, t.connections.as_slice()) {
+            (Some(problem), _) => format!("cannot tell: {problem}"),
+            (None, []) => format!("no connection to {}", t.listener),
+            (None, all) => {
+                let from: Vec<String> = all.iter().map(ToString::to_string).collect();
+                format!(
+                    "{} connection(s) to {} from {}",
+                    all.len(),
+                    t.listener,
+                    from.join(", ")
+                )
+            }
+        };
+        out.push_str(&format!("agents: {line}\n"));
+    }
     out
 }

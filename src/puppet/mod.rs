@@ -1,5 +1,7 @@
-//! The local Puppet Server, as this host sees it: its TLS identity and the probe.
+//! The local Puppet Server, as this host sees it: its TLS identity, the probe, and the agent
+//! connections it serves.
 
 pub mod identity;
 pub mod pool;
 pub mod probe;
+pub mod traffic;

@@ -3,6 +3,7 @@
 //! Written for HAProxy's checks as they really arrive: `OPTIONS / HTTP/1.0` with no headers,
 //! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -13,11 +14,14 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::watch;
 
+use crate::health::answer::TrafficAnswer;
 use crate::health::drain_watch::Drains;
 use crate::health::verdict::{Decision, Rules, Verdict};
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{Latest, ProbeReport};
+use crate::puppet::traffic;
 use crate::responder::agent;
+use crate::responder::pollers::{Pollers, Via};
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
@@ -35,7 +39,16 @@ pub struct Responder {
     pub rejoin: watch::Receiver<Rejoin>,
     /// The daemon's settings that shape an answer.
     pub rules: Rules,
+    /// Who polls, and what each was told.
+    pub pollers: Pollers,
+    /// Puppet Server's listener, whose agent connections the operator's view counts; `None`
+    /// when the settings could not say.
+    pub puppet: Option<SocketAddr>,
 }
+
+/// The `User-Agent` of pmcheck's own requests (`status`, `drain --wait`): the operator's
+/// tool is not a load balancer, so its polls are not recorded as a poller's.
+pub const USER_AGENT: &str = concat!("pmcheck/", env!("CARGO_PKG_VERSION"));
 
 impl Responder {
     /// The latest probe report, without waiting for Puppet Server.
@@ -43,39 +56,65 @@ impl Responder {
         self.latest.borrow().clone()
     }
 
-    /// Answers one request.
-    pub fn answer<B>(&self, request: &Request<B>) -> Response<Full<Bytes>> {
+    /// Answers one request from `peer`, and notes what it was told.
+    ///
+    /// A JSON request from loopback is the operator's: its answer also lists the pollers and
+    /// the agent connections. Those name other hosts and cost a read of the kernel's socket
+    /// tables, so nobody else gets them.
+    pub fn answer<B>(&self, request: &Request<B>, peer: IpAddr) -> Response<Full<Bytes>> {
         let method = request.method();
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return method_not_allowed();
         }
+        let now = Instant::now();
         let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
         let rejoin = *self.rejoin.borrow();
-        let decision = Decision::decide(
-            &drain,
-            probe.as_deref(),
-            rejoin,
-            Instant::now(),
-            &self.rules,
-        );
-        respond(&decision, method, request.headers())
+        let decision = Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules);
+        let headers = request.headers();
+        if !from_pmcheck(headers) {
+            self.pollers.record(peer, Via::Http, decision.verdict, now);
+        }
+        if peer.to_canonical().is_loopback() && wants_json(headers) {
+            let mut answer = decision.answer();
+            answer.pollers = Some(self.pollers.answer(now));
+            answer.traffic = self.puppet.map(traffic_at);
+            return respond_with(&decision, method, answer.to_json(), true);
+        }
+        respond(&decision, method, headers)
     }
 
-    /// The agent check's line.
-    pub fn agent_line(&self) -> String {
+    /// The agent check's line for `peer`, noted as what it was told.
+    pub fn agent_line(&self, peer: IpAddr) -> String {
+        let now = Instant::now();
         let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
         let rejoin = *self.rejoin.borrow();
-        let decision = Decision::decide(
-            &drain,
-            probe.as_deref(),
-            rejoin,
-            Instant::now(),
-            &self.rules,
-        );
+        let decision = Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules);
+        self.pollers.record(peer, Via::Agent, decision.verdict, now);
         agent::line(&decision)
     }
+}
+
+/// The agent connections to the Puppet Server at `puppet` now. A read of /proc, well under a
+/// millisecond even with thousands of sockets: done in place, and only for the operator.
+fn traffic_at(puppet: SocketAddr) -> TrafficAnswer {
+    let (connections, problem) = match traffic::connections(puppet) {
+        Ok(connections) => (connections, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    TrafficAnswer {
+        listener: puppet,
+        connections,
+        problem,
+    }
+}
+
+/// The request comes from pmcheck's own tool.
+fn from_pmcheck(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::USER_AGENT)
+        .is_some_and(|ua| ua.as_bytes().starts_with(b"pmcheck/"))
 }
 
 /// The answer to a GET, HEAD or OPTIONS poll. HEAD gets the same status and headers, no body.
@@ -90,6 +129,16 @@ pub fn respond(
     } else {
         decision.text()
     };
+    respond_with(decision, method, body, json)
+}
+
+/// The answer with `body` (JSON or text) rendered already.
+fn respond_with(
+    decision: &Decision<'_>,
+    method: &Method,
+    body: String,
+    json: bool,
+) -> Response<Full<Bytes>> {
     let length = HeaderValue::from(body.len());
     let body = if *method == Method::HEAD {
         Bytes::new()
@@ -231,5 +280,66 @@ mod tests {
         assert_eq!(h[header::CONTENT_TYPE], "application/json");
         let json: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(json["verdict"], "STARTING");
+    }
+
+    /// A responder with no probe yet, listening for a Puppet Server on `puppet`.
+    fn responder(puppet: Option<SocketAddr>) -> (Responder, impl Sized) {
+        let (p, latest) = watch::channel(None);
+        let (d, drain) = watch::channel(Arc::new(DrainState::NotDrained));
+        let (r, rejoin) = watch::channel(Rejoin::Steady);
+        let responder = Responder {
+            drain,
+            latest,
+            rejoin,
+            rules: Rules::ONCE,
+            pollers: Pollers::new(),
+            puppet,
+        };
+        (responder, (p, d, r))
+    }
+
+    fn json_from(responder: &Responder, peer: &str, user_agent: &str) -> serde_json::Value {
+        let request = Request::get("/")
+            .header(header::ACCEPT, "application/json")
+            .header(header::USER_AGENT, user_agent)
+            .body(())
+            .unwrap();
+        let (_, _, bytes) = body(responder.answer(&request, peer.parse().unwrap()));
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    #[test]
+    fn only_this_host_sees_the_pollers_and_the_traffic() {
+        let (responder, _keep) = responder(Some("127.0.0.1:8140".parse().unwrap()));
+        let remote = json_from(&responder, "10.0.0.5", "HAProxy");
+        assert!(remote.get("pollers").is_none() && remote.get("traffic").is_none());
+        for local in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
+            let json = json_from(&responder, local, "pmcheck/0.1.0");
+            assert_eq!(json["pollers"][0]["address"], "10.0.0.5", "{local}: {json}");
+            assert_eq!(
+                json["traffic"]["listener"], "127.0.0.1:8140",
+                "{local}: {json}"
+            );
+        }
+        let pollers = responder.pollers.list(Instant::now());
+        assert_eq!(
+            pollers.len(),
+            1,
+            "pmcheck's own requests are not a poller's"
+        );
+        assert_eq!(pollers[0].http.map(|t| t.verdict), Some(Verdict::Starting));
+    }
+
+    #[test]
+    fn agent_lines_are_recorded_as_told() {
+        let (responder, _keep) = responder(None);
+        let line = responder.agent_line("10.0.0.6".parse().unwrap());
+        let pollers = responder.pollers.list(Instant::now());
+        assert!(line.starts_with("#STARTING"), "{line}");
+        assert_eq!(
+            pollers[0].agent.map(|t| (t.verdict, t.times)),
+            Some((Verdict::Starting, 1))
+        );
+        assert_eq!(pollers[0].http, None);
     }
 }

@@ -2,6 +2,7 @@
 //! answer as the daemon, from a probe made for this poll alone.
 
 use std::io;
+use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use crate::health::verdict::Rules;
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{CannotProbe, ProbeReport, ProbeTarget, Prober};
 use crate::responder::http::Responder;
+use crate::responder::pollers::Pollers;
 use crate::settings::SettingsError;
 
 /// The largest request head accepted; a health check is a few dozen bytes.
@@ -35,6 +37,7 @@ pub async fn answer_one(
     drained_status: u16,
 ) -> io::Result<()> {
     let (publish, latest) = watch::channel(None);
+    let puppet = target.as_ref().ok().map(|t| t.addr);
     match target {
         Ok(target) => {
             tokio::spawn(async move {
@@ -59,7 +62,11 @@ pub async fn answer_one(
             drained_status,
             ..Rules::ONCE
         },
+        pollers: Pollers::new(),
+        puppet,
     });
+    // Who asks: xinetd hands over the connection; pipes (a test, a shell) have no peer.
+    let peer = stdin_peer().unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     let answered = Arc::new(AtomicBool::new(false));
     let service = {
         let answered = Arc::clone(&answered);
@@ -71,7 +78,7 @@ pub async fn answer_one(
                 let mut latest = health.latest.clone();
                 let _ = latest.wait_for(Option::is_some).await;
                 answered.store(true, Ordering::Relaxed);
-                Ok::<_, std::convert::Infallible>(health.answer(&request))
+                Ok::<_, std::convert::Infallible>(health.answer(&request, peer))
             }
         })
     };
@@ -107,6 +114,13 @@ pub async fn answer_one(
             "the poll took too long",
         )),
     }
+}
+
+/// The address at the other end of stdin, when it is a socket.
+fn stdin_peer() -> Option<IpAddr> {
+    let fd = io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let peer = std::net::TcpStream::from(fd).peer_addr().ok()?;
+    Some(peer.ip())
 }
 
 /// stdin as a TCP socket, when it is one (xinetd, systemd `Accept=yes`): a real socket can be

@@ -7,6 +7,7 @@ pub(crate) mod connections;
 pub(crate) mod deadline;
 pub mod http;
 pub(crate) mod inetd;
+pub mod pollers;
 pub(crate) mod server;
 pub(crate) mod signals;
 pub(crate) mod systemd;

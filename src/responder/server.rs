@@ -25,6 +25,7 @@ use crate::responder::cidr::{self, Cidr};
 use crate::responder::connections::{Connections, Limits, Throttle};
 use crate::responder::deadline::WriteDeadline;
 use crate::responder::http::Responder;
+use crate::responder::pollers::Pollers;
 use crate::settings::Settings;
 use crate::settings::duration::format_duration;
 
@@ -207,6 +208,8 @@ pub async fn serve(
         latest,
         rejoin,
         rules,
+        pollers: Pollers::new(),
+        puppet: Some(settings.puppet_addr.value),
     });
 
     let limits = options.limits.fit_descriptors();
@@ -396,7 +399,7 @@ async fn accept(
         }
         let ticket = guard.connections.admit(peer.ip());
         if kind == Kind::Agent {
-            let line = health.agent_line();
+            let line = health.agent_line(peer.ip());
             connections.spawn(async move {
                 let mut ticket = ticket;
                 tokio::select! {
@@ -408,7 +411,10 @@ async fn accept(
         }
         let _ = stream.set_nodelay(true);
         let stream = WriteDeadline::new(stream, WRITE_TIMEOUT);
-        let connection = http.serve_connection(TokioIo::new(stream), answers(Arc::clone(&health)));
+        let connection = http.serve_connection(
+            TokioIo::new(stream),
+            answers(Arc::clone(&health), peer.ip()),
+        );
         let stop = until_stopped(stopped.clone());
         connections.spawn(async move {
             let mut ticket = ticket;
@@ -458,16 +464,17 @@ fn http() -> hyper::server::conn::http1::Builder {
 /// What a poll gets back.
 type Answer = hyper::Response<http_body_util::Full<bytes::Bytes>>;
 
-/// The service that answers each request of a connection from `health`.
+/// The service that answers each request of a connection from `peer`.
 fn answers(
     health: Arc<Responder>,
+    peer: std::net::IpAddr,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
     Response = Answer,
     Error = std::convert::Infallible,
     Future = std::future::Ready<Result<Answer, std::convert::Infallible>>,
 > {
-    service_fn(move |request| std::future::ready(Ok(health.answer(&request))))
+    service_fn(move |request| std::future::ready(Ok(health.answer(&request, peer))))
 }
 
 /// Logs one line whenever the verdict changes, not one per poll: a new verdict, a new cause
@@ -527,6 +534,8 @@ mod tests {
                 stale_after: Duration::from_secs(3600),
                 ..Rules::ONCE
             },
+            pollers: Pollers::new(),
+            puppet: None,
         };
         (Arc::new(health), (p, d, r))
     }
@@ -535,7 +544,10 @@ mod tests {
     /// pmcheck wrote back.
     async fn exchange(health: &Arc<Responder>, input: &[u8]) -> Vec<u8> {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
-        let connection = http().serve_connection(TokioIo::new(server), answers(Arc::clone(health)));
+        let connection = http().serve_connection(
+            TokioIo::new(server),
+            answers(Arc::clone(health), std::net::Ipv4Addr::LOCALHOST.into()),
+        );
         let served = tokio::spawn(connection);
         let _ = client.write_all(input).await;
         let _ = client.shutdown().await;

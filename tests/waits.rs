@@ -1,0 +1,495 @@
+//! `drain --wait`, `undrain --wait` and `cycle` against a running daemon: a stand-in load
+//! balancer polls from 127.0.0.2 (HTTP and agent checks), a stand-in agent holds a TCP
+//! connection to the stub Puppet Server, and the commands must wait exactly as long as they
+//! should, exit with the documented codes and leave the drain record as promised.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use socket2::{Domain, Socket, Type};
+
+const SOON: Duration = Duration::from_secs(15);
+/// The stand-in load balancer's address: not the tests' own 127.0.0.1.
+const LB: &str = "127.0.0.2";
+
+/// A daemon with an agent check, once its first probe is done. The test's own polls say they
+/// are pmcheck's, so that they are not counted as a load balancer's.
+fn daemon(s: &Setup) -> Daemon {
+    let d = Daemon::start(&s.args(&["--agent-listen", "127.0.0.1:0", "--interval", "100ms"]));
+    let deadline = Instant::now() + SOON;
+    let poll =
+        "GET / HTTP/1.1\r\nHost: pmcheck\r\nUser-Agent: pmcheck/test\r\nConnection: close\r\n\r\n";
+    while request(d.addr, poll).body.starts_with("STARTING") {
+        assert!(Instant::now() < deadline, "no first probe");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d
+}
+
+/// A poll that says it is pmcheck's own, so that the daemon does not count the test as a
+/// load balancer.
+fn quiet_poll(d: &Daemon) -> Reply {
+    let poll =
+        "GET / HTTP/1.1\r\nHost: pmcheck\r\nUser-Agent: pmcheck/test\r\nConnection: close\r\n\r\n";
+    request(d.addr, poll)
+}
+
+/// A TCP connection from `source` to `to`.
+fn connect_from(source: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    let source: SocketAddr = format!("{source}:0").parse().expect("an address");
+    socket.bind(&source.into())?;
+    socket.connect(&to.into())?;
+    socket.set_read_timeout(Some(SOON))?;
+    Ok(socket.into())
+}
+
+/// HAProxy as a stand-in: from 127.0.0.2, an HTTP check and (if given) an agent check every
+/// 50 ms until dropped.
+struct LoadBalancer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LoadBalancer {
+    fn start(http: SocketAddr, agent: Option<SocketAddr>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::SeqCst) {
+                if let Ok(mut s) = connect_from(LB, http) {
+                    let _ = s.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n");
+                    let _ = s.read_to_end(&mut Vec::new());
+                }
+                if let Some(agent) = agent
+                    && let Ok(mut s) = connect_from(LB, agent)
+                {
+                    let _ = s.read_to_end(&mut Vec::new());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for LoadBalancer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A child pmcheck, killed by PID on drop if it is still running.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    /// Runs `pmcheck COMMAND --state-dir STATE ARGS...`.
+    fn start(s: &Setup, command: &str, args: &[&str]) -> Self {
+        let child = pmcheck()
+            .arg(command)
+            .args(["--state-dir", &s.state.path().display().to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pmcheck runs");
+        Self(child)
+    }
+
+    /// Reads stderr until a line contains `needle`; returns the lines read.
+    fn stderr_until(&mut self, needle: &str) -> Vec<String> {
+        let stderr = self.0.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let wanted = needle.to_owned();
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let found = line.contains(&wanted);
+                seen.push(line);
+                if found {
+                    let _ = tx.send(seen.clone());
+                }
+            }
+            let _ = tx.send(seen);
+        });
+        let seen = rx.recv_timeout(SOON).expect("pmcheck wrote to stderr");
+        assert!(seen.last().is_some_and(|l| l.contains(needle)), "{seen:?}");
+        seen
+    }
+
+    /// Waits for the exit, at most `within`.
+    fn finish(mut self, within: Duration) -> Output {
+        let status = exited_within(&mut self.0, within)
+            .unwrap_or_else(|| panic!("pmcheck still runs after {within:?}"));
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        if let Some(mut out) = self.0.stdout.take() {
+            let _ = out.read_to_string(&mut stdout);
+        }
+        if let Some(mut err) = self.0.stderr.take() {
+            let _ = err.read_to_string(&mut stderr);
+        }
+        Output {
+            status,
+            stdout: stdout.into_bytes(),
+            stderr: stderr.into_bytes(),
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn url(d: &Daemon) -> String {
+    format!("http://{}/", d.addr)
+}
+
+fn record(s: &Setup) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(s.state.path().join("drain")).ok()?;
+    Some(serde_json::from_slice(&bytes).expect("a JSON record"))
+}
+
+/// A port nothing listens on.
+fn closed_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+#[test]
+fn drain_wait_returns_once_the_load_balancer_was_told_and_the_last_agent_left() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let _lb = LoadBalancer::start(d.addr, Some(d.agent_addr()));
+    // An agent that talks to Puppet Server directly, mid-run.
+    let agent = TcpStream::connect(s.stub.addr).unwrap();
+    let u = url(&d);
+    let mut wait = Running::start(&s, "drain", &["--reason", "upgrade", "--wait", "--url", &u]);
+    let lines = wait.stderr_until("1 agent connection(s)");
+    let pending = lines.last().unwrap();
+    assert!(
+        pending.contains(&format!(
+            "1 from {} (not a poller",
+            agent.local_addr().unwrap().ip()
+        )),
+        "{pending}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        wait.0.try_wait().unwrap().is_none(),
+        "drain --wait returned while an agent was still connected"
+    );
+    assert_eq!(
+        record(&s).unwrap()["reason"],
+        "upgrade",
+        "drained meanwhile"
+    );
+    drop(agent);
+    let out = wait.finish(SOON);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("safe to stop Puppet Server after "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("127.0.0.2 acted (HTTP: DRAINED x"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("agent: DRAINED x"), "{stdout}");
+    assert!(
+        stdout.contains("1 agent connection(s) at the start, the last closed after "),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_daemon_does_not_count_its_own_probes_as_agent_traffic() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    // The probe keeps its connection to the stub alive between probes.
+    d.wait_probes(3, SOON);
+    let answer = d.poll_json();
+    let traffic = answer.traffic.expect("loopback JSON lists the traffic");
+    assert_eq!(traffic.listener, s.stub.addr);
+    assert_eq!(traffic.problem, None);
+    assert_eq!(traffic.connections, [], "the probe is not an agent");
+    let agent = TcpStream::connect(s.stub.addr).unwrap();
+    let answer = d.wait_for_json(SOON, "the agent's connection", |a| {
+        a.traffic
+            .as_ref()
+            .is_some_and(|t| !t.connections.is_empty())
+    });
+    assert_eq!(
+        answer.traffic.unwrap().connections,
+        [agent.local_addr().unwrap()]
+    );
+}
+
+#[test]
+fn status_lists_the_load_balancer_and_not_itself() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let mut lb = connect_from(LB, d.addr).unwrap();
+    lb.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n").unwrap();
+    lb.read_to_end(&mut Vec::new()).unwrap();
+    let status = pmcheck()
+        .args(["status", "--url", &url(&d)])
+        .output()
+        .unwrap();
+    let shown = text(&status.stdout);
+    assert!(
+        shown.contains("poller: 127.0.0.2: HTTP: OK x1, last "),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("poller: 127.0.0.1"),
+        "pmcheck is no poller: {shown}"
+    );
+    assert!(
+        shown.contains(&format!("agents: no connection to {}", s.stub.addr)),
+        "{shown}"
+    );
+}
+
+#[test]
+fn drain_wait_without_a_daemon_exits_69_at_once_and_the_node_is_drained() {
+    let s = Setup::new(Behavior::Running);
+    let u = format!("http://{}/", closed_port());
+    let started = Instant::now();
+    let out = s.pmcheck("drain", &["--wait", "--url", &u]);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot reach pmcheck at {u}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("is `pmcheck serve` running there?"),
+        "{stderr}"
+    );
+    assert!(record(&s).is_some(), "the drain itself was written");
+}
+
+#[test]
+fn drain_wait_times_out_with_75_naming_what_is_left_and_stays_drained() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let _agent = TcpStream::connect(s.stub.addr).unwrap();
+    let out = s.pmcheck("drain", &["--wait", "--timeout", "1s", "--url", &url(&d)]);
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("gave up after 1s: 1 agent connection(s) to "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(the node stays drained)"), "{stderr}");
+    assert!(record(&s).is_some());
+}
+
+#[test]
+fn undrain_wait_returns_once_the_load_balancer_was_told_ok_enough_times() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    assert!(s.pmcheck("drain", &[]).status.success());
+    let _lb = LoadBalancer::start(d.addr, None);
+    let deadline = Instant::now() + SOON;
+    while !quiet_poll(&d).body.starts_with("DRAINED") {
+        assert!(Instant::now() < deadline, "the drain was not seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = s.pmcheck("undrain", &["--wait", "--polls", "4", "--url", &url(&d)]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("back in rotation after "), "{stdout}");
+    let told: u32 = stdout
+        .split("127.0.0.2 acted (HTTP: OK x")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(told >= 4, "{stdout}");
+}
+
+#[test]
+fn cycle_runs_the_command_while_drained_then_undrains() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let _lb = LoadBalancer::start(d.addr, Some(d.agent_addr()));
+    let state = s.state.path().display().to_string();
+    let copy = "cp \"$1/drain\" \"$1/seen-by-command\"";
+    let out = s.pmcheck(
+        "cycle",
+        &[
+            "--reason",
+            "restart",
+            "--url",
+            &url(&d),
+            "--",
+            "sh",
+            "-c",
+            copy,
+            "sh",
+            &state,
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let seen = std::fs::read_to_string(s.state.path().join("seen-by-command")).unwrap();
+    assert!(seen.contains("\"reason\": \"restart\""), "{seen}");
+    let steps: Vec<&str> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("pmcheck cycle: step "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "drain",
+            "wait-drained",
+            "command",
+            "wait-healthy",
+            "undrain",
+            "wait-undrained"
+        ],
+        "{stdout}"
+    );
+    assert!(stdout.contains("Puppet Server is healthy"), "{stdout}");
+    assert!(record(&s).is_none(), "undrained");
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("pmcheck cycle: done in ")
+    );
+}
+
+#[test]
+fn cycle_keeps_the_node_drained_and_says_why_when_the_command_fails() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let out = s.pmcheck("cycle", &["--url", &url(&d), "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr)
+            .contains("the command `sh -c 'exit 3'` exited with 3; the node stays drained")
+    );
+    let reason = record(&s).unwrap()["reason"].as_str().unwrap().to_owned();
+    assert_eq!(
+        reason,
+        "pmcheck cycle: sh -c 'exit 3'; cycle stopped: the command exited with 3"
+    );
+}
+
+#[test]
+fn cycle_never_removes_a_drain_that_was_there_before() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    assert!(
+        s.pmcheck("drain", &["--reason", "kernel upgrade"])
+            .status
+            .success()
+    );
+    let out = s.pmcheck("cycle", &["--url", &url(&d), "--", "true"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("already drained (kernel upgrade"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("step undrain took"), "{stdout}");
+    assert_eq!(record(&s).unwrap()["reason"], "kernel upgrade");
+}
+
+#[test]
+fn cycle_exits_2_and_stays_drained_when_puppet_server_does_not_come_back() {
+    let s = Setup::new(Behavior::Reply(503, "starting", "text/plain"));
+    let d = daemon(&s);
+    let out = s.pmcheck(
+        "cycle",
+        &["--timeout", "2s", "--url", &url(&d), "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("wait-healthy: gave up after 2s: Puppet Server: "),
+        "{stderr}"
+    );
+    let reason = record(&s).unwrap()["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.ends_with("; cycle stopped: wait-healthy timed out after 2s"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn an_interrupted_cycle_stops_its_command_and_stays_drained() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let pidfile = s.state.path().join("command.pid");
+    let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
+    let mut cycle = Running::start(&s, "cycle", &["--url", &url(&d), "--", "sh", "-c", &script]);
+    let deadline = Instant::now() + SOON;
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            break pid;
+        }
+        if Instant::now() > deadline {
+            let _ = cycle.0.kill();
+            panic!("the command never started: {:?}", cycle.finish(SOON));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let cycle_pid = nix::unistd::Pid::from_raw(cycle.0.id() as i32);
+    nix::sys::signal::kill(cycle_pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = cycle.finish(SOON);
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the command was stopped and reaped"
+    );
+    let reason = record(&s).unwrap()["reason"].as_str().unwrap().to_owned();
+    assert!(
+        reason.ends_with("; cycle stopped: interrupted during command"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn cycle_without_a_daemon_exits_69_and_touches_nothing() {
+    let s = Setup::new(Behavior::Running);
+    let u = format!("http://{}/", closed_port());
+    let out = s.pmcheck("cycle", &["--url", &u, "--", "true"]);
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("nothing done: cannot reach pmcheck"),
+        "{out:?}"
+    );
+    assert!(record(&s).is_none());
+}
