@@ -1,7 +1,9 @@
 //! `pmcheck status`: asks the running daemon what it answers HAProxy, for a person.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustls::crypto::ring;
 
@@ -122,6 +124,34 @@ fn cause(e: &reqwest::Error) -> String {
     inner.to_string()
 }
 
+/// The host names of `addrs` from reverse DNS, for a person. An address whose lookup fails or
+/// takes longer than a second (all run at once) shows without one.
+fn names(addrs: impl Iterator<Item = IpAddr>) -> HashMap<IpAddr, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    for ip in addrs {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            if let Ok(name) = dns_lookup::lookup_addr(&ip) {
+                let _ = tx.send((ip, name));
+            }
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut names = HashMap::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            // getnameinfo gives the address back when there is no name.
+            Ok((ip, name)) if name != ip.to_string() => {
+                names.insert(ip, name);
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    names
+}
+
 /// The reply for a person: the verdict line, then the drain and the probe.
 pub fn describe(reply: &Reply) -> String {
     let Ok(answer) = Answer::from_json(&reply.body) else {
@@ -193,9 +223,15 @@ pub fn describe(reply: &Reply) -> String {
         "weight: {}% (HAProxy agent check)\n",
         answer.weight
     ));
-    for p in answer.pollers.iter().flatten() {
+    let pollers = answer.pollers.as_deref().unwrap_or_default();
+    let names = names(pollers.iter().map(|p| p.address));
+    for p in pollers {
+        let name = names
+            .get(&p.address)
+            .map(|n| format!("{n} "))
+            .unwrap_or_default();
         out.push_str(&format!(
-            "poller: {}: {}\n",
+            "poller: {name}{}: {}\n",
             p.address,
             crate::operator::wait::describe_told(p, true)
         ));

@@ -98,6 +98,8 @@ pub struct Assessment {
     pub met: Vec<String>,
     /// Agent connections seen, for `Drained`.
     pub connections: usize,
+    /// The pollers that have acted, for the progress line.
+    pub acted: Vec<IpAddr>,
 }
 
 /// Asks the daemon until `goal` is reached, `timeout` passes or `stop` resolves, showing
@@ -143,7 +145,12 @@ pub async fn wait(
                             summary: met.join("; "),
                         });
                     }
-                    a.pending.join("; ")
+                    let mut line = a.pending.join("; ");
+                    if !a.acted.is_empty() {
+                        let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+                        line.push_str(&format!("; acted: {}", acted.join(", ")));
+                    }
+                    line
                 }
                 Err(e) => format!("{} does not answer like pmcheck ({e})", how.url),
             },
@@ -261,6 +268,7 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, polls: u32) {
         let what = describe_told(p, false);
         if acted {
             a.met.push(format!("{} acted ({what})", p.address));
+            a.acted.push(p.address);
         } else {
             let need = match (verdict, agent.is_some()) {
                 (Verdict::Drained, true) => format!("one agent-check or {polls} HTTP answers"),
