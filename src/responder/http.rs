@@ -72,10 +72,12 @@ impl Responder {
         let rejoin = *self.rejoin.borrow();
         let decision = Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules);
         let headers = request.headers();
-        if !from_pmcheck(headers) {
+        // pmcheck's own tool runs on this host: the header is only looked at from here.
+        let local = peer.to_canonical().is_loopback();
+        if !(local && from_pmcheck(headers)) {
             self.pollers.record(peer, Via::Http, decision.verdict, now);
         }
-        if peer.to_canonical().is_loopback() && wants_json(headers) {
+        if local && wants_json(headers) {
             let mut answer = decision.answer();
             answer.pollers = Some(self.pollers.answer(now));
             answer.traffic = self.puppet.map(traffic_at);
