@@ -219,7 +219,7 @@ fn drain_wait_returns_once_the_load_balancer_was_told_and_the_last_agent_left() 
     );
     assert!(stdout.contains("agent: DRAINED x"), "{stdout}");
     assert!(
-        stdout.contains("1 agent connection(s) at the start, the last closed after "),
+        stdout.contains("up to 1 agent connection(s) in flight, the last closed after "),
         "{stdout}"
     );
 }

@@ -112,8 +112,8 @@ pub async fn wait(
     let start = Instant::now();
     let mut ticker = Ticker::new();
     let mut first = true;
-    // The agent connections: how many at first, and when the last one went.
-    let mut traffic: Option<(usize, Option<Duration>)> = None;
+    // The agent connections: the most seen at once, and when the last one went.
+    let mut traffic: (usize, Option<Duration>) = (0, None);
     tokio::pin!(stop);
     loop {
         let asked = Instant::now();
@@ -125,18 +125,19 @@ pub async fn wait(
                         _ => Duration::ZERO,
                     };
                     let a = assess(goal, &answer, how.polls, since);
-                    let (at_first, gone) = traffic.get_or_insert((a.connections, None));
+                    let (most, gone) = &mut traffic;
                     if a.connections > 0 {
+                        *most = (*most).max(a.connections);
                         *gone = None;
-                    } else if *at_first > 0 && gone.is_none() {
+                    } else if *most > 0 && gone.is_none() {
                         *gone = Some(start.elapsed());
                     }
                     if a.pending.is_empty() {
                         ticker.clear();
                         let mut met = a.met;
-                        if let Some((n @ 1.., Some(after))) = traffic {
+                        if let (n @ 1.., Some(after)) = traffic {
                             met.push(format!(
-                                "{n} agent connection(s) at the start, the last closed after {}",
+                                "up to {n} agent connection(s) in flight, the last closed after {}",
                                 seconds(after)
                             ));
                         }
@@ -243,7 +244,7 @@ pub fn assess(goal: Goal, answer: &Answer<'_>, polls: u32, since: Duration) -> A
 fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, polls: u32) {
     let Some(pollers) = &answer.pollers else {
         a.pending.push(
-            "the daemon does not list its pollers (is it an older pmcheck? restart it)".to_owned(),
+            "the daemon's answer lists no pollers: ask it from this host (--url on a loopback address), or restart an older pmcheck".to_owned(),
         );
         return;
     };
@@ -324,7 +325,7 @@ pub fn describe_told(p: &PollerAnswer, when: bool) -> String {
 fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
     match &answer.traffic {
         None => a.pending.push(
-            "the daemon does not list agent connections (is it an older pmcheck? restart it)"
+            "the daemon's answer lists no agent connections: ask it from this host (--url on a loopback address), or restart an older pmcheck"
                 .to_owned(),
         ),
         Some(t) if t.problem.is_some() => a.pending.push(format!(
