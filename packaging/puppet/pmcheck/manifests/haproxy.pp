@@ -1,0 +1,141 @@
+# @summary On the load balancer: an HAProxy frontend for Puppet agents and a backend of
+#   compile masters, each health-checked by its pmcheck (HTTP check on 9200, agent check on 9201).
+#
+# The same frontend and backend as the package's example
+# (/usr/share/doc/pmcheck/examples/haproxy/pmcheck.cfg), built with puppetlabs-haproxy's
+# haproxy::frontend, haproxy::backend and haproxy::balancermember. Everything is `mode tcp`:
+# agents' mutual TLS passes through untouched. Declare `class { 'haproxy': }` yourself (its
+# global and defaults sections are yours). The frontend is named after the title and the
+# backend "${title}_compilers", unless `frontend_name` and `backend_name` say otherwise. A
+# define rather than a class: one load balancer may front several pools (compile masters, a
+# CA) on different ports, or write the same sections into several instances.
+#
+# The compile masters need pmcheck's packaged settings (class pmcheck's defaults): the agent
+# check on 9201 and 404 for drains, which `http-check disable-on-404` shows as NOLB.
+#
+# @example
+#   class { 'haproxy': }
+#   pmcheck::haproxy { 'puppetserver':
+#     compile_masters => ['compile01.example.com', 'compile02.example.com'],
+#   }
+#
+# @param compile_masters
+#   The compile masters: an Array of host names (each is both the server's name and its
+#   address), or a Hash of server name => address (name or IP).
+# @param puppet_port
+#   Puppet Server's port on the compile masters.
+# @param frontend
+#   Whether to declare the frontend; false for a backend only, used by a frontend of yours.
+# @param bind_address
+#   Address of the frontend's bind line; '' (the default) is every address.
+# @param frontend_port
+#   Port the agents connect to.
+# @param frontend_name
+#   Name of the frontend section. Default: the title.
+# @param backend_name
+#   Name of the backend section. Default: "${title}_compilers".
+# @param check_port
+#   pmcheck's HTTP check port on each compile master (PMCHECK_LISTEN).
+# @param agent_port
+#   pmcheck's agent check port (PMCHECK_AGENT_LISTEN); undef leaves the agent check out.
+# @param inter
+#   Interval of the HTTP check.
+# @param rise
+#   Successful checks in a row that put a server back.
+# @param fall
+#   Failed checks in a row that take a server out.
+# @param agent_inter
+#   Interval of the agent check.
+# @param weight
+#   Configured weight of each server: the agent's percentages are of this (100: they count).
+# @param timeout_client
+#   Frontend's client timeout: a catalog compile may take minutes.
+# @param timeout_connect
+#   Backend's connect timeout.
+# @param timeout_server
+#   Backend's server timeout.
+# @param timeout_check
+#   Backend's check timeout: pmcheck answers at once, a slow answer is a failure.
+# @param instance
+#   The puppetlabs-haproxy instance ('haproxy': the class haproxy).
+# @param config_file
+#   HAProxy configuration file to write the sections into. Default: the instance's.
+define pmcheck::haproxy (
+  Variant[Array[String[1], 1], Hash[String[1], String[1], 1]] $compile_masters,
+  Stdlib::Port $puppet_port = 8140,
+  Boolean $frontend = true,
+  String $bind_address = '',
+  Stdlib::Port $frontend_port = 8140,
+  String[1] $frontend_name = $title,
+  String[1] $backend_name = "${title}_compilers",
+  Stdlib::Port $check_port = 9200,
+  Optional[Stdlib::Port] $agent_port = 9201,
+  Pmcheck::Duration $inter = '2s',
+  Integer[1] $rise = 3,
+  Integer[1] $fall = 3,
+  Pmcheck::Duration $agent_inter = '2s',
+  Integer[1, 256] $weight = 100,
+  Pmcheck::Duration $timeout_client = '10m',
+  Pmcheck::Duration $timeout_connect = '5s',
+  Pmcheck::Duration $timeout_server = '10m',
+  Pmcheck::Duration $timeout_check = '2s',
+  String[1] $instance = 'haproxy',
+  Optional[Stdlib::Absolutepath] $config_file = undef,
+) {
+  if $frontend {
+    haproxy::frontend { $title:
+      section_name     => $frontend_name,
+      mode             => 'tcp',
+      bind             => { "${bind_address}:${frontend_port}" => [] },
+      collect_exported => false,
+      instance         => $instance,
+      config_file      => $config_file,
+      options          => [
+        { 'option' => 'tcplog' },
+        { 'timeout' => "client ${timeout_client}" },
+        { 'default_backend' => $backend_name },
+      ],
+    }
+  }
+
+  # Resource titles come from this define's title, so that two of them may write sections of
+  # the same names into two instances.
+  haproxy::backend { "${title} backend":
+    section_name     => $backend_name,
+    mode             => 'tcp',
+    collect_exported => false,
+    instance         => $instance,
+    config_file      => $config_file,
+    # An Array keeps this order (a Hash would be sorted by option name).
+    options          => [
+      { 'balance' => 'leastconn' },
+      { 'option' => 'httpchk' },
+      { 'http-check' => 'disable-on-404' },
+      { 'timeout' => ["connect ${timeout_connect}", "server ${timeout_server}", "check ${timeout_check}"] },
+    ],
+  }
+
+  $agent = $agent_port ? {
+    undef   => '',
+    default => " agent-check agent-port ${agent_port} agent-inter ${agent_inter}",
+  }
+  # One String: haproxy::balancermember sorts the words of an Array.
+  $server_options = "check port ${check_port} inter ${inter} rise ${rise} fall ${fall}${agent}"
+
+  $servers = $compile_masters ? {
+    Hash    => $compile_masters,
+    default => Hash($compile_masters.map |$host| { [$host, $host] }),
+  }
+  $servers.each |$server, $address| {
+    haproxy::balancermember { "${title} ${server}":
+      listening_service => $backend_name,
+      server_names      => $server,
+      ipaddresses       => $address,
+      ports             => $puppet_port,
+      options           => $server_options,
+      weight            => $weight,
+      instance          => $instance,
+      config_file       => $config_file,
+    }
+  }
+}

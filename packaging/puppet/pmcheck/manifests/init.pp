@@ -1,0 +1,179 @@
+# @summary Installs pmcheck on a Puppet Server compile master, writes its settings file and
+#   runs its service.
+#
+# The settings file is /etc/default/pmcheck (Debian family) or /etc/sysconfig/pmcheck (RedHat
+# family), read by pmcheck.service through EnvironmentFile=. Each setting parameter is one
+# `pmcheck serve` option, written as its `PMCHECK_*` variable; `undef` leaves the variable
+# unset (a commented-out line), so pmcheck uses its built-in default. The defaults here are
+# exactly the package's own file: everything unset but the agent check on [::]:9201 and 404
+# for drains, which the shipped HAProxy backend (pmcheck::haproxy) expects.
+#
+# @example On a compile master, from the package repository
+#   class { 'pmcheck':
+#     allow => ['192.0.2.10/32', '192.0.2.11/32', '127.0.0.1/32'],
+#   }
+#
+# @example From a package file, without systemd (containers, chroots)
+#   class { 'pmcheck':
+#     package_source => '/tmp/pmcheck_0.1.0-1_amd64.deb',
+#     manage_service => false,
+#   }
+#
+# @param package_ensure
+#   `installed`, `latest`, a version, `absent` or `purged`. With `absent` or `purged` the
+#   settings file is removed and the service is not managed.
+# @param package_source
+#   Path of a local .deb (Debian family, installed with the dpkg provider) or .rpm (RedHat
+#   family, rpm provider). `undef`: the package `pmcheck` from the configured repositories.
+# @param manage_service
+#   Whether to manage the service pmcheck. Turn it off where there is no systemd.
+# @param service_ensure
+#   `running` or `stopped`.
+# @param service_enable
+#   Whether pmcheck.service starts at boot.
+# @param listen
+#   PMCHECK_LISTEN (`--listen`). Default: `[::]:9200`, or `0.0.0.0:9200` without IPv6.
+# @param allow
+#   PMCHECK_ALLOW (`--allow`): networks allowed to poll. Default: from anywhere.
+# @param max_connections
+#   PMCHECK_MAX_CONNECTIONS (`--max-connections`). Default: 1024.
+# @param max_connections_per_source
+#   PMCHECK_MAX_CONNECTIONS_PER_SOURCE (`--max-connections-per-source`). Default: 256.
+# @param agent_listen
+#   PMCHECK_AGENT_LISTEN (`--agent-listen`): HAProxy's agent check. Packaged: `[::]:9201`;
+#   `undef`: no agent check (pmcheck's built-in default).
+# @param drained_status
+#   PMCHECK_DRAINED_STATUS (`--drained-status`): 503 or 404. Packaged: 404, for
+#   `http-check disable-on-404`; `undef`: 503 (built in).
+# @param slow_start
+#   PMCHECK_SLOW_START (`--slow-start`): the agent weight's ramp, `0s` for none. Default: 60s.
+# @param interval
+#   PMCHECK_INTERVAL (`--interval`). Default: 1s.
+# @param timeout
+#   PMCHECK_TIMEOUT (`--timeout`): deadline of one probe. Default: 1500ms.
+# @param puppet_conf
+#   PMCHECK_PUPPET_CONF (`--puppet-conf`). Default: the first that exists of
+#   /etc/puppetlabs/puppet/puppet.conf and /etc/puppet/puppet.conf.
+# @param certname
+#   PMCHECK_CERTNAME (`--certname`). Default: certname from puppet.conf, else the FQDN.
+# @param hostcert
+#   PMCHECK_HOSTCERT (`--hostcert`). Default: hostcert from puppet.conf.
+# @param hostprivkey
+#   PMCHECK_HOSTPRIVKEY (`--hostprivkey`). Default: hostprivkey from puppet.conf.
+# @param localcacert
+#   PMCHECK_LOCALCACERT (`--localcacert`). Default: localcacert from puppet.conf.
+# @param puppet_addr
+#   PMCHECK_PUPPET_ADDR (`--puppet-addr`). Default: from Puppet Server's webserver.conf, else
+#   127.0.0.1 and serverport from puppet.conf, else 127.0.0.1:8140.
+# @param status_path
+#   PMCHECK_STATUS_PATH (`--status-path`). Default: /status/v1/services/jruby-metrics.
+# @param state_dir
+#   PMCHECK_STATE_DIR (`--state-dir`). Default: /var/lib/pmcheck. `pmcheck drain` and
+#   `undrain` do not read the settings file: give them the same `--state-dir`.
+# @param log_level
+#   RUST_LOG: error, warn, info or debug (tracing EnvFilter syntax). Default: info.
+class pmcheck (
+  String[1] $package_ensure = 'installed',
+  Optional[Stdlib::Unixpath] $package_source = undef,
+  Boolean $manage_service = true,
+  Stdlib::Ensure::Service $service_ensure = 'running',
+  Boolean $service_enable = true,
+  Optional[Array[Pmcheck::SocketAddr, 1]] $listen = undef,
+  Optional[Array[Pmcheck::Cidr, 1]] $allow = undef,
+  Optional[Integer[1, 4294967295]] $max_connections = undef,
+  Optional[Integer[1, 4294967295]] $max_connections_per_source = undef,
+  Optional[Array[Pmcheck::SocketAddr, 1]] $agent_listen = ['[::]:9201'],
+  Optional[Variant[Integer[404, 404], Integer[503, 503]]] $drained_status = 404,
+  Optional[Pmcheck::DurationOrOff] $slow_start = undef,
+  Optional[Pmcheck::Duration] $interval = undef,
+  Optional[Pmcheck::Duration] $timeout = undef,
+  Optional[Stdlib::Unixpath] $puppet_conf = undef,
+  Optional[Pattern[/\A[A-Za-z0-9._-]+\z/]] $certname = undef,
+  Optional[Stdlib::Unixpath] $hostcert = undef,
+  Optional[Stdlib::Unixpath] $hostprivkey = undef,
+  Optional[Stdlib::Unixpath] $localcacert = undef,
+  Optional[Pmcheck::HostPort] $puppet_addr = undef,
+  Optional[Pattern[/\A\/[^\s'"`$\\]*\z/]] $status_path = undef,
+  Optional[Stdlib::Unixpath] $state_dir = undef,
+  Optional[Pattern[/\A[A-Za-z0-9_:=,.\/-]+\z/]] $log_level = undef,
+) {
+  case $facts['os']['family'] {
+    'Debian': {
+      $settings_file = '/etc/default/pmcheck'
+      $local_provider = 'dpkg'
+    }
+    'RedHat': {
+      $settings_file = '/etc/sysconfig/pmcheck'
+      $local_provider = 'rpm'
+    }
+    default: {
+      fail("pmcheck: ${facts['os']['family']} is not supported (Debian and RedHat families only)")
+    }
+  }
+
+  # Paths must stay free of whitespace and shell quoting: systemd and `. FILE` read them alike.
+  [$puppet_conf, $hostcert, $hostprivkey, $localcacert, $state_dir].each |$path| {
+    if $path =~ String and $path !~ /\A[^\s'"`$\\]+\z/ {
+      fail("pmcheck: ${path}: a path in the settings file cannot hold spaces, quotes, \$ or \\")
+    }
+  }
+
+  # One line each, in the order of the packaged file: variable, value (undef: not set), and
+  # what pmcheck uses when it is not set.
+  $settings = [
+    ['PMCHECK_LISTEN', $listen, '[::]:9200 (0.0.0.0:9200 without IPv6)'],
+    ['PMCHECK_ALLOW', $allow, 'from anywhere'],
+    ['PMCHECK_MAX_CONNECTIONS', $max_connections, '1024'],
+    ['PMCHECK_MAX_CONNECTIONS_PER_SOURCE', $max_connections_per_source, '256'],
+    ['PMCHECK_AGENT_LISTEN', $agent_listen, 'no agent check'],
+    ['PMCHECK_DRAINED_STATUS', $drained_status, '503'],
+    ['PMCHECK_SLOW_START', $slow_start, '60s'],
+    ['PMCHECK_INTERVAL', $interval, '1s'],
+    ['PMCHECK_TIMEOUT', $timeout, '1500ms'],
+    ['PMCHECK_PUPPET_CONF', $puppet_conf, '/etc/puppetlabs/puppet/puppet.conf, else /etc/puppet/puppet.conf'],
+    ['PMCHECK_CERTNAME', $certname, 'certname from puppet.conf, else the FQDN'],
+    ['PMCHECK_HOSTCERT', $hostcert, 'hostcert from puppet.conf'],
+    ['PMCHECK_HOSTPRIVKEY', $hostprivkey, 'hostprivkey from puppet.conf'],
+    ['PMCHECK_LOCALCACERT', $localcacert, 'localcacert from puppet.conf'],
+    ['PMCHECK_PUPPET_ADDR', $puppet_addr, "Puppet Server's webserver.conf, else 127.0.0.1:serverport"],
+    ['PMCHECK_STATUS_PATH', $status_path, '/status/v1/services/jruby-metrics'],
+    ['PMCHECK_STATE_DIR', $state_dir, '/var/lib/pmcheck'],
+    ['RUST_LOG', $log_level, 'info'],
+  ]
+
+  $removing = $package_ensure in ['absent', 'purged']
+  $provider = $package_source ? {
+    undef   => undef,
+    default => $local_provider,
+  }
+
+  package { 'pmcheck':
+    ensure   => $package_ensure,
+    source   => $package_source,
+    provider => $provider,
+  }
+
+  if $removing {
+    file { $settings_file:
+      ensure  => absent,
+      require => Package['pmcheck'],
+    }
+  } else {
+    file { $settings_file:
+      ensure  => file,
+      owner   => 'root',
+      group   => 'root',
+      mode    => '0644',
+      content => epp('pmcheck/settings.epp', { 'settings' => $settings }),
+      require => Package['pmcheck'],
+    }
+
+    if $manage_service {
+      service { 'pmcheck':
+        ensure    => $service_ensure,
+        enable    => $service_enable,
+        subscribe => [Package['pmcheck'], File[$settings_file]],
+      }
+    }
+  }
+}
