@@ -71,7 +71,7 @@ pub struct PuppetArgs {
     /// Where to connect [default: ssl-host:ssl-port of Puppet Server's webserver.conf (127.0.0.1 for a wildcard host), else 127.0.0.1:<serverport from puppet.conf, else 8140>]
     #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
     pub(crate) puppet_addr: Option<String>,
-    /// Status endpoint; a 404 "not found: server" falls back to /status/v1/simple/master
+    /// Status endpoint; the status service's 404 moves on to pe-jruby-metrics, /status/v1/simple/server, then /status/v1/simple/master
     #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH", default_value = defaults::STATUS_PATH, value_parser = parse_status_path)]
     pub(crate) status_path: String,
     /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
