@@ -25,6 +25,7 @@ here its process group. It stops the session's Puppet Server, if this run starte
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import threading
@@ -137,10 +138,35 @@ def run_cycle(pmcheck_bin: str, master: st.CompileMaster, serve: st.PmcheckServe
     return c
 
 
-def compile_in_flight(master: st.CompileMaster) -> bool:
-    """A catalog compile holds one of the master's JRubies right now."""
+def compile_in_flight(master: st.CompileMaster, within: float = 1.0) -> bool:
+    """A catalog compile is under way on the master: one of its JRubies is borrowed for a catalog
+    request, and the compile's `generate('/bin/sleep', ...)` began less than ``within`` seconds
+    ago (a child of the master's JVM), so that it has seconds left."""
+    jvm = master.pid()
+    if jvm is None or not any(age < within for age in sleeping_children(jvm)):
+        return False
     pool = master.pool()
     return bool(pool) and any("/puppet/v3/catalog/" in json.dumps(b) for b in pool["borrowed-instances"])
+
+
+def sleeping_children(ppid: int) -> list[float]:
+    """The age in seconds of each `/bin/sleep` whose parent is ``ppid``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    uptime = float(open("/proc/uptime").read().split()[0])
+    ages = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            if int(stat[1]) != ppid:
+                continue
+            if open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")[0] != b"/bin/sleep":
+                continue
+        except (OSError, IndexError, ValueError):
+            continue
+        ages.append(uptime - int(stat[19]) / ticks)
+    return ages
 
 
 def rss_mib(pid: int | None) -> str:
@@ -375,7 +401,7 @@ def test_rolling_restart_zero_failed_runs(
     record(
         "rolling: baseline (A restarted without pmcheck)",
         f"{len(failed_base)} of {len(baseline)} runs failed, exit codes "
-        f"{sorted(r.code for r in failed_base)}; the restart: {cp.stdout.strip()}; "
+        f"{sorted(r.code for r in failed_base)}; the restart: {cp.stdout.strip().replace(chr(10), ', ')}; "
         f"HAProxy's view of A: {base_watch}",
     )
     for r in failed_base:
