@@ -27,6 +27,8 @@ import e2e_stack as st  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 STRICT = os.environ.get("CI") == "true"
 TIMINGS: list[tuple[str, str]] = []
+# the session's Puppet Server once started, so that a test needing 127.0.0.1:8140 can stop it
+SESSION_SERVERS: list[st.PuppetServer] = []
 
 
 def record(name: str, value: str) -> None:
@@ -139,6 +141,7 @@ def puppetserver_session(workdir, puppet_cfg):
             "(test 3 stops and starts it): stop the other instance"
         )
     ps = st.PuppetServer(workdir / "puppetserver", puppet_cfg)
+    SESSION_SERVERS.append(ps)
     first_ever = not os.path.exists(puppet_cfg.hostcert)
     try:
         took = ps.start()
@@ -242,3 +245,74 @@ def shipped_xinetd() -> str:
 @pytest.fixture
 def clock():
     return time.monotonic
+
+
+# ---------------------------------------------------------------------------
+# several compile masters behind one load balancer (test_rolling_restart.py)
+
+
+@pytest.fixture
+def loopback_8140(request):
+    """127.0.0.1:8140 free for a load balancer's frontend: the session's Puppet Server, which
+    listens there, is stopped if this run started it (the `puppetserver` fixture starts it again
+    for any test after). Anything else listening there skips the test (fails under CI=true)."""
+    for ps in SESSION_SERVERS:
+        if ps.running():
+            t0 = time.monotonic()
+            ps.stop()
+            record("session Puppet Server stopped (127.0.0.1:8140 is the load balancer's)",
+                   f"{time.monotonic() - t0:.1f}s")  # fmt: skip
+    if st.port_accepts(st.PUPPET_PORT):
+        unavailable(f"something else listens on 127.0.0.1:{st.PUPPET_PORT}: stop it")
+    return f"{st.LOOPBACK}:{st.PUPPET_PORT}"
+
+
+@pytest.fixture
+def compile_masters(request, testdir):
+    """Factory: compile_masters(name, host, certname, ca, **kw) -> a CompileMaster (prepared, not
+    started) in the test's dir. Whatever happens, every master's JVM is stopped at the end by
+    the PID in its pidfile (and any JVM of its that a cut-off restart left without one)."""
+    _require_root_and("java", "setpriv", "puppetserver", "openssl", "puppet")
+    if not os.path.exists(st.PUPPETSERVER_JAR):
+        unavailable(f"{st.PUPPETSERVER_JAR} missing: install the puppetserver package")
+    made: list[st.CompileMaster] = []
+
+    def make(name: str, host: str, certname: str, ca: bool, **kw) -> st.CompileMaster:
+        if st.port_accepts(st.PUPPET_PORT, host):
+            unavailable(f"something already listens on {host}:{st.PUPPET_PORT}: stop it")
+        m = st.CompileMaster(testdir / f"master-{name}", name, host, certname, ca, **kw)
+        add_log(request, f"Puppet Server {name}", m.log)
+        made.append(m)
+        return m
+
+    yield make
+    errors = []
+    for m in made:
+        try:
+            m.stop()
+        except Exception as e:  # noqa: BLE001 - stop the others, then report
+            errors.append(f"{m.name}: {e!r}")
+        strays = st.stop_strays(str(m.confd))
+        if strays:
+            errors.append(f"{m.name}: killed JVM(s) {strays} that had no pidfile")
+    if errors:
+        raise st.StackError("stopping the compile masters: " + "; ".join(errors))
+
+
+@pytest.fixture
+def agent_loops(request):
+    """Factory: agent_loops(ident, workdir, server, port, environment) -> a started AgentLoop.
+    Any loop still running at the end is stopped, its run under way by PID."""
+    if shutil.which("puppet") is None:
+        unavailable("puppet (the agent) is not installed")
+    loops: list[st.AgentLoop] = []
+
+    def make(*a, **kw) -> st.AgentLoop:
+        loop = st.AgentLoop(*a, **kw)
+        loops.append(loop)
+        loop.start()
+        return loop
+
+    yield make
+    for loop in loops:
+        loop.kill()

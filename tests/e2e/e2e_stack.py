@@ -22,6 +22,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -53,10 +54,10 @@ class StackError(RuntimeError):
 # small utilities
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port on ``host`` (127.0.0.1) that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -518,12 +519,12 @@ ENVIRONMENTS = Path("/etc/puppet/code/environments")
 
 
 @contextlib.contextmanager
-def slow_environment(name: str, seconds: int):
+def slow_environment(name: str, seconds: int, environments: Path = ENVIRONMENTS):
     """A Puppet environment NAME whose catalog takes ``seconds`` to compile (``generate`` runs
     /bin/sleep on the server, holding a JRuby instance), created in the host's environmentpath
-    and removed afterwards, with any directory it had to create."""
-    env = ENVIRONMENTS / name
-    created = [d for d in (ENVIRONMENTS.parent, ENVIRONMENTS) if not d.exists()]
+    (or in ``environments``) and removed afterwards, with any directory it had to create."""
+    env = environments / name
+    created = [d for d in (environments.parent, environments) if not d.exists()]
     shutil.rmtree(env, ignore_errors=True)  # a leftover of an interrupted run
     (env / "manifests").mkdir(parents=True)
     (env / "manifests" / "site.pp").write_text(
@@ -686,9 +687,16 @@ class Pmcheck:
         return cp
 
     def serve(
-        self, state_dir: Path, *extra: str, env: dict[str, str] | None = None, name: str = "serve"
+        self,
+        state_dir: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        name: str = "serve",
+        host: str = LOOPBACK,
     ) -> PmcheckServe:
-        d = PmcheckServe(self, state_dir, list(extra), env, self.dir / f"pmcheck-{name}.log")
+        """``pmcheck serve --listen HOST:<a free port> --state-dir STATE_DIR EXTRA...``, started and
+        answering."""
+        d = PmcheckServe(self, state_dir, list(extra), env, self.dir / f"pmcheck-{name}.log", host=host)
         self.daemons.append(d)
         d.start()
         return d
@@ -699,18 +707,19 @@ class Pmcheck:
 
 
 class PmcheckServe:
-    def __init__(self, pm: Pmcheck, state_dir: Path, extra: list[str], env, log: Path):
+    def __init__(self, pm: Pmcheck, state_dir: Path, extra: list[str], env, log: Path, host: str = LOOPBACK):
         self.pm = pm
+        self.host = host
         self.state_dir = state_dir
         self.extra = extra
         self.env = env if env is not None else clean_env(RUST_LOG=os.environ.get("RUST_LOG", "info"))
         self.log = log
-        self.port = free_port()
+        self.port = free_port(host)
         self.proc: subprocess.Popen | None = None
 
     @property
     def listen(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -738,12 +747,13 @@ class PmcheckServe:
 
     def _answers(self) -> bool:
         try:
-            http_request(self.port, timeout=2)
+            http_request(self.port, timeout=2, host=self.host)
             return True
         except OSError:
             return False
 
     def get(self, path: str = "/", **kw) -> Reply:
+        kw.setdefault("host", self.host)
         return http_request(self.port, path, **kw)
 
     def wait_verdict(self, status: int, timeout: float = 30) -> tuple[Reply, float]:
@@ -949,6 +959,7 @@ def render_haproxy(
     backend_addr: str = f"{LOOPBACK}:{PUPPET_PORT}",
     timing: str | None = None,
     agent_port: int | None = None,
+    targets: list[tuple[str, int, int]] | None = None,
 ) -> tuple[str, str, list[str]]:
     """Turn packaging/haproxy/pmcheck.cfg into a loopback-only config.
 
@@ -958,7 +969,10 @@ def render_haproxy(
       HAProxy then changes nothing for the agent, and the HTTP check decides alone);
     * with ``timing`` (``"inter 300ms rise 2 fall 2"``, ``"... agent-inter 300ms"``: pairs of a
       keyword the shipped line has and a value) those keywords of the server lines are replaced
-      by it, the others are kept as shipped.
+      by it, the others are kept as shipped;
+    * with ``targets`` (one ``(address:port, check port, agent port)`` per shipped server line, in
+      order: several compile masters on loopback addresses of their own) each server line gets its
+      own, instead of ``backend_addr``, ``check_port`` and ``agent_port``.
     Returns (config, backend name, server names).  Raises when the file does not have the
     shape the suite relies on, so the test fails instead of testing something else.
     """
@@ -970,10 +984,15 @@ def render_haproxy(
 
     def fix_server(m: re.Match) -> str:
         rest = m["rest"]
-        rest, n = re.subn(r"(?<![\w-])port\s+\d+", f"port {check_port}", rest)
+        addr, check, agent_p = backend_addr, check_port, agent
+        if targets is not None:
+            if len(names) >= len(targets):
+                raise StackError(f"more server lines than the {len(targets)} targets given: {m[0]!r}")
+            addr, check, agent_p = targets[len(names)]
+        rest, n = re.subn(r"(?<![\w-])port\s+\d+", f"port {check}", rest)
         if n != 1:
             raise StackError(f"server line without exactly one `port N`: {m[0]!r}")
-        rest, n = re.subn(r"\bagent-port\s+\d+", f"agent-port {agent}", rest)
+        rest, n = re.subn(r"\bagent-port\s+\d+", f"agent-port {agent_p}", rest)
         if n != 1:
             raise StackError(f"server line without exactly one `agent-port N`: {m[0]!r}")
         if timing is not None:
@@ -987,17 +1006,19 @@ def render_haproxy(
                     raise StackError(f"server line without exactly one `{word}`: {m[0]!r}")
             rest = re.sub(r"\s+", " ", rest).rstrip() + " " + timing
         names.append(m["name"])
-        return f"{m['indent']}server {m['name']} {backend_addr}{rest}"
+        return f"{m['indent']}server {m['name']} {addr}{rest}"
 
     out = SERVER_LINE.sub(fix_server, out)
     if not names:
         raise StackError("packaging/haproxy/pmcheck.cfg has no active `server` line")
+    if targets is not None and len(names) != len(targets):
+        raise StackError(f"{len(targets)} targets for the shipped file's {len(names)} server lines")
     backends = re.findall(r"(?m)^backend\s+(\S+)", out)
     if len(backends) != 1:
         raise StackError(f"expected exactly one backend in the shipped HAProxy file, found {backends}")
     # nothing in it may point anywhere but loopback
     for m in re.finditer(r"(?m)^\s*(bind|server)\s.*$", out):
-        if LOOPBACK not in m[0]:
+        if not re.search(r"\s127\.\d+\.\d+\.\d+:\d+", m[0]):
             raise StackError(f"non-loopback address left in rendered config: {m[0]!r}")
     return out, backends[0], names
 
@@ -1092,3 +1113,558 @@ class Xinetd:
     def stop(self) -> None:
         if self.proc is not None:
             stop_pid(self.proc, "xinetd", term_timeout=10)
+
+
+# --------------------------------------------------------------------------
+# several compile masters behind one load balancer (test_rolling_restart.py)
+#
+# Each master is a real Puppet Server on a loopback address of its own (the whole 127.0.0.0/8
+# is local on Linux) and port 8140, with its own conf.d, bootstrap directory, puppet.conf,
+# ssldir and vardir in the test's temp dir. The first holds a throwaway CA made by Puppet's own
+# tool (`puppetserver ca setup`); the others run with the CA service disabled, as compile
+# masters do, with certificates that CA signed. Nothing of the host's Puppet (its ssldir, its
+# CA) is touched. Their JVMs are started detached by tests/e2e/puppetserver_ctl.py and known by
+# a pidfile, so that `pmcheck cycle` can restart one with a real program; `ctl_stop` stops one
+# by that PID (the fixtures call it whatever happened).
+
+# The name agents use for the load balancer: /etc/hosts maps it to 127.0.0.1 on every Debian
+# host, so nothing global is edited. Every master's certificate carries it as a DNS alt name.
+LB_NAME = "localhost"
+# half of DEFAULT_JAVA_ARGS: two JVMs share the machine, each with a pool of MASTER_INSTANCES
+MASTER_JAVA_ARGS = (
+    "-Xms512m -Xmx768m -XX:TieredStopAtLevel=1 "
+    "-Djruby.logger.class=com.puppetlabs.jruby_utils.jruby.Slf4jLogger"
+)
+MASTER_INSTANCES = 1
+CA_SERVICE = "puppetlabs.services.ca.certificate-authority-service/certificate-authority-service"
+CA_DISABLED_SERVICE = (
+    "puppetlabs.services.ca.certificate-authority-disabled-service/certificate-authority-disabled-service"
+)
+CTL = Path(__file__).resolve().with_name("puppetserver_ctl.py")
+
+
+@dataclass
+class Identity:
+    """A Puppet certname and the ssldir with its key, its certificate, the CA bundle and the CRL,
+    laid out as Puppet lays them out."""
+
+    certname: str
+    ssldir: Path
+
+    @property
+    def hostcert(self) -> Path:
+        return self.ssldir / "certs" / f"{self.certname}.pem"
+
+    @property
+    def hostprivkey(self) -> Path:
+        return self.ssldir / "private_keys" / f"{self.certname}.pem"
+
+    @property
+    def localcacert(self) -> Path:
+        return self.ssldir / "certs" / "ca.pem"
+
+    @property
+    def hostcrl(self) -> Path:
+        return self.ssldir / "crl.pem"
+
+
+def _run(cmd: list[str], what: str, timeout: float = 120) -> str:
+    cp = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=clean_env()
+    )
+    if cp.returncode != 0:
+        raise StackError(f"{what} failed (exit {cp.returncode}): {' '.join(cmd)}\n{cp.stdout}{cp.stderr}")
+    return cp.stdout
+
+
+# The extensions Puppet's CA puts in the certificates it signs for agents and servers
+# (compare `openssl x509 -text` of one it signed): no pp_cli_auth, which only the CA host gets.
+SIGN_EXTENSIONS = """\
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = critical, serverAuth, clientAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+nsComment = "Puppet Server Internal Certificate"
+subjectAltName = {sans}
+"""
+
+
+def ca_sign(cadir: Path, ca_ssldir: Path, ident: Identity, alt_names: Iterable[str] = ()) -> None:
+    """A new 2048-bit key and a certificate for ``ident``, signed with openssl by the Puppet CA in
+    ``cadir`` with the extensions Puppet's CA would give it; written to ``ident.ssldir`` with the
+    CA bundle and CRL of ``ca_ssldir``, and recorded in the CA's serial, inventory and signed/
+    as Puppet's CA records its own."""
+    ssl_dir = ident.ssldir
+    for d in (ssl_dir, ssl_dir / "certs", ssl_dir / "private_keys"):
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o750)
+    key, cert = ident.hostprivkey, ident.hostcert
+    _run(["openssl", "genrsa", "-traditional", "-out", str(key), "2048"], f"a key for {ident.certname}")
+    os.chmod(key, 0o640)
+    csr, ext = ssl_dir / f"{ident.certname}.csr", ssl_dir / f"{ident.certname}.ext"
+    _run(
+        ["openssl", "req", "-new", "-key", str(key), "-subj", f"/CN={ident.certname}", "-out", str(csr)],
+        f"a CSR for {ident.certname}",
+    )
+    sans = ", ".join(f"DNS:{n}" for n in dict.fromkeys([ident.certname, *alt_names]))
+    ext.write_text(SIGN_EXTENSIONS.format(sans=sans))
+    serial_file = cadir / "serial"
+    serial = int(serial_file.read_text().strip(), 16)
+    _run(
+        ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(cadir / "ca_crt.pem"),
+         "-CAkey", str(cadir / "ca_key.pem"), "-set_serial", str(serial), "-days", "30", "-sha256",
+         "-extfile", str(ext), "-out", str(cert)],
+        f"signing {ident.certname}",
+    )  # fmt: skip
+    csr.unlink()
+    ext.unlink()
+    serial_file.write_text(f"{serial + 1:04X}")  # the file keeps its owner (puppet)
+    dates = _run(["openssl", "x509", "-in", str(cert), "-noout", "-startdate", "-enddate"], "dates")
+    stamp = {
+        k: time.strftime("%Y-%m-%dT%H:%M:%SUTC", time.strptime(v.strip(), "%b %d %H:%M:%S %Y %Z"))
+        for k, v in (line.split("=", 1) for line in dates.splitlines())
+    }
+    with open(cadir / "inventory.txt", "a") as inv:
+        inv.write(f"0x{serial:04x} {stamp['notBefore']} {stamp['notAfter']} /CN={ident.certname}\n")
+    signed = cadir / "signed" / f"{ident.certname}.pem"
+    shutil.copyfile(cert, signed)
+    pw = pwd.getpwnam("puppet")
+    os.chown(signed, pw.pw_uid, pw.pw_gid)
+    os.chmod(cert, 0o644)
+    shutil.copyfile(ca_ssldir / "certs" / "ca.pem", ident.localcacert)
+    shutil.copyfile(ca_ssldir / "crl.pem", ident.hostcrl)
+    os.chmod(ident.localcacert, 0o644)
+    os.chmod(ident.hostcrl, 0o644)
+
+
+class CompileMaster:
+    """One Puppet Server compile master on ``host``:8140 (see the section's comment).
+
+    ``ca=True``: this master holds the CA; ``setup_ca`` makes it with `puppetserver ca setup`.
+    Otherwise its bootstrap has the CA service disabled, and ``issue_cert`` gets its certificate
+    from the CA master. Start, stop and restart go through puppetserver_ctl.py (``ctl_*`` below)
+    with the spec written to ``spec_file``.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        name: str,
+        host: str,
+        certname: str,
+        ca: bool,
+        java_args: str | None = None,
+        instances: int = MASTER_INSTANCES,
+        alt_names: Iterable[str] = (LB_NAME,),
+        codedir: Path | None = None,
+    ):
+        self.dir, self.name, self.host, self.ca = workdir, name, host, ca
+        self.ident = Identity(certname, workdir / "ssl")
+        self.alt_names = list(alt_names)
+        self.java_args = (
+            java_args or os.environ.get("PMCHECK_E2E_MASTER_JAVA_ARGS") or MASTER_JAVA_ARGS
+        ).split()
+        self.instances = instances
+        self.confdir = workdir / "puppet"
+        # its own code dir (with a `production` environment, which Puppet Server would otherwise
+        # try to create at start as user puppet): the host's /etc/puppet/code is left alone
+        self.codedir = codedir or workdir / "code"
+        self.puppet_conf = self.confdir / "puppet.conf"
+        self.cadir = workdir / "ca"
+        self.confd = workdir / "conf.d"
+        self.bootstrap = workdir / "services.d"
+        self.vardir, self.rundir, self.logdir = workdir / "var", workdir / "run", workdir / "log"
+        self.restart_file = self.rundir / "restart"
+        self.log = workdir / "puppetserver.log"
+        self.access_log = workdir / "puppetserver-access.log"
+        self.pidfile = workdir / "puppetserver.pid"
+        self.spec_file = workdir / "ctl.json"
+        self._prepare()
+
+    @property
+    def addr(self) -> str:
+        return f"{self.host}:{PUPPET_PORT}"
+
+    def _prepare(self) -> None:
+        pw = pwd.getpwnam("puppet")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o755)
+        self.confdir.mkdir(mode=0o755)
+        for d in (self.codedir, self.codedir / "environments", self.codedir / "environments" / "production"):
+            d.mkdir(mode=0o755, exist_ok=True)
+        self.puppet_conf.write_text(
+            "# written by tests/e2e/e2e_stack.py: a compile master of the rolling-restart test\n"
+            f"[main]\ncertname = {self.ident.certname}\nssldir = {self.ident.ssldir}\n"
+            # only `puppetserver ca setup` makes keys from this; 2048 bits take a second, not five
+            "keylength = 2048\n"
+            f"[server]\ncadir = {self.cadir}\n"
+        )
+        shutil.copytree(PUPPETSERVER_CONFD, self.confd)
+        web = self.confd / "webserver.conf"
+        text = _hocon_set(web.read_text(), "ssl-host", self.host)
+        text = _hocon_set(text, "ssl-port", str(PUPPET_PORT))
+        (self.dir / "request-logging.xml").write_text(REQUEST_LOGGING.format(access_log=self.access_log))
+        text = _hocon_set(text, "access-log-config", str(self.dir / "request-logging.xml"))
+        web.write_text(text)
+        ps = self.confd / "puppetserver.conf"
+        text = ps.read_text()
+        for key, value in (
+            ("server-conf-dir", self.confdir),
+            ("server-code-dir", self.codedir),
+            ("server-var-dir", self.vardir),
+            ("server-run-dir", self.rundir),
+            ("server-log-dir", self.logdir),
+        ):
+            text = _hocon_set(text, key, str(value))
+        text, n = re.subn(
+            r"(?m)^(\s*)#?\s*max-active-instances\s*[:=].*$",
+            rf"\g<1>max-active-instances: {self.instances}",
+            text,
+        )
+        if n != 1:
+            raise StackError(f"expected one `max-active-instances` in puppetserver.conf, found {n}")
+        ps.write_text(text)
+        (self.dir / "logback.xml").write_text(LOGBACK)
+        glob = self.confd / "global.conf"
+        glob.write_text(_hocon_set(glob.read_text(), "logging-config", str(self.dir / "logback.xml")))
+        shutil.copytree(PUPPETSERVER_SERVICES_D, self.bootstrap)
+        # ca.cfg names the CA service and, commented out, the disabled one (and other services):
+        # a compile master swaps the two
+        ca_cfg = self.bootstrap / "ca.cfg"
+        lines, found = [], set()
+        for line in ca_cfg.read_text().splitlines():
+            service = line.lstrip("#").strip()
+            if service in (CA_SERVICE, CA_DISABLED_SERVICE):
+                found.add(service)
+                line = service if (service == CA_SERVICE) == self.ca else f"#{service}"
+            lines.append(line)
+        if found != {CA_SERVICE, CA_DISABLED_SERVICE}:
+            raise StackError(f"{PUPPETSERVER_SERVICES_D}/ca.cfg does not name both CA services: {lines}")
+        ca_cfg.write_text("\n".join(lines) + "\n")
+        for p in [*self.confd.rglob("*"), *self.bootstrap.rglob("*")]:
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        for d in (self.vardir, self.rundir, self.logdir):
+            d.mkdir(mode=0o750)
+            os.chown(d, pw.pw_uid, pw.pw_gid)
+        self.access_log.touch()
+        os.chown(self.access_log, pw.pw_uid, pw.pw_gid)
+        self.spec_file.write_text(json.dumps(self.spec(), indent=2))
+
+    def spec(self) -> dict:
+        """What puppetserver_ctl.py needs to start, check and stop this master."""
+        pw = pwd.getpwnam("puppet")
+        cmd = [
+            "setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups", "--",
+            "java", *self.java_args,
+            f"-Djruby.lib={JRUBY_LIB}",
+            "-XX:+CrashOnOutOfMemoryError",
+            f"-XX:ErrorFile={self.dir}/puppetserver_err_pid%p.log",
+            "-jar", PUPPETSERVER_JAR,
+            "--config", str(self.confd),
+            "--bootstrap-config", str(self.bootstrap),
+            "--restart-file", str(self.restart_file),
+        ]  # fmt: skip
+        env = {
+            "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "HOME": pw.pw_dir,
+            "USER": "puppet",
+            "LOGNAME": "puppet",
+        }
+        return {
+            "name": self.name, "cmd": cmd, "env": env, "cwd": str(self.dir), "log": str(self.log),
+            "restart_file": str(self.restart_file), "pidfile": str(self.pidfile),
+            "host": self.host, "port": PUPPET_PORT, "certname": self.ident.certname,
+            "cafile": str(self.ident.localcacert),
+            # in the JVM's command line and nobody else's: a recycled PID is never taken for it
+            "marker": str(self.confd),
+        }  # fmt: skip
+
+    # -- certificates
+
+    def setup_ca(self) -> None:
+        """The CA (root and intermediate) and this master's certificate, with `puppetserver ca
+        setup`, offline, as on a fresh CA host."""
+        if not self.ca:
+            raise StackError(f"{self.name} does not hold the CA")
+        _run(
+            ["puppetserver", "ca", "setup", "--config", str(self.puppet_conf),
+             "--subject-alt-names", ",".join(self.alt_names), "--ca-name", "pmcheck e2e CA"],
+            "puppetserver ca setup",
+        )  # fmt: skip
+
+    def issue(self, ident: Identity, alt_names: Iterable[str] = ()) -> None:
+        """A certificate for ``ident`` signed by this master's CA."""
+        if not self.ca:
+            raise StackError(f"{self.name} does not hold the CA")
+        ca_sign(self.cadir, self.ident.ssldir, ident, alt_names)
+
+    def issue_own_cert(self, ca_master: CompileMaster) -> None:
+        """This (CA-less) master's certificate, from the CA master, readable by user puppet."""
+        ca_master.issue(self.ident, self.alt_names)
+        pw = pwd.getpwnam("puppet")
+        for p in [self.ident.ssldir, *self.ident.ssldir.rglob("*")]:
+            os.chown(p, pw.pw_uid, pw.pw_gid)
+
+    # -- lifecycle (through puppetserver_ctl.py, as `pmcheck cycle` does)
+
+    def ctl_argv(self, action: str) -> list[str]:
+        return [sys.executable, str(CTL), action, str(self.spec_file)]
+
+    def pid(self) -> int | None:
+        return ctl_pid(self.spec())
+
+    def running(self) -> bool:
+        return self.pid() is not None
+
+    def stop(self) -> float | None:
+        return ctl_stop(self.spec())
+
+    def status(self) -> TLSReply:
+        return ctl_status(self.spec())
+
+    def pool(self) -> dict | None:
+        """The JRuby pool as this master reports it (``status.experimental.metrics`` of
+        ``jruby-metrics``), or None while it does not answer."""
+        ctx = tls_context(str(self.ident.localcacert))
+        try:
+            r = https_request(
+                PUPPET_PORT, self.ident.certname, ctx, "/status/v1/services/jruby-metrics?level=debug",
+                host=self.host, timeout=5,
+            )  # fmt: skip
+            return json.loads(r.body)["status"]["experimental"]["metrics"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+# -- puppetserver_ctl.py's work: a JVM started detached, known by its pidfile
+
+
+def _proc_state(pid: int) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, Z...), None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def _gone(pid: int) -> bool:
+    return _proc_state(pid) in (None, "Z", "X")
+
+
+def ctl_pid(spec: dict) -> int | None:
+    """The PID in the pidfile, if that process is alive and is this master's JVM (its command line
+    names the master's conf.d): never a recycled PID."""
+    try:
+        pid = int(Path(spec["pidfile"]).read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    if _gone(pid) or spec["marker"].encode() not in cmdline.split(b"\0"):
+        return None
+    return pid
+
+
+def ctl_status(spec: dict) -> TLSReply:
+    ctx = tls_context(spec["cafile"])
+    return https_request(
+        spec["port"], spec["certname"], ctx, "/status/v1/simple", host=spec["host"], timeout=5
+    )
+
+
+def ctl_ready(spec: dict) -> bool:
+    if Path(spec["restart_file"]).read_text().strip() != "1":
+        return False
+    r = ctl_status(spec)
+    return r.status == 200 and r.body.strip() == "running"
+
+
+def ctl_stop(spec: dict, term_timeout: float = 60) -> float | None:
+    """Stop the master's JVM by the PID in its pidfile (SIGTERM to its process group, SIGKILL
+    after ``term_timeout``), wait until its port is closed; the seconds it took, None when it was
+    not running."""
+    pid = ctl_pid(spec)
+    if pid is None:
+        return None
+    t0 = time.monotonic()
+    # started with start_new_session: its process group id is its PID (setpriv execs java)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    try:
+        wait_until(f"Puppet Server {spec['name']} (pid {pid}) to exit", lambda: _gone(pid), term_timeout, 0.1)
+    except TimeoutError:
+        print(f"[e2e] Puppet Server {spec['name']} (pid {pid}) ignored SIGTERM for {term_timeout}s: SIGKILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        wait_until(f"Puppet Server {spec['name']} (pid {pid}) to die", lambda: _gone(pid), 10, 0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)  # whatever it forked
+    wait_until(
+        f"{spec['host']}:{spec['port']} to close",
+        lambda: not port_accepts(spec["port"], spec["host"]),
+        30,
+    )
+    Path(spec["pidfile"]).unlink(missing_ok=True)
+    return time.monotonic() - t0
+
+
+def ctl_start(spec: dict, timeout: float = 300) -> float:
+    """Start the master's JVM detached (its own session; the pidfile is written at once), wait
+    until it is ready (restart file 1, `/status/v1/simple` running); the seconds it took."""
+    if ctl_pid(spec) is not None:
+        raise StackError(f"Puppet Server {spec['name']} is already running")
+    if port_accepts(spec["port"], spec["host"]):
+        raise StackError(f"something already listens on {spec['host']}:{spec['port']}")
+    pw = pwd.getpwnam("puppet")
+    restart = Path(spec["restart_file"])
+    restart.write_text("0")
+    os.chown(restart, pw.pw_uid, pw.pw_gid)
+    t0 = time.monotonic()
+    with open(spec["log"], "ab") as log:
+        log.write(f"\n==== e2e: starting Puppet Server at {time.strftime('%H:%M:%S')}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            spec["cmd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=spec["cwd"], env=spec["env"], start_new_session=True,
+        )  # fmt: skip
+    pidfile = Path(spec["pidfile"])
+    tmp = pidfile.with_name(pidfile.name + ".tmp")
+    tmp.write_text(f"{proc.pid}\n")
+    os.replace(tmp, pidfile)
+
+    def alive() -> None:
+        if proc.poll() is not None:
+            raise StackError(
+                f"Puppet Server {spec['name']} exited (status {proc.returncode}); log tail:\n{tail(spec['log'])}"
+            )
+
+    try:
+        wait_until(f"Puppet Server {spec['name']} to be ready", lambda: ctl_ready(spec), timeout, 0.25, alive)
+    except BaseException:
+        ctl_stop(spec)
+        raise
+    return time.monotonic() - t0
+
+
+def stop_strays(marker: str) -> list[int]:
+    """Kill (SIGKILL, by PID) every process whose command line holds ``marker`` (a master's own
+    conf.d path, in the temp dir): a JVM whose pidfile never got written (a restart interrupted
+    between start and pidfile). Returns the PIDs."""
+    killed = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (d / "cmdline").read_bytes().split(b"\0") and not _gone(int(d.name)):
+                os.kill(int(d.name), signal.SIGKILL)
+                killed.append(int(d.name))
+        except OSError:
+            continue
+    return killed
+
+
+# -- real agents, again and again
+
+
+@dataclass
+class AgentRunRecord:
+    agent: str
+    number: int
+    start: float  # time.monotonic()
+    end: float
+    code: int
+    log: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.code in (0, 2)
+
+    def overlaps(self, t0: float, t1: float) -> bool:
+        return self.start < t1 and self.end > t0
+
+
+class AgentLoop:
+    """``puppet agent --test --noop`` as one node (its own certname, ssldir and vardir), run
+    again and again through the load balancer at ``server``:``port`` until stopped. Every run
+    is recorded with its exit code (0 and 2 are successes) and its log file."""
+
+    def __init__(self, ident: Identity, workdir: Path, server: str, port: int, environment: str):
+        self.ident, self.dir = ident, workdir
+        self.server, self.port, self.environment = server, port, environment
+        self.runs: list[AgentRunRecord] = []
+        self.current: subprocess.Popen | None = None
+        self.current_start: float | None = None
+        self.error: BaseException | None = None
+        self.cut = 0  # runs stopped by kill(): not recorded, they say nothing about the masters
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._killed = False
+        self._thread = threading.Thread(target=self._loop, name=f"agent {ident.certname}", daemon=True)
+        workdir.mkdir(parents=True, exist_ok=True)
+
+    def command(self) -> list[str]:
+        d = self.dir
+        return [
+            "puppet", "agent", "--test", "--noop",
+            "--server", self.server, "--serverport", str(self.port),
+            "--environment", self.environment,
+            "--certname", self.ident.certname, "--ssldir", str(self.ident.ssldir),
+            "--vardir", str(d / "var"), "--rundir", str(d / "run"),
+            "--logdir", str(d / "log"), "--publicdir", str(d / "public"),
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        n = 0
+        try:
+            while not self._stop.is_set():
+                n += 1
+                log_path = self.dir / f"run{n:03d}.log"
+                with open(log_path, "wb") as log:
+                    with self._lock:
+                        self.current_start = time.monotonic()
+                        self.current = subprocess.Popen(
+                            self.command(), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=clean_env(), start_new_session=True,
+                        )  # fmt: skip
+                    code = self.current.wait()
+                with self._lock:
+                    if self._killed:
+                        self.cut += 1
+                        self.current, self.current_start = None, None
+                        return
+                    self.runs.append(
+                        AgentRunRecord(
+                            self.ident.certname, n, self.current_start, time.monotonic(), code, log_path
+                        )
+                    )
+                    self.current, self.current_start = None, None
+        except BaseException as e:  # noqa: BLE001 - reported by finish()
+            self.error = e
+
+    def in_flight(self) -> bool:
+        with self._lock:
+            return self.current is not None
+
+    def finish(self, timeout: float = 180) -> None:
+        """Let the run under way end, and start no other."""
+        self._stop.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise StackError(f"the run of {self.ident.certname} did not end within {timeout}s")
+        if self.error is not None:
+            raise StackError(f"agent loop {self.ident.certname} broke: {self.error!r}")
+
+    def kill(self) -> None:
+        """Stop at once: the run under way is stopped by its PID, and not recorded."""
+        self._stop.set()
+        with self._lock:
+            self._killed = True
+            proc = self.current
+        if proc is not None:
+            stop_pid(proc, f"puppet agent {self.ident.certname}", term_timeout=5)
+        self._thread.join(10)
