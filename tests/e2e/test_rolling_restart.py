@@ -46,7 +46,7 @@ COMPILE_SECONDS = 3
 BASELINE_AFTER_STOP = 5
 STEPS = ["drain", "wait-drained", "command", "wait-healthy", "undrain", "wait-undrained"]
 STEP_LINE = re.compile(r"^pmcheck cycle: step (\S+) took ([0-9.]+)s: (.*)$")
-CONNECTIONS = re.compile(r"(\d+) agent connection\(s\) at the start, the last closed after ([0-9.]+)s")
+CONNECTIONS = re.compile(r"up to (\d+) agent connection\(s\) in flight, the last closed after ([0-9.]+)s")
 # HAProxy's tcplog: ... frontend backend/server Tw/Tc/Tt bytes TERMINATION-STATE ...
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TCPLOG = re.compile(r" (\S+)/(\S+) (-?\d+)/(-?\d+)/(\+?-?\d+) (\+?\d+) (\S\S) ")
