@@ -59,10 +59,12 @@ pub enum CycleError {
         how: String,
     },
     /// SIGINT, SIGTERM or SIGHUP.
-    #[error("interrupted during {step}; the node stays drained")]
+    #[error("interrupted during {step}{left}")]
     Interrupted {
         /// The step it stopped in.
         step: &'static str,
+        /// What state the node is left in.
+        left: &'static str,
     },
 }
 
@@ -148,7 +150,10 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     let status = run_command(&cycle.command, &mut signals)
         .await
         .map_err(|how| match how {
-            None => CycleError::Interrupted { step: "command" },
+            None => CycleError::Interrupted {
+                step: "command",
+                left: LEFT_DRAINED,
+            },
             Some(how) => CycleError::Command {
                 command: command.clone(),
                 how,
@@ -213,8 +218,9 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
                 source,
                 left: "; the node is undrained, but not every load balancer has taken it back",
             },
-            CycleError::Interrupted { .. } => CycleError::Interrupted {
-                step: "wait-undrained (already undrained)",
+            CycleError::Interrupted { step, .. } => CycleError::Interrupted {
+                step,
+                left: "; the node is already undrained",
             },
             other => other,
         })?;
@@ -232,7 +238,10 @@ async fn wait_step(
 ) -> Result<wait::Done, CycleError> {
     match wait::wait(goal, how, signals.next()).await {
         Ok(done) => Ok(done),
-        Err(WaitError::Interrupted { .. }) => Err(CycleError::Interrupted { step: name }),
+        Err(WaitError::Interrupted { .. }) => Err(CycleError::Interrupted {
+            step: name,
+            left: LEFT_DRAINED,
+        }),
         Err(source) => Err(CycleError::Wait {
             step: name,
             source,
@@ -295,8 +304,16 @@ impl Signals {
     }
 }
 
-/// Rewrites our drain record to say why the cycle stopped, keeping who and since.
+/// Rewrites our drain record to say why the cycle stopped, keeping who and since; a record
+/// somebody else wrote meanwhile is left as it is.
 fn stopped(file: &DrainFile, record: &DrainRecord, e: &CycleError) {
+    if file.current().and_then(|d| d.record).as_ref() != Some(record) {
+        eprintln!(
+            "pmcheck cycle: the drain record is not this cycle's any more; left as it is: {}",
+            file.path().display()
+        );
+        return;
+    }
     let why = match e {
         CycleError::Wait {
             step,
@@ -305,7 +322,7 @@ fn stopped(file: &DrainFile, record: &DrainRecord, e: &CycleError) {
         } => format!("{step} timed out after {}", format_duration(*waited)),
         CycleError::Wait { step, .. } => format!("{step} failed"),
         CycleError::Command { how, .. } => format!("the command {how}"),
-        CycleError::Interrupted { step } => format!("interrupted during {step}"),
+        CycleError::Interrupted { step, .. } => format!("interrupted during {step}"),
         CycleError::NoDaemon(_) | CycleError::Drain(_) => return,
     };
     // The cause is the point: shorten the operator's reason, never the cause.
@@ -406,7 +423,16 @@ mod tests {
             now.reason
                 .ends_with("; cycle stopped: the command exited with 1")
         );
+        let theirs = DrainRecord::new("kernel upgrade".into(), None, SystemTime::now());
+        file.write(&theirs).unwrap();
+        stopped(&file, &record, &e);
+        assert_eq!(
+            file.current().unwrap().record.unwrap(),
+            theirs,
+            "not ours: kept"
+        );
         let short = DrainRecord::new("upgrade".into(), None, SystemTime::now());
+        file.write(&short).unwrap();
         stopped(&file, &short, &e);
         assert_eq!(
             file.current().unwrap().record.unwrap().reason,
