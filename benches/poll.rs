@@ -17,6 +17,7 @@ use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
 use pmcheck::puppet::probe::{ProbeOutcome, ProbeReport};
 use pmcheck::responder::http::Responder;
+use pmcheck::responder::metrics::Metrics;
 use pmcheck::responder::pollers::Pollers;
 use tokio::sync::watch;
 
@@ -65,6 +66,7 @@ fn health() -> (Responder, Senders) {
         },
         pollers: Pollers::new(),
         puppet: None,
+        metrics: Some(Metrics::new()),
     };
     (health, (publish, publish_drain, publish_rejoin))
 }

@@ -30,7 +30,7 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the health responder daemon.
+    /// Run the health responder daemon (also Prometheus metrics at GET /metrics).
     Serve(ServeArgs),
     /// Answer exactly one poll on stdin/stdout (for xinetd or a systemd Accept=yes socket).
     Inetd(InetdArgs),

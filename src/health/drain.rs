@@ -131,6 +131,17 @@ impl Drain {
         }
     }
 
+    /// When the drain began, if the record says so in RFC 3339.
+    pub fn since(&self) -> Option<SystemTime> {
+        let since = &self.record.as_ref()?.since;
+        humantime::parse_rfc3339_weak(since).ok()
+    }
+
+    /// When a `drain --for` lapses; `None` for a drain that lasts until `pmcheck undrain`.
+    pub fn until(&self) -> Option<SystemTime> {
+        self.until
+    }
+
     /// Whether the drain lapsed by itself (`drain --for`).
     pub fn expired_at(&self, now: SystemTime) -> bool {
         self.until.is_some_and(|until| until <= now)

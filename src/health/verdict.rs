@@ -39,6 +39,16 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Every verdict, in declaration order (a verdict's index in it is `verdict as usize`).
+    pub const ALL: [Verdict; 6] = [
+        Verdict::Ok,
+        Verdict::Drained,
+        Verdict::Down,
+        Verdict::NotReady,
+        Verdict::Starting,
+        Verdict::Unknown,
+    ];
+
     /// The word itself.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -21,6 +21,7 @@ use crate::health::weight::Rejoin;
 use crate::puppet::probe::{Latest, ProbeReport};
 use crate::puppet::traffic;
 use crate::responder::agent;
+use crate::responder::metrics::{self, Metrics, Now};
 use crate::responder::pollers::{Pollers, Via};
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
@@ -44,7 +45,13 @@ pub struct Responder {
     /// Puppet Server's listener, whose agent connections the operator's view counts; `None`
     /// when the settings could not say.
     pub puppet: Option<SocketAddr>,
+    /// The daemon's counters for `/metrics`; `None` in inetd mode, whose process lives for
+    /// one poll and so has nothing to count.
+    pub metrics: Option<Metrics>,
 }
+
+/// Where Prometheus scrapes; every other path answers the health check.
+pub const METRICS_PATH: &str = "/metrics";
 
 /// The `User-Agent` of pmcheck's own requests (`status`, `drain --wait`): the operator's
 /// tool is not a load balancer, so its polls are not recorded as a poller's.
@@ -60,41 +67,100 @@ impl Responder {
     ///
     /// A JSON request from loopback is the operator's: its answer also lists the pollers and
     /// the agent connections. Those name other hosts and cost a read of the kernel's socket
-    /// tables, so nobody else gets them.
+    /// tables, so nobody else gets them. `/metrics` is Prometheus's; every other path is a poll.
     pub fn answer<B>(&self, request: &Request<B>, peer: IpAddr) -> Response<Full<Bytes>> {
         let method = request.method();
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return method_not_allowed();
         }
-        let now = Instant::now();
-        let drain = Arc::clone(&self.drain.borrow());
-        let probe = self.latest();
-        let rejoin = *self.rejoin.borrow();
-        let decision = Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules);
         let headers = request.headers();
-        // pmcheck's own tool runs on this host: the header is only looked at from here.
-        let local = peer.to_canonical().is_loopback();
-        if !(local && from_pmcheck(headers)) {
-            self.pollers.record(peer, Via::Http, decision.verdict, now);
+        if request.uri().path() == METRICS_PATH {
+            return self.scrape(method, headers);
         }
-        if local && wants_json(headers) {
-            let mut answer = decision.answer();
-            answer.pollers = Some(self.pollers.answer(now));
-            answer.traffic = self.puppet.map(traffic_at);
-            return respond_with(&decision, method, answer.to_json(), true);
-        }
-        respond(&decision, method, headers)
+        self.decide(|decision, now| {
+            self.count(peer, Via::Http, decision.verdict, now, headers);
+            // pmcheck's own tool runs on this host: the header is only looked at from here.
+            if peer.to_canonical().is_loopback() && wants_json(headers) {
+                let mut answer = decision.answer();
+                answer.pollers = Some(self.pollers.answer(now));
+                answer.traffic = self.puppet.map(traffic_at);
+                return respond_with(decision, method, answer.to_json(), true);
+            }
+            respond(decision, method, headers)
+        })
     }
 
     /// The agent check's line for `peer`, noted as what it was told.
     pub fn agent_line(&self, peer: IpAddr) -> String {
+        self.decide(|decision, now| {
+            self.count(peer, Via::Agent, decision.verdict, now, &HeaderMap::new());
+            agent::line(decision)
+        })
+    }
+
+    /// Decides from the latest drain state, probe report and rejoin state, as of now.
+    fn decide<R>(&self, then: impl FnOnce(&Decision<'_>, Instant) -> R) -> R {
         let now = Instant::now();
         let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
         let rejoin = *self.rejoin.borrow();
-        let decision = Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules);
-        self.pollers.record(peer, Via::Agent, decision.verdict, now);
-        agent::line(&decision)
+        then(
+            &Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules),
+            now,
+        )
+    }
+
+    /// Counts a poll, and notes its poller unless it is pmcheck's own tool on this host.
+    fn count(&self, peer: IpAddr, via: Via, verdict: Verdict, now: Instant, headers: &HeaderMap) {
+        if let Some(metrics) = &self.metrics {
+            metrics.polled(via, verdict);
+        }
+        if !(peer.to_canonical().is_loopback() && from_pmcheck(headers)) {
+            self.pollers.record(peer, via, verdict, now);
+        }
+    }
+
+    /// Prometheus's scrape: the same decision a poll gets now, and the counters. Neither
+    /// counted as a poll nor a cause of a probe.
+    fn scrape(&self, method: &Method, headers: &HeaderMap) -> Response<Full<Bytes>> {
+        let Some(metrics) = &self.metrics else {
+            return plain(
+                StatusCode::NOT_FOUND,
+                "404 Not Found: metrics are served by the daemon (pmcheck serve), not in inetd mode\n",
+                method,
+            );
+        };
+        let openmetrics = metrics::wants_openmetrics(headers.get_all(header::ACCEPT).iter());
+        let body = self.decide(|decision, now| {
+            metrics.render(
+                Now {
+                    verdict: decision.verdict,
+                    weight: decision.weight,
+                    drain: decision.drain,
+                    pool: decision.probe.and_then(|p| p.pool.as_ref()),
+                    pollers: self.pollers.count(now),
+                },
+                openmetrics,
+            )
+        });
+        let length = HeaderValue::from(body.len());
+        let mut response = Response::new(Full::new(if *method == Method::HEAD {
+            Bytes::new()
+        } else {
+            Bytes::from(body)
+        }));
+        let h = response.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(if openmetrics {
+                metrics::OPENMETRICS
+            } else {
+                metrics::CLASSIC
+            }),
+        );
+        h.insert(header::CONTENT_LENGTH, length);
+        h.insert(header::CACHE_CONTROL, NO_STORE);
+        response
     }
 }
 
@@ -190,13 +256,23 @@ fn reason_phrase(decision: &Decision<'_>) -> ReasonPhrase {
 }
 
 fn method_not_allowed() -> Response<Full<Bytes>> {
-    const BODY: &str = "405 Method Not Allowed: poll with GET, HEAD or OPTIONS\n";
-    let mut response = Response::new(Full::new(Bytes::from_static(BODY.as_bytes())));
-    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    let mut response = plain(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "405 Method Not Allowed: poll with GET, HEAD or OPTIONS\n",
+        &Method::GET,
+    );
+    response.headers_mut().insert(header::ALLOW, ALLOW);
+    response
+}
+
+/// A fixed text answer with `status`.
+fn plain(status: StatusCode, body: &'static str, method: &Method) -> Response<Full<Bytes>> {
+    let bytes = if *method == Method::HEAD { "" } else { body };
+    let mut response = Response::new(Full::new(Bytes::from_static(bytes.as_bytes())));
+    *response.status_mut() = status;
     let h = response.headers_mut();
-    h.insert(header::ALLOW, ALLOW);
     h.insert(header::CONTENT_TYPE, TEXT);
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(BODY.len()));
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
     h.insert(header::CACHE_CONTROL, NO_STORE);
     response
 }
@@ -296,6 +372,7 @@ mod tests {
             rules: Rules::ONCE,
             pollers: Pollers::new(),
             puppet,
+            metrics: Some(Metrics::new()),
         };
         (responder, (p, d, r))
     }

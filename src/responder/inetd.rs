@@ -63,6 +63,7 @@ pub async fn answer_one(
             ..Rules::ONCE
         },
         pollers: Pollers::new(),
+        metrics: None,
         puppet,
     });
     // Who asks: xinetd hands over the connection; pipes (a test, a shell) have no peer.

@@ -1,5 +1,5 @@
-//! Answering polls: the daemon's listeners and their guards, the HTTP responder, inetd mode and
-//! systemd's socket activation and notifications.
+//! Answering polls: the daemon's listeners and their guards, the HTTP responder and its
+//! Prometheus metrics, inetd mode and systemd's socket activation and notifications.
 
 pub(crate) mod agent;
 pub(crate) mod cidr;
@@ -7,6 +7,7 @@ pub(crate) mod connections;
 pub(crate) mod deadline;
 pub mod http;
 pub(crate) mod inetd;
+pub mod metrics;
 pub mod pollers;
 pub(crate) mod server;
 pub(crate) mod signals;

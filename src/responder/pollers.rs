@@ -122,6 +122,15 @@ impl Pollers {
         });
     }
 
+    /// How many pollers were heard from in the last [`GONE_AFTER`].
+    pub fn count(&self, now: Instant) -> usize {
+        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        table
+            .iter()
+            .filter(|p| now.saturating_duration_since(p.last) < GONE_AFTER)
+            .count()
+    }
+
     /// The pollers heard from in the last [`GONE_AFTER`], the first to poll first.
     pub fn list(&self, now: Instant) -> Vec<Poller> {
         let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);

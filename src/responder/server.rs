@@ -25,6 +25,7 @@ use crate::responder::cidr::{self, Cidr};
 use crate::responder::connections::{Connections, Limits, Throttle};
 use crate::responder::deadline::WriteDeadline;
 use crate::responder::http::Responder;
+use crate::responder::metrics::Metrics;
 use crate::responder::pollers::Pollers;
 use crate::settings::Settings;
 use crate::settings::duration::format_duration;
@@ -210,6 +211,7 @@ pub async fn serve(
         rules,
         pollers: Pollers::new(),
         puppet: Some(settings.puppet_addr.value),
+        metrics: Some(Metrics::new()),
     });
 
     let limits = options.limits.fit_descriptors();
@@ -273,7 +275,7 @@ pub async fn serve(
         interval,
         publish,
         reload,
-        log_changes(Arc::clone(&health)),
+        observe(Arc::clone(&health)),
         until_stopped(stopped.clone()),
     ));
     ready();
@@ -477,6 +479,17 @@ fn answers(
     service_fn(move |request| std::future::ready(Ok(health.answer(&request, peer))))
 }
 
+/// What the prober's every report goes through: the metrics count it, the log notes changes.
+fn observe(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
+    let mut log = log_changes(Arc::clone(&health));
+    move |report| {
+        if let Some(metrics) = &health.metrics {
+            metrics.probed(report);
+        }
+        log(report);
+    }
+}
+
 /// Logs one line whenever the verdict changes, not one per poll: a new verdict, a new cause
 /// of a 503, or an OK node turning busy, warming or warm (not every change of the pool's
 /// numbers, which move with every compile).
@@ -536,6 +549,7 @@ mod tests {
             },
             pollers: Pollers::new(),
             puppet: None,
+            metrics: Some(Metrics::new()),
         };
         (Arc::new(health), (p, d, r))
     }

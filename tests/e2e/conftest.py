@@ -232,6 +232,28 @@ def xinetd(request, testdir):
         x.stop()
 
 
+@pytest.fixture
+def prometheus(request, testdir):
+    """Factory: prometheus(target) -> a started Prometheus scraping ``target`` with the shipped
+    alert rules."""
+    started: list[st.Prometheus] = []
+    for program in ("prometheus", "promtool"):
+        if shutil.which(program) is None:
+            unavailable(f"{program} is not installed (scripts/e2e installs Debian's prometheus with apt-get)")
+
+    def make(target: str) -> st.Prometheus:
+        p = st.Prometheus(testdir, target, REPO / "packaging" / "prometheus" / "pmcheck-alerts.yml")
+        add_log(request, "prometheus", p.log)
+        started.append(p)
+        took = p.start()
+        record("Prometheus start", f"{took:.1f}s")
+        return p
+
+    yield make
+    for p in started:
+        p.stop()
+
+
 @pytest.fixture(scope="session")
 def shipped_haproxy() -> str:
     return (REPO / "packaging" / "haproxy" / "pmcheck.cfg").read_text()

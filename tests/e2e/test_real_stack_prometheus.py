@@ -1,0 +1,106 @@
+"""pmcheck's /metrics as the real Prometheus server sees it (Debian's prometheus package).
+
+One Prometheus scrapes one pmcheck every second with the shipped alert rules loaded. The
+test asks Prometheus's HTTP API, not pmcheck, for the verdict and Puppet Server's pool, and
+follows them through a drain, an undrain and a stop of the real Puppet Server. `promtool
+check metrics` lints pmcheck's scrape in each state. It runs after the capacity test and
+leaves Puppet Server stopped: the rolling-restart test after it needs 127.0.0.1:8140 free, and
+the `puppetserver` fixture starts it again for anything else.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import e2e_stack as st
+from conftest import record
+
+
+def promtool_check_metrics(serve: st.PmcheckServe, state: str) -> None:
+    scrape = serve.get("/metrics")
+    assert scrape.status == 200, scrape
+    assert scrape.headers["content-type"].startswith("text/plain; version=0.0.4"), scrape.headers
+    lint = subprocess.run(
+        ["promtool", "check", "metrics"], input=scrape.body, capture_output=True, text=True, timeout=30
+    )
+    said = (lint.stdout + lint.stderr).strip()
+    assert lint.returncode == 0 and not said, f"promtool on the {state} scrape: {said}\n{scrape.body}"
+
+
+def test_7_prometheus_follows_a_drain_and_a_stop(pmcheck, puppetserver, prometheus, testdir):
+    state = testdir / "state"
+    serve = pmcheck.serve(state, "--interval", "500ms")
+    serve.wait_verdict(200)
+    promtool_check_metrics(serve, "healthy")
+    prom = prometheus(serve.listen)
+
+    def wait(what: str, promql: str, pred, timeout: float = 30) -> float:
+        value, took = st.wait_until(
+            f"Prometheus: {what} ({promql})",
+            lambda: (v := prom.value(promql)) is not None and pred(v) and (v,),
+            timeout, interval=0.25, alive=prom.check_alive,
+        )  # fmt: skip
+        return value[0]
+
+    wait("pmcheck scraped", 'up{job="pmcheck"}', lambda v: v == 1)
+    wait("the verdict OK", 'pmcheck_verdict{verdict="OK"}', lambda v: v == 1)
+    size = puppetserver.pool()["num-jrubies"]
+    assert wait("the pool's size", "pmcheck_puppetserver_jruby_pool_size", lambda v: v == size) == size
+    free = wait("the free JRubies", "pmcheck_puppetserver_jruby_free", lambda v: 0 <= v <= size)
+    record("Prometheus: Puppet Server's pool", f"size {size}, free {free:.0f}")
+    groups = prom.api("rules")["groups"]
+    rules = {r["name"]: r["health"] for g in groups for r in g["rules"]}
+    assert rules == dict.fromkeys(
+        [
+            "PmcheckDrainedTooLong",
+            "PmcheckNoHealthyCompileMaster",
+            "PmcheckPoolSaturated",
+            "PmcheckProbeFailing",
+        ],
+        "ok",
+    ), rules
+
+    # a drain: DRAINED and drained in Prometheus, with the drain's start
+    t0 = time.monotonic()
+    drained_at = time.time()
+    assert pmcheck.run("drain", "--reason", "e2e prometheus", "--state-dir", str(state)).returncode == 0
+    wait("the verdict DRAINED", 'pmcheck_verdict{verdict="DRAINED"}', lambda v: v == 1)
+    record("drain -> Prometheus sees DRAINED (scrape_interval 1s)", f"{time.monotonic() - t0:.2f}s")
+    assert prom.value('pmcheck_verdict{verdict="OK"}') == 0
+    wait("drained", "pmcheck_drained", lambda v: v == 1)
+    started = wait("the drain's start", "pmcheck_drain_started_timestamp_seconds", lambda v: v > 0)
+    assert abs(started - drained_at) < 5, (started, drained_at)
+    promtool_check_metrics(serve, "drained")
+
+    assert pmcheck.run("undrain", "--state-dir", str(state)).returncode == 0
+    wait("the verdict OK again", 'pmcheck_verdict{verdict="OK"}', lambda v: v == 1)
+    wait("not drained", "pmcheck_drained", lambda v: v == 0)
+
+    # Puppet Server stopped: DOWN, failures by cause, no pool, the alert pending
+    t0 = time.monotonic()
+    puppetserver.stop()
+    wait("the verdict DOWN", 'pmcheck_verdict{verdict="DOWN"}', lambda v: v == 1)
+    record(
+        "Puppet Server stopped -> Prometheus sees DOWN",
+        f"{time.monotonic() - t0:.2f}s after the stop returned",
+    )
+    wait("refused probes", 'pmcheck_probe_failures_total{cause="refused"}', lambda v: v >= 1)
+    st.wait_until(
+        "the pool series to go stale in Prometheus",
+        lambda: prom.value("pmcheck_puppetserver_jruby_pool_size") is None,
+        30, interval=0.25, alive=prom.check_alive,
+    )  # fmt: skip
+    assert prom.value('pmcheck_probe_failures_total{cause="tls"}') == 0
+    alerts, took = st.wait_until(
+        "PmcheckNoHealthyCompileMaster pending",
+        lambda: {
+            a["labels"]["alertname"]: a["state"]
+            for a in prom.api("alerts")["alerts"]
+            if a["labels"]["alertname"] == "PmcheckNoHealthyCompileMaster"
+        },
+        30, interval=0.25, alive=prom.check_alive,
+    )  # fmt: skip
+    record("Prometheus: alerts after the stop", repr(alerts))
+    assert alerts["PmcheckNoHealthyCompileMaster"] in ("pending", "firing"), alerts
+    promtool_check_metrics(serve, "down")
