@@ -1,6 +1,6 @@
 //! What one poll costs inside pmcheck: the latest drain state and probe report (both kept by
-//! background tasks), the verdict and the rendered answer (text, JSON, agent-check line). Run
-//! with `cargo bench --bench poll`.
+//! background tasks), the verdict and the rendered answer (text, JSON, agent-check line), and
+//! what a Prometheus scrape costs. Run with `cargo bench --bench poll`.
 //!
 //! Polls over the network (accept, parse, write) are measured by `scripts/bench` with wrk.
 
@@ -97,19 +97,22 @@ fn measure(name: &str, health: &Responder, request: &Request<()>) {
     });
 }
 
-fn time(name: &str, mut poll: impl FnMut()) {
+fn time(name: &str, poll: impl FnMut()) {
+    time_rounds(name, 100_000, poll);
+}
+
+fn time_rounds(name: &str, per_round: u32, mut poll: impl FnMut()) {
     const ROUNDS: u32 = 5;
-    const PER_ROUND: u32 = 100_000;
     let mut best = Duration::MAX;
     for _ in 0..ROUNDS {
         let started = Instant::now();
-        for _ in 0..PER_ROUND {
+        for _ in 0..per_round {
             poll();
         }
-        best = best.min(started.elapsed() / PER_ROUND);
+        best = best.min(started.elapsed() / per_round);
     }
     println!(
-        "{name:<40} {:>8.0} ns/poll (best of {ROUNDS} x {PER_ROUND})",
+        "{name:<40} {:>8.0} ns/poll (best of {ROUNDS} x {per_round})",
         best.as_nanos() as f64
     );
 }
@@ -125,6 +128,11 @@ fn main() {
     assert_eq!(verdict_of(&health), Verdict::Ok);
     measure("OK, text (HAProxy's OPTIONS /)", &health, &options);
     measure("OK, JSON", &health, &json);
+    // Prometheus's scrape: not a poll, but it must stay cheap and never wait for Puppet Server.
+    let scrape = Request::get("/metrics").body(()).expect("request");
+    time_rounds("Prometheus scrape (classic text)", 10_000, || {
+        black_box(health.answer(black_box(&scrape), LB));
+    });
     assert!(health.agent_line(LB).starts_with("up ready 75% #OK - "));
     time("OK, agent-check line", || {
         black_box(health.agent_line(LB));

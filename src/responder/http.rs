@@ -77,10 +77,12 @@ impl Responder {
         if request.uri().path() == METRICS_PATH {
             return self.scrape(method, headers);
         }
+        // pmcheck's own tool runs on this host: the header is only looked at from here.
+        let local = peer.to_canonical().is_loopback();
+        let own = local && from_pmcheck(headers);
         self.decide(|decision, now| {
-            self.count(peer, Via::Http, decision.verdict, now, headers);
-            // pmcheck's own tool runs on this host: the header is only looked at from here.
-            if peer.to_canonical().is_loopback() && wants_json(headers) {
+            self.count(peer, Via::Http, decision.verdict, now, own);
+            if local && wants_json(headers) {
                 let mut answer = decision.answer();
                 answer.pollers = Some(self.pollers.answer(now));
                 answer.traffic = self.puppet.map(traffic_at);
@@ -93,7 +95,7 @@ impl Responder {
     /// The agent check's line for `peer`, noted as what it was told.
     pub fn agent_line(&self, peer: IpAddr) -> String {
         self.decide(|decision, now| {
-            self.count(peer, Via::Agent, decision.verdict, now, &HeaderMap::new());
+            self.count(peer, Via::Agent, decision.verdict, now, false);
             agent::line(decision)
         })
     }
@@ -110,12 +112,12 @@ impl Responder {
         )
     }
 
-    /// Counts a poll, and notes its poller unless it is pmcheck's own tool on this host.
-    fn count(&self, peer: IpAddr, via: Via, verdict: Verdict, now: Instant, headers: &HeaderMap) {
+    /// Counts a poll, and notes its poller unless it is pmcheck's own tool (`own`).
+    fn count(&self, peer: IpAddr, via: Via, verdict: Verdict, now: Instant, own: bool) {
         if let Some(metrics) = &self.metrics {
             metrics.polled(via, verdict);
         }
-        if !(peer.to_canonical().is_loopback() && from_pmcheck(headers)) {
+        if !own {
             self.pollers.record(peer, via, verdict, now);
         }
     }
