@@ -4,7 +4,8 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,6 +13,19 @@ use common::*;
 
 const SOON: Duration = Duration::from_secs(10);
 const PROMETHEUS: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// Where the polls come from: a load balancer, not this host's scrapes.
+const LB: &str = "127.0.0.2";
+
+fn connect_from(source: &str, to: SocketAddr) -> TcpStream {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let source: SocketAddr = format!("{source}:0").parse().unwrap();
+    socket.bind(&source.into()).unwrap();
+    socket.connect(&to.into()).unwrap();
+    socket.set_read_timeout(Some(SOON)).unwrap();
+    socket.into()
+}
 
 fn scrape_as(d: &Daemon, method: &str, accept: Option<&str>) -> Reply {
     let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
@@ -184,12 +198,20 @@ fn a_scrape_is_neither_a_poll_nor_a_probe() {
     for _ in 0..50 {
         scrape(&d);
     }
+    // The polls come from another address than the scrapes: a scrape taken for a poll would
+    // make a second poller.
     for _ in 0..3 {
-        assert_eq!(d.poll().status, 200);
+        let mut stream = connect_from(LB, d.addr);
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap();
+        assert!(raw.starts_with("HTTP/1.1 200 "), "{raw}");
     }
-    let agent = d.agent_addr();
     let mut line = String::new();
-    std::io::Read::read_to_string(&mut std::net::TcpStream::connect(agent).unwrap(), &mut line)
+    connect_from(LB, d.agent_addr())
+        .read_to_string(&mut line)
         .unwrap();
     assert!(line.starts_with("up ready"), "{line}");
     let text = scrape(&d);
@@ -257,7 +279,17 @@ fn promtool_accepts_every_scrape() {
     let drained = wait_scrape(&d, "the drain", |t| {
         value(t, "pmcheck_drain_expires_timestamp_seconds").is_some()
     });
-    for (state, text) in [("healthy and busy", healthy), ("drained", drained)] {
+    // Then Puppet Server stops under the drain: failures counted, no pool series.
+    drop(s.stub);
+    let down = wait_scrape(&d, "refused probes", |t| {
+        value(t, r#"pmcheck_probe_failures_total{cause="refused"}"#) >= Some(1.0)
+            && value(t, "pmcheck_puppetserver_jruby_pool_size").is_none()
+    });
+    for (state, text) in [
+        ("healthy and busy", healthy),
+        ("drained", drained),
+        ("drained, Puppet Server stopped", down),
+    ] {
         let Some((ok, said)) = promtool(&["check", "metrics"], &text) else {
             return;
         };
@@ -276,7 +308,7 @@ fn the_shipped_alert_rules_pass_promtool() {
     let Some((ok, said)) = promtool(&["check", "rules", rules], "") else {
         return;
     };
-    assert!(ok && said.contains("SUCCESS: 4 rules found"), "{said}");
+    assert!(ok && said.contains("SUCCESS: 5 rules found"), "{said}");
     let tests = "packaging/prometheus/pmcheck-alerts.test.yml";
     let Some((ok, said)) = promtool(&["test", "rules", tests], "") else {
         return;

@@ -442,6 +442,7 @@ pub fn classic(openmetrics: &str) -> String {
             let (suffix, kind) = match kind {
                 "counter" => ("_total", "counter"),
                 "info" => ("_info", "gauge"),
+                "unknown" => ("", "untyped"),
                 other => ("", other),
             };
             if let Some(text) = help.take().and_then(|h| h.strip_prefix(name)) {
