@@ -5,7 +5,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -16,16 +15,6 @@ const PROMETHEUS: &str = "application/openmetrics-text;version=1.0.0,application
 
 /// Where the polls come from: a load balancer, not this host's scrapes.
 const LB: &str = "127.0.0.2";
-
-fn connect_from(source: &str, to: SocketAddr) -> TcpStream {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    let source: SocketAddr = format!("{source}:0").parse().unwrap();
-    socket.bind(&source.into()).unwrap();
-    socket.connect(&to.into()).unwrap();
-    socket.set_read_timeout(Some(SOON)).unwrap();
-    socket.into()
-}
 
 fn scrape_as(d: &Daemon, method: &str, accept: Option<&str>) -> Reply {
     let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
@@ -201,7 +190,7 @@ fn a_scrape_is_neither_a_poll_nor_a_probe() {
     // The polls come from another address than the scrapes: a scrape taken for a poll would
     // make a second poller.
     for _ in 0..3 {
-        let mut stream = connect_from(LB, d.addr);
+        let mut stream = connect_from(LB, d.addr, SOON).unwrap();
         stream
             .write_all(b"GET / HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n")
             .unwrap();
@@ -210,7 +199,8 @@ fn a_scrape_is_neither_a_poll_nor_a_probe() {
         assert!(raw.starts_with("HTTP/1.1 200 "), "{raw}");
     }
     let mut line = String::new();
-    connect_from(LB, d.agent_addr())
+    connect_from(LB, d.agent_addr(), SOON)
+        .unwrap()
         .read_to_string(&mut line)
         .unwrap();
     assert!(line.starts_with("up ready"), "{line}");

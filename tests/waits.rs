@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use socket2::{Domain, Socket, Type};
 
 const SOON: Duration = Duration::from_secs(15);
 /// The stand-in load balancer's address: not the tests' own 127.0.0.1.
@@ -41,16 +40,6 @@ fn quiet_poll(d: &Daemon) -> Reply {
     request(d.addr, poll)
 }
 
-/// A TCP connection from `source` to `to`.
-fn connect_from(source: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    let source: SocketAddr = format!("{source}:0").parse().expect("an address");
-    socket.bind(&source.into())?;
-    socket.connect(&to.into())?;
-    socket.set_read_timeout(Some(SOON))?;
-    Ok(socket.into())
-}
-
 /// HAProxy as a stand-in: from 127.0.0.2, an HTTP check and (if given) an agent check every
 /// 50 ms until dropped.
 struct LoadBalancer {
@@ -64,12 +53,12 @@ impl LoadBalancer {
         let stopped = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
             while !stopped.load(Ordering::SeqCst) {
-                if let Ok(mut s) = connect_from(LB, http) {
+                if let Ok(mut s) = connect_from(LB, http, SOON) {
                     let _ = s.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n");
                     let _ = s.read_to_end(&mut Vec::new());
                 }
                 if let Some(agent) = agent
-                    && let Ok(mut s) = connect_from(LB, agent)
+                    && let Ok(mut s) = connect_from(LB, agent, SOON)
                 {
                     let _ = s.read_to_end(&mut Vec::new());
                 }
@@ -251,7 +240,7 @@ fn the_daemon_does_not_count_its_own_probes_as_agent_traffic() {
 fn status_lists_the_load_balancer_and_not_itself() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
-    let mut lb = connect_from(LB, d.addr).unwrap();
+    let mut lb = connect_from(LB, d.addr, SOON).unwrap();
     lb.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n").unwrap();
     lb.read_to_end(&mut Vec::new()).unwrap();
     let status = pmcheck()

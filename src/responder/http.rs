@@ -145,24 +145,17 @@ impl Responder {
                 openmetrics,
             )
         });
-        let length = HeaderValue::from(body.len());
-        let mut response = Response::new(Full::new(if *method == Method::HEAD {
-            Bytes::new()
+        let content_type = if openmetrics {
+            metrics::OPENMETRICS
         } else {
-            Bytes::from(body)
-        }));
-        let h = response.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(if openmetrics {
-                metrics::OPENMETRICS
-            } else {
-                metrics::CLASSIC
-            }),
-        );
-        h.insert(header::CONTENT_LENGTH, length);
-        h.insert(header::CACHE_CONTROL, NO_STORE);
-        response
+            metrics::CLASSIC
+        };
+        with_body(
+            StatusCode::OK,
+            HeaderValue::from_static(content_type),
+            Bytes::from(body),
+            method,
+        )
     }
 }
 
@@ -209,25 +202,37 @@ fn respond_with(
     body: String,
     json: bool,
 ) -> Response<Full<Bytes>> {
+    let status = StatusCode::from_u16(decision.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let content_type = if json { JSON } else { TEXT };
+    let mut response = with_body(status, content_type, Bytes::from(body), method);
+    if decision.verdict != Verdict::Ok {
+        response.extensions_mut().insert(reason_phrase(decision));
+    }
+    if *method == Method::OPTIONS {
+        response.headers_mut().insert(header::ALLOW, ALLOW);
+    }
+    response
+}
+
+/// Every answer's status, type, length and `no-store`; HEAD gets the same headers, no body.
+fn with_body(
+    status: StatusCode,
+    content_type: HeaderValue,
+    body: Bytes,
+    method: &Method,
+) -> Response<Full<Bytes>> {
     let length = HeaderValue::from(body.len());
     let body = if *method == Method::HEAD {
         Bytes::new()
     } else {
-        Bytes::from(body)
+        body
     };
     let mut response = Response::new(Full::new(body));
-    *response.status_mut() =
-        StatusCode::from_u16(decision.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-    if decision.verdict != Verdict::Ok {
-        response.extensions_mut().insert(reason_phrase(decision));
-    }
+    *response.status_mut() = status;
     let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, if json { JSON } else { TEXT });
+    h.insert(header::CONTENT_TYPE, content_type);
     h.insert(header::CONTENT_LENGTH, length);
     h.insert(header::CACHE_CONTROL, NO_STORE);
-    if *method == Method::OPTIONS {
-        h.insert(header::ALLOW, ALLOW);
-    }
     response
 }
 
@@ -269,14 +274,7 @@ fn method_not_allowed() -> Response<Full<Bytes>> {
 
 /// A fixed text answer with `status`.
 fn plain(status: StatusCode, body: &'static str, method: &Method) -> Response<Full<Bytes>> {
-    let bytes = if *method == Method::HEAD { "" } else { body };
-    let mut response = Response::new(Full::new(Bytes::from_static(bytes.as_bytes())));
-    *response.status_mut() = status;
-    let h = response.headers_mut();
-    h.insert(header::CONTENT_TYPE, TEXT);
-    h.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
-    h.insert(header::CACHE_CONTROL, NO_STORE);
-    response
+    with_body(status, TEXT, Bytes::from_static(body.as_bytes()), method)
 }
 
 /// `Accept: application/json` (anywhere in the list) selects the JSON body.

@@ -711,6 +711,18 @@ impl Reply {
     }
 }
 
+/// A TCP connection from `source` (another loopback address, say) to `to`, whose reads give up
+/// after `within`.
+pub fn connect_from(source: &str, to: SocketAddr, within: Duration) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    let source: SocketAddr = format!("{source}:0").parse().expect("an address");
+    socket.bind(&source.into())?;
+    socket.connect(&to.into())?;
+    socket.set_read_timeout(Some(within))?;
+    Ok(socket.into())
+}
+
 /// Sends `raw` bytes and reads until the server closes.
 pub fn request(addr: SocketAddr, raw: &str) -> Reply {
     let mut stream = TcpStream::connect(addr).expect("pmcheck accepts");
