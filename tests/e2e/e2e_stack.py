@@ -51,6 +51,33 @@ class StackError(RuntimeError):
     """A component of the real stack misbehaved (did not start, died, ...)."""
 
 
+class Sampler:
+    """Calls ``sample()`` every ``every`` seconds on a thread of its own, from ``with`` to its end:
+    a test's timeline of what it watches while it acts."""
+
+    every = 0.25
+
+    def __init__(self, name: str):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.every)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
 # --------------------------------------------------------------------------
 # small utilities
 
@@ -366,6 +393,25 @@ def _hocon_set(text: str, key: str, value: str) -> str:
     return new
 
 
+def _pool_size(puppetserver_conf: str, instances: int) -> str:
+    """puppetserver.conf with ``max-active-instances`` set, commented out or not; exactly one."""
+    text, n = re.subn(
+        r"(?m)^(\s*)#?\s*max-active-instances\s*[:=].*$",
+        rf"\g<1>max-active-instances: {instances}",
+        puppetserver_conf,
+    )
+    if n != 1:
+        raise StackError(f"expected one `max-active-instances` in puppetserver.conf, found {n}")
+    return text
+
+
+def _log_to_workdir(confd: Path, workdir: Path) -> None:
+    """Puppet Server logs through workdir/logback.xml, named in confd's global.conf."""
+    (workdir / "logback.xml").write_text(LOGBACK)
+    glob = confd / "global.conf"
+    glob.write_text(_hocon_set(glob.read_text(), "logging-config", str(workdir / "logback.xml")))
+
+
 class PuppetServer:
     """A real Puppet Server on 127.0.0.1:8140, run by hand as user ``puppet``.
 
@@ -402,17 +448,8 @@ class PuppetServer:
         web.write_text(text)
         ps = self.confd / "puppetserver.conf"
         text = _hocon_set(ps.read_text(), "server-run-dir", str(self.rundir))
-        text, n = re.subn(
-            r"(?m)^(\s*)#?\s*max-active-instances\s*[:=].*$",
-            rf"\g<1>max-active-instances: {MAX_ACTIVE_INSTANCES}",
-            text,
-        )
-        if n != 1:
-            raise StackError(f"expected one `max-active-instances` in puppetserver.conf, found {n}")
-        ps.write_text(text)
-        (self.dir / "logback.xml").write_text(LOGBACK)
-        glob = self.confd / "global.conf"
-        glob.write_text(_hocon_set(glob.read_text(), "logging-config", str(self.dir / "logback.xml")))
+        ps.write_text(_pool_size(text, MAX_ACTIVE_INSTANCES))
+        _log_to_workdir(self.confd, self.dir)
         for p in self.confd.rglob("*"):
             os.chmod(p, 0o755 if p.is_dir() else 0o644)
         self.rundir.mkdir(mode=0o755, exist_ok=True)
@@ -1403,17 +1440,8 @@ class CompileMaster:
             ("server-log-dir", self.logdir),
         ):
             text = _hocon_set(text, key, str(value))
-        text, n = re.subn(
-            r"(?m)^(\s*)#?\s*max-active-instances\s*[:=].*$",
-            rf"\g<1>max-active-instances: {self.instances}",
-            text,
-        )
-        if n != 1:
-            raise StackError(f"expected one `max-active-instances` in puppetserver.conf, found {n}")
-        ps.write_text(text)
-        (self.dir / "logback.xml").write_text(LOGBACK)
-        glob = self.confd / "global.conf"
-        glob.write_text(_hocon_set(glob.read_text(), "logging-config", str(self.dir / "logback.xml")))
+        ps.write_text(_pool_size(text, self.instances))
+        _log_to_workdir(self.confd, self.dir)
         shutil.copytree(PUPPETSERVER_SERVICES_D, self.bootstrap)
         # ca.cfg names the CA service and, commented out, the disabled one (and other services):
         # a compile master swaps the two

@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import socket
-import threading
 import time
 
 import e2e_stack as st
@@ -25,45 +24,34 @@ from conftest import record
 SLOW_START = 10  # seconds: short enough to watch, long enough to see several steps
 
 
-class Timeline:
+class Timeline(st.Sampler):
     """Samples pmcheck's JSON answer and HAProxy's view of one server every 0.25 s."""
 
     def __init__(self, serve: st.PmcheckServe, h: st.HAProxy, backend: str, server: str):
+        super().__init__("timeline")
         self.serve, self.h, self.backend, self.server = serve, h, backend, server
         self.rows: list[dict] = []
-        self._stop = threading.Event()
         self._t0 = time.monotonic()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Timeline:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            row: dict = {"t": round(time.monotonic() - self._t0, 2)}
-            try:
-                a = json.loads(self.serve.get(headers={"Accept": "application/json"}).body)
-                pool = a.get("pool") or {}
-                row.update(
-                    verdict=a["verdict"],
-                    weight=a["weight"],
-                    load=a.get("load"),
-                    **{k: pool.get(k) for k in ("size", "free", "borrowed", "waiting")},
-                )
-            except (OSError, ValueError, KeyError) as e:
-                row["pmcheck"] = repr(e)
-            try:
-                s = self.h.server(self.backend, self.server)
-                row.update(status=s["status"], ha_weight=s["weight"], last_agt=s.get("last_agt"))
-            except (OSError, st.StackError) as e:
-                row["haproxy"] = repr(e)
-            self.rows.append(row)
-            self._stop.wait(0.25)
+    def sample(self) -> None:
+        row: dict = {"t": round(time.monotonic() - self._t0, 2)}
+        try:
+            a = json.loads(self.serve.get(headers={"Accept": "application/json"}).body)
+            pool = a.get("pool") or {}
+            row.update(
+                verdict=a["verdict"],
+                weight=a["weight"],
+                load=a.get("load"),
+                **{k: pool.get(k) for k in ("size", "free", "borrowed", "waiting")},
+            )
+        except (OSError, ValueError, KeyError) as e:
+            row["pmcheck"] = repr(e)
+        try:
+            s = self.h.server(self.backend, self.server)
+            row.update(status=s["status"], ha_weight=s["weight"], last_agt=s.get("last_agt"))
+        except (OSError, st.StackError) as e:
+            row["haproxy"] = repr(e)
+        self.rows.append(row)
 
 
 def agent_line(port: int) -> str:

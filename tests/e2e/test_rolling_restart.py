@@ -30,7 +30,6 @@ import json
 import os
 import re
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,31 +51,22 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TCPLOG = re.compile(r" (\S+)/(\S+) (-?\d+)/(-?\d+)/(\+?-?\d+) (\+?\d+) (\S\S) ")
 
 
-class HAProxyWatch:
+class HAProxyWatch(st.Sampler):
     """Samples HAProxy's view of every server (status, current sessions, weight) every 0.2 s."""
 
+    every = 0.2
+
     def __init__(self, h: st.HAProxy, backend: str):
+        super().__init__("haproxy watch")
         self.h, self.backend = h, backend
         self.rows: list[tuple[float, dict[str, dict[str, str]]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="haproxy watch", daemon=True)
 
-    def __enter__(self) -> HAProxyWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                servers = {s["svname"]: s for s in self.h.servers(self.backend)}
-                self.rows.append((time.monotonic(), servers))
-            except (OSError, st.StackError):
-                pass
-            self._stop.wait(0.2)
+    def sample(self) -> None:
+        try:
+            servers = {s["svname"]: s for s in self.h.servers(self.backend)}
+            self.rows.append((time.monotonic(), servers))
+        except (OSError, st.StackError):
+            pass
 
     def between(self, t0: float, t1: float) -> list[tuple[float, dict[str, dict[str, str]]]]:
         return [r for r in self.rows if t0 <= r[0] <= t1]
