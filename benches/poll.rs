@@ -67,6 +67,7 @@ fn health() -> (Responder, Senders) {
         pollers: Pollers::new(),
         puppet: None,
         metrics: Some(Metrics::new()),
+        started: Instant::now(),
     };
     (health, (publish, publish_drain, publish_rejoin))
 }

@@ -189,9 +189,12 @@ pub struct WaitArgs {
     /// With --wait and in cycle: give up waiting after this long (exit 75; a drain stays in place)
     #[arg(long, env = "PMCHECK_WAIT_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
     pub(crate) timeout: Duration,
-    /// With --wait and in cycle: answers in a row a load balancer's HTTP check must get before it counts as having acted (HAProxy's fall and rise); one agent-check answer suffices for a drain
+    /// With --wait and in cycle, for load balancers that do not send `http-check send-state`: answers in a row their HTTP check must get before they count as having acted (HAProxy's fall and rise); one agent-check answer suffices for a drain. A load balancer that sends its state is believed instead
     #[arg(long, env = "PMCHECK_POLLS", value_name = "N", default_value = "3", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) polls: u32,
+    /// With --wait and in cycle: the longest check interval (inter, agent-inter) of the load balancers polling this node; a wait believes that none polls only after the daemon has listened for two of them
+    #[arg(long, env = "PMCHECK_LB_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
+    pub(crate) lb_interval: Duration,
     /// With --wait and in cycle: the daemon to ask what each load balancer was told
     #[arg(
         long,
@@ -217,9 +220,12 @@ pub struct DrainArgs {
     /// Undrain automatically after this long (for example 30m)
     #[arg(long = "for", env = "PMCHECK_FOR", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) for_: Option<Duration>,
-    /// Then wait until it is safe to stop Puppet Server: every load balancer polling was told DRAINED, no agent connection and no borrowed JRuby is left
+    /// Then wait until it is safe to stop Puppet Server: every load balancer took the node out (by its own word with `http-check send-state`, else by what it was told), no agent connection and no borrowed JRuby is left
     #[arg(long)]
     pub(crate) wait: bool,
+    /// Drain even when a load balancer says this node is the only server taking traffic in its backend (the drain record notes it)
+    #[arg(long)]
+    pub(crate) force: bool,
     #[command(flatten)]
     pub(crate) waiting: WaitArgs,
     #[command(flatten)]
@@ -244,6 +250,9 @@ pub struct CycleArgs {
     /// Why, for the drain record [default: pmcheck cycle: COMMAND]
     #[arg(long, env = "PMCHECK_REASON", value_name = "TEXT", value_parser = crate::health::drain::parse_reason)]
     pub(crate) reason: Option<String>,
+    /// Run even when a load balancer says this node is the only server taking traffic in its backend (the drain record notes it)
+    #[arg(long)]
+    pub(crate) force: bool,
     #[command(flatten)]
     pub(crate) waiting: WaitArgs,
     #[command(flatten)]

@@ -14,7 +14,7 @@ use crate::health::drain::{DrainError, DrainFile, DrainRecord};
 use crate::health::verdict::{Decision, Rules, Verdict};
 use crate::health::weight::Rejoin;
 use crate::operator::cycle::{self, Cycle, CycleError};
-use crate::operator::wait::{self, Goal, Wait, WaitError};
+use crate::operator::wait::{self, Goal, LastServer, Wait, WaitError};
 use crate::operator::{manual, status};
 use crate::puppet::probe::{ProbeOutcome, Prober};
 use crate::responder::connections::Limits;
@@ -46,6 +46,9 @@ pub enum Error {
     /// `cycle` stopped before the end.
     #[error(transparent)]
     Cycle(#[from] CycleError),
+    /// A load balancer says this node is the last server taking traffic.
+    #[error(transparent)]
+    LastServer(#[from] LastServer),
     /// Any other system error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -61,9 +64,11 @@ impl Error {
             Error::Status(_) => Exit::Warning,
             Error::Systemd(_) | Error::Io(_) => Exit::OsErr,
             Error::Wait(e) => wait_exit(e),
+            Error::LastServer(_) => Exit::Refused,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
                 CycleError::Drain(_) => Exit::CantCreate,
+                CycleError::LastServer(_) => Exit::Refused,
                 e if e.not_healthy() => Exit::Critical,
                 CycleError::Wait { source, .. } => wait_exit(source),
                 CycleError::Command { .. } => Exit::Warning,
@@ -350,9 +355,12 @@ fn pool_perfdata(pool: &crate::puppet::pool::Pool, weight: u8) -> String {
 }
 
 fn drain(args: DrainArgs) -> Result<Exit, Error> {
+    let how = wait_settings(&args.waiting);
+    let forced = run_single_threaded(wait::guard_last_server(&how, args.force))??;
     let file = DrainFile::new(&args.state.state_dir);
     let previous = file.current();
-    let record = DrainRecord::new(args.reason, args.for_, SystemTime::now());
+    let mut record = DrainRecord::new(args.reason, args.for_, SystemTime::now());
+    record.forced = forced;
     file.write(&record)?;
     let mut out = std::io::stdout().lock();
     if let Some(previous) = previous {
@@ -386,16 +394,25 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
         wait::seconds(done.waited),
         done.summary
     );
+    for warning in &done.warnings {
+        eprintln!("pmcheck: warning: {warning}");
+    }
     Ok(Exit::Ok)
+}
+
+/// How the waits ask the daemon, from the command line.
+fn wait_settings(args: &WaitArgs) -> Wait {
+    Wait {
+        url: args.url.clone(),
+        timeout: args.timeout,
+        polls: args.polls,
+        lb_interval: args.lb_interval,
+    }
 }
 
 /// Runs one wait on its own runtime; a signal ends the process as usual.
 fn wait_for(goal: Goal, args: &WaitArgs) -> Result<wait::Done, Error> {
-    let how = Wait {
-        url: args.url.clone(),
-        timeout: args.timeout,
-        polls: args.polls,
-    };
+    let how = wait_settings(args);
     Ok(run_single_threaded(wait::wait(
         goal,
         &how,
@@ -455,11 +472,8 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
     });
     let cycle = Cycle {
         reason,
-        wait: Wait {
-            url: args.waiting.url,
-            timeout: args.waiting.timeout,
-            polls: args.waiting.polls,
-        },
+        wait: wait_settings(&args.waiting),
+        force: args.force,
         command: args.command,
     };
     run_single_threaded(cycle::run(&cycle, &args.state.state_dir))??;

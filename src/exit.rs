@@ -29,6 +29,9 @@ pub enum Exit {
     CantCreate,
     /// EX_TEMPFAIL: `--wait` or a wait of `cycle` timed out.
     TempFail,
+    /// EX_NOPERM: `drain` or `cycle` refused: a load balancer says this node is the last
+    /// server taking traffic in its backend (`--force` overrides).
+    Refused,
     /// EX_CONFIG: a setting is wrong (puppet.conf, a value).
     Config,
     /// 128 + SIGINT: `cycle` was interrupted by a signal.
@@ -37,7 +40,7 @@ pub enum Exit {
 
 impl Exit {
     /// Every code, in the man page's order.
-    pub const ALL: [Exit; 11] = [
+    pub const ALL: [Exit; 12] = [
         Exit::Ok,
         Exit::Warning,
         Exit::Critical,
@@ -47,6 +50,7 @@ impl Exit {
         Exit::OsErr,
         Exit::CantCreate,
         Exit::TempFail,
+        Exit::Refused,
         Exit::Config,
         Exit::Interrupted,
     ];
@@ -63,6 +67,7 @@ impl Exit {
             Exit::OsErr => 71,
             Exit::CantCreate => 73,
             Exit::TempFail => 75,
+            Exit::Refused => 77,
             Exit::Config => 78,
             Exit::Interrupted => 130,
         }
@@ -97,6 +102,10 @@ impl Exit {
             Exit::CantCreate => "the drain record cannot be written or removed (EX_CANTCREAT)",
             Exit::TempFail => {
                 "--wait or a wait of cycle timed out; a drain stays in place (EX_TEMPFAIL)"
+            }
+            Exit::Refused => {
+                "drain, cycle: refused, a load balancer says this node is the only server taking \
+                 traffic in its backend; nothing was written (--force overrides) (EX_NOPERM)"
             }
             Exit::Config => "a bad setting: puppet.conf, a value (EX_CONFIG)",
             Exit::Interrupted => "cycle was interrupted by a signal; the node stays drained",

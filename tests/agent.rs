@@ -122,8 +122,8 @@ fn drained_down_and_busy_nodes_each_say_so() {
     s.stub.set(Behavior::Reply(503, "error", "text/plain"));
     let line = wait_line(addr, "drained and failing", |l| l.contains("is down"));
     assert!(
-        line.starts_with("drain #DRAINED - kernel upgrade"),
-        "never up over a failing probe: {line:?}"
+        line.starts_with("up drain #DRAINED - kernel upgrade"),
+        "a health word, so that HAProxy keeps showing the reason: {line:?}"
     );
     assert!(s.pmcheck("undrain", &[]).status.success());
     let line = wait_line(addr, "down", |l| l.contains("#DOWN"));

@@ -5,172 +5,19 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Output, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::lb::{LoadBalancer, Polling};
+use common::operator::*;
 use common::*;
-
-const SOON: Duration = Duration::from_secs(15);
-/// The stand-in load balancer's address: not the tests' own 127.0.0.1.
-const LB: &str = "127.0.0.2";
-
-/// A daemon with an agent check, once its first probe is done. The test's own polls say they
-/// are pmcheck's, so that they are not counted as a load balancer's.
-fn daemon(s: &Setup) -> Daemon {
-    let d = Daemon::start(&s.args(&["--agent-listen", "127.0.0.1:0", "--interval", "100ms"]));
-    let deadline = Instant::now() + SOON;
-    let poll =
-        "GET / HTTP/1.1\r\nHost: pmcheck\r\nUser-Agent: pmcheck/test\r\nConnection: close\r\n\r\n";
-    while request(d.addr, poll).body.starts_with("STARTING") {
-        assert!(Instant::now() < deadline, "no first probe");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    d
-}
-
-/// A poll that says it is pmcheck's own, so that the daemon does not count the test as a
-/// load balancer.
-fn quiet_poll(d: &Daemon) -> Reply {
-    let poll =
-        "GET / HTTP/1.1\r\nHost: pmcheck\r\nUser-Agent: pmcheck/test\r\nConnection: close\r\n\r\n";
-    request(d.addr, poll)
-}
-
-/// HAProxy as a stand-in: from 127.0.0.2, an HTTP check and (if given) an agent check every
-/// 50 ms until dropped.
-struct LoadBalancer {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LoadBalancer {
-    fn start(http: SocketAddr, agent: Option<SocketAddr>) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            while !stopped.load(Ordering::SeqCst) {
-                if let Ok(mut s) = connect_from(LB, http, SOON) {
-                    let _ = s.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n");
-                    let _ = s.read_to_end(&mut Vec::new());
-                }
-                if let Some(agent) = agent
-                    && let Ok(mut s) = connect_from(LB, agent, SOON)
-                {
-                    let _ = s.read_to_end(&mut Vec::new());
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        });
-        Self {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for LoadBalancer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// A child pmcheck, killed by PID on drop if it is still running.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Running {
-    /// Runs `pmcheck COMMAND --state-dir STATE ARGS...`.
-    fn start(s: &Setup, command: &str, args: &[&str]) -> Self {
-        let child = pmcheck()
-            .arg(command)
-            .args(["--state-dir", &s.state.path().display().to_string()])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("pmcheck runs");
-        Self(child)
-    }
-
-    /// Reads stderr until a line contains `needle`; returns the lines read.
-    fn stderr_until(&mut self, needle: &str) -> Vec<String> {
-        let stderr = self.0.stderr.take().expect("piped stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let wanted = needle.to_owned();
-        std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let found = line.contains(&wanted);
-                seen.push(line);
-                if found {
-                    let _ = tx.send(seen.clone());
-                }
-            }
-            let _ = tx.send(seen);
-        });
-        let seen = rx.recv_timeout(SOON).expect("pmcheck wrote to stderr");
-        assert!(seen.last().is_some_and(|l| l.contains(needle)), "{seen:?}");
-        seen
-    }
-
-    /// Waits for the exit, at most `within`.
-    fn finish(mut self, within: Duration) -> Output {
-        let status = exited_within(&mut self.0, within)
-            .unwrap_or_else(|| panic!("pmcheck still runs after {within:?}"));
-        let mut stdout = String::new();
-        let mut stderr = String::new();
-        if let Some(mut out) = self.0.stdout.take() {
-            let _ = out.read_to_string(&mut stdout);
-        }
-        if let Some(mut err) = self.0.stderr.take() {
-            let _ = err.read_to_string(&mut stderr);
-        }
-        Output {
-            status,
-            stdout: stdout.into_bytes(),
-            stderr: stderr.into_bytes(),
-        }
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn url(d: &Daemon) -> String {
-    format!("http://{}/", d.addr)
-}
-
-fn record(s: &Setup) -> Option<serde_json::Value> {
-    let bytes = std::fs::read(s.state.path().join("drain")).ok()?;
-    Some(serde_json::from_slice(&bytes).expect("a JSON record"))
-}
-
-/// A port nothing listens on.
-fn closed_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
 
 #[test]
 fn drain_wait_returns_once_the_load_balancer_was_told_and_the_last_agent_left() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
-    let _lb = LoadBalancer::start(d.addr, Some(d.agent_addr()));
+    let _lb = LoadBalancer::start(Polling::new(d.addr, Some(d.agent_addr())));
     // An agent that talks to Puppet Server directly, mid-run.
     let agent = TcpStream::connect(s.stub.addr).unwrap();
     let u = url(&d);
@@ -287,7 +134,18 @@ fn drain_wait_times_out_with_75_naming_what_is_left_and_stays_drained() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
     let _agent = TcpStream::connect(s.stub.addr).unwrap();
-    let out = s.pmcheck("drain", &["--wait", "--timeout", "1s", "--url", &url(&d)]);
+    let out = s.pmcheck(
+        "drain",
+        &[
+            "--wait",
+            "--timeout",
+            "1s",
+            "--lb-interval",
+            "100ms",
+            "--url",
+            &url(&d),
+        ],
+    );
     assert_eq!(out.status.code(), Some(75), "{out:?}");
     let stderr = text(&out.stderr);
     assert!(
@@ -303,7 +161,7 @@ fn undrain_wait_returns_once_the_load_balancer_was_told_ok_enough_times() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
     assert!(s.pmcheck("drain", &[]).status.success());
-    let _lb = LoadBalancer::start(d.addr, None);
+    let _lb = LoadBalancer::start(Polling::new(d.addr, None));
     let deadline = Instant::now() + SOON;
     while !quiet_poll(&d).body.starts_with("DRAINED") {
         assert!(Instant::now() < deadline, "the drain was not seen");
@@ -326,7 +184,7 @@ fn undrain_wait_returns_once_the_load_balancer_was_told_ok_enough_times() {
 fn cycle_runs_the_command_while_drained_then_undrains() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
-    let _lb = LoadBalancer::start(d.addr, Some(d.agent_addr()));
+    let _lb = LoadBalancer::start(Polling::new(d.addr, Some(d.agent_addr())));
     let state = s.state.path().display().to_string();
     let copy = "cp \"$1/drain\" \"$1/seen-by-command\"";
     let out = s.pmcheck(
@@ -419,7 +277,16 @@ fn cycle_exits_2_and_stays_drained_when_puppet_server_does_not_come_back() {
     let d = daemon(&s);
     let out = s.pmcheck(
         "cycle",
-        &["--timeout", "2s", "--url", &url(&d), "--", "true"],
+        &[
+            "--timeout",
+            "2s",
+            "--lb-interval",
+            "100ms",
+            "--url",
+            &url(&d),
+            "--",
+            "true",
+        ],
     );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = text(&out.stderr);

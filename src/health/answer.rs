@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
 use crate::puppet::pool::{Load, Pool};
 
@@ -41,6 +42,23 @@ pub struct Answer<'a> {
     /// The agent connections to Puppet Server: only in JSON answers to loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic: Option<TrafficAnswer>,
+    /// How long the daemon has listened: a wait does not believe that nobody polls before it
+    /// has listened for a check interval. Only in JSON answers to loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listening_ms: Option<u64>,
+    /// Polls from addresses the poller table had no room for: only in JSON answers to
+    /// loopback, and only when there were any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unrecorded: Option<UnrecordedAnswer>,
+}
+
+/// Polls that no poller entry holds ([`crate::responder::pollers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnrecordedAnswer {
+    /// How many since the daemon started.
+    pub polls: u64,
+    /// How long ago the latest was.
+    pub last_ms_ago: u64,
 }
 
 /// One address that polls, and what it was told ([`crate::responder::pollers`]).
@@ -58,6 +76,25 @@ pub struct PollerAnswer {
     pub http: Option<ToldAnswer>,
     /// What its agent checks were told.
     pub agent: Option<ToldAnswer>,
+    /// It polls at a steady rhythm (a load balancer), as opposed to an address seen once or
+    /// twice: only regular pollers are waited for and none is ever pushed out of the table.
+    #[serde(default)]
+    pub regular: bool,
+    /// The latest `X-Haproxy-Server-State` it sent (`http-check send-state`), one per server
+    /// line it checks this node for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub states: Vec<StateAnswer>,
+}
+
+/// What a load balancer said of this server in its latest HTTP check.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateAnswer {
+    /// How long ago it was sent.
+    pub last_ms_ago: u64,
+    /// The header as read; `None` when it was malformed.
+    pub seen: Option<LbState>,
+    /// Why the header was refused, if it was.
+    pub malformed: Option<String>,
 }
 
 /// What one kind of check was told last.
@@ -69,6 +106,9 @@ pub struct ToldAnswer {
     pub times: u32,
     /// How long ago the latest answer was.
     pub last_ms_ago: u64,
+    /// How long ago the first answer of this run was.
+    #[serde(default)]
+    pub since_ms_ago: u64,
 }
 
 /// The established connections to Puppet Server's listener, without pmcheck's own probes.

@@ -26,6 +26,8 @@ pub const RECORD_LIMIT: u64 = 8 * 1024;
 pub const REASON_LIMIT: usize = 256;
 /// The most of a hand-written `by` shown.
 const BY_LIMIT: usize = 64;
+/// The longest `forced` note kept from a record.
+const FORCED_LIMIT: usize = 512;
 
 /// The record as it is stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +41,10 @@ pub struct DrainRecord {
     /// RFC 3339, UTC; absent for a drain that lasts until `pmcheck undrain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub until: Option<String>,
+    /// Why `drain --force` was needed: which load balancer said this node was the last server
+    /// taking traffic. Absent for an ordinary drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<String>,
 }
 
 impl DrainRecord {
@@ -51,6 +57,7 @@ impl DrainRecord {
             // Whole seconds are stored: round up, so that a drain never ends early.
             until: lasting
                 .map(|d| humantime::format_rfc3339_seconds(ceil_second(now + d)).to_string()),
+            forced: None,
         }
     }
 }
@@ -113,6 +120,9 @@ impl Drain {
         ] {
             *field = text::one_line(field, limit).into_owned();
         }
+        if let Some(forced) = &mut record.forced {
+            *forced = text::one_line(forced, FORCED_LIMIT).into_owned();
+        }
         let (until, problem) = match record.until.as_deref().map(humantime::parse_rfc3339_weak) {
             None => (None, None),
             Some(Ok(t)) => (Some(t), None),
@@ -157,6 +167,10 @@ impl Drain {
                     s.push_str(until);
                 }
                 s.push(')');
+                if let Some(forced) = &r.forced {
+                    s.push_str("; forced: ");
+                    s.push_str(forced);
+                }
                 if let Some(problem) = &self.problem {
                     s.push_str("; ");
                     s.push_str(&problem.to_string());
@@ -784,6 +798,7 @@ mod tests {
             by: "mallory\u{1b}[2J".into(),
             since: "2026-01-01T00:00:00Z".into(),
             until: None,
+            forced: None,
         })
         .unwrap();
         let drain = Drain::parse(&bytes);
@@ -868,7 +883,7 @@ mod tests {
 
         #[test]
         fn any_record_round_trips_its_one_line_fields(reason in "[^\\p{Cc}]{1,256}", by in "[a-z]{1,32}") {
-            let record = DrainRecord { reason, by, since: "2026-01-01T00:00:00Z".into(), until: None };
+            let record = DrainRecord { reason, by, since: "2026-01-01T00:00:00Z".into(), until: None, forced: None };
             let bytes = serde_json::to_vec(&record).unwrap();
             let parsed = Drain::parse(&bytes).record.unwrap();
             prop_assert_eq!(parsed.by, record.by);

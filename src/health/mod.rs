@@ -1,8 +1,9 @@
 //! The node's health: the drain record, kept current in the background, and the verdict made
-//! from it and the latest probe.
+//! from it and the latest probe; and what a load balancer says of this node (`send-state`).
 
 pub mod answer;
 pub mod drain;
 pub mod drain_watch;
+pub mod lb_state;
 pub mod verdict;
 pub mod weight;

@@ -235,6 +235,8 @@ impl<'a> Decision<'a> {
             pool: self.probe.and_then(|p| p.pool.as_ref()).map(Cow::Borrowed),
             pollers: None,
             traffic: None,
+            listening_ms: None,
+            unrecorded: None,
             probe: match self.probe {
                 Some(p) => ProbeAnswer {
                     ok: p.outcome.is_healthy(),
@@ -302,6 +304,7 @@ mod tests {
             by: "alice".into(),
             since: "2026-11-22T10:00:00Z".into(),
             until: until.map(str::to_owned),
+            forced: None,
         };
         let text = serde_json::to_string(&record).unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -17,7 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::health::drain::{DrainError, DrainFile, DrainRecord, REASON_LIMIT};
 use crate::operator::status;
-use crate::operator::wait::{self, Goal, Wait, WaitError, seconds};
+use crate::operator::wait::{self, Goal, LastServer, Wait, WaitError, seconds};
 use crate::settings::duration::format_duration;
 
 /// What the cycle does.
@@ -27,6 +27,8 @@ pub struct Cycle {
     pub reason: String,
     /// The daemon, and how long each wait may take.
     pub wait: Wait,
+    /// Drain even when a load balancer says this node is the last server taking traffic.
+    pub force: bool,
     /// The command to run while drained.
     pub command: Vec<OsString>,
 }
@@ -40,6 +42,9 @@ pub enum CycleError {
     /// The drain record cannot be written or replaced: nothing was run.
     #[error(transparent)]
     Drain(#[from] DrainError),
+    /// A load balancer says this node is the last server taking traffic: nothing was done.
+    #[error("nothing done: {0}")]
+    LastServer(#[from] LastServer),
     /// A wait for the drain, Puppet Server's health or the undrain timed out.
     #[error("{step}: {source}{left}")]
     Wait {
@@ -114,7 +119,9 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
             None
         }
         None => {
-            let record = DrainRecord::new(cycle.reason.clone(), None, SystemTime::now());
+            let forced = wait::guard_last_server(&cycle.wait, cycle.force).await?;
+            let mut record = DrainRecord::new(cycle.reason.clone(), None, SystemTime::now());
+            record.forced = forced;
             file.write(&record)?;
             step(
                 "drain",
@@ -144,6 +151,9 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         .await
         .map_err(fail)?;
     step("wait-drained", t, &done.summary);
+    for warning in &done.warnings {
+        eprintln!("pmcheck cycle: warning: {warning}");
+    }
 
     // 3. the command
     let t = Instant::now();
@@ -323,7 +333,7 @@ fn stopped(file: &DrainFile, record: &DrainRecord, e: &CycleError) {
         CycleError::Wait { step, .. } => format!("{step} failed"),
         CycleError::Command { how, .. } => format!("the command {how}"),
         CycleError::Interrupted { step, .. } => format!("interrupted during {step}"),
-        CycleError::NoDaemon(_) | CycleError::Drain(_) => return,
+        CycleError::NoDaemon(_) | CycleError::Drain(_) | CycleError::LastServer(_) => return,
     };
     // The cause is the point: shorten the operator's reason, never the cause.
     let why = format!("; cycle stopped: {why}");

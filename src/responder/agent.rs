@@ -5,8 +5,12 @@
 //! set), so the line is written at once. Words it does not find keep their old value and only
 //! the agent can undo what it set, so every line carries the whole state it knows: health,
 //! admin state and, while the node takes traffic or is out for a failure, the weight. HAProxy
-//! shows the text after `#` only next to a health word (`via agent : up (text)`), which is why
-//! a drain with a healthy Puppet Server says `up drain`.
+//! shows the text after `#` only next to a health word (`via agent : up (text)`; a line without
+//! one leaves `last_agt` empty as `agent=CHECKED`), which is why every drained line says
+//! `up drain`, whatever Puppet Server does: the drain's reason stays on the stats page while
+//! Puppet Server restarts. That `up` cannot put a failing server back: HAProxy never lets an
+//! agent `up` override a failed HTTP check, and the drain keeps new agents away until
+//! `pmcheck undrain`, whose line says `down` while Puppet Server is not healthy.
 //!
 //! A drained line has no weight: HAProxy 2.6 logs "remains in forced drain mode" at every
 //! weight it is sent while drained, one warning per server per `agent-inter`. Nothing is lost:
@@ -34,18 +38,15 @@ const DESCRIPTION: usize = 100;
 /// | verdict | line |
 /// |---|---|
 /// | OK (warm, busy, warming, ramping) | `up ready 80% #OK - ...` |
-/// | DRAINED, Puppet Server healthy | `up drain #DRAINED - ...` |
-/// | DRAINED, Puppet Server not | `drain #DRAINED - ...`: never `up` over a failing probe |
+/// | DRAINED, whatever Puppet Server does | `up drain #DRAINED - ...` (the reason stays shown) |
 /// | DOWN, NOTREADY | `down ready 10% #DOWN - ...` |
 /// | UNKNOWN | `fail ready 10% #UNKNOWN - ...`; `fail #...` when the drain state is unknown |
 /// | STARTING | `#STARTING - ...`: no state word, HAProxy keeps what it had until the first probe |
 pub fn line(decision: &Decision<'_>) -> String {
-    let healthy = decision.probe.is_some_and(|p| p.outcome.is_healthy());
     // (words, whether the weight goes with them)
     let (words, weighted) = match decision.verdict {
         Verdict::Ok => ("up ready", true),
-        Verdict::Drained if healthy => ("up drain", false),
-        Verdict::Drained => ("drain", false),
+        Verdict::Drained => ("up drain", false),
         Verdict::Down | Verdict::NotReady => ("down ready", true),
         Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => ("fail", false),
         Verdict::Unknown => ("fail ready", true),
@@ -169,7 +170,7 @@ mod tests {
             ),
             (
                 line_for(&drained, Some(&refused())),
-                "drain #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is down: connection to...\n",
+                "up drain #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is down: connection to...\n",
             ),
             (
                 line_for(&none, Some(&refused())),

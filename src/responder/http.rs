@@ -16,13 +16,14 @@ use tokio::sync::watch;
 
 use crate::health::answer::TrafficAnswer;
 use crate::health::drain_watch::Drains;
+use crate::health::lb_state;
 use crate::health::verdict::{Decision, Rules, Verdict};
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{Latest, ProbeReport};
 use crate::puppet::traffic;
 use crate::responder::agent;
 use crate::responder::metrics::{self, Metrics, Now};
-use crate::responder::pollers::{Pollers, Via};
+use crate::responder::pollers::{Poll, Pollers, Via};
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
@@ -48,6 +49,8 @@ pub struct Responder {
     /// The daemon's counters for `/metrics`; `None` in inetd mode, whose process lives for
     /// one poll and so has nothing to count.
     pub metrics: Option<Metrics>,
+    /// When the listeners started accepting: the poller table knows nothing from before.
+    pub started: Instant,
 }
 
 /// Where Prometheus scrapes; every other path answers the health check.
@@ -80,11 +83,26 @@ impl Responder {
         // pmcheck's own tool runs on this host: the header is only looked at from here.
         let local = peer.to_canonical().is_loopback();
         let own = local && from_pmcheck(headers);
+        let state = headers.get(lb_state::HEADER).map(HeaderValue::as_bytes);
         self.decide(|decision, now| {
-            self.count(peer, Via::Http, decision.verdict, now, own);
+            self.count(
+                Poll {
+                    address: peer,
+                    via: Via::Http,
+                    verdict: decision.verdict,
+                    state,
+                },
+                now,
+                own,
+            );
             if local && wants_json(headers) {
                 let mut answer = decision.answer();
                 answer.pollers = Some(self.pollers.answer(now));
+                answer.unrecorded = self.pollers.unrecorded(now);
+                answer.listening_ms = Some(
+                    u64::try_from(now.saturating_duration_since(self.started).as_millis())
+                        .unwrap_or(u64::MAX),
+                );
                 answer.traffic = self.puppet.map(traffic_at);
                 return respond_with(decision, method, answer.to_json(), true);
             }
@@ -95,7 +113,13 @@ impl Responder {
     /// The agent check's line for `peer`, noted as what it was told.
     pub fn agent_line(&self, peer: IpAddr) -> String {
         self.decide(|decision, now| {
-            self.count(peer, Via::Agent, decision.verdict, now, false);
+            let poll = Poll {
+                address: peer,
+                via: Via::Agent,
+                verdict: decision.verdict,
+                state: None,
+            };
+            self.count(poll, now, false);
             agent::line(decision)
         })
     }
@@ -113,12 +137,12 @@ impl Responder {
     }
 
     /// Counts a poll, and notes its poller unless it is pmcheck's own tool (`own`).
-    fn count(&self, peer: IpAddr, via: Via, verdict: Verdict, now: Instant, own: bool) {
+    fn count(&self, poll: Poll<'_>, now: Instant, own: bool) {
         if let Some(metrics) = &self.metrics {
-            metrics.polled(via, verdict);
+            metrics.polled(poll.via, poll.verdict);
         }
         if !own {
-            self.pollers.record(peer, via, verdict, now);
+            self.pollers.record(poll, now);
         }
     }
 
@@ -373,6 +397,7 @@ mod tests {
             pollers: Pollers::new(),
             puppet,
             metrics: Some(Metrics::new()),
+            started: Instant::now(),
         };
         (responder, (p, d, r))
     }

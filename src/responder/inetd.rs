@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -64,6 +64,7 @@ pub async fn answer_one(
         },
         pollers: Pollers::new(),
         metrics: None,
+        started: Instant::now(),
         puppet,
     });
     // Who asks: xinetd hands over the connection; pipes (a test, a shell) have no peer.

@@ -2,23 +2,36 @@
 //! waits for.
 //!
 //! A poller is an address (HAProxy checks from one address, on a new port each time), with
-//! what its HTTP checks and its agent checks were last told and how many times in a row: a
-//! load balancer acts on a drain after `fall` failed HTTP checks, or at once on one agent
-//! `drain`. The table has a fixed size and recording a poll allocates nothing: a flood from
-//! many addresses pushes out the one silent longest, never a load balancer polling every
-//! couple of seconds.
+//! what its HTTP checks and its agent checks were last told and how many times in a row, and
+//! the latest `X-Haproxy-Server-State` its HTTP checks sent (`http-check send-state`) for each
+//! of the server lines it checks this node for (one per backend, at most [`STATES`]).
+//!
+//! A poller is *regular* once it has polled [`REGULAR`] times in a row, each within
+//! [`MAX_GAP`] of the one before: a load balancer, or a monitoring loop. The table has a fixed
+//! size and recording a poll allocates nothing. A new address takes the place of one gone for
+//! [`GONE_AFTER`], else of the not-regular one silent longest; a regular poller is never
+//! pushed out. When every place is held by a regular poller the poll is counted as
+//! *unrecorded*, and the waits treat recent unrecorded polls as an unknown load balancer:
+//! a flood of addresses can delay a wait, never end it early.
 
 use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::health::answer::{PollerAnswer, ToldAnswer};
+use crate::health::answer::{PollerAnswer, StateAnswer, ToldAnswer, UnrecordedAnswer};
+use crate::health::lb_state::{self, Malformed};
 use crate::health::verdict::Verdict;
 
 /// Most pollers remembered: a few load balancers, monitoring and an operator's curl fit.
-pub const CAPACITY: usize = 32;
+pub const CAPACITY: usize = 64;
 /// A poller silent this long is gone: it is no longer listed, and its place is free.
 pub const GONE_AFTER: Duration = Duration::from_secs(600);
+/// Polls in a row that make a poller regular.
+pub const REGULAR: u32 = 3;
+/// The longest gap between two polls of a regular poller: HAProxy's `inter` is seconds.
+pub const MAX_GAP: Duration = Duration::from_secs(60);
+/// Most server lines (backends) of one load balancer whose state is kept.
+pub const STATES: usize = 4;
 
 /// How a poll came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +49,57 @@ pub struct Told {
     pub verdict: Verdict,
     /// How many answers in a row carried it.
     pub times: u32,
+    /// When the first answer of the run was given.
+    pub since: Instant,
     /// When the latest answer was given.
     pub last: Instant,
+}
+
+/// The raw `X-Haproxy-Server-State` of a poller's latest HTTP check, kept inline so that
+/// recording it allocates nothing; it is read only for the operator.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct StateSeen {
+    /// When it came.
+    pub at: Instant,
+    len: usize,
+    bytes: [u8; lb_state::LIMIT],
+}
+
+impl StateSeen {
+    fn new(at: Instant, header: &[u8]) -> Self {
+        let mut bytes = [0; lb_state::LIMIT];
+        let kept = header.len().min(lb_state::LIMIT);
+        bytes[..kept].copy_from_slice(&header[..kept]);
+        Self {
+            at,
+            // One past the limit says it was longer.
+            len: header.len().min(lb_state::LIMIT + 1),
+            bytes,
+        }
+    }
+
+    /// The server line it is about (`BACKEND/SERVER`).
+    fn name(&self) -> &[u8] {
+        lb_state::name_of(&self.bytes[..self.len.min(lb_state::LIMIT)])
+    }
+
+    /// The header, read.
+    pub fn read(&self) -> Result<lb_state::LbState, Malformed> {
+        if self.len > lb_state::LIMIT {
+            return Err(Malformed::TooLong);
+        }
+        lb_state::parse(&self.bytes[..self.len])
+    }
+}
+
+impl std::fmt::Debug for StateSeen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = &self.bytes[..self.len.min(lb_state::LIMIT)];
+        f.debug_struct("StateSeen")
+            .field("at", &self.at)
+            .field("header", &String::from_utf8_lossy(shown))
+            .finish()
+    }
 }
 
 /// One address that polls.
@@ -51,16 +113,48 @@ pub struct Poller {
     pub last: Instant,
     /// How many polls since `first`, of either kind (saturating).
     pub polls: u32,
+    /// Polls in a row, each within [`MAX_GAP`] of the one before.
+    pub steady: u32,
     /// Its HTTP checks, if it makes any.
     pub http: Option<Told>,
     /// Its agent checks, if it makes any.
     pub agent: Option<Told>,
+    /// The latest load-balancer state header its HTTP checks sent, one per server line.
+    pub states: [Option<StateSeen>; STATES],
+}
+
+impl Poller {
+    /// Polls at a steady rhythm and has not fallen silent: a load balancer, never pushed out.
+    pub fn regular(&self, now: Instant) -> bool {
+        self.steady >= REGULAR && now.saturating_duration_since(self.last) <= MAX_GAP
+    }
+}
+
+/// One poll, as the table records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Poll<'a> {
+    /// Where it came from.
+    pub address: IpAddr,
+    /// How.
+    pub via: Via,
+    /// What it was told.
+    pub verdict: Verdict,
+    /// Its `X-Haproxy-Server-State` header, if it sent one.
+    pub state: Option<&'a [u8]>,
+}
+
+#[derive(Debug)]
+struct Table {
+    pollers: Vec<Poller>,
+    /// Polls no entry could hold, and when the latest came.
+    unrecorded: u64,
+    unrecorded_last: Option<Instant>,
 }
 
 /// The table of pollers; every poll records itself here.
 #[derive(Debug)]
 pub struct Pollers {
-    table: Mutex<Vec<Poller>>,
+    table: Mutex<Table>,
 }
 
 impl Default for Pollers {
@@ -73,50 +167,87 @@ impl Pollers {
     /// An empty table, allocated once.
     pub fn new() -> Self {
         Self {
-            table: Mutex::new(Vec::with_capacity(CAPACITY)),
+            table: Mutex::new(Table {
+                pollers: Vec::with_capacity(CAPACITY),
+                unrecorded: 0,
+                unrecorded_last: None,
+            }),
         }
     }
 
-    /// Notes that `address` was just told `verdict`.
-    pub fn record(&self, address: IpAddr, via: Via, verdict: Verdict, now: Instant) {
-        let address = address.to_canonical();
+    /// Notes that `poll.address` was just told `poll.verdict`.
+    pub fn record(&self, poll: Poll<'_>, now: Instant) {
+        let address = poll.address.to_canonical();
         let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = match table.iter().position(|p| p.address == address) {
+        let index = match table.pollers.iter().position(|p| p.address == address) {
             Some(index) => index,
             None => {
-                table.retain(|p| now.saturating_duration_since(p.last) < GONE_AFTER);
-                if table.len() >= CAPACITY
-                    && let Some(oldest) = (0..table.len()).min_by_key(|&i| table[i].last)
-                {
-                    table.swap_remove(oldest);
+                let pollers = &mut table.pollers;
+                pollers.retain(|p| now.saturating_duration_since(p.last) < GONE_AFTER);
+                if pollers.len() >= CAPACITY {
+                    let loser = (0..pollers.len())
+                        .filter(|&i| !pollers[i].regular(now))
+                        .min_by_key(|&i| pollers[i].last);
+                    match loser {
+                        Some(i) => {
+                            pollers.swap_remove(i);
+                        }
+                        None => {
+                            table.unrecorded = table.unrecorded.saturating_add(1);
+                            table.unrecorded_last = Some(now);
+                            return;
+                        }
+                    }
                 }
-                table.push(Poller {
+                pollers.push(Poller {
                     address,
                     first: now,
                     last: now,
                     polls: 0,
+                    steady: 0,
                     http: None,
                     agent: None,
+                    states: [None; STATES],
                 });
-                table.len() - 1
+                pollers.len() - 1
             }
         };
-        let poller = &mut table[index];
+        let poller = &mut table.pollers[index];
+        let gap = now.saturating_duration_since(poller.last);
+        poller.steady = if poller.polls == 0 || gap <= MAX_GAP {
+            poller.steady.saturating_add(1)
+        } else {
+            1
+        };
         poller.last = poller.last.max(now);
         poller.polls = poller.polls.saturating_add(1);
-        let told = match via {
+        // A check without the header leaves the last one in place: an operator's curl may
+        // come from the load balancer's host. Its age tells the waits when it is stale.
+        if let Some(header) = poll.state {
+            let name = lb_state::name_of(header);
+            let states = &mut poller.states;
+            let slot = (states
+                .iter()
+                .position(|s| s.is_some_and(|s| s.name() == name)))
+            .or_else(|| states.iter().position(Option::is_none))
+            .or_else(|| (0..STATES).min_by_key(|&i| states[i].map(|s| s.at)))
+            .unwrap_or(0);
+            states[slot] = Some(StateSeen::new(now, header));
+        }
+        let told = match poll.via {
             Via::Http => &mut poller.http,
             Via::Agent => &mut poller.agent,
         };
         *told = Some(match *told {
-            Some(t) if t.verdict == verdict => Told {
+            Some(t) if t.verdict == poll.verdict => Told {
                 times: t.times.saturating_add(1),
                 last: now,
                 ..t
             },
             _ => Told {
-                verdict,
+                verdict: poll.verdict,
                 times: 1,
+                since: now,
                 last: now,
             },
         });
@@ -126,6 +257,7 @@ impl Pollers {
     pub fn count(&self, now: Instant) -> usize {
         let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         table
+            .pollers
             .iter()
             .filter(|p| now.saturating_duration_since(p.last) < GONE_AFTER)
             .count()
@@ -135,6 +267,7 @@ impl Pollers {
     pub fn list(&self, now: Instant) -> Vec<Poller> {
         let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         let mut list: Vec<Poller> = table
+            .pollers
             .iter()
             .filter(|p| now.saturating_duration_since(p.last) < GONE_AFTER)
             .copied()
@@ -143,14 +276,24 @@ impl Pollers {
         list
     }
 
+    /// Polls no entry could hold, if there were any.
+    pub fn unrecorded(&self, now: Instant) -> Option<UnrecordedAnswer> {
+        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        table.unrecorded_last.map(|last| UnrecordedAnswer {
+            polls: table.unrecorded,
+            last_ms_ago: ms(now.saturating_duration_since(last)),
+        })
+    }
+
     /// The list as the operator's JSON carries it.
     pub fn answer(&self, now: Instant) -> Vec<PollerAnswer> {
-        let ago = |t: Instant| now.saturating_duration_since(t).as_millis() as u64;
+        let ago = |t: Instant| ms(now.saturating_duration_since(t));
         let told = |t: Option<Told>| {
             t.map(|t| ToldAnswer {
                 told: t.verdict,
                 times: t.times,
                 last_ms_ago: ago(t.last),
+                since_ms_ago: ago(t.since),
             })
         };
         self.list(now)
@@ -162,9 +305,30 @@ impl Pollers {
                 polls: p.polls,
                 http: told(p.http),
                 agent: told(p.agent),
+                regular: p.regular(now),
+                states: p
+                    .states
+                    .iter()
+                    .flatten()
+                    .map(|s| {
+                        let (seen, malformed) = match s.read() {
+                            Ok(state) => (Some(state), None),
+                            Err(e) => (None, Some(e.to_string())),
+                        };
+                        StateAnswer {
+                            last_ms_ago: ago(s.at),
+                            seen,
+                            malformed,
+                        }
+                    })
+                    .collect(),
             })
             .collect()
     }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -176,84 +340,232 @@ mod tests {
         IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
     }
 
+    fn record(pollers: &Pollers, address: IpAddr, via: Via, verdict: Verdict, now: Instant) {
+        let poll = Poll {
+            address,
+            via,
+            verdict,
+            state: None,
+        };
+        pollers.record(poll, now);
+    }
+
     #[test]
     fn counts_each_kind_in_a_row_and_restarts_on_a_new_verdict() {
         let pollers = Pollers::new();
         let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
         for i in 0..3 {
-            pollers.record(ip(5), Via::Http, Verdict::Ok, t0 + Duration::from_secs(i));
+            record(&pollers, ip(5), Via::Http, Verdict::Ok, at(i));
         }
-        pollers.record(
-            ip(5),
-            Via::Agent,
-            Verdict::Drained,
-            t0 + Duration::from_secs(3),
-        );
-        pollers.record(
-            ip(5),
-            Via::Http,
-            Verdict::Drained,
-            t0 + Duration::from_secs(4),
-        );
-        let list = pollers.list(t0 + Duration::from_secs(5));
+        record(&pollers, ip(5), Via::Agent, Verdict::Drained, at(3));
+        record(&pollers, ip(5), Via::Http, Verdict::Drained, at(4));
+        let list = pollers.list(at(5));
         assert_eq!(list.len(), 1);
         let p = list[0];
-        assert_eq!(p.polls, 5);
+        assert_eq!((p.polls, p.steady), (5, 5));
         assert_eq!(p.first, t0);
-        assert_eq!(p.last, t0 + Duration::from_secs(4));
+        assert_eq!(p.last, at(4));
         let http = p.http.unwrap();
-        assert_eq!((http.verdict, http.times), (Verdict::Drained, 1));
+        assert_eq!(
+            (http.verdict, http.times, http.since),
+            (Verdict::Drained, 1, at(4))
+        );
         let agent = p.agent.unwrap();
         assert_eq!((agent.verdict, agent.times), (Verdict::Drained, 1));
-        pollers.record(
-            ip(5),
-            Via::Http,
-            Verdict::Drained,
-            t0 + Duration::from_secs(6),
-        );
-        assert_eq!(pollers.list(t0).first().unwrap().http.unwrap().times, 2);
+        record(&pollers, ip(5), Via::Http, Verdict::Drained, at(6));
+        let http = pollers.list(t0)[0].http.unwrap();
+        assert_eq!((http.times, http.since), (2, at(4)));
     }
 
     #[test]
     fn ipv4_mapped_addresses_are_the_same_poller() {
         let pollers = Pollers::new();
         let now = Instant::now();
-        pollers.record(ip(7), Via::Http, Verdict::Ok, now);
+        record(&pollers, ip(7), Via::Http, Verdict::Ok, now);
         let mapped = IpAddr::V6(Ipv4Addr::new(10, 0, 0, 7).to_ipv6_mapped());
-        pollers.record(mapped, Via::Http, Verdict::Ok, now);
+        record(&pollers, mapped, Via::Http, Verdict::Ok, now);
         let list = pollers.list(now);
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].http.unwrap().times, 2);
     }
 
     #[test]
-    fn a_full_table_forgets_the_one_silent_longest_and_never_grows() {
+    fn regular_after_three_polls_in_a_row_and_not_after_a_long_gap() {
         let pollers = Pollers::new();
         let t0 = Instant::now();
-        // The load balancer polls all along; a flood of other addresses comes and goes.
-        for i in 0..(4 * CAPACITY as u64) {
-            let now = t0 + Duration::from_millis(10 * i);
-            if i % 8 == 0 {
-                pollers.record(ip(1), Via::Http, Verdict::Ok, now);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        record(&pollers, ip(1), Via::Http, Verdict::Ok, at(0));
+        record(&pollers, ip(1), Via::Agent, Verdict::Ok, at(2));
+        assert!(!pollers.list(at(2))[0].regular(at(2)));
+        record(&pollers, ip(1), Via::Http, Verdict::Ok, at(4));
+        assert!(pollers.list(at(4))[0].regular(at(4)));
+        assert!(
+            !pollers.list(at(70))[0].regular(at(70)),
+            "silent for a minute"
+        );
+        record(&pollers, ip(1), Via::Http, Verdict::Ok, at(70));
+        let p = pollers.list(at(70))[0];
+        assert_eq!(p.steady, 1, "the rhythm starts again");
+        assert!(!p.regular(at(70)));
+    }
+
+    #[test]
+    fn a_flood_of_addresses_never_pushes_out_a_regular_poller_nor_grows_the_table() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        // The load balancer polls every second, then a flood of other addresses comes and goes.
+        for s in 0..3 {
+            record(
+                &pollers,
+                ip(1),
+                Via::Http,
+                Verdict::Ok,
+                t0 + Duration::from_secs(s),
+            );
+        }
+        for i in 0..(8 * CAPACITY as u64) {
+            let now = t0 + Duration::from_millis(3000 + 10 * i);
+            if i % 100 == 0 {
+                record(&pollers, ip(1), Via::Agent, Verdict::Ok, now);
             }
             let flood = IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i as u32));
-            pollers.record(flood, Via::Http, Verdict::Ok, now);
+            record(&pollers, flood, Via::Agent, Verdict::Drained, now);
             let table = pollers.table.lock().unwrap();
-            assert!(table.len() <= CAPACITY);
-            assert_eq!(table.capacity(), CAPACITY, "the table reallocated");
+            assert!(table.pollers.len() <= CAPACITY);
+            assert_eq!(table.pollers.capacity(), CAPACITY, "the table reallocated");
         }
-        let list = pollers.list(t0 + Duration::from_secs(10));
+        let now = t0 + Duration::from_secs(9);
+        let list = pollers.list(now);
         assert_eq!(list.len(), CAPACITY);
         let lb = list.iter().find(|p| p.address == ip(1)).expect("the LB");
         assert_eq!(lb.first, t0, "the load balancer was never forgotten");
+        assert!(lb.regular(now));
+        assert_eq!(list.iter().filter(|p| p.regular(now)).count(), 1);
+        assert_eq!(pollers.unrecorded(now), None);
+    }
+
+    #[test]
+    fn when_every_place_is_regular_a_new_address_is_counted_as_unrecorded() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        for round in 0..3 {
+            for i in 0..CAPACITY {
+                let now = t0 + Duration::from_secs(round);
+                record(
+                    &pollers,
+                    IpAddr::V4(Ipv4Addr::from(0x0a02_0000 + i as u32)),
+                    Via::Http,
+                    Verdict::Ok,
+                    now,
+                );
+            }
+        }
+        let now = t0 + Duration::from_secs(3);
+        record(&pollers, ip(9), Via::Http, Verdict::Ok, now);
+        assert!(pollers.list(now).iter().all(|p| p.address != ip(9)));
+        assert_eq!(
+            pollers.unrecorded(now + Duration::from_secs(1)),
+            Some(UnrecordedAnswer {
+                polls: 1,
+                last_ms_ago: 1000
+            })
+        );
+        // A minute of silence and they are no longer protected: the newcomer gets a place.
+        let later = now + MAX_GAP + Duration::from_secs(1);
+        record(&pollers, ip(9), Via::Http, Verdict::Ok, later);
+        assert!(pollers.list(later).iter().any(|p| p.address == ip(9)));
+    }
+
+    #[test]
+    fn the_latest_state_header_of_each_server_line_is_kept_and_read_for_the_operator() {
+        let pollers = Pollers::new();
+        let now = Instant::now();
+        let at = |ms: u64| now + Duration::from_millis(ms);
+        fn poll(state: Option<&[u8]>) -> Poll<'_> {
+            Poll {
+                address: ip(3),
+                via: Via::Http,
+                verdict: Verdict::Drained,
+                state,
+            }
+        }
+        let m1 = b"NOLB; name=bk/m1; node=lb1; weight=100/100; scur=2/5; qcur=0";
+        pollers.record(poll(Some(m1)), now);
+        let answer = pollers.answer(now);
+        let seen = answer[0].states[0].seen.as_ref().expect("read");
+        assert_eq!((seen.server.as_str(), seen.scur), ("m1", 2));
+        // The same node in a second backend of that load balancer: kept beside the first.
+        let ca = b"UP; name=ca/m1; node=lb1; weight=1/1; scur=0/0; qcur=0";
+        pollers.record(poll(Some(ca)), at(100));
+        let m1_later = b"NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/5; qcur=0";
+        pollers.record(poll(Some(m1_later)), at(200));
+        let answer = pollers.answer(at(200));
+        let seen: Vec<(String, u32, u64)> = answer[0]
+            .states
+            .iter()
+            .map(|s| {
+                let lb = s.seen.as_ref().unwrap();
+                (
+                    format!("{}/{}", lb.backend, lb.server),
+                    lb.scur,
+                    s.last_ms_ago,
+                )
+            })
+            .collect();
+        assert_eq!(seen, [("bk/m1".into(), 0, 0), ("ca/m1".into(), 0, 100)]);
+        // Past STATES server lines the oldest goes.
+        for i in 0..STATES as u64 {
+            let other = format!("UP; name=b{i}/m1; weight=1/1; scur=0/0; qcur=0");
+            pollers.record(poll(Some(other.as_bytes())), at(300 + i));
+        }
+        assert_eq!(
+            pollers.list(at(400))[0].states.iter().flatten().count(),
+            STATES
+        );
+        assert!(
+            pollers.answer(at(400))[0]
+                .states
+                .iter()
+                .all(|s| s.last_ms_ago <= 100)
+        );
+        // Malformed is kept as such.
+        pollers.record(poll(Some(&[b'x'; 600])), at(500));
+        let answer = pollers.answer(at(500));
+        let bad = answer[0]
+            .states
+            .iter()
+            .find(|s| s.seen.is_none())
+            .expect("kept");
+        assert_eq!(bad.malformed.as_deref(), Some("longer than 384 bytes"));
+        // An agent check carries no header, nor does an operator's curl from the load
+        // balancer's host: neither removes one. The header's age says how stale it is.
+        pollers.record(
+            Poll {
+                via: Via::Agent,
+                ..poll(None)
+            },
+            at(600),
+        );
+        pollers.record(poll(None), at(700));
+        assert_eq!(
+            pollers.list(at(700))[0].states.iter().flatten().count(),
+            STATES
+        );
     }
 
     #[test]
     fn silent_pollers_are_gone_after_ten_minutes() {
         let pollers = Pollers::new();
         let t0 = Instant::now();
-        pollers.record(ip(1), Via::Agent, Verdict::Ok, t0);
-        pollers.record(ip(2), Via::Agent, Verdict::Ok, t0 + Duration::from_secs(60));
+        record(&pollers, ip(1), Via::Agent, Verdict::Ok, t0);
+        record(
+            &pollers,
+            ip(2),
+            Via::Agent,
+            Verdict::Ok,
+            t0 + Duration::from_secs(60),
+        );
         let later = t0 + GONE_AFTER + Duration::from_secs(1);
         let list = pollers.list(later);
         assert_eq!(list.iter().map(|p| p.address).collect::<Vec<_>>(), [ip(2)]);
@@ -263,7 +575,7 @@ mod tests {
             (GONE_AFTER.as_millis() - 59_000) as u64
         );
         // A new poller takes the place of the gone one.
-        pollers.record(ip(3), Via::Http, Verdict::Ok, later);
-        assert_eq!(pollers.table.lock().unwrap().len(), 2);
+        record(&pollers, ip(3), Via::Http, Verdict::Ok, later);
+        assert_eq!(pollers.table.lock().unwrap().pollers.len(), 2);
     }
 }

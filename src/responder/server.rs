@@ -212,6 +212,7 @@ pub async fn serve(
         pollers: Pollers::new(),
         puppet: Some(settings.puppet_addr.value),
         metrics: Some(Metrics::new()),
+        started: Instant::now(),
     });
 
     let limits = options.limits.fit_descriptors();
@@ -550,6 +551,7 @@ mod tests {
             pollers: Pollers::new(),
             puppet: None,
             metrics: Some(Metrics::new()),
+            started: Instant::now(),
         };
         (Arc::new(health), (p, d, r))
     }

@@ -4,6 +4,8 @@
 #![allow(dead_code)]
 
 pub mod flood;
+pub mod lb;
+pub mod operator;
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};

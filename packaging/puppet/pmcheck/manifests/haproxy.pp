@@ -12,6 +12,8 @@
 #
 # The compile masters need pmcheck's packaged settings (class pmcheck's defaults): the agent
 # check on 9201 and 404 for drains, which `http-check disable-on-404` shows as NOLB.
+# `http-check send-state` tells pmcheck what HAProxy does with each server, which
+# `pmcheck drain --wait` waits for and `pmcheck drain` reads to refuse draining the last one.
 #
 # @example
 #   class { 'haproxy': }
@@ -110,7 +112,7 @@ define pmcheck::haproxy (
     options          => [
       { 'balance' => 'leastconn' },
       { 'option' => 'httpchk' },
-      { 'http-check' => 'disable-on-404' },
+      { 'http-check' => ['disable-on-404', 'send-state'] },
       { 'timeout' => ["connect ${timeout_connect}", "server ${timeout_server}", "check ${timeout_check}"] },
     ],
   }

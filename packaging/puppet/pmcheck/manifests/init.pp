@@ -34,7 +34,9 @@
 # @param listen
 #   PMCHECK_LISTEN (`--listen`). Default: `[::]:9200`, or `0.0.0.0:9200` without IPv6.
 # @param allow
-#   PMCHECK_ALLOW (`--allow`): networks allowed to poll. Default: from anywhere.
+#   PMCHECK_ALLOW (`--allow`): networks allowed to poll. Default: from anywhere. List the
+#   load balancers (and 127.0.0.1/32 for the operator's commands): then no other host can
+#   crowd them out of the pollers `pmcheck drain --wait` waits for.
 # @param max_connections
 #   PMCHECK_MAX_CONNECTIONS (`--max-connections`). Default: 1024.
 # @param max_connections_per_source

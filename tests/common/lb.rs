@@ -1,0 +1,134 @@
+//! HAProxy as a stand-in: polls a daemon from another loopback address at a fixed rhythm, with
+//! HTTP checks (optionally carrying an `X-Haproxy-Server-State` the test sets) and agent
+//! checks, and keeps what each was answered.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::connect_from;
+
+/// How the stand-in polls.
+#[derive(Debug, Clone)]
+pub struct Polling {
+    /// The address it polls from: another loopback address than the tests' own.
+    pub from: &'static str,
+    /// The daemon's HTTP address.
+    pub http: SocketAddr,
+    /// The daemon's agent-check address, if it makes agent checks.
+    pub agent: Option<SocketAddr>,
+    /// The time between two rounds of checks.
+    pub every: Duration,
+    /// How long before the first round.
+    pub first_after: Duration,
+}
+
+impl Polling {
+    /// From 127.0.0.2, every 50 ms, starting at once.
+    pub fn new(http: SocketAddr, agent: Option<SocketAddr>) -> Self {
+        Self {
+            from: "127.0.0.2",
+            http,
+            agent,
+            every: Duration::from_millis(50),
+            first_after: Duration::ZERO,
+        }
+    }
+}
+
+/// What the stand-in was answered.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Each HTTP check's status code and when it came.
+    pub http: Vec<(Instant, u16)>,
+    /// Each agent check's line.
+    pub agent: Vec<(Instant, String)>,
+}
+
+/// The stand-in, polling until dropped.
+pub struct LoadBalancer {
+    stop: Arc<AtomicBool>,
+    header: Arc<Mutex<Option<String>>>,
+    seen: Arc<Mutex<Seen>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LoadBalancer {
+    /// Starts polling as `how` says, without a state header.
+    pub fn start(how: Polling) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let header = Arc::new(Mutex::new(None::<String>));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (stopped, sent, kept) = (Arc::clone(&stop), Arc::clone(&header), Arc::clone(&seen));
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(how.first_after);
+            while !stopped.load(Ordering::SeqCst) {
+                let round = Instant::now();
+                let state = sent.lock().unwrap().clone();
+                if let Some(status) = http_check(how.from, how.http, state.as_deref()) {
+                    kept.lock().unwrap().http.push((Instant::now(), status));
+                }
+                if let Some(agent) = how.agent
+                    && let Ok(mut s) = connect_from(how.from, agent, Duration::from_secs(5))
+                {
+                    let mut line = String::new();
+                    let _ = s.read_to_string(&mut line);
+                    kept.lock().unwrap().agent.push((Instant::now(), line));
+                }
+                std::thread::sleep(how.every.saturating_sub(round.elapsed()));
+            }
+        });
+        Self {
+            stop,
+            header,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    /// What its HTTP checks send as `X-Haproxy-Server-State` from now on.
+    pub fn send_state(&self, header: Option<&str>) {
+        *self.header.lock().unwrap() = header.map(str::to_owned);
+    }
+
+    /// How many HTTP checks were answered `status` since `since`.
+    pub fn answered(&self, status: u16, since: Instant) -> usize {
+        let seen = self.seen.lock().unwrap();
+        seen.http
+            .iter()
+            .filter(|(at, s)| *at >= since && *s == status)
+            .count()
+    }
+
+    /// How many HTTP checks were answered at all.
+    pub fn http_checks(&self) -> usize {
+        self.seen.lock().unwrap().http.len()
+    }
+}
+
+impl Drop for LoadBalancer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One HTTP check as HAProxy 2.6 sends it (`option httpchk`, `http-check send-state`); the
+/// status code answered.
+fn http_check(from: &str, to: SocketAddr, state: Option<&str>) -> Option<u16> {
+    let mut s = connect_from(from, to, Duration::from_secs(5)).ok()?;
+    let mut request = "OPTIONS / HTTP/1.0\r\n".to_owned();
+    if let Some(state) = state {
+        request.push_str(&format!("x-haproxy-server-state: {state}\r\n"));
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    text.split(' ').nth(1)?.parse().ok()
+}

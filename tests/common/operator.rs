@@ -1,0 +1,120 @@
+//! The operator's commands run as children against a daemon: a daemon ready for them, polls
+//! that are not counted as a load balancer's, and the drain record as the commands leave it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+pub const SOON: Duration = Duration::from_secs(15);
+/// The stand-in load balancer's address: not the tests' own 127.0.0.1.
+pub const LB: &str = "127.0.0.2";
+
+/// A daemon with an agent check, once its first probe is done. The test's own polls say they
+/// are pmcheck's, so that they are not counted as a load balancer's.
+pub fn daemon(s: &Setup) -> Daemon {
+    let d = Daemon::start(&s.args(&["--agent-listen", "127.0.0.1:0", "--interval", "100ms"]));
+    let deadline = Instant::now() + SOON;
+    let poll =
+        "GET / HTTP/1.1\r\nHost: pmcheck\r\nUser-Agent: pmcheck/test\r\nConnection: close\r\n\r\n";
+    while request(d.addr, poll).body.starts_with("STARTING") {
+        assert!(Instant::now() < deadline, "no first probe");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d
+}
+
+/// A poll that says it is pmcheck's own, so that the daemon does not count the test as a
+/// load balancer.
+pub fn quiet_poll(d: &Daemon) -> Reply {
+    let poll =
+        "GET / HTTP/1.1\r\nHost: pmcheck\r\nUser-Agent: pmcheck/test\r\nConnection: close\r\n\r\n";
+    request(d.addr, poll)
+}
+
+/// A child pmcheck, killed by PID on drop if it is still running.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    /// Runs `pmcheck COMMAND --state-dir STATE ARGS...`.
+    pub fn start(s: &Setup, command: &str, args: &[&str]) -> Self {
+        let child = pmcheck()
+            .arg(command)
+            .args(["--state-dir", &s.state.path().display().to_string()])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pmcheck runs");
+        Self(child)
+    }
+
+    /// Reads stderr until a line contains `needle`; returns the lines read.
+    pub fn stderr_until(&mut self, needle: &str) -> Vec<String> {
+        let stderr = self.0.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let wanted = needle.to_owned();
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let found = line.contains(&wanted);
+                seen.push(line);
+                if found {
+                    let _ = tx.send(seen.clone());
+                }
+            }
+            let _ = tx.send(seen);
+        });
+        let seen = rx.recv_timeout(SOON).expect("pmcheck wrote to stderr");
+        assert!(seen.last().is_some_and(|l| l.contains(needle)), "{seen:?}");
+        seen
+    }
+
+    /// Waits for the exit, at most `within`.
+    pub fn finish(mut self, within: Duration) -> Output {
+        let status = exited_within(&mut self.0, within)
+            .unwrap_or_else(|| panic!("pmcheck still runs after {within:?}"));
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        if let Some(mut out) = self.0.stdout.take() {
+            let _ = out.read_to_string(&mut stdout);
+        }
+        if let Some(mut err) = self.0.stderr.take() {
+            let _ = err.read_to_string(&mut stderr);
+        }
+        Output {
+            status,
+            stdout: stdout.into_bytes(),
+            stderr: stderr.into_bytes(),
+        }
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+pub fn url(d: &Daemon) -> String {
+    format!("http://{}/", d.addr)
+}
+
+pub fn record(s: &Setup) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(s.state.path().join("drain")).ok()?;
+    Some(serde_json::from_slice(&bytes).expect("a JSON record"))
+}
+
+/// A port nothing listens on.
+pub fn closed_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}

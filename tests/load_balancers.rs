@@ -1,0 +1,309 @@
+//! The waits ask the load balancer itself (`http-check send-state`), never believe a fresh
+//! daemon that has heard nobody, are not ended early by a flood of addresses, and `drain`
+//! refuses to take out the last server a load balancer sends agents to. A stand-in load
+//! balancer polls from 127.0.0.2; the header it sends is set by each test.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::lb::{LoadBalancer, Polling};
+use common::operator::*;
+use common::*;
+
+/// HAProxy's header for this node: up and taking new agents, beside a server as heavy.
+const UP: &str =
+    "UP; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/200; scur=0/1; qcur=0";
+/// Drained with `disable-on-404`, the last session closed.
+const NOLB: &str =
+    "NOLB; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/100; scur=0/1; qcur=0";
+/// The only server taking traffic in its backend.
+const LAST: &str =
+    "UP; address=127.0.0.1; port=8140; name=bk/m2; node=lb1; weight=100/100; scur=0/0; qcur=0";
+
+fn polling(d: &Daemon, every_ms: u64) -> Polling {
+    Polling {
+        every: Duration::from_millis(every_ms),
+        ..Polling::new(d.addr, None)
+    }
+}
+
+/// Waits until the daemon lists 127.0.0.2 as a regular poller.
+fn until_regular(d: &Daemon) {
+    d.wait_for_json(SOON, "the load balancer to be regular", |a| {
+        a.pollers
+            .iter()
+            .flatten()
+            .any(|p| p.address.to_string() == LB && p.regular)
+    });
+}
+
+/// Defect 1: a daemon that has just started has heard nobody: `drain --wait` must not take that for
+/// "no load balancer polls".
+#[test]
+fn a_fresh_daemon_is_not_taken_for_one_that_nobody_polls() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    // The load balancer's first check comes 1 s after the start, as HAProxy's may.
+    let lb = LoadBalancer::start(Polling {
+        first_after: Duration::from_secs(1),
+        ..polling(&d, 500)
+    });
+    let started = Instant::now();
+    let out = s.pmcheck(
+        "drain",
+        &[
+            "--wait",
+            "--lb-interval",
+            "1s",
+            "--polls",
+            "2",
+            "--url",
+            &url(&d),
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        !stdout.contains("no load balancer is polling"),
+        "believed a daemon that had heard nobody yet: {stdout}"
+    );
+    assert!(
+        stdout.contains("127.0.0.2 acted (HTTP: DRAINED x"),
+        "{stdout}"
+    );
+    assert!(
+        lb.answered(503, started) >= 2,
+        "safe before the load balancer had been told twice: {stdout}"
+    );
+}
+
+/// Defect 2: a flood of agent checks from hundreds of addresses neither pushes the load balancer out
+/// of the daemon's table nor acts for it.
+#[test]
+fn a_flood_of_addresses_cannot_end_a_wait_early() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    // A load balancer checking every second: between two checks the flood has the table.
+    let lb = LoadBalancer::start(polling(&d, 1000));
+    until_regular_or_polled(&d, &lb);
+    let agent = d.agent_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooding = Arc::clone(&stop);
+    let flood = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut n = 0u32;
+        while Instant::now() < deadline && !flooding.load(Ordering::SeqCst) {
+            let from = format!("127.0.1.{}", 1 + n % 250);
+            if let Ok(mut c) = connect_from(&from, agent, SOON) {
+                let _ = std::io::Read::read_to_end(&mut c, &mut Vec::new());
+            }
+            n += 1;
+        }
+        n
+    });
+    let started = Instant::now();
+    let out = s.pmcheck("drain", &["--wait", "--polls", "3", "--url", &url(&d)]);
+    stop.store(true, Ordering::SeqCst);
+    let checks = flood.join().expect("the flood");
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(checks > 250, "the flood made only {checks} agent checks");
+    assert!(
+        lb.answered(503, started) >= 3,
+        "safe before the load balancer had been told 3 times ({checks} flood checks): {stdout}"
+    );
+    assert!(
+        stdout.contains("127.0.0.2 acted (HTTP: DRAINED x"),
+        "{stdout}"
+    );
+}
+
+/// The old daemon has no `regular` flag: there the load balancer's polls are counted instead.
+fn until_regular_or_polled(d: &Daemon, lb: &LoadBalancer) {
+    let deadline = Instant::now() + SOON;
+    while lb.http_checks() < 3 {
+        assert!(Instant::now() < deadline, "the load balancer does not poll");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if std::env::var_os("PMCHECK_TEST_BIN").is_none() {
+        until_regular(d);
+    }
+}
+
+/// Defect 3: with `send-state`, `drain --wait` believes the load balancer's word over the answers it
+/// counted, and `undrain --wait` returns as soon as the load balancer says UP.
+#[test]
+fn the_waits_believe_what_the_load_balancer_says() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(polling(&d, 100));
+    lb.send_state(Some(UP));
+    until_regular_or_polled(&d, &lb);
+    let started = Instant::now();
+    let mut wait = Running::start(&s, "drain", &["--wait", "--polls", "2", "--url", &url(&d)]);
+    let lines = wait.stderr_until("it still sends new agents here");
+    assert!(
+        lines.last().unwrap().contains(
+            "load balancer 127.0.0.2 (lb1) says UP for bk/m1 (weight 100/200, 0 session(s), 0 queued"
+        ),
+        "{lines:?}"
+    );
+    while lb.answered(503, started) < 6 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        wait.0.try_wait().unwrap().is_none(),
+        "drain --wait returned on answers counted while the load balancer still said UP"
+    );
+    lb.send_state(Some(NOLB));
+    let out = wait.finish(SOON);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains(
+            "load balancer 127.0.0.2 (lb1) says NOLB for bk/m1 (weight 100/100, 0 session(s)"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains(": out, no session left"), "{stdout}");
+
+    // Back: 50 answers in a row would take 5 s; the load balancer's UP takes one check.
+    let mut undrain = Running::start(
+        &s,
+        "undrain",
+        &["--wait", "--polls", "50", "--url", &url(&d)],
+    );
+    undrain.stderr_until("not taking new agents here yet");
+    let said_up = Instant::now();
+    lb.send_state(Some(UP));
+    let out = undrain.finish(SOON);
+    let took = said_up.elapsed();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("says UP for bk/m1"), "{stdout}");
+    assert!(
+        took < Duration::from_secs(2),
+        "undrain --wait took {took:?} after the load balancer said UP: {stdout}"
+    );
+}
+
+/// The daemon records what each load balancer says, and a malformed header as such.
+#[test]
+fn the_daemon_records_each_load_balancers_state_and_refuses_a_malformed_one() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(polling(&d, 50));
+    lb.send_state(Some(
+        "UP 2/3; address=127.0.0.1; port=8140; name=puppet/compile01; node=lb1; weight=80/180; scur=3/7; qcur=1; throttle=40%",
+    ));
+    let answer = d.wait_for_json(SOON, "the state", |a| {
+        a.pollers.iter().flatten().any(|p| !p.states.is_empty())
+    });
+    assert!(answer.listening_ms.is_some_and(|ms| ms < 60_000));
+    let pollers = answer.pollers.unwrap();
+    let p = pollers
+        .iter()
+        .find(|p| p.address.to_string() == LB)
+        .unwrap();
+    let state = &p.states[0];
+    let seen = state.seen.as_ref().expect("read");
+    assert_eq!(seen.word(), "UP 2/3");
+    assert_eq!(
+        (
+            seen.backend.as_str(),
+            seen.server.as_str(),
+            seen.node.as_str()
+        ),
+        ("puppet", "compile01", "lb1")
+    );
+    assert_eq!(
+        (
+            seen.weight,
+            seen.total_weight,
+            seen.scur,
+            seen.backend_scur,
+            seen.qcur,
+            seen.throttle
+        ),
+        (80, 180, 3, 7, 1, Some(40))
+    );
+    lb.send_state(Some(
+        "UP; name=puppet/compile01; weight=80/180; scur=3/7; qcur=1; weight=1/1",
+    ));
+    let answer = d.wait_for_json(SOON, "the malformed state", |a| {
+        a.pollers
+            .iter()
+            .flatten()
+            .any(|p| p.states.iter().any(|s| s.malformed.is_some()))
+    });
+    let pollers = answer.pollers.unwrap();
+    let p = pollers
+        .iter()
+        .find(|p| p.address.to_string() == LB)
+        .unwrap();
+    let state = p.states.iter().find(|s| s.malformed.is_some()).unwrap();
+    assert_eq!(state.seen, None);
+    assert_eq!(state.malformed.as_deref(), Some("weight given twice"));
+}
+
+/// Never drain the last server: refused with 77 and nothing written, unless --force, which
+/// the record notes.
+#[test]
+fn drain_and_cycle_refuse_the_last_server_unless_forced() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(polling(&d, 50));
+    lb.send_state(Some(LAST));
+    until_regular_or_polled(&d, &lb);
+    let out = s.pmcheck("drain", &["--reason", "upgrade", "--url", &url(&d)]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{stderr}");
+    assert!(
+        stderr.contains("refused: load balancer 127.0.0.2 (lb1) says m2 is the only server taking new agents in backend bk (weight 100 of 100)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert!(record(&s).is_none(), "nothing written");
+
+    let marker = s.state.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let out = s.pmcheck("cycle", &["--url", &url(&d), "--", "sh", "-c", &touch]);
+    assert_eq!(out.status.code(), Some(77), "{}", text(&out.stderr));
+    assert!(!marker.exists(), "the cycle ran its command");
+    assert!(record(&s).is_none());
+
+    let out = s.pmcheck(
+        "drain",
+        &["--reason", "upgrade", "--force", "--url", &url(&d)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let forced = record(&s).unwrap()["forced"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(forced.contains("says m2 is the only server"), "{forced}");
+    // Drained already: draining again (a new reason) is no loss.
+    d.wait_for(SOON, "the drain", |r| r.body.starts_with("DRAINED"));
+    let out = s.pmcheck("drain", &["--reason", "still upgrading", "--url", &url(&d)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+/// Without a daemon `drain` cannot check, and says so, but drains.
+#[test]
+fn drain_without_a_daemon_says_it_could_not_check_and_drains() {
+    let s = Setup::new(Behavior::Running);
+    let nobody = closed_port();
+    let out = s.pmcheck("drain", &["--url", &format!("http://{nobody}/")]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "cannot check whether this node is the last server a load balancer sends agents to"
+        ),
+        "{stderr}"
+    );
+    assert!(record(&s).is_some());
+}
