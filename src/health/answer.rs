@@ -86,11 +86,17 @@ pub struct PollerAnswer {
     pub states: Vec<StateAnswer>,
 }
 
-/// What a load balancer said of this server in its latest HTTP check.
+/// What a load balancer said of this server in its latest HTTP check of one server line.
+/// HAProxy writes it before it reads that check's answer: it shows the effect of the answers
+/// before it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateAnswer {
     /// How long ago it was sent.
     pub last_ms_ago: u64,
+    /// What the check that carried it was answered.
+    pub told: Verdict,
+    /// How long ago this server line's checks began to be answered `told`, in a row.
+    pub since_ms_ago: u64,
     /// The header as read; `None` when it was malformed.
     pub seen: Option<LbState>,
     /// Why the header was refused, if it was.

@@ -394,6 +394,13 @@ fn judge_by_states(
             lb.qcur,
             seconds(Duration::from_millis(s.last_ms_ago))
         );
+        // HAProxy writes the header before it reads that check's answer: it shows the effect of
+        // `verdict` only once this server line's check before it was answered so.
+        let fresh = s.told == verdict && s.since_ms_ago > s.last_ms_ago;
+        let before = format!(
+            "{says}: written before it had been answered {} once",
+            verdict.as_str()
+        );
         let (ok, line) = if verdict == Verdict::Drained {
             if lb.total_weight == 0 {
                 a.warnings.push(format!(
@@ -402,10 +409,12 @@ fn judge_by_states(
                     lb.backend
                 ));
             }
-            let takes_new = matches!(lb.health, Health::Up | Health::NoCheck)
-                && lb.counted()
-                && !agent_before(true);
-            if takes_new {
+            let serving = matches!(lb.health, Health::Up | Health::NoCheck) && lb.counted();
+            // An agent drain applies as HAProxy reads it, before any later header.
+            let out = (fresh && !serving) || agent_before(true);
+            if !out && !fresh {
+                (false, before)
+            } else if !out {
                 (false, format!("{says}: it still sends new agents here"))
             } else if lb.scur > 0 {
                 (
@@ -419,7 +428,9 @@ fn judge_by_states(
             let back = lb.health == Health::Up
                 && lb.counted()
                 && agent.is_none_or(|_| agent_before(false));
-            if back {
+            if !fresh {
+                (false, before)
+            } else if back {
                 (true, format!("{says}: back"))
             } else {
                 (false, format!("{says}: not taking new agents here yet"))
@@ -910,8 +921,11 @@ mod tests {
     fn with_state(header: &str) -> Answer<'static> {
         let mut answer = drained();
         let p = poller(&mut answer);
+        // Its HTTP checks had been answered DRAINED for 2 s when it wrote the header.
         p.states = vec![StateAnswer {
             last_ms_ago: 300,
+            told: Verdict::Drained,
+            since_ms_ago: 2_300,
             seen: Some(crate::health::lb_state::parse(header.as_bytes()).unwrap()),
             malformed: None,
         }];
@@ -949,6 +963,13 @@ mod tests {
         let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
         assert!(a.pending.is_empty(), "{:?}", a.pending);
         assert_eq!(a.acted, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
+        // A NOLB written before any DRAINED answer is stale: it was answered OK since.
+        let mut answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/3; qcur=0");
+        let p = poller(&mut answer);
+        (p.states[0].told, p.agent) = (Verdict::Ok, None);
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
+        assert!(a.pending[0].ends_with("written before it had been answered DRAINED once"));
         // DOWN (1/3 on its way up) takes nothing either.
         let answer = with_state("DOWN 1/3; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
         assert!(
@@ -988,6 +1009,7 @@ mod tests {
         let mut answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
         answer.verdict = Verdict::Ok;
         let p = poller(&mut answer);
+        p.states[0].told = Verdict::Ok;
         let ok = ToldAnswer {
             told: Verdict::Ok,
             times: 100,
@@ -1004,6 +1026,7 @@ mod tests {
         let mut answer = with_state("UP; name=bk/m1; node=lb1; weight=100/200; scur=0/0; qcur=0");
         answer.verdict = Verdict::Ok;
         let p = poller(&mut answer);
+        p.states[0].told = Verdict::Ok;
         p.http = Some(ToldAnswer {
             told: Verdict::Ok,
             times: 1,
@@ -1024,6 +1047,16 @@ mod tests {
             1
         );
         poller(&mut answer).agent.as_mut().unwrap().since_ms_ago = 5_000;
+        // The header came with the first OK answer: it shows HAProxy before that answer.
+        poller(&mut answer).states[0].since_ms_ago = 300;
+        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.pending.len(), 1);
+        assert!(
+            a.pending[0].ends_with("written before it had been answered OK once"),
+            "{:?}",
+            a.pending
+        );
+        poller(&mut answer).states[0].since_ms_ago = 2_300;
         let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
         assert!(
             a.pending.is_empty(),

@@ -55,23 +55,33 @@ pub struct Told {
     pub last: Instant,
 }
 
-/// The raw `X-Haproxy-Server-State` of a poller's latest HTTP check, kept inline so that
-/// recording it allocates nothing; it is read only for the operator.
+/// The raw `X-Haproxy-Server-State` of a poller's latest HTTP check of one server line, kept
+/// inline so that recording it allocates nothing; it is read only for the operator.
+///
+/// HAProxy writes the header before it reads the answer to that check: a header shows the
+/// effect of the answers to the checks before it. So it is kept with what that server line was
+/// answered, and since when in a row.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct StateSeen {
     /// When it came.
     pub at: Instant,
+    /// What the check that carried it was answered.
+    pub told: Verdict,
+    /// The first check of this server line answered `told`, in a row.
+    pub since: Instant,
     len: usize,
     bytes: [u8; lb_state::LIMIT],
 }
 
 impl StateSeen {
-    fn new(at: Instant, header: &[u8]) -> Self {
+    fn new(at: Instant, told: Verdict, since: Instant, header: &[u8]) -> Self {
         let mut bytes = [0; lb_state::LIMIT];
         let kept = header.len().min(lb_state::LIMIT);
         bytes[..kept].copy_from_slice(&header[..kept]);
         Self {
             at,
+            told,
+            since,
             // One past the limit says it was longer.
             len: header.len().min(lb_state::LIMIT + 1),
             bytes,
@@ -226,13 +236,18 @@ impl Pollers {
         if let Some(header) = poll.state {
             let name = lb_state::name_of(header);
             let states = &mut poller.states;
-            let slot = (states
+            let same = states
                 .iter()
-                .position(|s| s.is_some_and(|s| s.name() == name)))
-            .or_else(|| states.iter().position(Option::is_none))
-            .or_else(|| (0..STATES).min_by_key(|&i| states[i].map(|s| s.at)))
-            .unwrap_or(0);
-            states[slot] = Some(StateSeen::new(now, header));
+                .position(|s| s.is_some_and(|s| s.name() == name));
+            let slot = same
+                .or_else(|| states.iter().position(Option::is_none))
+                .or_else(|| (0..STATES).min_by_key(|&i| states[i].map(|s| s.at)))
+                .unwrap_or(0);
+            let since = same
+                .and_then(|i| states[i])
+                .filter(|s| s.told == poll.verdict)
+                .map_or(now, |s| s.since);
+            states[slot] = Some(StateSeen::new(now, poll.verdict, since, header));
         }
         let told = match poll.via {
             Via::Http => &mut poller.http,
@@ -317,6 +332,8 @@ impl Pollers {
                         };
                         StateAnswer {
                             last_ms_ago: ago(s.at),
+                            told: s.told,
+                            since_ms_ago: ago(s.since),
                             seen,
                             malformed,
                         }
@@ -514,6 +531,20 @@ mod tests {
             })
             .collect();
         assert_eq!(seen, [("bk/m1".into(), 0, 0), ("ca/m1".into(), 0, 100)]);
+        // Each server line keeps since when it has been answered the same, in a row: the
+        // header of bk/m1's second DRAINED check shows HAProxy after the first.
+        let m1 = &answer[0].states[0];
+        assert_eq!((m1.told, m1.since_ms_ago), (Verdict::Drained, 200));
+        let ok = Poll {
+            verdict: Verdict::Ok,
+            ..poll(Some(m1_later))
+        };
+        pollers.record(ok, at(250));
+        let m1 = &pollers.answer(at(250))[0].states[0];
+        assert_eq!(
+            (m1.told, m1.since_ms_ago, m1.last_ms_ago),
+            (Verdict::Ok, 0, 0)
+        );
         // Past STATES server lines the oldest goes.
         for i in 0..STATES as u64 {
             let other = format!("UP; name=b{i}/m1; weight=1/1; scur=0/0; qcur=0");

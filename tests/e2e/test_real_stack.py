@@ -153,8 +153,12 @@ def test_2_haproxy_default_check(pmcheck, puppetserver, haproxy, shipped_haproxy
         r" agent-check agent-port 9201 agent-inter 2s weight 100\s*$",
         shipped_haproxy,
     )
-    # the only http-check line: drains (404) as NOLB; pmcheck's default 503 still fails the check
-    assert re.findall(r"(?m)^[ \t]*http-check.*$", shipped_haproxy) == ["    http-check disable-on-404"]
+    # the http-check lines: drains (404) as NOLB, pmcheck's default 503 still fails the check;
+    # and HAProxy's own view of each server sent with every check, for pmcheck's waits
+    assert re.findall(r"(?m)^[ \t]*http-check.*$", shipped_haproxy) == [
+        "    http-check disable-on-404",
+        "    http-check send-state",
+    ]
     assert not re.search(r"(?m)^[ \t]*option[ \t]+httpchk[ \t]+[^ \t#]", shipped_haproxy)
 
     state = testdir / "state"
