@@ -238,6 +238,9 @@ pub struct UndrainArgs {
     /// Then wait until every load balancer polling was told OK often enough to take the node back
     #[arg(long)]
     pub(crate) wait: bool,
+    /// Undrain even while a running `pmcheck cycle` holds the node drained
+    #[arg(long)]
+    pub(crate) force: bool,
     #[command(flatten)]
     pub(crate) waiting: WaitArgs,
     #[command(flatten)]

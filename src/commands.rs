@@ -10,7 +10,8 @@ use thiserror::Error;
 
 use crate::cli::{Cli, Command, CycleArgs, DrainArgs, Generate, StatusArgs, UndrainArgs, WaitArgs};
 use crate::exit::Exit;
-use crate::health::drain::{DrainError, DrainFile, DrainRecord};
+use crate::health::drain::{DrainError, DrainFile};
+use crate::health::holders::{self, Change, Holder, Kind};
 use crate::health::verdict::{Decision, Rules, Verdict};
 use crate::health::weight::Rejoin;
 use crate::operator::cycle::{self, Cycle, CycleError};
@@ -49,6 +50,11 @@ pub enum Error {
     /// A load balancer says this node is the last server taking traffic.
     #[error(transparent)]
     LastServer(#[from] LastServer),
+    /// `undrain` without `--force` while running cycles hold the node.
+    #[error(
+        "refused: the node is held drained by {0}, which undrains it when done (if nobody else holds it); `pmcheck undrain --force` undrains now, and the cycle then leaves the node as it finds it"
+    )]
+    Held(String),
     /// Any other system error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -64,14 +70,14 @@ impl Error {
             Error::Status(_) => Exit::Warning,
             Error::Systemd(_) | Error::Io(_) => Exit::OsErr,
             Error::Wait(e) => wait_exit(e),
-            Error::LastServer(_) => Exit::Refused,
+            Error::LastServer(_) | Error::Held(_) => Exit::Refused,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
                 CycleError::Drain(_) => Exit::CantCreate,
                 CycleError::LastServer(_) => Exit::Refused,
                 e if e.not_healthy() => Exit::Critical,
                 CycleError::Wait { source, .. } => wait_exit(source),
-                CycleError::Command { .. } => Exit::Warning,
+                CycleError::Command { .. } | CycleError::Released { .. } => Exit::Warning,
                 CycleError::Interrupted { .. } => Exit::Interrupted,
             },
         }
@@ -358,15 +364,30 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     let how = wait_settings(&args.waiting);
     let forced = run_single_threaded(wait::guard_last_server(&how, args.force))??;
     let file = DrainFile::new(&args.state.state_dir);
-    let previous = file.current();
-    let mut record = DrainRecord::new(args.reason, args.for_, SystemTime::now());
-    record.forced = forced;
-    file.write(&record)?;
+    let mine = Holder::drain(args.reason, args.for_, SystemTime::now());
+    let (previous, others) = holders::update(&file, |current| {
+        let now = SystemTime::now();
+        let mut held: Vec<Holder> = (current.as_ref())
+            .and_then(|d| d.record.as_ref())
+            .map(holders::of)
+            .unwrap_or_default();
+        held.retain(|h| h.kind != Kind::Drain && !h.expired_at(now));
+        let others = held.clone();
+        held.push(mine.clone());
+        match holders::record(held, forced) {
+            Some(record) => (Change::Write(record), (current, others)),
+            None => (Change::Keep, (current, others)),
+        }
+    })?;
     let mut out = std::io::stdout().lock();
-    if let Some(previous) = previous {
+    if let Some(previous) = previous.filter(|p| {
+        p.record
+            .as_ref()
+            .is_none_or(|r| holders::of(r).iter().any(|h| h.kind == Kind::Drain))
+    }) {
         writeln!(out, "replaced the previous drain: {}", previous.describe())?;
     }
-    let until = record
+    let until = mine
         .until
         .as_deref()
         .map(|u| format!(" until {u}"))
@@ -374,11 +395,14 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     writeln!(
         out,
         "drained: {} (by {} since {}{until}); wrote {}",
-        record.reason,
-        record.by,
-        record.since,
+        mine.what,
+        mine.by,
+        mine.since,
         file.path().display()
     )?;
+    for other in &others {
+        writeln!(out, "also held by {}", other.describe())?;
+    }
     if !args.wait {
         writeln!(
             out,
@@ -435,16 +459,37 @@ fn annotate(e: Error, left: &str) -> Error {
 fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
     let state = args.state;
     let file = DrainFile::new(&state.state_dir);
-    match file.remove()? {
-        Some(previous) => println!(
-            "undrained: removed {} (was: {}); pmcheck answers from Puppet Server's health again",
-            file.path().display(),
-            previous.describe()
-        ),
-        None => println!(
+    let force = args.force;
+    let outcome = holders::update(&file, |current| {
+        let Some(drain) = current else {
+            return (Change::Keep, Undrain::NotDrained);
+        };
+        let held = drain.record.as_ref().map(holders::of).unwrap_or_default();
+        let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
+        if !running.is_empty() && !force {
+            return (Change::Keep, Undrain::Held(running));
+        }
+        (Change::Remove, Undrain::Removed(drain, held))
+    })?;
+    match outcome {
+        Undrain::NotDrained => println!(
             "not drained: there is no {}; nothing to do",
             file.path().display()
         ),
+        Undrain::Held(running) => {
+            let held: Vec<String> = running.iter().map(Holder::describe).collect();
+            return Err(Error::Held(held.join(", ")));
+        }
+        Undrain::Removed(previous, held) => {
+            println!(
+                "undrained: removed {} (was: {}); pmcheck answers from Puppet Server's health again",
+                file.path().display(),
+                previous.describe()
+            );
+            for h in held.iter().filter(|h| h.kind != Kind::Drain) {
+                println!("let go of {}", h.describe());
+            }
+        }
     }
     if args.wait {
         let done = wait_for(Goal::Undrained, &args.waiting)
@@ -456,6 +501,16 @@ fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
         );
     }
     Ok(Exit::Ok)
+}
+
+/// What `undrain` found.
+enum Undrain {
+    /// No record.
+    NotDrained,
+    /// Running cycles hold the node, and no `--force`.
+    Held(Vec<Holder>),
+    /// The record was removed: what it was, and who held it.
+    Removed(crate::health::drain::Drain, Vec<Holder>),
 }
 
 fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {

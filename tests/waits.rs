@@ -264,11 +264,20 @@ fn cycle_never_removes_a_drain_that_was_there_before() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert!(
-        stdout.contains("already drained (kernel upgrade"),
+        stdout.contains("already drained by drain (kernel upgrade"),
         "{stdout}"
     );
-    assert!(stdout.contains("step undrain took"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "s: this cycle let go; the node stays drained, held by drain (kernel upgrade"
+        ),
+        "{stdout}"
+    );
     assert_eq!(record(&s).unwrap()["reason"], "kernel upgrade");
+    assert_eq!(
+        record(&s).unwrap()["holders"].as_array().map(Vec::len),
+        Some(1)
+    );
 }
 
 #[test]

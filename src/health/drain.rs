@@ -17,6 +17,7 @@ use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::health::holders::Holder;
 use crate::puppet::identity::FileStamp;
 use crate::text;
 
@@ -45,6 +46,10 @@ pub struct DrainRecord {
     /// taking traffic. Absent for an ordinary drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forced: Option<String>,
+    /// Who holds the node drained ([`crate::health::holders`]); empty in a record written
+    /// before holders existed, or by hand: then it is one operator's drain.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holders: Vec<Holder>,
 }
 
 impl DrainRecord {
@@ -58,6 +63,7 @@ impl DrainRecord {
             until: lasting
                 .map(|d| humantime::format_rfc3339_seconds(ceil_second(now + d)).to_string()),
             forced: None,
+            holders: Vec::new(),
         }
     }
 }
@@ -122,6 +128,15 @@ impl Drain {
         }
         if let Some(forced) = &mut record.forced {
             *forced = text::one_line(forced, FORCED_LIMIT).into_owned();
+        }
+        for holder in &mut record.holders {
+            for (field, limit) in [
+                (&mut holder.what, REASON_LIMIT),
+                (&mut holder.by, BY_LIMIT),
+                (&mut holder.since, BY_LIMIT),
+            ] {
+                *field = text::one_line(field, limit).into_owned();
+            }
         }
         let (until, problem) = match record.until.as_deref().map(humantime::parse_rfc3339_weak) {
             None => (None, None),
@@ -581,7 +596,7 @@ impl DrainFile {
 
     /// Removes the temporary files of `drain` commands that died mid-write (`kill -9`, power
     /// loss): `.drain.PID.tmp` whose process is gone.
-    fn sweep_leftovers(&self) {
+    pub fn sweep_leftovers(&self) {
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return;
         };
@@ -799,6 +814,7 @@ mod tests {
             since: "2026-01-01T00:00:00Z".into(),
             until: None,
             forced: None,
+            holders: Vec::new(),
         })
         .unwrap();
         let drain = Drain::parse(&bytes);
@@ -883,7 +899,7 @@ mod tests {
 
         #[test]
         fn any_record_round_trips_its_one_line_fields(reason in "[^\\p{Cc}]{1,256}", by in "[a-z]{1,32}") {
-            let record = DrainRecord { reason, by, since: "2026-01-01T00:00:00Z".into(), until: None, forced: None };
+            let record = DrainRecord { reason, by, since: "2026-01-01T00:00:00Z".into(), until: None, forced: None, holders: Vec::new() };
             let bytes = serde_json::to_vec(&record).unwrap();
             let parsed = Drain::parse(&bytes).record.unwrap();
             prop_assert_eq!(parsed.by, record.by);

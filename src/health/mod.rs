@@ -4,6 +4,7 @@
 pub mod answer;
 pub mod drain;
 pub mod drain_watch;
+pub mod holders;
 pub mod lb_state;
 pub mod verdict;
 pub mod weight;

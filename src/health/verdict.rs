@@ -305,6 +305,7 @@ mod tests {
             since: "2026-11-22T10:00:00Z".into(),
             until: until.map(str::to_owned),
             forced: None,
+            holders: Vec::new(),
         };
         let text = serde_json::to_string(&record).unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -4,8 +4,9 @@
 //!
 //! Whatever goes wrong after the drain (the command fails, Puppet Server does not come back,
 //! a wait times out, a signal) leaves the node drained with a record that says why: a node
-//! half-way through an upgrade must not get agents. A drain somebody else made before the
-//! cycle is never removed.
+//! half-way through an upgrade must not get agents. The cycle holds the drain beside whoever
+//! else does ([`crate::health::holders`]): an operator's drain from before, another cycle. It
+//! lets go of its own hold only, and the node returns to rotation when nobody holds it.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -15,7 +16,8 @@ use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::health::drain::{DrainError, DrainFile, DrainRecord, REASON_LIMIT};
+use crate::health::drain::{DrainError, DrainFile, REASON_LIMIT};
+use crate::health::holders::{self, Change, Holder};
 use crate::operator::status;
 use crate::operator::wait::{self, Goal, LastServer, Wait, WaitError, seconds};
 use crate::settings::duration::format_duration;
@@ -63,6 +65,17 @@ pub enum CycleError {
         /// How it failed.
         how: String,
     },
+    /// The drain record stopped naming this cycle during a wait: it does not go on as if
+    /// it held the node.
+    #[error(
+        "{step}: the drain record no longer holds this cycle (`pmcheck undrain --force`?); found {found}; stopping here"
+    )]
+    Released {
+        /// The step that waited.
+        step: &'static str,
+        /// What the record says instead.
+        found: String,
+    },
     /// SIGINT, SIGTERM or SIGHUP.
     #[error("interrupted during {step}{left}")]
     Interrupted {
@@ -102,54 +115,64 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         return Err(CycleError::NoDaemon(WaitError::NoDaemon(e)));
     }
 
-    // 1. drain, unless somebody else already did
+    // 1. drain: this cycle holds the node drained, beside whoever already does
     let t = Instant::now();
     let file = DrainFile::new(state_dir);
-    let theirs = file.current().filter(|d| !d.expired_at(SystemTime::now()));
-    let ours = match &theirs {
-        Some(d) => {
-            step(
-                "drain",
-                t,
-                &format!(
-                    "already drained ({}): left in place, this cycle will not undrain",
-                    d.describe()
-                ),
-            );
-            None
-        }
-        None => {
-            let forced = wait::guard_last_server(&cycle.wait, cycle.force).await?;
-            let mut record = DrainRecord::new(cycle.reason.clone(), None, SystemTime::now());
-            record.forced = forced;
-            file.write(&record)?;
-            step(
-                "drain",
-                t,
-                &format!(
-                    "drained: {} (by {} since {}); wrote {}",
-                    record.reason,
-                    record.by,
-                    record.since,
-                    file.path().display()
-                ),
-            );
-            Some(record)
-        }
+    let drained = file
+        .current()
+        .is_some_and(|d| !d.expired_at(SystemTime::now()));
+    let forced = if drained {
+        None
+    } else {
+        wait::guard_last_server(&cycle.wait, cycle.force).await?
     };
-    // From here on every failure leaves the node drained, and says so in our record.
-    let fail = |e: CycleError| {
-        if let Some(record) = &ours {
-            stopped(&file, record, &e);
+    let me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
+    let found = holders::update(&file, |current| {
+        let now = SystemTime::now();
+        let mut held: Vec<Holder> = (current.as_ref())
+            .and_then(|d| d.record.as_ref())
+            .map(holders::of)
+            .unwrap_or_default();
+        held.retain(|h| !h.expired_at(now));
+        let found = held.clone();
+        held.push(me.clone());
+        let forced = forced.or_else(|| current.and_then(|d| d.record).and_then(|r| r.forced));
+        match holders::record(held, forced) {
+            Some(record) => (Change::Write(record), found),
+            None => (Change::Keep, found),
         }
+    })?;
+    let detail = if found.is_empty() {
+        format!("drained: {} (by {} since {})", me.what, me.by, me.since)
+    } else {
+        let held: Vec<String> = found.iter().map(Holder::describe).collect();
+        format!(
+            "already drained by {}: this cycle holds it too, and the node returns to rotation only when no holder is left",
+            held.join(", ")
+        )
+    };
+    step(
+        "drain",
+        t,
+        &format!("{detail}; wrote {}", file.path().display()),
+    );
+    // From here on every failure leaves the node drained, and says so in our holder.
+    let fail = |e: CycleError| {
+        stopped(&file, &me, &e);
         e
     };
 
     // 2. wait until the load balancers acted and the agents left
     let t = Instant::now();
-    let done = wait_step("wait-drained", Goal::Drained, &cycle.wait, &mut signals)
-        .await
-        .map_err(fail)?;
+    let done = wait_step(
+        "wait-drained",
+        Goal::Drained,
+        &cycle.wait,
+        &mut signals,
+        Some(&file),
+    )
+    .await
+    .map_err(fail)?;
     step("wait-drained", t, &done.summary);
     for warning in &done.warnings {
         eprintln!("pmcheck cycle: warning: {warning}");
@@ -186,67 +209,134 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         Goal::Healthy { since: ended },
         &cycle.wait,
         &mut signals,
+        Some(&file),
     )
     .await
     .map_err(fail)?;
     step("wait-healthy", t, &done.summary);
 
-    // 5. undrain, if the drain is still ours
+    // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
     let t = Instant::now();
-    let Some(record) = ours else {
-        step(
-            "undrain",
-            t,
-            "skipped: the drain was there before this cycle",
-        );
-        println!(
-            "pmcheck cycle: done in {}; the node stays drained as it was found",
-            seconds(started.elapsed())
-        );
-        return Ok(());
+    let let_go = holders::update(&file, |current| {
+        let Some(record) = current.and_then(|d| d.record) else {
+            return (Change::Keep, LetGo::Gone);
+        };
+        let now = SystemTime::now();
+        let held = holders::of(&record);
+        if !held.iter().any(Holder::is_me) {
+            return (Change::Keep, LetGo::NotMine(held));
+        }
+        let rest: Vec<Holder> = (held.into_iter())
+            .filter(|h| !h.is_me() && !h.expired_at(now))
+            .collect();
+        match holders::record(rest.clone(), record.forced) {
+            None => (Change::Remove, LetGo::Undrained),
+            Some(record) => (Change::Write(record), LetGo::StillHeld(rest)),
+        }
+    })?;
+    let describe = |held: &[Holder]| {
+        held.iter()
+            .map(Holder::describe)
+            .collect::<Vec<_>>()
+            .join(", ")
     };
-    let now = file.current();
-    if now.as_ref().and_then(|d| d.record.as_ref()) != Some(&record) {
-        step(
-            "undrain",
-            t,
-            "skipped: somebody replaced or removed this cycle's drain record meanwhile",
-        );
-        println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
-        return Ok(());
+    match let_go {
+        LetGo::Undrained => step("undrain", t, &format!("removed {}", file.path().display())),
+        LetGo::Gone => {
+            step(
+                "undrain",
+                t,
+                &format!(
+                    "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
+                    file.path().display()
+                ),
+            );
+            println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
+            return Ok(());
+        }
+        LetGo::NotMine(held) => {
+            step(
+                "undrain",
+                t,
+                &format!(
+                    "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",
+                    describe(&held)
+                ),
+            );
+            println!(
+                "pmcheck cycle: done in {}; the node stays drained",
+                seconds(started.elapsed())
+            );
+            return Ok(());
+        }
+        LetGo::StillHeld(held) => {
+            step(
+                "undrain",
+                t,
+                &format!(
+                    "this cycle let go; the node stays drained, held by {}",
+                    describe(&held)
+                ),
+            );
+            println!(
+                "pmcheck cycle: done in {}; the node stays drained",
+                seconds(started.elapsed())
+            );
+            return Ok(());
+        }
     }
-    file.remove()?;
-    step("undrain", t, &format!("removed {}", file.path().display()));
 
     // 6. wait until the load balancers take it back
     let t = Instant::now();
-    let done = wait_step("wait-undrained", Goal::Undrained, &cycle.wait, &mut signals)
-        .await
-        .map_err(|e| match e {
-            CycleError::Wait { step, source, .. } => CycleError::Wait {
-                step,
-                source,
-                left: "; the node is undrained, but not every load balancer has taken it back",
-            },
-            CycleError::Interrupted { step, .. } => CycleError::Interrupted {
-                step,
-                left: "; the node is already undrained",
-            },
-            other => other,
-        })?;
+    let done = wait_step(
+        "wait-undrained",
+        Goal::Undrained,
+        &cycle.wait,
+        &mut signals,
+        None,
+    )
+    .await
+    .map_err(|e| match e {
+        CycleError::Wait { step, source, .. } => CycleError::Wait {
+            step,
+            source,
+            left: "; the node is undrained, but not every load balancer has taken it back",
+        },
+        CycleError::Interrupted { step, .. } => CycleError::Interrupted {
+            step,
+            left: "; the node is already undrained",
+        },
+        other => other,
+    })?;
     step("wait-undrained", t, &done.summary);
     println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
     Ok(())
 }
 
-/// One wait, stopped by a signal.
+/// One wait, stopped by a signal, or when the drain record stops naming this cycle (`held`:
+/// somebody ran `pmcheck undrain --force` or rewrote the record).
 async fn wait_step(
     name: &'static str,
     goal: Goal,
     how: &Wait,
     signals: &mut Signals,
+    held: Option<&DrainFile>,
 ) -> Result<wait::Done, CycleError> {
-    match wait::wait(goal, how, signals.next()).await {
+    let waited = async {
+        match held {
+            None => wait::wait(goal, how, signals.next()).await.map_err(Ok),
+            Some(file) => tokio::select! {
+                result = wait::wait(goal, how, signals.next()) => result.map_err(Ok),
+                found = released(file) => Err(Err(found)),
+            },
+        }
+    };
+    let result = match waited.await {
+        Ok(done) => Ok(done),
+        Err(Ok(e)) => Err(e),
+        Err(Err(found)) => return Err(CycleError::Released { step: name, found }),
+    };
+    match result {
         Ok(done) => Ok(done),
         Err(WaitError::Interrupted { .. }) => Err(CycleError::Interrupted {
             step: name,
@@ -257,6 +347,24 @@ async fn wait_step(
             source,
             left: LEFT_DRAINED,
         }),
+    }
+}
+
+/// Resolves when the drain record no longer holds this cycle, with what it holds instead.
+async fn released(file: &DrainFile) -> String {
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match file.current() {
+            None => return format!("no drain record at {}", file.path().display()),
+            Some(d) => match d.record.as_ref().map(holders::of) {
+                Some(held) if held.iter().any(Holder::is_me) => {}
+                Some(held) => {
+                    let held: Vec<String> = held.iter().map(Holder::describe).collect();
+                    return format!("a drain record held by {}", held.join(", "));
+                }
+                None => return d.describe(),
+            },
+        }
     }
 }
 
@@ -314,16 +422,9 @@ impl Signals {
     }
 }
 
-/// Rewrites our drain record to say why the cycle stopped, keeping who and since; a record
-/// somebody else wrote meanwhile is left as it is.
-fn stopped(file: &DrainFile, record: &DrainRecord, e: &CycleError) {
-    if file.current().and_then(|d| d.record).as_ref() != Some(record) {
-        eprintln!(
-            "pmcheck cycle: the drain record is not this cycle's any more; left as it is: {}",
-            file.path().display()
-        );
-        return;
-    }
+/// Turns this cycle's hold into a stopped cycle's, which keeps the node drained until
+/// `pmcheck undrain`, and says why in it; a record that no longer has this cycle is left as it is.
+fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
     let why = match e {
         CycleError::Wait {
             step,
@@ -333,7 +434,10 @@ fn stopped(file: &DrainFile, record: &DrainRecord, e: &CycleError) {
         CycleError::Wait { step, .. } => format!("{step} failed"),
         CycleError::Command { how, .. } => format!("the command {how}"),
         CycleError::Interrupted { step, .. } => format!("interrupted during {step}"),
-        CycleError::NoDaemon(_) | CycleError::Drain(_) | CycleError::LastServer(_) => return,
+        CycleError::NoDaemon(_)
+        | CycleError::Drain(_)
+        | CycleError::LastServer(_)
+        | CycleError::Released { .. } => return,
     };
     // The cause is the point: shorten the operator's reason, never the cause.
     let why = format!("; cycle stopped: {why}");
@@ -343,19 +447,48 @@ fn stopped(file: &DrainFile, record: &DrainRecord, e: &CycleError) {
         .take(REASON_LIMIT / 2)
         .collect();
     let keep = REASON_LIMIT - why.chars().count();
-    let reason: String = record
-        .reason
-        .chars()
-        .take(keep)
-        .chain(why.chars())
-        .collect();
-    let updated = DrainRecord {
-        reason,
-        ..record.clone()
-    };
-    if let Err(e) = file.write(&updated) {
-        eprintln!("pmcheck cycle: the node stays drained, but the record could not say why: {e}");
+    let what: String = me.what.chars().take(keep).chain(why.chars()).collect();
+    let updated = holders::update(file, |current| {
+        let Some(record) = current.and_then(|d| d.record) else {
+            return (Change::Keep, false);
+        };
+        let mut held = holders::of(&record);
+        let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
+            return (Change::Keep, false);
+        };
+        *mine = Holder {
+            kind: holders::Kind::StoppedCycle,
+            what: what.clone(),
+            process: None,
+            ..mine.clone()
+        };
+        match holders::record(held, record.forced) {
+            Some(record) => (Change::Write(record), true),
+            None => (Change::Keep, false),
+        }
+    });
+    match updated {
+        Ok(true) => {}
+        Ok(false) => eprintln!(
+            "pmcheck cycle: the drain record does not hold this cycle any more; left as it is: {}",
+            file.path().display()
+        ),
+        Err(e) => eprintln!(
+            "pmcheck cycle: the node stays drained, but the record could not say why: {e}"
+        ),
     }
+}
+
+/// What the cycle found when it let go of the node.
+enum LetGo {
+    /// It was the last holder: the record is removed.
+    Undrained,
+    /// Others still hold the node.
+    StillHeld(Vec<Holder>),
+    /// The record is gone.
+    Gone,
+    /// The record does not name this cycle any more.
+    NotMine(Vec<Holder>),
 }
 
 /// `pmcheck cycle: step NAME took 1.2s: DETAIL`, the line scripts may read.
@@ -415,34 +548,49 @@ mod tests {
     }
 
     #[test]
-    fn the_record_says_why_the_cycle_stopped_and_keeps_who_and_since() {
+    fn a_stopped_cycle_keeps_its_hold_says_why_and_keeps_who_and_since() {
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
-        let record = DrainRecord::new("x".repeat(250), None, SystemTime::now());
-        file.write(&record).unwrap();
+        let now = SystemTime::now();
+        let me = Holder::cycle("x".repeat(250), now);
+        let operator = Holder::drain("kernel upgrade".into(), None, now);
+        let both = holders::record(vec![me.clone(), operator.clone()], None).unwrap();
+        file.write(&both).unwrap();
         let e = CycleError::Command {
             command: "`false`".into(),
             how: "exited with 1".into(),
         };
-        stopped(&file, &record, &e);
-        let now = file.current().unwrap().record.unwrap();
-        assert_eq!((&now.by, &now.since), (&record.by, &record.since));
-        assert_eq!(now.reason.chars().count(), REASON_LIMIT);
-        assert!(now.reason.starts_with("xxxx"));
+        stopped(&file, &me, &e);
+        let record = file.current().unwrap().record.unwrap();
+        assert_eq!(
+            record.reason, "kernel upgrade",
+            "the operator's reason first"
+        );
+        assert_eq!(record.holders[0], operator);
+        let mine = &record.holders[1];
+        assert_eq!(mine.kind, holders::Kind::StoppedCycle);
+        assert_eq!(
+            mine.process, None,
+            "held until `pmcheck undrain`, not until this process ends"
+        );
+        assert_eq!((&mine.by, &mine.since), (&me.by, &me.since));
+        assert_eq!(mine.what.chars().count(), REASON_LIMIT);
+        assert!(mine.what.starts_with("xxxx"));
         assert!(
-            now.reason
+            mine.what
                 .ends_with("; cycle stopped: the command exited with 1")
         );
-        let theirs = DrainRecord::new("kernel upgrade".into(), None, SystemTime::now());
-        file.write(&theirs).unwrap();
-        stopped(&file, &record, &e);
+        // A record that no longer names this cycle is left as it is.
+        stopped(&file, &me, &e);
         assert_eq!(
             file.current().unwrap().record.unwrap(),
-            theirs,
+            record,
             "not ours: kept"
         );
-        let short = DrainRecord::new("upgrade".into(), None, SystemTime::now());
-        file.write(&short).unwrap();
+        // Alone, its reason is the record's.
+        let short = Holder::cycle("upgrade".into(), now);
+        file.write(&holders::record(vec![short.clone()], None).unwrap())
+            .unwrap();
         stopped(&file, &short, &e);
         assert_eq!(
             file.current().unwrap().record.unwrap().reason,
