@@ -256,6 +256,9 @@ pub struct CycleArgs {
     /// Run even when a load balancer says this node is the only server taking traffic in its backend (the drain record notes it)
     #[arg(long)]
     pub(crate) force: bool,
+    /// On SIGINT, SIGTERM or SIGHUP the command's process group gets the same signal and SIGTERM, and SIGKILL after this long (or at a second signal)
+    #[arg(long, env = "PMCHECK_KILL_AFTER", value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub(crate) kill_after: Duration,
     #[command(flatten)]
     pub(crate) waiting: WaitArgs,
     #[command(flatten)]

@@ -529,6 +529,7 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
         reason,
         wait: wait_settings(&args.waiting),
         force: args.force,
+        kill_after: args.kill_after,
         command: args.command,
     };
     run_single_threaded(cycle::run(&cycle, &args.state.state_dir))??;

@@ -358,3 +358,127 @@ fn cycle_without_a_daemon_exits_69_and_touches_nothing() {
     );
     assert!(record(&s).is_none());
 }
+
+/// The PIDs a command wrote to `files`, once it wrote them all.
+fn pids_written(files: &[std::path::PathBuf], cycle: &mut Running) -> Vec<i32> {
+    let deadline = Instant::now() + SOON;
+    loop {
+        let pids: Vec<i32> = files
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(f).ok()?.trim().parse().ok())
+            .collect();
+        if pids.len() == files.len() {
+            return pids;
+        }
+        if Instant::now() > deadline {
+            let _ = cycle.0.kill();
+            panic!("the command never started");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Gone, or a zombie about to be reaped by init: not running any more.
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .is_some_and(|zombie| !zombie)
+}
+
+fn interrupt(cycle: &Running) {
+    let pid = nix::unistd::Pid::from_raw(cycle.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+}
+
+#[test]
+fn an_interrupted_cycle_stops_every_process_of_its_command() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let files: Vec<_> = (1..=2)
+        .map(|i| s.state.path().join(format!("pid{i}")))
+        .collect();
+    let script = format!(
+        "sleep 61 & echo $! > {}; sleep 62 & echo $! > {}; wait",
+        files[0].display(),
+        files[1].display()
+    );
+    let mut cycle = Running::start(&s, "cycle", &["--url", &url(&d), "--", "sh", "-c", &script]);
+    let pids = pids_written(&files, &mut cycle);
+    let t = Instant::now();
+    interrupt(&cycle);
+    let out = cycle.finish(SOON);
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    for pid in pids {
+        assert!(
+            !running(pid),
+            "sleep {pid} still runs after the cycle ended"
+        );
+    }
+}
+
+#[test]
+fn a_command_that_ignores_signals_is_killed_after_kill_after_or_at_a_second_signal() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let file = s.state.path().join("pid");
+    let script = format!(
+        "trap '' INT TERM HUP; sleep 60 & echo $! > {}; wait",
+        file.display()
+    );
+    let mut cycle = Running::start(
+        &s,
+        "cycle",
+        &[
+            "--kill-after",
+            "1s",
+            "--url",
+            &url(&d),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let pids = pids_written(std::slice::from_ref(&file), &mut cycle);
+    let t = Instant::now();
+    interrupt(&cycle);
+    let out = cycle.finish(SOON);
+    let took = t.elapsed();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert!(
+        text(&out.stderr).contains("still running 1s after SIGINT: SIGKILL"),
+        "{out:?}"
+    );
+    assert!(!running(pids[0]));
+
+    // With the default 30 s, a second signal kills at once.
+    std::fs::remove_file(&file).unwrap();
+    assert!(s.pmcheck("undrain", &[]).status.success());
+    let mut cycle = Running::start(&s, "cycle", &["--url", &url(&d), "--", "sh", "-c", &script]);
+    let pids = pids_written(std::slice::from_ref(&file), &mut cycle);
+    let t = Instant::now();
+    interrupt(&cycle);
+    std::thread::sleep(Duration::from_millis(300));
+    interrupt(&cycle);
+    let out = cycle.finish(SOON);
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(
+        text(&out.stderr).contains("SIGINT again: SIGKILL"),
+        "{out:?}"
+    );
+    assert!(!running(pids[0]));
+}

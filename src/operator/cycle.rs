@@ -13,6 +13,8 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant, SystemTime};
 
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -31,6 +33,8 @@ pub struct Cycle {
     pub wait: Wait,
     /// Drain even when a load balancer says this node is the last server taking traffic.
     pub force: bool,
+    /// How long the command's processes get after a signal is passed on, before SIGKILL.
+    pub kill_after: Duration,
     /// The command to run while drained.
     pub command: Vec<OsString>,
 }
@@ -180,7 +184,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
 
     // 3. the command
     let t = Instant::now();
-    let status = run_command(&cycle.command, &mut signals)
+    let status = run_command(&cycle.command, &mut signals, cycle.kill_after)
         .await
         .map_err(|how| match how {
             None => CycleError::Interrupted {
@@ -324,9 +328,13 @@ async fn wait_step(
 ) -> Result<wait::Done, CycleError> {
     let waited = async {
         match held {
-            None => wait::wait(goal, how, signals.next()).await.map_err(Ok),
+            None => wait::wait(goal, how, async {
+                signals.next().await;
+            })
+            .await
+            .map_err(Ok),
             Some(file) => tokio::select! {
-                result = wait::wait(goal, how, signals.next()) => result.map_err(Ok),
+                result = wait::wait(goal, how, async { signals.next().await; }) => result.map_err(Ok),
                 found = released(file) => Err(Err(found)),
             },
         }
@@ -368,31 +376,70 @@ async fn released(file: &DrainFile) -> String {
     }
 }
 
-/// Runs the command with this terminal; on a signal, passes SIGTERM on and waits for it.
+/// Runs the command in a process group of its own. On SIGINT, SIGTERM or SIGHUP the same
+/// signal goes to the whole group, then SIGTERM (a shell's background jobs ignore SIGINT);
+/// after `kill_after`, or at a second signal, SIGKILL does.
+/// Returns once the group is gone. A daemon the command started in a session of its own (a
+/// Puppet Server restart does) is not in the group and keeps running, as it should.
 /// `Err(None)` is an interruption, `Err(Some(how))` a command that could not start.
 async fn run_command(
     command: &[OsString],
     signals: &mut Signals,
+    kill_after: Duration,
 ) -> Result<ExitStatus, Option<String>> {
     let Some((program, args)) = command.split_first() else {
         return Err(Some("is empty".to_owned()));
     };
     let mut child = tokio::process::Command::new(program)
         .args(args)
+        .process_group(0)
         .spawn()
         .map_err(|e| Some(format!("cannot start: {e}")))?;
-    tokio::select! {
-        status = child.wait() => status.map_err(|e| Some(format!("cannot be waited for: {e}"))),
-        () = signals.next() => {
-            if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
-            Err(None)
+    let Some(group) = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw)
+    else {
+        // Already reaped: it ended before it could be signalled.
+        let status = child.wait().await;
+        return status.map_err(|e| Some(format!("cannot be waited for: {e}")));
+    };
+    let first = tokio::select! {
+        status = child.wait() => {
+            return status.map_err(|e| Some(format!("cannot be waited for: {e}")));
         }
+        signal = signals.next() => signal,
+    };
+    let _ = killpg(group, first);
+    // A shell's background jobs ignore SIGINT: SIGTERM asks them too.
+    if first != Signal::SIGTERM {
+        let _ = killpg(group, Signal::SIGTERM);
+    }
+    tokio::select! {
+        () = group_gone(group, &mut child) => return Err(None),
+        () = tokio::time::sleep(kill_after) => {
+            eprintln!(
+                "pmcheck cycle: the command's processes are still running {} after {first}: SIGKILL",
+                format_duration(kill_after)
+            );
+        }
+        second = signals.next() => {
+            eprintln!("pmcheck cycle: {second} again: SIGKILL to the command's processes");
+        }
+    }
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = tokio::time::timeout(Duration::from_secs(5), group_gone(group, &mut child)).await;
+    Err(None)
+}
+
+/// Resolves once no process of `group` is left, reaping its leader, `child`.
+async fn group_gone(group: Pid, child: &mut tokio::process::Child) {
+    loop {
+        let _ = child.try_wait();
+        if killpg(group, None) == Err(nix::errno::Errno::ESRCH) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -412,12 +459,12 @@ impl Signals {
         })
     }
 
-    /// Resolves at the next signal.
-    async fn next(&mut self) {
+    /// Resolves at the next signal, with which.
+    async fn next(&mut self) -> Signal {
         tokio::select! {
-            _ = self.int.recv() => {}
-            _ = self.term.recv() => {}
-            _ = self.hup.recv() => {}
+            _ = self.int.recv() => Signal::SIGINT,
+            _ = self.term.recv() => Signal::SIGTERM,
+            _ = self.hup.recv() => Signal::SIGHUP,
         }
     }
 }
