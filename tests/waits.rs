@@ -482,3 +482,60 @@ fn a_command_that_ignores_signals_is_killed_after_kill_after_or_at_a_second_sign
     );
     assert!(!running(pids[0]));
 }
+
+/// Anyone who can open thousands of connections to Puppet Server must not block maintenance:
+/// the answer stays bounded, `status` and the waits count them all.
+#[test]
+fn status_and_drain_wait_work_with_thousands_of_agent_connections() {
+    let limit = common::flood::raise_fd_limit();
+    assert!(
+        limit >= 8_000,
+        "this test needs 7,000 descriptors (both ends in this process); the hard limit is {limit}"
+    );
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let agents: Vec<TcpStream> = (0..3_500)
+        .map(|_| TcpStream::connect(s.stub.addr).expect("a connection to the stub"))
+        .collect();
+    let status = pmcheck()
+        .args(["status", "--url", &url(&d)])
+        .output()
+        .unwrap();
+    let shown = text(&status.stdout);
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{shown}{}",
+        text(&status.stderr)
+    );
+    assert!(
+        shown.contains(&format!(
+            "agents: 3500 connection(s) to {} from ",
+            s.stub.addr
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("and 3436 more"), "{shown}");
+    let out = s.pmcheck(
+        "drain",
+        &[
+            "--wait",
+            "--timeout",
+            "2s",
+            "--lb-interval",
+            "100ms",
+            "--url",
+            &url(&d),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "3500 agent connection(s) to {}: 3500 from 127.0.0.1 (not a poller",
+            s.stub.addr
+        )),
+        "{stderr}"
+    );
+    drop(agents);
+}

@@ -117,15 +117,55 @@ pub struct ToldAnswer {
     pub since_ms_ago: u64,
 }
 
-/// The established connections to Puppet Server's listener, without pmcheck's own probes.
+/// The established connections to Puppet Server's listener, without pmcheck's own probes;
+/// bounded however many there are ([`crate::responder::agents`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrafficAnswer {
     /// The listener watched: the address pmcheck probes.
     pub listener: SocketAddr,
-    /// The remote end of each connection (for agents through HAProxy, HAProxy's address).
+    /// The remote end of the first connections (for agents through HAProxy, HAProxy's
+    /// address), at most [`crate::responder::agents::LISTED`].
     pub connections: Vec<SocketAddr>,
+    /// How many connections there are.
+    #[serde(default)]
+    pub total: usize,
+    /// Connections per source address, the busiest first, at most
+    /// [`crate::responder::agents::SOURCES`].
+    #[serde(default)]
+    pub sources: Vec<SourceAnswer>,
+    /// How many more source addresses there are.
+    #[serde(default)]
+    pub other_sources: usize,
     /// Why the connections cannot be read, if they cannot.
     pub problem: Option<String>,
+}
+
+/// How many connections come from one address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceAnswer {
+    /// The address.
+    pub address: IpAddr,
+    /// Its connections.
+    pub connections: usize,
+}
+
+impl TrafficAnswer {
+    /// The connections to `listener` cannot be read, because of `problem`.
+    pub fn unreadable(listener: SocketAddr, problem: String) -> Self {
+        Self {
+            listener,
+            connections: Vec::new(),
+            total: 0,
+            sources: Vec::new(),
+            other_sources: 0,
+            problem: Some(problem),
+        }
+    }
+
+    /// How many connections there are (an older daemon sent only the list).
+    pub fn count(&self) -> usize {
+        self.total.max(self.connections.len())
+    }
 }
 
 /// The drain record as found.

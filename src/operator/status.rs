@@ -237,14 +237,16 @@ pub fn describe(reply: &Reply) -> String {
         ));
     }
     if let Some(t) = &answer.traffic {
-        let line = match (&t.problem, t.connections.as_slice()) {
+        let line = match (&t.problem, t.count()) {
             (Some(problem), _) => format!("cannot tell: {problem}"),
-            (None, []) => format!("no connection to {}", t.listener),
-            (None, all) => {
-                let from: Vec<String> = all.iter().map(ToString::to_string).collect();
+            (None, 0) => format!("no connection to {}", t.listener),
+            (None, n) => {
+                let mut from: Vec<String> = t.connections.iter().map(ToString::to_string).collect();
+                if n > t.connections.len() {
+                    from.push(format!("and {} more", n - t.connections.len()));
+                }
                 format!(
-                    "{} connection(s) to {} from {}",
-                    all.len(),
+                    "{n} connection(s) to {} from {}",
                     t.listener,
                     from.join(", ")
                 )

@@ -597,17 +597,22 @@ fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
             "cannot see the agent connections: {}",
             t.problem.as_deref().unwrap_or_default()
         )),
-        Some(t) if t.connections.is_empty() => {
+        Some(t) if t.count() == 0 => {
             a.met.push(format!("no agent connection to {}", t.listener));
         }
         Some(t) => {
-            a.connections = t.connections.len();
+            a.connections = t.count();
             let pollers: Vec<IpAddr> = answer.pollers.iter().flatten().map(|p| p.address).collect();
             let mut from: BTreeMap<IpAddr, usize> = BTreeMap::new();
-            for c in &t.connections {
-                *from.entry(c.ip()).or_default() += 1;
+            if t.sources.is_empty() {
+                // An older daemon lists every connection and no sources.
+                for c in &t.connections {
+                    *from.entry(c.ip()).or_default() += 1;
+                }
+            } else {
+                from.extend(t.sources.iter().map(|s| (s.address, s.connections)));
             }
-            let from: Vec<String> = from
+            let mut from: Vec<String> = from
                 .into_iter()
                 .map(|(ip, n)| {
                     let who = if pollers.contains(&ip) {
@@ -618,9 +623,12 @@ fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
                     format!("{n} from {ip} ({who})")
                 })
                 .collect();
+            if t.other_sources > 0 {
+                from.push(format!("and from {} more address(es)", t.other_sources));
+            }
             a.pending.push(format!(
                 "{} agent connection(s) to {}: {}",
-                t.connections.len(),
+                a.connections,
                 t.listener,
                 from.join(", ")
             ));
@@ -687,7 +695,7 @@ impl Ticker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::answer::{TrafficAnswer, UnrecordedAnswer};
+    use crate::health::answer::UnrecordedAnswer;
 
     /// A drained node's answer as the daemon sends it to loopback.
     fn drained() -> Answer<'static> {
@@ -805,15 +813,14 @@ mod tests {
     #[test]
     fn connections_and_borrowed_jrubies_keep_it_waiting_and_say_from_where() {
         let mut answer = drained();
-        answer.traffic = Some(TrafficAnswer {
-            listener: "127.0.0.1:8140".parse().unwrap(),
-            connections: vec![
+        answer.traffic = Some(crate::responder::agents::bounded(
+            "127.0.0.1:8140".parse().unwrap(),
+            vec![
                 "10.0.0.5:40001".parse().unwrap(),
                 "10.0.0.5:40002".parse().unwrap(),
                 "10.0.9.9:50000".parse().unwrap(),
             ],
-            problem: None,
-        });
+        ));
         if let Some(pool) = answer.pool.as_mut() {
             pool.to_mut().borrowed = 1;
         }

@@ -3,7 +3,7 @@
 //! Written for HAProxy's checks as they really arrive: `OPTIONS / HTTP/1.0` with no headers,
 //! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,14 +14,13 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::watch;
 
-use crate::health::answer::TrafficAnswer;
 use crate::health::drain_watch::Drains;
 use crate::health::lb_state;
 use crate::health::verdict::{Decision, Rules, Verdict};
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{Latest, ProbeReport};
-use crate::puppet::traffic;
 use crate::responder::agent;
+use crate::responder::agents::Agents;
 use crate::responder::metrics::{self, Metrics, Now};
 use crate::responder::pollers::{Poll, Pollers, Via};
 
@@ -43,9 +42,8 @@ pub struct Responder {
     pub rules: Rules,
     /// Who polls, and what each was told.
     pub pollers: Pollers,
-    /// Puppet Server's listener, whose agent connections the operator's view counts; `None`
-    /// when the settings could not say.
-    pub puppet: Option<SocketAddr>,
+    /// The agent connections to Puppet Server, for the operator's view.
+    pub agents: Agents,
     /// The daemon's counters for `/metrics`; `None` in inetd mode, whose process lives for
     /// one poll and so has nothing to count.
     pub metrics: Option<Metrics>,
@@ -103,7 +101,7 @@ impl Responder {
                     u64::try_from(now.saturating_duration_since(self.started).as_millis())
                         .unwrap_or(u64::MAX),
                 );
-                answer.traffic = self.puppet.map(traffic_at);
+                answer.traffic = self.agents.latest().map(|t| (*t).clone());
                 return respond_with(decision, method, answer.to_json(), true);
             }
             respond(decision, method, headers)
@@ -183,18 +181,10 @@ impl Responder {
     }
 }
 
-/// The agent connections to the Puppet Server at `puppet` now. A read of /proc, well under a
-/// millisecond even with thousands of sockets: done in place, and only for the operator.
-fn traffic_at(puppet: SocketAddr) -> TrafficAnswer {
-    let (connections, problem) = match traffic::connections(puppet) {
-        Ok(connections) => (connections, None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
-    };
-    TrafficAnswer {
-        listener: puppet,
-        connections,
-        problem,
-    }
+/// A JSON request from this host: the operator's, whose answer also lists the pollers and
+/// the agent connections (read before it is answered: [`Agents::refresh`]).
+pub fn operator_view<B>(request: &Request<B>, peer: IpAddr) -> bool {
+    peer.to_canonical().is_loopback() && wants_json(request.headers())
 }
 
 /// The request comes from pmcheck's own tool.
@@ -385,7 +375,7 @@ mod tests {
     }
 
     /// A responder with no probe yet, listening for a Puppet Server on `puppet`.
-    fn responder(puppet: Option<SocketAddr>) -> (Responder, impl Sized) {
+    fn responder(puppet: Option<std::net::SocketAddr>) -> (Responder, impl Sized) {
         let (p, latest) = watch::channel(None);
         let (d, drain) = watch::channel(Arc::new(DrainState::NotDrained));
         let (r, rejoin) = watch::channel(Rejoin::Steady);
@@ -395,7 +385,7 @@ mod tests {
             rejoin,
             rules: Rules::ONCE,
             pollers: Pollers::new(),
-            puppet,
+            agents: Agents::new(puppet),
             metrics: Some(Metrics::new()),
             started: Instant::now(),
         };
@@ -415,6 +405,7 @@ mod tests {
     #[test]
     fn only_this_host_sees_the_pollers_and_the_traffic() {
         let (responder, _keep) = responder(Some("127.0.0.1:8140".parse().unwrap()));
+        responder.agents.refresh_here();
         let remote = json_from(&responder, "10.0.0.5", "HAProxy");
         assert!(remote.get("pollers").is_none() && remote.get("traffic").is_none());
         for local in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {

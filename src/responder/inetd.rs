@@ -18,7 +18,8 @@ use crate::health::drain_watch;
 use crate::health::verdict::Rules;
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{CannotProbe, ProbeReport, ProbeTarget, Prober};
-use crate::responder::http::Responder;
+use crate::responder::agents::Agents;
+use crate::responder::http::{Responder, operator_view};
 use crate::responder::pollers::Pollers;
 use crate::settings::SettingsError;
 
@@ -65,7 +66,7 @@ pub async fn answer_one(
         pollers: Pollers::new(),
         metrics: None,
         started: Instant::now(),
-        puppet,
+        agents: Agents::new(puppet),
     });
     // Who asks: xinetd hands over the connection; pipes (a test, a shell) have no peer.
     let peer = stdin_peer().unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
@@ -80,6 +81,9 @@ pub async fn answer_one(
                 let mut latest = health.latest.clone();
                 let _ = latest.wait_for(Option::is_some).await;
                 answered.store(true, Ordering::Relaxed);
+                if operator_view(&request, peer) {
+                    health.agents.refresh().await;
+                }
                 Ok::<_, std::convert::Infallible>(health.answer(&request, peer))
             }
         })

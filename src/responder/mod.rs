@@ -2,6 +2,7 @@
 //! Prometheus metrics, inetd mode and systemd's socket activation and notifications.
 
 pub(crate) mod agent;
+pub mod agents;
 pub(crate) mod cidr;
 pub(crate) mod connections;
 pub(crate) mod deadline;

@@ -21,10 +21,11 @@ use crate::health::verdict::{Decision, Rules, Verdict};
 use crate::health::weight::{Rejoin, Tracker};
 use crate::puppet::probe::{self, ProbeOutcome, ProbeReport, Prober};
 use crate::responder::agent;
+use crate::responder::agents::Agents;
 use crate::responder::cidr::{self, Cidr};
 use crate::responder::connections::{Connections, Limits, Throttle};
 use crate::responder::deadline::WriteDeadline;
-use crate::responder::http::Responder;
+use crate::responder::http::{Responder, operator_view};
 use crate::responder::metrics::Metrics;
 use crate::responder::pollers::Pollers;
 use crate::settings::Settings;
@@ -210,7 +211,7 @@ pub async fn serve(
         rejoin,
         rules,
         pollers: Pollers::new(),
-        puppet: Some(settings.puppet_addr.value),
+        agents: Agents::new(Some(settings.puppet_addr.value)),
         metrics: Some(Metrics::new()),
         started: Instant::now(),
     });
@@ -328,13 +329,15 @@ impl Guard {
 }
 
 /// Follows the verdict (on every probe, drain change, and once a second for reports going
-/// stale) so the weight knows when the node came back.
+/// stale) so the weight knows when the node came back, and logs each change of it: also the
+/// UNKNOWN of a probe report gone stale, which no probe report announces.
 async fn track_rejoin(
     health: Arc<Responder>,
     publish: watch::Sender<Rejoin>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut tracker = Tracker::new(health.rules.slow_start);
+    let mut log = VerdictLog::default();
     let mut drains = health.drain.clone();
     let mut latest = health.latest.clone();
     tokio::pin!(shutdown);
@@ -344,6 +347,7 @@ async fn track_rejoin(
         let probe = latest.borrow_and_update().clone();
         let decision =
             Decision::decide(&drain, probe.as_deref(), Rejoin::Steady, now, &health.rules);
+        log.note(&decision);
         let state = tracker.observe(decision.verdict, now);
         publish.send_if_modified(|current| {
             let changed = *current != state;
@@ -475,40 +479,75 @@ fn answers(
     hyper::Request<hyper::body::Incoming>,
     Response = Answer,
     Error = std::convert::Infallible,
-    Future = std::future::Ready<Result<Answer, std::convert::Infallible>>,
+    Future = Reply,
 > {
-    service_fn(move |request| std::future::ready(Ok(health.answer(&request, peer))))
+    service_fn(move |request| {
+        if !operator_view(&request, peer) {
+            return Reply::Now(Some(health.answer(&request, peer)));
+        }
+        // The operator's view reads the agent connections first, off the async workers.
+        let health = Arc::clone(&health);
+        Reply::Later(Box::pin(async move {
+            health.agents.refresh().await;
+            health.answer(&request, peer)
+        }))
+    })
 }
 
-/// What the prober's every report goes through: the metrics count it, the log notes changes.
+/// A poll's answer: at once, allocating nothing more (every load balancer's poll), or after
+/// the operator's view has read the agent connections.
+enum Reply {
+    Now(Option<Answer>),
+    Later(std::pin::Pin<Box<dyn Future<Output = Answer> + Send>>),
+}
+
+impl Future for Reply {
+    type Output = Result<Answer, std::convert::Infallible>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.get_mut() {
+            Reply::Now(answer) => std::task::Poll::Ready(Ok(answer.take().unwrap_or_else(|| {
+                // Polled again after it was ready: hyper never does.
+                let mut gone = Answer::default();
+                *gone.status_mut() = hyper::StatusCode::INTERNAL_SERVER_ERROR;
+                gone
+            }))),
+            Reply::Later(later) => later.as_mut().poll(cx).map(Ok),
+        }
+    }
+}
+
+/// What the prober's every report goes through: the metrics count it.
 fn observe(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
-    let mut log = log_changes(Arc::clone(&health));
     move |report| {
         if let Some(metrics) = &health.metrics {
             metrics.probed(report);
         }
-        log(report);
     }
 }
 
 /// Logs one line whenever the verdict changes, not one per poll: a new verdict, a new cause
 /// of a 503, or an OK node turning busy, warming or warm (not every change of the pool's
 /// numbers, which move with every compile).
-fn log_changes(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
-    let mut last: Option<(Verdict, String)> = None;
-    move |report| {
-        let drain = Arc::clone(&health.drain.borrow());
-        let rejoin = *health.rejoin.borrow();
-        let decision =
-            Decision::decide(&drain, Some(report), rejoin, Instant::now(), &health.rules);
-        let key = match (decision.verdict, &report.outcome) {
-            (Verdict::Ok, ProbeOutcome::Healthy(Some(load))) => format!("{load:?}"),
+#[derive(Debug, Default)]
+struct VerdictLog {
+    last: Option<(Verdict, String)>,
+}
+
+impl VerdictLog {
+    fn note(&mut self, decision: &Decision<'_>) {
+        let key = match (decision.verdict, decision.probe.map(|p| &p.outcome)) {
+            (Verdict::Ok, Some(ProbeOutcome::Healthy(Some(load)))) => format!("{load:?}"),
             _ => decision.reason.to_string(),
         };
-        if last
-            .as_ref()
-            .is_some_and(|(v, k)| *v == decision.verdict && *k == key)
-        {
+        if (self.last.as_ref()).is_some_and(|(v, k)| *v == decision.verdict && *k == key) {
+            return;
+        }
+        // Until the first probe has finished there is nothing to say.
+        if decision.probe.is_none() {
             return;
         }
         let verdict = decision.verdict.as_str();
@@ -517,7 +556,7 @@ fn log_changes(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
         } else {
             tracing::warn!("verdict {verdict}: {}", decision.reason);
         }
-        last = Some((decision.verdict, key));
+        self.last = Some((decision.verdict, key));
     }
 }
 
@@ -549,7 +588,7 @@ mod tests {
                 ..Rules::ONCE
             },
             pollers: Pollers::new(),
-            puppet: None,
+            agents: Agents::new(None),
             metrics: Some(Metrics::new()),
             started: Instant::now(),
         };
