@@ -3,9 +3,16 @@
 //! from 127.0.0.1 (idle, byte-a-second and never-reading pipelines, reconnecting as they are
 //! closed) attack. pmcheck starts under systemd's default soft descriptor limit of 1,024.
 //!
+//!
+//! A third phase fills the kernel's TCP table with TIME_WAIT entries (100,000 by default)
+//! while 16 local clients ask for the operator's JSON view, whose agent connections are read
+//! from that table, as fast as they can: the load balancer's polls must not slow down, and no
+//! verdict may change (the phase's log lines).
+//!
 //!     cargo bench --bench flood                          # this build
 //!     PMCHECK_BIN=/path/to/pmcheck cargo bench --bench flood   # another one
 //!     FLOOD_SECONDS=60 FLOOD_CONNECTIONS=5000 cargo bench --bench flood
+//!     FLOOD_PHASES=quiet,timewait FLOOD_TIMEWAIT=100000 FLOOD_JSON_CLIENTS=16 cargo bench --bench flood
 
 #[path = "../tests/common/flood.rs"]
 mod flood;
@@ -123,6 +130,104 @@ async fn phase(d: &Daemon, name: &str, seconds: u64, attack: Option<Attack>) -> 
     }
 }
 
+/// Leaves about `n` connections in TIME_WAIT: from eight source addresses (ephemeral ports run
+/// out at about 28,000 per address) to eight listeners, each closed by the client first.
+/// Returns how many TIME_WAIT entries the kernel holds then.
+fn make_time_wait(n: usize) -> usize {
+    use std::io::Read;
+    let mut targets = Vec::new();
+    for _ in 0..8 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+        targets.push(listener.local_addr().expect("its address"));
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                let _ = stream.read_to_end(&mut Vec::new());
+            }
+        });
+    }
+    let clients: Vec<_> = (0..8)
+        .map(|i| {
+            let target = targets[i];
+            std::thread::spawn(move || {
+                use socket2::{Domain, Socket, Type};
+                let source: SocketAddr =
+                    format!("127.0.3.{}:0", i + 1).parse().expect("an address");
+                for _ in 0..n / 8 {
+                    let Ok(socket) = Socket::new(Domain::IPV4, Type::STREAM, None) else {
+                        continue;
+                    };
+                    if socket.bind(&source.into()).is_ok() {
+                        let _ = socket.connect(&target.into());
+                    }
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        let _ = c.join();
+    }
+    time_wait_entries()
+}
+
+/// TIME_WAIT entries in this network namespace (state 06 in /proc/net/tcp).
+fn time_wait_entries() -> usize {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|t| {
+            t.lines()
+                .filter(|l| l.split_whitespace().nth(3) == Some("06"))
+                .count()
+        })
+        .sum()
+}
+
+/// `clients` threads asking `addr` for the operator's JSON view over kept-alive connections
+/// until `until`; how many answers they got.
+fn json_clients(addr: SocketAddr, clients: usize, until: Instant) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let threads: Vec<_> = (0..clients)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    use std::io::{BufRead, BufReader, Read, Write};
+                    let mut answers = 0u64;
+                    let ask = b"GET / HTTP/1.1\r\nHost: pmcheck\r\nAccept: application/json\r\nUser-Agent: pmcheck/bench\r\n\r\n";
+                    'connect: while Instant::now() < until {
+                        let Ok(stream) = std::net::TcpStream::connect(addr) else { continue };
+                        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                        let mut reader = BufReader::new(stream);
+                        while Instant::now() < until {
+                            if reader.get_mut().write_all(ask).is_err() {
+                                continue 'connect;
+                            }
+                            let mut length = 0usize;
+                            loop {
+                                let mut line = String::new();
+                                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                    continue 'connect;
+                                }
+                                if line == "\r\n" {
+                                    break;
+                                }
+                                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                                    length = v.trim().parse().unwrap_or(0);
+                                }
+                            }
+                            let mut body = vec![0; length];
+                            if reader.read_exact(&mut body).is_err() {
+                                continue 'connect;
+                            }
+                            answers += 1;
+                        }
+                    }
+                    answers
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap_or(0)).sum()
+    })
+}
+
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -154,16 +259,54 @@ fn main() {
         slowloris: total * 3 / 10,
         pipeline: total - total * 2 / 5 - total * 3 / 10,
     };
+    let wanted = std::env::var("FLOOD_PHASES").unwrap_or_else(|_| "quiet,flood,timewait".into());
+    let wants = |name: &str| wanted.split(',').any(|w| w == name);
+    let time_wait = env_number("FLOOD_TIMEWAIT", 100_000) as usize;
+    let json = env_number("FLOOD_JSON_CLIENTS", 16) as usize;
     let phases = rt.block_on(async {
         // Let the first probe land.
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let quiet = phase(&d, "quiet", 5, None).await;
-        let flood = phase(&d, &format!("{total} hostile"), seconds, Some(attack)).await;
-        [quiet, flood]
+        let mut phases = Vec::new();
+        if wants("quiet") {
+            phases.push(phase(&d, "quiet", 5, None).await);
+        }
+        if wants("flood") {
+            phases.push(phase(&d, &format!("{total} hostile"), seconds, Some(attack)).await);
+        }
+        if wants("timewait") {
+            let entries = tokio::task::spawn_blocking(move || make_time_wait(time_wait))
+                .await
+                .unwrap_or(0);
+            let until = Instant::now() + Duration::from_secs(seconds.min(20));
+            let asking = json_clients(d.addr, json, until);
+            let mut p = phase(
+                &d,
+                &format!("{}k TW+{json} JSON", entries / 1000),
+                seconds.min(20),
+                None,
+            )
+            .await;
+            p.hostile = asking.join().unwrap_or(0);
+            println!(
+                "TIME_WAIT entries: {entries}; JSON answers to {json} local clients: {}",
+                p.hostile
+            );
+            phases.push(p);
+        }
+        phases
     });
     println!(
         "\n{:<14} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
-        "phase", "polls", "lost", "p50", "p99", "max", "RSS KiB", "fds", "log lines", "attacks"
+        "phase",
+        "polls",
+        "lost",
+        "p50",
+        "p99",
+        "max",
+        "RSS KiB",
+        "fds",
+        "log lines",
+        "attacks/JSON"
     );
     for p in &phases {
         let ms = |d: Duration| format!("{:.1}ms", d.as_secs_f64() * 1000.0);

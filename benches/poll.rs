@@ -65,7 +65,7 @@ fn health() -> (Responder, Senders) {
             slow_start: Duration::from_secs(60),
         },
         pollers: Pollers::new(),
-        puppet: None,
+        agents: pmcheck::responder::agents::Agents::new(None),
         metrics: Some(Metrics::new()),
         started: Instant::now(),
     };
