@@ -66,6 +66,7 @@ fn health() -> (Responder, Senders) {
         },
         pollers: Pollers::new(),
         agents: pmcheck::responder::agents::Agents::new(None),
+        drain_file: String::new(),
         metrics: Some(Metrics::new()),
         started: Instant::now(),
     };

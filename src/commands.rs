@@ -86,6 +86,7 @@ impl Error {
 
 fn wait_exit(e: &WaitError) -> Exit {
     match e {
+        WaitError::OtherFile { .. } => Exit::Config,
         WaitError::NoDaemon(_) => Exit::Unavailable,
         WaitError::TimedOut { .. } => Exit::TempFail,
         WaitError::Interrupted { .. } => Exit::Interrupted,
@@ -361,7 +362,7 @@ fn pool_perfdata(pool: &crate::puppet::pool::Pool, weight: u8) -> String {
 }
 
 fn drain(args: DrainArgs) -> Result<Exit, Error> {
-    let how = wait_settings(&args.waiting);
+    let how = wait_settings(&args.waiting, &args.state);
     let forced = run_single_threaded(wait::guard_last_server(&how, args.force))??;
     let file = DrainFile::new(&args.state.state_dir);
     let mine = Holder::drain(args.reason, args.for_, SystemTime::now());
@@ -403,16 +404,17 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     for other in &others {
         writeln!(out, "also held by {}", other.describe())?;
     }
+    drop(out);
     if !args.wait {
-        writeln!(
-            out,
-            "pmcheck now answers DRAINED (503, or 404 with --drained-status 404); HAProxy takes the node out after its `fall` failed checks (at its next check with disable-on-404 or the agent check). `pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
-        )?;
+        match run_single_threaded(wait::daemon_answer(&how, true))? {
+            Ok(said) => println!(
+                "{said}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks. `pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
+            ),
+            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
+        }
         return Ok(Exit::Ok);
     }
-    drop(out);
-    let done = wait_for(Goal::Drained, &args.waiting)
-        .map_err(|e| annotate(e, "the node stays drained"))?;
+    let done = wait_for(Goal::Drained, &how).map_err(|e| annotate(e, "the node stays drained"))?;
     println!(
         "safe to stop Puppet Server after {}: {}",
         wait::seconds(done.waited),
@@ -424,22 +426,22 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     Ok(Exit::Ok)
 }
 
-/// How the waits ask the daemon, from the command line.
-fn wait_settings(args: &WaitArgs) -> Wait {
+/// How the waits ask the daemon about the drain record in `state`, from the command line.
+fn wait_settings(args: &WaitArgs, state: &crate::cli::StateArgs) -> Wait {
     Wait {
         url: args.url.clone(),
         timeout: args.timeout,
         polls: args.polls,
         lb_interval: args.lb_interval,
+        drain_file: Some(DrainFile::new(&state.state_dir).resolved()),
     }
 }
 
 /// Runs one wait on its own runtime; a signal ends the process as usual.
-fn wait_for(goal: Goal, args: &WaitArgs) -> Result<wait::Done, Error> {
-    let how = wait_settings(args);
+fn wait_for(goal: Goal, how: &Wait) -> Result<wait::Done, Error> {
     Ok(run_single_threaded(wait::wait(
         goal,
-        &how,
+        how,
         std::future::pending(),
     ))??)
 }
@@ -482,7 +484,7 @@ fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
         }
         Undrain::Removed(previous, held) => {
             println!(
-                "undrained: removed {} (was: {}); pmcheck answers from Puppet Server's health again",
+                "undrained: removed {} (was: {})",
                 file.path().display(),
                 previous.describe()
             );
@@ -491,9 +493,15 @@ fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
             }
         }
     }
-    if args.wait {
-        let done = wait_for(Goal::Undrained, &args.waiting)
-            .map_err(|e| annotate(e, "the node is undrained"))?;
+    let how = wait_settings(&args.waiting, &state);
+    if !args.wait {
+        match run_single_threaded(wait::daemon_answer(&how, false))? {
+            Ok(said) => println!("{said}"),
+            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
+        }
+    } else {
+        let done =
+            wait_for(Goal::Undrained, &how).map_err(|e| annotate(e, "the node is undrained"))?;
         println!(
             "back in rotation after {}: {}",
             wait::seconds(done.waited),
@@ -527,7 +535,7 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
     });
     let cycle = Cycle {
         reason,
-        wait: wait_settings(&args.waiting),
+        wait: wait_settings(&args.waiting, &args.state),
         force: args.force,
         kill_after: args.kill_after,
         command: args.command,

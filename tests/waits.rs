@@ -539,3 +539,89 @@ fn status_and_drain_wait_work_with_thousands_of_agent_connections() {
     );
     drop(agents);
 }
+
+/// `drain` says what the daemon answers, not what it hopes; with no daemon, it says that.
+#[test]
+fn drain_reports_what_the_daemon_answers_or_that_none_answers() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let out = s.pmcheck("drain", &["--reason", "kernel", "--url", &url(&d)]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.contains(&format!(
+            "pmcheck at {} answers DRAINED (503): kernel (by ",
+            url(&d)
+        )),
+        "{stdout}"
+    );
+    let out = s.pmcheck("undrain", &["--url", &url(&d)]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains(&format!("pmcheck at {} answers OK (200)", url(&d))),
+        "{stdout}"
+    );
+    let nobody = format!("http://{}/", closed_port());
+    let out = s.pmcheck("drain", &["--url", &nobody]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        !stdout.contains("answers DRAINED"),
+        "a claim nobody made: {stdout}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "pmcheck: warning: cannot reach pmcheck at {nobody}"
+        )) && stderr.contains("the record is written"),
+        "{stderr}"
+    );
+}
+
+/// A wait on another drain record than the daemon watches fails at once, naming both.
+#[test]
+fn a_wait_on_a_record_the_daemon_does_not_watch_fails_at_once() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let other = tempfile::tempdir().unwrap();
+    let dir = other.path().display().to_string();
+    let started = Instant::now();
+    let out = pmcheck()
+        .args(["drain", "--wait", "--state-dir", &dir, "--url", &url(&d)])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let theirs = std::fs::canonicalize(s.state.path()).unwrap().join("drain");
+    let ours = std::fs::canonicalize(other.path()).unwrap().join("drain");
+    assert!(
+        stderr.contains(&format!(
+            "watches the drain record {}, not {}: it does not see this drain",
+            theirs.display(),
+            ours.display()
+        )),
+        "{stderr}"
+    );
+    let marker = other.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let out = pmcheck()
+        .args([
+            "cycle",
+            "--state-dir",
+            &dir,
+            "--url",
+            &url(&d),
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("nothing done: the daemon at "),
+        "{out:?}"
+    );
+    assert!(!marker.exists());
+}

@@ -46,6 +46,9 @@ pub struct Answer<'a> {
     /// has listened for a check interval. Only in JSON answers to loopback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub listening_ms: Option<u64>,
+    /// The drain record the daemon watches: only in JSON answers to loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_file: Option<String>,
     /// Polls from addresses the poller table had no room for: only in JSON answers to
     /// loopback, and only when there were any.
     #[serde(default, skip_serializing_if = "Option::is_none")]

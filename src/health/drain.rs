@@ -586,6 +586,12 @@ impl DrainFile {
         }
     }
 
+    /// The record's path with the state directory's symbolic links resolved, as a daemon and a
+    /// command that name it differently can compare it; as given when it cannot be resolved.
+    pub fn resolved(&self) -> PathBuf {
+        fs::canonicalize(&self.dir).map_or_else(|_| self.path.clone(), |dir| dir.join("drain"))
+    }
+
     /// The record on disk now, for the commands that report what they replaced.
     pub fn current(&self) -> Option<Drain> {
         match self.state(SystemTime::now()) {

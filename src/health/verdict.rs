@@ -236,6 +236,7 @@ impl<'a> Decision<'a> {
             pollers: None,
             traffic: None,
             listening_ms: None,
+            drain_file: None,
             unrecorded: None,
             probe: match self.probe {
                 Some(p) => ProbeAnswer {

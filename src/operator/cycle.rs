@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::health::answer::Answer;
 use crate::health::drain::{DrainError, DrainFile, REASON_LIMIT};
 use crate::health::holders::{self, Change, Holder};
 use crate::operator::status;
@@ -114,9 +115,16 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         command: command.clone(),
         how: format!("was not run: cannot catch signals: {e}"),
     })?;
-    // Nothing is touched unless the daemon answers: without it nobody can tell when it is safe.
-    if let Err(e) = status::ask(&cycle.wait.url).await {
-        return Err(CycleError::NoDaemon(WaitError::NoDaemon(e)));
+    // Nothing is touched unless the daemon answers, about this drain record: without it
+    // nobody can tell when it is safe.
+    let reply = status::ask(&cycle.wait.url)
+        .await
+        .map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
+    if let Some(e) = Answer::from_json(&reply.body)
+        .ok()
+        .and_then(|answer| wait::other_file(&cycle.wait, &answer))
+    {
+        return Err(CycleError::NoDaemon(e));
     }
 
     // 1. drain: this cycle holds the node drained, beside whoever already does

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -60,6 +61,9 @@ pub struct Wait {
     /// The longest check interval (`inter`, `agent-inter`) of the load balancers: a wait
     /// believes that nobody polls only after the daemon has listened for two of them.
     pub lb_interval: Duration,
+    /// The drain record the command changed ([`crate::health::drain::DrainFile::resolved`]):
+    /// a daemon that watches another one cannot tell anything about it.
+    pub drain_file: Option<PathBuf>,
 }
 
 /// Why a wait ended without reaching its goal.
@@ -68,6 +72,18 @@ pub enum WaitError {
     /// The daemon did not answer the first question.
     #[error("{0}; only the daemon knows what the load balancers were told (--url)")]
     NoDaemon(StatusError),
+    /// The daemon watches another drain record than the command changed.
+    #[error(
+        "the daemon at {url} watches the drain record {theirs}, not {ours}: it does not see this drain; pass the daemon's --state-dir, or the --url of the daemon that watches {ours}"
+    )]
+    OtherFile {
+        /// The daemon asked.
+        url: String,
+        /// The record the command changed.
+        ours: String,
+        /// The record the daemon watches.
+        theirs: String,
+    },
     /// The goal was not reached in time.
     #[error("gave up after {}: {pending}", format_duration(*.waited))]
     TimedOut {
@@ -131,6 +147,10 @@ pub async fn wait(
         let pending = match status::ask(&how.url).await {
             Ok(reply) => match Answer::from_json(&reply.body) {
                 Ok(answer) => {
+                    if let Some(e) = other_file(how, &answer) {
+                        ticker.clear();
+                        return Err(e);
+                    }
                     let since = match goal {
                         Goal::Healthy { since } => asked.saturating_duration_since(since),
                         _ => Duration::ZERO,
@@ -187,6 +207,57 @@ pub async fn wait(
                 return Err(WaitError::Interrupted { waited: start.elapsed(), pending });
             }
         }
+    }
+}
+
+/// The daemon's answer names another drain record than the command's.
+pub fn other_file(how: &Wait, answer: &Answer<'_>) -> Option<WaitError> {
+    let ours = how.drain_file.as_ref()?.display().to_string();
+    let theirs = answer.drain_file.as_deref()?;
+    (theirs != ours).then(|| WaitError::OtherFile {
+        url: how.url.clone(),
+        ours,
+        theirs: theirs.to_owned(),
+    })
+}
+
+/// What the daemon answers right after a drain or an undrain, asked for up to two seconds
+/// (it sees the record within milliseconds): `Ok` with its answer once it is `DRAINED`
+/// (`drained`) or not; `Err` with a warning when it cannot be asked, watches another record, or
+/// still answers otherwise.
+pub async fn daemon_answer(how: &Wait, drained: bool) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let last = match status::ask(&how.url).await {
+            Err(e) => {
+                return Err(format!(
+                    "{e}; the record is written, and a daemon watching it answers accordingly from its start"
+                ));
+            }
+            Ok(reply) => match Answer::from_json(&reply.body) {
+                Err(e) => return Err(format!("{} does not answer like pmcheck ({e})", how.url)),
+                Ok(answer) => {
+                    if let Some(e) = other_file(how, &answer) {
+                        return Err(e.to_string());
+                    }
+                    let said = format!(
+                        "pmcheck at {} answers {} ({}): {}",
+                        how.url,
+                        answer.verdict.as_str(),
+                        answer.status,
+                        answer.reason
+                    );
+                    if (answer.verdict == Verdict::Drained) == drained {
+                        return Ok(said);
+                    }
+                    said
+                }
+            },
+        };
+        if Instant::now() >= deadline {
+            return Err(format!("after 2s, {last}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -717,6 +788,7 @@ mod tests {
             timeout: Duration::from_secs(600),
             polls,
             lb_interval: Duration::from_secs(2),
+            drain_file: None,
         }
     }
 

@@ -49,6 +49,9 @@ pub struct Responder {
     pub metrics: Option<Metrics>,
     /// When the listeners started accepting: the poller table knows nothing from before.
     pub started: Instant,
+    /// The drain record watched, for the operator's view
+    /// ([`crate::health::drain::DrainFile::resolved`]).
+    pub drain_file: String,
 }
 
 /// Where Prometheus scrapes; every other path answers the health check.
@@ -102,6 +105,7 @@ impl Responder {
                         .unwrap_or(u64::MAX),
                 );
                 answer.traffic = self.agents.latest().map(|t| (*t).clone());
+                answer.drain_file = Some(self.drain_file.clone());
                 return respond_with(decision, method, answer.to_json(), true);
             }
             respond(decision, method, headers)
@@ -388,6 +392,7 @@ mod tests {
             agents: Agents::new(puppet),
             metrics: Some(Metrics::new()),
             started: Instant::now(),
+            drain_file: "/var/lib/pmcheck/drain".into(),
         };
         (responder, (p, d, r))
     }

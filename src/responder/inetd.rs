@@ -67,6 +67,7 @@ pub async fn answer_one(
         metrics: None,
         started: Instant::now(),
         agents: Agents::new(puppet),
+        drain_file: DrainFile::new(state_dir).resolved().display().to_string(),
     });
     // Who asks: xinetd hands over the connection; pipes (a test, a shell) have no peer.
     let peer = stdin_peer().unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));

@@ -212,6 +212,10 @@ pub async fn serve(
         rules,
         pollers: Pollers::new(),
         agents: Agents::new(Some(settings.puppet_addr.value)),
+        drain_file: DrainFile::new(&settings.state_dir.value)
+            .resolved()
+            .display()
+            .to_string(),
         metrics: Some(Metrics::new()),
         started: Instant::now(),
     });
@@ -589,6 +593,7 @@ mod tests {
             },
             pollers: Pollers::new(),
             agents: Agents::new(None),
+            drain_file: String::new(),
             metrics: Some(Metrics::new()),
             started: Instant::now(),
         };
