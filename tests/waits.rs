@@ -317,22 +317,8 @@ fn an_interrupted_cycle_stops_its_command_and_stays_drained() {
     let pidfile = s.state.path().join("command.pid");
     let script = format!("echo $$ > {}; exec sleep 60", pidfile.display());
     let mut cycle = Running::start(&s, "cycle", &["--url", &url(&d), "--", "sh", "-c", &script]);
-    let deadline = Instant::now() + SOON;
-    let pid = loop {
-        if let Some(pid) = std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok())
-        {
-            break pid;
-        }
-        if Instant::now() > deadline {
-            let _ = cycle.0.kill();
-            panic!("the command never started: {:?}", cycle.finish(SOON));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let cycle_pid = nix::unistd::Pid::from_raw(cycle.0.id() as i32);
-    nix::sys::signal::kill(cycle_pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let pid = pids_written(std::slice::from_ref(&pidfile), &mut cycle)[0];
+    interrupt(&cycle);
     let out = cycle.finish(SOON);
     assert_eq!(out.status.code(), Some(130), "{out:?}");
     assert!(

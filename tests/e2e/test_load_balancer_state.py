@@ -34,7 +34,9 @@ class Watch(st.Sampler):
         try:
             servers = {s["svname"]: s for s in self.h.servers(self.backend)}
             total = next(
-                int(r["weight"]) for r in self.h.stat() if r["pxname"] == self.backend and r["svname"] == "BACKEND"
+                int(r["weight"])
+                for r in self.h.stat()
+                if r["pxname"] == self.backend and r["svname"] == "BACKEND"
             )
             self.rows.append((time.monotonic(), servers, total))
         except (OSError, st.StackError, StopIteration, ValueError):
@@ -89,7 +91,9 @@ def run(pm, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return pm.run(*args, timeout=timeout)
 
 
-def test_10_waits_and_drains_follow_haproxys_own_view(pmcheck, puppetserver, haproxy, shipped_haproxy, testdir):
+def test_10_waits_and_drains_follow_haproxys_own_view(
+    pmcheck, puppetserver, haproxy, shipped_haproxy, testdir
+):
     assert "http-check send-state" in shipped_haproxy
     agent_a, agent_b = st.free_port(), st.free_port()
     common = ("--drained-status", "404", "--interval", "500ms", "--slow-start", "0s")
@@ -110,7 +114,9 @@ def test_10_waits_and_drains_follow_haproxys_own_view(pmcheck, puppetserver, hap
 
     # 1. what pmcheck records is what `show stat` says
     for d, srv in ((a, m1), (b, m2)):
-        (ours, theirs), took = st.wait_until(f"{srv}: pmcheck's record = show stat", lambda: agrees(h, backend, d, srv), 15)
+        (ours, theirs), took = st.wait_until(
+            f"{srv}: pmcheck's record = show stat", lambda d=d, srv=srv: agrees(h, backend, d, srv), 15
+        )
         print(f"[e2e] {srv}: pmcheck recorded {ours}, show stat {theirs}")
         record(f"send-state of {srv} as pmcheck records it = show stat (UP)", f"{ours}")
 
@@ -119,14 +125,18 @@ def test_10_waits_and_drains_follow_haproxys_own_view(pmcheck, puppetserver, hap
         cp = run(pmcheck, "drain", "--reason", "e2e test 10", "--state-dir", state_a, "--url", a.url)
         assert cp.returncode == 0, cp.stderr
         h.wait_server(backend, m1, lambda s: s["srv_op_state"] == "3", "NOLB (404, disable-on-404)", 10)
-        (ours, theirs), _ = st.wait_until("m1 drained: record = show stat", lambda: agrees(h, backend, a, m1), 15)
+        (ours, theirs), _ = st.wait_until(
+            "m1 drained: record = show stat", lambda: agrees(h, backend, a, m1), 15
+        )
         assert ours[0] == "NOLB", ours
         record("send-state of a drained server as pmcheck records it = show stat", f"{ours}")
 
         # 3. B is now the last server taking agents: drain refuses, --force drains and says so
         st.wait_until(
             "B to hear that it is the last server",
-            lambda: any(s["health"] == "UP" and s["weight"] == s["total_weight"] > 0 for s in states_of(b, m2)),
+            lambda: any(
+                s["health"] == "UP" and s["weight"] == s["total_weight"] > 0 for s in states_of(b, m2)
+            ),
             10,
         )
         cp = run(pmcheck, "drain", "--state-dir", state_b, "--url", b.url)
@@ -164,7 +174,7 @@ def test_10_waits_and_drains_follow_haproxys_own_view(pmcheck, puppetserver, hap
 
         # 6. an agent's connection through HAProxy; A is the last server: --force, and
         # drain --wait returns only once HAProxy shows m1 NOLB with no session left
-        with socket.create_connection((st.LOOPBACK, front), timeout=5) as agent:
+        with socket.create_connection((st.LOOPBACK, front), timeout=5):
             h.wait_server(backend, m1, lambda s: s["scur"] == "1", "one session", 10)
             t0 = time.monotonic()
             wait = subprocess.Popen(
@@ -172,7 +182,13 @@ def test_10_waits_and_drains_follow_haproxys_own_view(pmcheck, puppetserver, hap
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=st.clean_env(),
             )  # fmt: skip
             try:
-                h.wait_server(backend, m1, lambda s: s["srv_op_state"] == "3" and s["scur"] == "1", "NOLB, 1 session", 10)
+                h.wait_server(
+                    backend,
+                    m1,
+                    lambda s: s["srv_op_state"] == "3" and s["scur"] == "1",
+                    "NOLB, 1 session",
+                    10,
+                )
                 # two more checks carry NOLB with the session still open: the wait must go on
                 time.sleep(2 * INTER + 0.5)
                 assert wait.poll() is None, f"drain --wait returned with a session open: {wait.communicate()}"

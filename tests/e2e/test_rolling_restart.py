@@ -30,6 +30,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -100,12 +101,14 @@ class Cycle:
         return t_end - took, t_end
 
 
-def run_cycle(pmcheck_bin: str, master: st.CompileMaster, serve: st.PmcheckServe, log) -> Cycle:
-    """`pmcheck cycle ... -- puppetserver_ctl.py restart MASTER`, its stdout read line by line as
-    it comes (each step's end is when its line arrived)."""
+def run_cycle(
+    pmcheck_bin: str, master: st.CompileMaster, serve: st.PmcheckServe, log, command: list[str] | None = None
+) -> Cycle:
+    """`pmcheck cycle ... -- puppetserver_ctl.py restart MASTER` (or ``command``), its stdout read
+    line by line as it comes (each step's end is when its line arrived)."""
     cmd = [
         pmcheck_bin, "cycle", "--url", serve.url, "--state-dir", str(serve.state_dir),
-        "--reason", "e2e rolling restart", "--timeout", "5m", "--", *master.ctl_argv("restart"),
+        "--reason", "e2e rolling restart", "--timeout", "5m", "--", *(command or master.ctl_argv("restart")),
     ]  # fmt: skip
     print(f"[e2e] $ {' '.join(cmd)}")
     lines: list[tuple[float, str]] = []
@@ -322,6 +325,59 @@ def test_rolling_restart_zero_failed_runs(
                 assert list(c.steps) == STEPS, c.stdout
             t_cycles_end = time.monotonic()
 
+            # -- 1b. two cycles on B at once: its restart, and a short one begun once the first
+            # holds the drain. Neither may put B back while the other's command runs.
+            results: dict[str, Cycle] = {}
+
+            def cycle_in_thread(name: str, command: list[str] | None) -> threading.Thread:
+                def go():
+                    results[name] = run_cycle(
+                        pmcheck_bin, b, serves["b"], testdir / f"cycle-b-{name}.stderr", command
+                    )
+
+                t = threading.Thread(target=go, name=f"cycle {name}")
+                t.start()
+                return t
+
+            drain_b = serves["b"].state_dir / "drain"
+
+            def held_by_cycles(n: int) -> bool:
+                try:
+                    held = json.loads(drain_b.read_text()).get("holders", [])
+                except (OSError, ValueError):
+                    return False
+                return sum(1 for h in held if h.get("kind") == "cycle") >= n
+
+            t_double = time.monotonic()
+            restart_b = cycle_in_thread("restart", None)
+            st.wait_until("the restart's cycle to hold B", lambda: held_by_cycles(1), 60, 0.1)
+            short_b = cycle_in_thread("short", ["sleep", "3"])
+            st.wait_until(
+                "both cycles to hold B", lambda: held_by_cycles(2) or not short_b.is_alive(), 60, 0.1
+            )
+            for t in (restart_b, short_b):
+                t.join(timeout=400)
+                assert not t.is_alive(), f"{t.name} still runs"
+            t_double_end = time.monotonic()
+            double = [results["restart"], results["short"]]
+            for c in double:
+                assert c.code == 0, f"a cycle of two exited {c.code}:\n" + "\n".join(c.stdout) + c.stderr
+            let_go = [c.steps["undrain"][2] for c in double]
+            assert sum("removed " in d for d in let_go) == 1, let_go
+            assert (
+                sum("this cycle let go; the node stays drained, held by cycle pid" in d for d in let_go) == 1
+            ), let_go
+            # from the first command's start to the last one's end, HAProxy never had B UP
+            c0 = min(c.window("command")[0] for c in double)
+            c1 = max(c.window("command")[1] for c in double)
+            seen = [s[srv["b"]]["status"] for _, s in watch.between(c0, c1)]
+            assert seen and "UP" not in seen, f"B was UP during a cycle's command: {seen}"
+            record(
+                "rolling: two cycles on B at once",
+                f"{t_double_end - t_double:.1f}s; HAProxy's view of B: {watch.changes(srv['b'], t_double, t_double_end)}; "
+                f"let go: {let_go}",
+            )
+
             # every run that overlapped the rolling restart has ended before the baseline begins
             st.wait_until(
                 "the runs under way at the end of the rolling restart to end",
@@ -368,6 +424,16 @@ def test_rolling_restart_zero_failed_runs(
     rolling = [r for r in all_runs if r.overlaps(t_cycles, t_cycles_end)]
     baseline = [r for r in all_runs if r.overlaps(t_base, t_base_end)]
     failed_rolling = [r for r in rolling if not r.ok]
+    during_double = [r for r in all_runs if r.overlaps(t_double, t_double_end)]
+    failed_double = [r for r in during_double if not r.ok]
+    record(
+        "rolling: agent runs during the two cycles on B",
+        f"{len(during_double)} overlapped them, {len(failed_double)} failed",
+    )
+    assert during_double, "no agent run during the two cycles on B"
+    assert not failed_double, "agent runs failed during the two cycles on B:\n" + "\n\n".join(
+        f"{r.agent} run {r.number} (exit {r.code}, {r.log}):\n{st.tail(r.log, 25)}" for r in failed_double
+    )
     failed_base = [r for r in baseline if not r.ok]
     record(
         "rolling: agent runs",
