@@ -378,10 +378,11 @@ def test_rolling_restart_zero_failed_runs(
                 f"let go: {let_go}",
             )
 
-            # every run that overlapped the rolling restart has ended before the baseline begins
+            # every run that overlapped the rolling restart and the two cycles has ended before
+            # the baseline begins (its restart of A fails the runs under way there)
             st.wait_until(
-                "the runs under way at the end of the rolling restart to end",
-                lambda: all(loop.current_start is None or loop.current_start > t_cycles_end for loop in loops),
+                "the runs under way at the end of the two cycles on B to end",
+                lambda: all(loop.current_start is None or loop.current_start > t_double_end for loop in loops),
                 120, interval=0.2,
             )  # fmt: skip
 
