@@ -214,7 +214,15 @@ pub async fn wait(
 pub fn other_file(how: &Wait, answer: &Answer<'_>) -> Option<WaitError> {
     let ours = how.drain_file.as_ref()?.display().to_string();
     let theirs = answer.drain_file.as_deref()?;
-    (theirs != ours).then(|| WaitError::OtherFile {
+    // The daemon resolved its path when it started: resolve it again here, where the state
+    // directory may exist by now.
+    let resolved = crate::health::drain::DrainFile::new(
+        std::path::Path::new(theirs).parent().unwrap_or(std::path::Path::new("/")),
+    )
+    .resolved()
+    .display()
+    .to_string();
+    (theirs != ours && resolved != ours).then(|| WaitError::OtherFile {
         url: how.url.clone(),
         ours,
         theirs: theirs.to_owned(),
@@ -586,7 +594,8 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Option<String>
             return Ok(None);
         }
     };
-    if answer.verdict == Verdict::Drained || answer.drain.is_some() {
+    // Drained already (an expired `--for` no longer is): draining again takes nothing out.
+    if answer.verdict == Verdict::Drained || answer.drain.as_ref().is_some_and(|d| !d.expired) {
         return Ok(None);
     }
     let last = last_server(&answer, how);
