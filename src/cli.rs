@@ -1,5 +1,6 @@
-//! The command line. Every option but the `--wait` switches also reads `PMCHECK_<OPTION>` so a
-//! systemd `EnvironmentFile` can configure the daemon without editing the unit.
+//! The command line. Every option but the `--wait` and `--force` switches also reads
+//! `PMCHECK_<OPTION>` so a systemd `EnvironmentFile` can configure the daemon without editing
+//! the unit.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -217,7 +217,9 @@ pub fn other_file(how: &Wait, answer: &Answer<'_>) -> Option<WaitError> {
     // The daemon resolved its path when it started: resolve it again here, where the state
     // directory may exist by now.
     let resolved = crate::health::drain::DrainFile::new(
-        std::path::Path::new(theirs).parent().unwrap_or(std::path::Path::new("/")),
+        std::path::Path::new(theirs)
+            .parent()
+            .unwrap_or(std::path::Path::new("/")),
     )
     .resolved()
     .display()
