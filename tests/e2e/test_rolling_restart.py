@@ -101,6 +101,14 @@ class Cycle:
         return t_end - took, t_end
 
 
+def others_take_agents(serve: st.PmcheckServe) -> bool:
+    """The load balancer's latest word to ``serve`` counts another server in the backend: a
+    cycle's last-server guard lets it drain (a master whose pool is refilling is briefly out)."""
+    answer = serve.get(headers={"User-Agent": "pmcheck/e2e", "Accept": "application/json"}).json()
+    seen = [s["seen"] for p in answer.get("pollers", []) for s in p.get("states", []) if s.get("seen")]
+    return bool(seen) and all(s["total_weight"] > s["weight"] for s in seen)
+
+
 def run_cycle(
     pmcheck_bin: str, master: st.CompileMaster, serve: st.PmcheckServe, log, command: list[str] | None = None
 ) -> Cycle:
@@ -315,7 +323,10 @@ def test_rolling_restart_zero_failed_runs(
             t_cycles = time.monotonic()
             for m in (a, b):
                 _, waited = st.wait_until(
-                    f"a catalog compile in flight on {m.name}", lambda m=m: compile_in_flight(m), 120, 0.2
+                    f"a catalog compile in flight on {m.name}, the other master taking agents",
+                    lambda m=m: compile_in_flight(m) and others_take_agents(serves[m.name]),
+                    120,
+                    0.2,
                 )
                 c = run_cycle(pmcheck_bin, m, serves[m.name], testdir / f"cycle-{m.name}.stderr")
                 cycles.append(c)
@@ -348,6 +359,7 @@ def test_rolling_restart_zero_failed_runs(
                     return False
                 return sum(1 for h in held if h.get("kind") == "cycle") >= n
 
+            st.wait_until("A to take agents again", lambda: others_take_agents(serves["b"]), 120, 0.2)
             t_double = time.monotonic()
             restart_b = cycle_in_thread("restart", None)
             st.wait_until("the restart's cycle to hold B", lambda: held_by_cycles(1), 60, 0.1)
