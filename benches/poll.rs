@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use hyper::Request;
 use pmcheck::health::answer::Answer;
-use pmcheck::health::drain::{DrainFile, DrainRecord, DrainState};
-use pmcheck::health::verdict::{Rules, Verdict};
+use pmcheck::health::decision::Rules;
+use pmcheck::health::drain::{DrainRecord, DrainState};
+use pmcheck::health::drain_file::DrainFile;
+use pmcheck::health::verdict::Verdict;
 use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
 use pmcheck::puppet::probe::{ProbeOutcome, ProbeReport};

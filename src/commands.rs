@@ -10,18 +10,22 @@ use thiserror::Error;
 
 use crate::cli::{Cli, Command, CycleArgs, DrainArgs, Generate, StatusArgs, UndrainArgs, WaitArgs};
 use crate::exit::Exit;
-use crate::health::drain::{DrainError, DrainFile};
-use crate::health::holders::{self, Change, Holder, Kind};
-use crate::health::verdict::{Decision, Rules, Verdict};
+use crate::health::decision::{Decision, Rules};
+use crate::health::drain::DrainRecord;
+use crate::health::drain_file::{Change, DrainError, DrainFile};
+use crate::health::holders::{Holder, Kind};
+use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
+use crate::operator::assessment::{Goal, Wait};
 use crate::operator::cycle::{self, Cycle, CycleError};
-use crate::operator::wait::{self, Goal, LastServer, Wait, WaitError};
-use crate::operator::{manual, status};
-use crate::puppet::probe::{ProbeOutcome, Prober};
+use crate::operator::wait::{self, LastServer, WaitError};
+use crate::operator::{daemon, manual, status};
+use crate::puppet::probe::{ProbeOutcome, ProbeTarget, Prober};
 use crate::responder::connections::Limits;
 use crate::responder::server::ListenError;
 use crate::responder::{inetd, server, signals, systemd};
 use crate::settings::{Given, Host, Setting, Settings, SettingsError, Source};
+use crate::text::seconds;
 
 /// Why a command failed; each becomes its exit code in [`Error::exit`].
 #[derive(Debug, Error)]
@@ -37,7 +41,7 @@ pub enum Error {
     Drain(#[from] DrainError),
     /// The daemon cannot be asked.
     #[error(transparent)]
-    Status(#[from] status::StatusError),
+    Status(#[from] daemon::StatusError),
     /// systemd's sockets are unusable.
     #[error(transparent)]
     Systemd(#[from] systemd::SystemdError),
@@ -104,7 +108,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
         Command::Serve(args) => serve(args, &given()),
         Command::Inetd(args) => {
             let given = given();
-            let target = Settings::resolve(&given, &Host::REAL).map(|s| s.probe_target());
+            let target = Settings::resolve(&given, &Host::REAL).map(|s| ProbeTarget::of(&s));
             let answered = inetd::answer_one(
                 &args.state.state_dir,
                 target,
@@ -311,14 +315,15 @@ fn check(given: &Given) -> Exit {
             return Exit::Unknown;
         }
     };
-    let report =
-        match run_single_threaded(async { Prober::new(settings.probe_target()).probe().await }) {
-            Ok(report) => report,
-            Err(e) => {
-                println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
-                return Exit::Unknown;
-            }
-        };
+    let report = match run_single_threaded(async {
+        Prober::new(ProbeTarget::of(&settings)).probe().await
+    }) {
+        Ok(report) => report,
+        Err(e) => {
+            println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
+            return Exit::Unknown;
+        }
+    };
     let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
     let decision = Decision::decide(
         &drain,
@@ -366,16 +371,16 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     let forced = run_single_threaded(wait::guard_last_server(&how, args.force))??;
     let file = DrainFile::new(&args.state.state_dir);
     let mine = Holder::drain(args.reason, args.for_, SystemTime::now());
-    let (previous, others) = holders::update(&file, |current| {
+    let (previous, others) = file.update(|current| {
         let now = SystemTime::now();
         let mut held: Vec<Holder> = (current.as_ref())
             .and_then(|d| d.record.as_ref())
-            .map(holders::of)
+            .map(DrainRecord::holders)
             .unwrap_or_default();
         held.retain(|h| h.kind != Kind::Drain && !h.expired_at(now));
         let others = held.clone();
         held.push(mine.clone());
-        match holders::record(held, forced) {
+        match DrainRecord::held_by(held, forced) {
             Some(record) => (Change::Write(record), (current, others)),
             None => (Change::Keep, (current, others)),
         }
@@ -384,7 +389,7 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     if let Some(previous) = previous.filter(|p| {
         p.record
             .as_ref()
-            .is_none_or(|r| holders::of(r).iter().any(|h| h.kind == Kind::Drain))
+            .is_none_or(|r| r.holders().iter().any(|h| h.kind == Kind::Drain))
     }) {
         writeln!(out, "replaced the previous drain: {}", previous.describe())?;
     }
@@ -406,7 +411,7 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     }
     drop(out);
     if !args.wait {
-        match run_single_threaded(wait::daemon_answer(&how, true))? {
+        match run_single_threaded(daemon::daemon_answer(&how, true))? {
             Ok(said) => println!(
                 "{said}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks. `pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
             ),
@@ -417,7 +422,7 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
     let done = wait_for(Goal::Drained, &how).map_err(|e| annotate(e, "the node stays drained"))?;
     println!(
         "safe to stop Puppet Server after {}: {}",
-        wait::seconds(done.waited),
+        seconds(done.waited),
         done.summary
     );
     for warning in &done.warnings {
@@ -462,11 +467,15 @@ fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
     let state = args.state;
     let file = DrainFile::new(&state.state_dir);
     let force = args.force;
-    let outcome = holders::update(&file, |current| {
+    let outcome = file.update(|current| {
         let Some(drain) = current else {
             return (Change::Keep, Undrain::NotDrained);
         };
-        let held = drain.record.as_ref().map(holders::of).unwrap_or_default();
+        let held = drain
+            .record
+            .as_ref()
+            .map(DrainRecord::holders)
+            .unwrap_or_default();
         let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
         if !running.is_empty() && !force {
             return (Change::Keep, Undrain::Held(running));
@@ -495,7 +504,7 @@ fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
     }
     let how = wait_settings(&args.waiting, &state);
     if !args.wait {
-        match run_single_threaded(wait::daemon_answer(&how, false))? {
+        match run_single_threaded(daemon::daemon_answer(&how, false))? {
             Ok(said) => println!("{said}"),
             Err(warning) => eprintln!("pmcheck: warning: {warning}"),
         }
@@ -504,7 +513,7 @@ fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
             wait_for(Goal::Undrained, &how).map_err(|e| annotate(e, "the node is undrained"))?;
         println!(
             "back in rotation after {}: {}",
-            wait::seconds(done.waited),
+            seconds(done.waited),
             done.summary
         );
     }
@@ -545,7 +554,7 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
 }
 
 fn status_command(args: StatusArgs) -> Result<Exit, Error> {
-    let reply = run_single_threaded(status::ask(&args.url))??;
+    let reply = run_single_threaded(daemon::ask(&args.url))??;
     if args.json {
         print!("{}", reply.body);
     } else {

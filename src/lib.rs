@@ -30,6 +30,7 @@
 pub mod cli;
 pub mod commands;
 pub mod exit;
+pub mod file_stamp;
 pub mod health;
 pub(crate) mod operator;
 pub mod puppet;

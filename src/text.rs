@@ -45,6 +45,11 @@ pub fn one_line(text: &str, limit: usize) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `12.3s`.
+pub fn seconds(d: std::time::Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

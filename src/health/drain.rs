@@ -1,24 +1,20 @@
 //! The drain record: an operator's decision, kept on disk, that this node must leave the pool.
 //!
-//! It is a small JSON file, `STATE_DIR/drain`, written atomically so that a reader sees the old
-//! record or the new one, never half of either. Whatever else sits at that path (a symlink, a FIFO,
-//! a device, a directory, a file larger than any record) is refused unread: the node then answers
-//! 503 UNKNOWN with the reason, because nobody can tell whether it was meant to be drained. The
-//! daemon does not read the file per poll: [`crate::health::drain_watch`] re-reads it when it changes.
+//! It is a small JSON file, `STATE_DIR/drain` ([`crate::health::drain_file`]). Whatever else sits
+//! at that path (a symlink, a FIFO, a device, a directory, a file larger than any record) is
+//! refused unread: the node then answers 503 UNKNOWN with the reason, because nobody can tell
+//! whether it was meant to be drained. The daemon does not read the file per poll:
+//! [`crate::health::drain_watch`] re-reads it when it changes.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::health::holders::Holder;
-use crate::puppet::identity::FileStamp;
+use crate::health::holders::{Holder, Kind};
 use crate::text;
 
 /// The largest drain file read. What `pmcheck drain` writes stays under 2 KiB.
@@ -55,16 +51,51 @@ pub struct DrainRecord {
 impl DrainRecord {
     /// A record made now by whoever runs the command.
     pub fn new(reason: String, lasting: Option<Duration>, now: SystemTime) -> Self {
+        let drain = Holder::drain(reason, lasting, now);
         Self {
-            reason,
-            by: operator(),
-            since: humantime::format_rfc3339_seconds(now).to_string(),
-            // Whole seconds are stored: round up, so that a drain never ends early.
-            until: lasting
-                .map(|d| humantime::format_rfc3339_seconds(ceil_second(now + d)).to_string()),
+            reason: drain.what,
+            by: drain.by,
+            since: drain.since,
+            until: drain.until,
             forced: None,
             holders: Vec::new(),
         }
+    }
+
+    /// Who holds the node. A record without holders (written before they existed, or by
+    /// hand) is one operator's drain.
+    pub fn holders(&self) -> Vec<Holder> {
+        if !self.holders.is_empty() {
+            return self.holders.clone();
+        }
+        vec![Holder {
+            kind: Kind::Drain,
+            by: self.by.clone(),
+            since: self.since.clone(),
+            what: self.reason.clone(),
+            until: self.until.clone(),
+            process: None,
+        }]
+    }
+
+    /// The record that says `holders` hold the node (operators' drains first: their reason is
+    /// the one HAProxy shows); `None` when nobody does. A `--for` applies only while a drain is
+    /// the sole holder: a cycle's drain never expires under it.
+    pub fn held_by(mut holders: Vec<Holder>, forced: Option<String>) -> Option<Self> {
+        holders.sort_by_key(|h| h.kind != Kind::Drain);
+        let first = holders.first()?.clone();
+        let until = match holders.as_slice() {
+            [only] => only.until.clone(),
+            _ => None,
+        };
+        Some(Self {
+            reason: first.what,
+            by: first.by,
+            since: first.since,
+            until,
+            forced,
+            holders,
+        })
     }
 }
 
@@ -86,13 +117,6 @@ pub fn parse_reason(text: &str) -> Result<String, String> {
         return Err("is empty; say why the node leaves the pool".to_owned());
     }
     Ok(text.to_owned())
-}
-
-fn ceil_second(t: SystemTime) -> SystemTime {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) if d.subsec_nanos() > 0 => UNIX_EPOCH + Duration::from_secs(d.as_secs() + 1),
-        _ => t,
-    }
 }
 
 /// A drain file as found on disk. A file that is not a valid record still drains the node:
@@ -227,7 +251,7 @@ pub enum DrainState {
 }
 
 impl DrainState {
-    fn of(drain: Drain, now: SystemTime) -> Self {
+    pub(crate) fn of(drain: Drain, now: SystemTime) -> Self {
         if drain.expired_at(now) {
             DrainState::Expired(drain)
         } else {
@@ -320,596 +344,4 @@ pub enum Unreadable {
         /// What the system said.
         source: Arc<io::Error>,
     },
-}
-
-/// Why `drain` or `undrain` could not change the record.
-#[derive(Debug, Error)]
-pub enum DrainError {
-    /// Writing the record failed; nothing was changed.
-    #[error("cannot write the drain record in {dir}: {source}{hint}", hint = fix_hint(source, dir))]
-    Write {
-        /// The state directory.
-        dir: PathBuf,
-        /// What the system said.
-        source: io::Error,
-    },
-    /// Removing the record failed.
-    #[error("cannot remove the drain record {path}: {source}{hint}", hint = fix_hint(source, path.parent().unwrap_or(Path::new("/"))))]
-    Remove {
-        /// The drain record's path.
-        path: PathBuf,
-        /// What the system said.
-        source: io::Error,
-    },
-}
-
-/// How to get past a failed write or removal, by what the system said.
-fn fix_hint(e: &io::Error, dir: &Path) -> String {
-    match e.kind() {
-        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => format!(
-            "; run the command as root (sudo) or as the user that owns {}, or choose another \
-             directory with --state-dir",
-            dir.display()
-        ),
-        io::ErrorKind::IsADirectory | io::ErrorKind::DirectoryNotEmpty => format!(
-            "; {}/drain is a directory, not a record: remove it by hand (rmdir), then drain again",
-            dir.display()
-        ),
-        _ => "; choose another directory with --state-dir".to_owned(),
-    }
-}
-
-/// What one look at the drain file found: its stamp, for telling whether it changed since.
-pub struct Look {
-    /// The file's stamp; `None` when there is no file to stamp.
-    pub stamp: Option<FileStamp>,
-    /// What it says.
-    pub state: DrainState,
-}
-
-/// The drain record of one state directory.
-#[derive(Debug)]
-pub struct DrainFile {
-    dir: PathBuf,
-    path: PathBuf,
-}
-
-impl DrainFile {
-    /// The record `drain` in `state_dir`.
-    pub fn new(state_dir: &Path) -> Self {
-        Self {
-            dir: state_dir.to_owned(),
-            path: state_dir.join("drain"),
-        }
-    }
-
-    /// The record's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The state directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The drain state now. Never fails: what cannot be read is [`DrainState::Unknown`].
-    pub fn state(&self, now: SystemTime) -> DrainState {
-        self.read_state(now).state
-    }
-
-    /// Looks at the file; `None` when its stamp equals `known` (nothing changed, nothing read).
-    /// Blocking: the daemon calls it off its workers, with a deadline ([`crate::health::drain_watch`]).
-    pub fn look(&self, known: Option<FileStamp>, now: SystemTime) -> Option<Look> {
-        let unchanged = known.is_some()
-            && fs::symlink_metadata(&self.path)
-                .is_ok_and(|meta| Some(FileStamp::from_metadata(&meta)) == known);
-        (!unchanged).then(|| self.read_state(now))
-    }
-
-    fn read_state(&self, now: SystemTime) -> Look {
-        let meta = match fs::symlink_metadata(&self.path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let state = match self.check_dir() {
-                    Ok(()) => DrainState::NotDrained,
-                    Err(why) => DrainState::Unknown(why),
-                };
-                return Look { stamp: None, state };
-            }
-            Err(e) => return self.unknown(self.read_error(e)),
-        };
-        if let Err(why) = self.refuse(&meta) {
-            return Look {
-                stamp: Some(FileStamp::from_metadata(&meta)),
-                state: DrainState::Unknown(why),
-            };
-        }
-        match self.read() {
-            Ok((stamp, bytes)) => Look {
-                stamp: Some(stamp),
-                state: DrainState::of(Drain::parse(&bytes), now),
-            },
-            Err(why) => self.unknown(why),
-        }
-    }
-
-    fn unknown(&self, why: Unreadable) -> Look {
-        Look {
-            stamp: None,
-            state: DrainState::Unknown(why),
-        }
-    }
-
-    /// The reason for a read that did not come back within `after`.
-    pub fn hung(&self, after: Duration) -> Unreadable {
-        Unreadable::Hung {
-            path: self.path.clone(),
-            after,
-        }
-    }
-
-    fn read_error(&self, e: io::Error) -> Unreadable {
-        Unreadable::Read {
-            path: self.path.clone(),
-            source: Arc::new(e),
-        }
-    }
-
-    /// Anything but a small regular file is refused before it is opened: opening a FIFO
-    /// blocks, a device may be endless (`/dev/zero`), and a link may lead anywhere.
-    fn refuse(&self, meta: &fs::Metadata) -> Result<(), Unreadable> {
-        let path = self.path.clone();
-        let t = meta.file_type();
-        let kind = match () {
-            _ if t.is_symlink() => return Err(Unreadable::Symlink { path }),
-            _ if t.is_file() => {
-                return match meta.len() {
-                    len if len > RECORD_LIMIT => Err(Unreadable::TooLarge { path, len }),
-                    _ => Ok(()),
-                };
-            }
-            _ if t.is_dir() => "a directory",
-            _ if t.is_fifo() => "a FIFO (named pipe)",
-            _ if t.is_socket() => "a socket",
-            _ if t.is_char_device() => "a character device",
-            _ if t.is_block_device() => "a block device",
-            _ => "not a regular file",
-        };
-        Err(Unreadable::NotRegular { path, kind })
-    }
-
-    /// Opens without following links and without blocking, checks again what was opened (the
-    /// path may have changed since it was examined), and reads at most the limit.
-    fn read(&self) -> Result<(FileStamp, Vec<u8>), Unreadable> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-            .open(&self.path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(code) if code == nix::errno::Errno::ELOOP as i32 => Unreadable::Symlink {
-                    path: self.path.clone(),
-                },
-                _ => self.read_error(e),
-            })?;
-        let meta = file.metadata().map_err(|e| self.read_error(e))?;
-        self.refuse(&meta)?;
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        (&mut file)
-            .take(RECORD_LIMIT + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| self.read_error(e))?;
-        if bytes.len() as u64 > RECORD_LIMIT {
-            return Err(Unreadable::TooLarge {
-                path: self.path.clone(),
-                len: bytes.len() as u64,
-            });
-        }
-        Ok((FileStamp::from_metadata(&meta), bytes))
-    }
-
-    fn check_dir(&self) -> Result<(), Unreadable> {
-        let dir = self.dir.clone();
-        match fs::metadata(&self.dir) {
-            Ok(meta) if meta.is_dir() => Ok(()),
-            Ok(_) => Err(Unreadable::StateDirNotDir { dir }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Unreadable::NoStateDir { dir }),
-            Err(e) => Err(Unreadable::StateDir {
-                dir,
-                source: Arc::new(e),
-            }),
-        }
-    }
-
-    /// Creates the state directory (mode 0755, readable by the daemon's user whatever the umask)
-    /// when it is missing.
-    pub fn create_dir(&self) -> io::Result<()> {
-        if self.dir.is_dir() {
-            return Ok(());
-        }
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&self.dir)?;
-        fs::set_permissions(&self.dir, fs::Permissions::from_mode(0o755))
-    }
-
-    /// Replaces the record atomically: temporary file, fsync, rename, fsync of the directory.
-    /// On any failure the previous record, if any, is left as it was.
-    pub fn write(&self, record: &DrainRecord) -> Result<(), DrainError> {
-        let fail = |source| DrainError::Write {
-            dir: self.dir.clone(),
-            source,
-        };
-        self.create_dir().map_err(fail)?;
-        self.sweep_leftovers();
-        let mut json = serde_json::to_vec_pretty(record).map_err(|e| fail(e.into()))?;
-        json.push(b'\n');
-        let tmp = self.dir.join(format!(".drain.{}.tmp", std::process::id()));
-        // The directory belongs to the daemon's user while root writes here: remove whatever
-        // has the temporary name (a leftover, or a planted symlink) and create it exclusively,
-        // which never follows a symlink.
-        let _ = fs::remove_file(&tmp);
-        let result = (|| {
-            let mut file = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(&tmp)?;
-            // Whatever the operator's umask: the daemon runs as another user and must read it.
-            file.set_permissions(fs::Permissions::from_mode(0o644))?;
-            file.write_all(&json)?;
-            file.sync_all()?;
-            fs::rename(&tmp, &self.path)?;
-            File::open(&self.dir)?.sync_all()
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(fail)
-    }
-
-    /// Removes the record. Returns what was there, `None` if nothing was.
-    pub fn remove(&self) -> Result<Option<Drain>, DrainError> {
-        self.sweep_leftovers();
-        let previous = self.current();
-        match fs::remove_file(&self.path) {
-            Ok(()) => {
-                let _ = File::open(&self.dir).and_then(|d| d.sync_all());
-                Ok(Some(previous.unwrap_or_else(|| Drain::parse(b""))))
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(DrainError::Remove {
-                path: self.path.clone(),
-                source,
-            }),
-        }
-    }
-
-    /// The record's path with the state directory's symbolic links resolved, as a daemon and a
-    /// command that name it differently can compare it; as given when it cannot be resolved.
-    pub fn resolved(&self) -> PathBuf {
-        fs::canonicalize(&self.dir).map_or_else(|_| self.path.clone(), |dir| dir.join("drain"))
-    }
-
-    /// The record on disk now, for the commands that report what they replaced.
-    pub fn current(&self) -> Option<Drain> {
-        match self.state(SystemTime::now()) {
-            DrainState::Drained(d) | DrainState::Expired(d) => Some(d),
-            DrainState::NotDrained | DrainState::Unknown(_) => None,
-        }
-    }
-
-    /// Removes the temporary files of `drain` commands that died mid-write (`kill -9`, power
-    /// loss): `.drain.PID.tmp` whose process is gone.
-    pub fn sweep_leftovers(&self) {
-        let Ok(entries) = fs::read_dir(&self.dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(pid) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(".drain."))
-                .and_then(|n| n.strip_suffix(".tmp"))
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = fs::remove_file(entry.path());
-            }
-        }
-    }
-}
-
-/// Who drains, from the system's user database (NSS), not from variables anyone can set: the
-/// real user, and the person behind sudo when that is credible (we run as root, and sudo's
-/// SUDO_USER and SUDO_UID name the same account).
-fn operator() -> String {
-    let uid = nix::unistd::getuid();
-    let me = user_name(uid);
-    if !uid.is_root() {
-        return me;
-    }
-    let sudoer = std::env::var("SUDO_USER").ok().filter(|name| {
-        std::env::var("SUDO_UID")
-            .ok()
-            .and_then(|id| id.parse().ok())
-            .filter(|&id| id != 0)
-            .is_some_and(|id| user_name(nix::unistd::Uid::from_raw(id)) == *name)
-    });
-    match sudoer {
-        Some(name) => format!("{name} via sudo"),
-        None => me,
-    }
-}
-
-fn user_name(uid: nix::unistd::Uid) -> String {
-    match nix::unistd::User::from_uid(uid) {
-        Ok(Some(user)) => user.name,
-        _ => format!("uid {uid}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use std::os::unix::fs::MetadataExt;
-
-    fn at(rfc3339: &str) -> SystemTime {
-        humantime::parse_rfc3339(rfc3339).expect("valid time")
-    }
-
-    fn unknown(state: DrainState) -> String {
-        match state {
-            DrainState::Unknown(why) => why.to_string(),
-            other => panic!("expected an unknown state (fail closed), got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn no_file_in_an_existing_directory_is_not_drained() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        assert!(matches!(
-            file.state(SystemTime::now()),
-            DrainState::NotDrained
-        ));
-    }
-
-    #[test]
-    fn a_missing_state_directory_fails_closed_and_names_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("nope");
-        let why = unknown(DrainFile::new(&missing).state(SystemTime::now()));
-        assert!(
-            why.contains(&*missing.to_string_lossy()) && why.contains("does not exist"),
-            "{why}"
-        );
-    }
-
-    #[test]
-    fn written_record_round_trips_and_expires() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        let now = at("2026-11-22T10:00:00Z");
-        let record = DrainRecord::new("upgrade".into(), Some(Duration::from_secs(1800)), now);
-        assert_eq!(record.since, "2026-11-22T10:00:00Z");
-        assert_eq!(record.until.as_deref(), Some("2026-11-22T10:30:00Z"));
-        file.write(&record).unwrap();
-        let DrainState::Drained(drain) = file.state(at("2026-11-22T10:29:59Z")) else {
-            panic!("drained before `until`");
-        };
-        assert_eq!(drain.record.as_ref(), Some(&record));
-        assert!(matches!(
-            file.state(at("2026-11-22T10:30:00Z")),
-            DrainState::Expired(_)
-        ));
-        let mode = fs::metadata(file.path()).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o644, "the daemon's user must be able to read it");
-        let leftovers: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "no temporary file left behind");
-    }
-
-    #[test]
-    fn an_empty_or_garbled_file_still_drains() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        fs::write(file.path(), "").unwrap();
-        let DrainState::Drained(drain) = file.state(SystemTime::now()) else {
-            panic!("`touch drain` must drain");
-        };
-        assert!(drain.record.is_none());
-        assert!(
-            drain.describe().contains("still counts as drained"),
-            "{}",
-            drain.describe()
-        );
-        fs::write(
-            file.path(),
-            r#"{"reason":"r","by":"b","since":"2026-01-01T00:00:00Z","until":"soon"}"#,
-        )
-        .unwrap();
-        let DrainState::Drained(drain) = file.state(SystemTime::now()) else {
-            panic!("a bad `until` must not undrain");
-        };
-        assert_eq!(drain.record.as_ref().map(|r| r.reason.as_str()), Some("r"));
-        assert!(matches!(drain.problem, Some(DrainProblem::BadUntil(_))));
-    }
-
-    #[test]
-    fn an_unreadable_record_fails_closed() {
-        if fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(0) == 0 {
-            // root reads through mode 000: see the FIFO and directory tests instead.
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        fs::write(file.path(), "{}").unwrap();
-        fs::set_permissions(file.path(), fs::Permissions::from_mode(0o000)).unwrap();
-        let why = unknown(file.state(SystemTime::now()));
-        assert!(why.contains("cannot read drain record"), "{why}");
-    }
-
-    #[test]
-    fn what_is_not_a_small_regular_file_is_refused_unread() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        fs::create_dir(file.path()).unwrap();
-        let why = unknown(file.state(SystemTime::now()));
-        assert!(why.contains("is a directory, not a regular file"), "{why}");
-        fs::remove_dir(file.path()).unwrap();
-
-        nix::unistd::mkfifo(file.path(), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-        let why = unknown(file.state(SystemTime::now()));
-        assert!(why.contains("FIFO"), "a FIFO is named, never opened: {why}");
-        fs::remove_file(file.path()).unwrap();
-
-        std::os::unix::fs::symlink("/dev/zero", file.path()).unwrap();
-        let why = unknown(file.state(SystemTime::now()));
-        assert!(why.contains("symbolic link"), "{why}");
-        fs::remove_file(file.path()).unwrap();
-
-        let _socket = std::os::unix::net::UnixListener::bind(file.path()).unwrap();
-        let why = unknown(file.state(SystemTime::now()));
-        assert!(why.contains("a socket"), "{why}");
-        fs::remove_file(file.path()).unwrap();
-
-        fs::write(file.path(), vec![b' '; RECORD_LIMIT as usize + 1]).unwrap();
-        let why = unknown(file.state(SystemTime::now()));
-        assert!(why.contains("more than the 8192"), "{why}");
-    }
-
-    #[test]
-    fn a_look_reads_only_what_changed_even_when_size_and_mtime_are_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        let record = |reason: &str| {
-            format!(r#"{{"reason":"{reason}","by":"b","since":"2026-01-01T00:00:00Z"}}"#)
-        };
-        fs::write(file.path(), record("first")).unwrap();
-        let look = file
-            .look(None, SystemTime::now())
-            .expect("a first look reads");
-        assert!(
-            file.look(look.stamp, SystemTime::now()).is_none(),
-            "unchanged: not read"
-        );
-        let mtime = fs::metadata(file.path()).unwrap().modified().unwrap();
-        let mut f = OpenOptions::new().write(true).open(file.path()).unwrap();
-        f.write_all(record("again").as_bytes()).unwrap();
-        f.set_modified(mtime).unwrap();
-        drop(f);
-        let look = file
-            .look(look.stamp, SystemTime::now())
-            .expect("an in-place rewrite with the old size and mtime is a change");
-        let DrainState::Drained(drain) = look.state else {
-            panic!("drained");
-        };
-        assert_eq!(drain.record.unwrap().reason, "again");
-    }
-
-    #[test]
-    fn a_hand_written_record_is_shown_on_one_bounded_line() {
-        let reason = format!("line one\r\nline two {}", "x".repeat(2000));
-        let bytes = serde_json::to_vec(&DrainRecord {
-            reason,
-            by: "mallory\u{1b}[2J".into(),
-            since: "2026-01-01T00:00:00Z".into(),
-            until: None,
-            forced: None,
-            holders: Vec::new(),
-        })
-        .unwrap();
-        let drain = Drain::parse(&bytes);
-        let record = drain.record.unwrap();
-        assert!(record.reason.starts_with("line one line two xxx"));
-        assert!(record.reason.chars().count() <= REASON_LIMIT + 3);
-        assert_eq!(record.by, "mallory\\u{1b}[2J");
-    }
-
-    #[test]
-    fn reasons_are_checked_with_a_way_out() {
-        assert_eq!(
-            parse_reason("kernel 6.1 upgrade").unwrap(),
-            "kernel 6.1 upgrade"
-        );
-        let long = parse_reason(&"x".repeat(REASON_LIMIT + 1)).unwrap_err();
-        assert!(
-            long.contains("257 characters") && long.contains("256"),
-            "{long}"
-        );
-        assert!(parse_reason("a\nb").unwrap_err().contains("one line"));
-        assert!(parse_reason("  ").unwrap_err().contains("empty"));
-    }
-
-    #[test]
-    fn leftovers_of_dead_drain_commands_are_swept() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
-        let leftover = dir.path().join(format!(".drain.{dead}.tmp"));
-        let alive = dir.path().join(format!(
-            ".drain.{}.tmp",
-            std::os::unix::process::parent_id()
-        ));
-        fs::write(&leftover, "{").unwrap();
-        fs::write(&alive, "{").unwrap();
-        file.write(&DrainRecord::new("x".into(), None, SystemTime::now()))
-            .unwrap();
-        assert!(!leftover.exists(), "a dead command's file is removed");
-        assert!(alive.exists(), "a live command's file is left alone");
-    }
-
-    #[test]
-    fn writing_over_a_directory_says_so_and_not_run_as_root() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        fs::create_dir(file.path()).unwrap();
-        fs::write(file.path().join("x"), "").unwrap();
-        let e = file
-            .write(&DrainRecord::new("x".into(), None, SystemTime::now()))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("is a directory") && !e.contains("root"), "{e}");
-    }
-
-    #[test]
-    fn undrain_is_idempotent() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = DrainFile::new(dir.path());
-        file.write(&DrainRecord::new("x".into(), None, SystemTime::now()))
-            .unwrap();
-        assert!(file.remove().unwrap().is_some());
-        assert!(file.remove().unwrap().is_none());
-        assert!(matches!(
-            file.state(SystemTime::now()),
-            DrainState::NotDrained
-        ));
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
-        /// Any bytes drain the node (someone put them there), and what is shown is one line.
-        #[test]
-        fn any_file_content_drains_and_shows_one_bounded_line(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
-            let drain = Drain::parse(&bytes);
-            let shown = drain.describe();
-            prop_assert!(!shown.contains('\n') && !shown.contains('\r'), "{shown:?}");
-            prop_assert!(shown.len() < 2000);
-        }
-
-        #[test]
-        fn any_record_round_trips_its_one_line_fields(reason in "[^\\p{Cc}]{1,256}", by in "[a-z]{1,32}") {
-            let record = DrainRecord { reason, by, since: "2026-01-01T00:00:00Z".into(), until: None, forced: None, holders: Vec::new() };
-            let bytes = serde_json::to_vec(&record).unwrap();
-            let parsed = Drain::parse(&bytes).record.unwrap();
-            prop_assert_eq!(parsed.by, record.by);
-            prop_assert_eq!(parsed.reason, text::one_line(&record.reason, REASON_LIMIT).into_owned());
-        }
-    }
 }

@@ -17,8 +17,9 @@ use std::time::{Duration, SystemTime};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::sync::{Notify, watch};
 
-use crate::health::drain::{DrainFile, DrainState, Look, Unreadable};
-use crate::puppet::identity::FileStamp;
+use crate::file_stamp::FileStamp;
+use crate::health::drain::{DrainState, Unreadable};
+use crate::health::drain_file::{DrainFile, Look};
 
 /// How often the file is looked at: a drain reaches the answers this fast, well inside one
 /// HAProxy check interval.

@@ -9,13 +9,9 @@
 //! half-way through an upgrade) but does not stop `pmcheck undrain`; a running one does, unless
 //! `--force`.
 
-use std::fs::File;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
-
-use crate::health::drain::{Drain, DrainError, DrainFile, DrainRecord};
 
 /// What kind of holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,27 +85,26 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// The operator's drain, written now.
+    /// The operator's drain, written now by whoever runs the command.
     pub fn drain(reason: String, lasting: Option<Duration>, now: SystemTime) -> Self {
-        let record = DrainRecord::new(reason, lasting, now);
         Self {
             kind: Kind::Drain,
-            by: record.by,
-            since: record.since,
-            what: record.reason,
-            until: record.until,
+            by: operator(),
+            since: rfc3339(now),
+            what: reason,
+            // Whole seconds are stored: round up, so that a drain never ends early.
+            until: lasting.map(|d| rfc3339(ceil_second(now + d))),
             process: None,
         }
     }
 
     /// This process's cycle, from now.
     pub fn cycle(reason: String, now: SystemTime) -> Self {
-        let record = DrainRecord::new(reason, None, now);
         Self {
             kind: Kind::Cycle,
-            by: record.by,
-            since: record.since,
-            what: record.reason,
+            by: operator(),
+            since: rfc3339(now),
+            what: reason,
             until: None,
             process: Process::this(),
         }
@@ -154,81 +149,45 @@ impl Holder {
     }
 }
 
-/// The holders of a record. A record without any (written before holders existed, or by
-/// hand) is one operator's drain.
-pub fn of(record: &DrainRecord) -> Vec<Holder> {
-    if !record.holders.is_empty() {
-        return record.holders.clone();
+/// Who drains, from the system's user database (NSS), not from variables anyone can set: the
+/// real user, and the person behind sudo when that is credible (we run as root, and sudo's
+/// SUDO_USER and SUDO_UID name the same account).
+fn operator() -> String {
+    let uid = nix::unistd::getuid();
+    let me = user_name(uid);
+    if !uid.is_root() {
+        return me;
     }
-    vec![Holder {
-        kind: Kind::Drain,
-        by: record.by.clone(),
-        since: record.since.clone(),
-        what: record.reason.clone(),
-        until: record.until.clone(),
-        process: None,
-    }]
-}
-
-/// The record that says `holders` hold the node (operators' drains first: their reason is the
-/// one HAProxy shows); `None` when nobody does. A `--for` applies only while a drain is the
-/// sole holder: a cycle's drain never expires under it.
-pub fn record(mut holders: Vec<Holder>, forced: Option<String>) -> Option<DrainRecord> {
-    holders.sort_by_key(|h| h.kind != Kind::Drain);
-    let first = holders.first()?.clone();
-    let until = match holders.as_slice() {
-        [only] => only.until.clone(),
-        _ => None,
-    };
-    Some(DrainRecord {
-        reason: first.what,
-        by: first.by,
-        since: first.since,
-        until,
-        forced,
-        holders,
-    })
-}
-
-/// What an update does with the record.
-#[derive(Debug)]
-pub enum Change {
-    /// Leave it as it is.
-    Keep,
-    /// Write this record.
-    Write(DrainRecord),
-    /// Remove the record: the node is undrained.
-    Remove,
-}
-
-/// Reads the record, decides and applies `change`, all under an exclusive lock of the state
-/// directory, so that no other pmcheck command changes it in between.
-pub fn update<T>(
-    file: &DrainFile,
-    change: impl FnOnce(Option<Drain>) -> (Change, T),
-) -> Result<T, DrainError> {
-    let _lock = lock(file)?;
-    file.sweep_leftovers();
-    let (change, result) = change(file.current());
-    match change {
-        Change::Keep => {}
-        Change::Write(record) => file.write(&record)?,
-        Change::Remove => {
-            file.remove()?;
-        }
+    let sudoer = std::env::var("SUDO_USER").ok().filter(|name| {
+        std::env::var("SUDO_UID")
+            .ok()
+            .and_then(|id| id.parse().ok())
+            .filter(|&id| id != 0)
+            .is_some_and(|id| user_name(nix::unistd::Uid::from_raw(id)) == *name)
+    });
+    match sudoer {
+        Some(name) => format!("{name} via sudo"),
+        None => me,
     }
-    Ok(result)
 }
 
-/// An exclusive `flock` of the state directory, released when dropped.
-fn lock(file: &DrainFile) -> Result<Flock<File>, DrainError> {
-    let fail = |source| DrainError::Write {
-        dir: file.dir().to_path_buf(),
-        source,
-    };
-    file.create_dir().map_err(fail)?;
-    let dir = File::open(file.dir()).map_err(fail)?;
-    Flock::lock(dir, FlockArg::LockExclusive).map_err(|(_, errno)| fail(errno.into()))
+fn user_name(uid: nix::unistd::Uid) -> String {
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => format!("uid {uid}"),
+    }
+}
+
+/// RFC 3339 in whole seconds, UTC.
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn ceil_second(t: SystemTime) -> SystemTime {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) if d.subsec_nanos() > 0 => UNIX_EPOCH + Duration::from_secs(d.as_secs() + 1),
+        _ => t,
+    }
 }
 
 #[cfg(test)]
@@ -253,36 +212,5 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         assert_eq!(start_of(pid), None, "reaped");
-    }
-
-    #[test]
-    fn a_record_without_holders_is_one_operators_drain() {
-        let record = DrainRecord::new("kernel".into(), None, SystemTime::now());
-        let holders = of(&record);
-        assert_eq!(holders.len(), 1);
-        assert_eq!(
-            (holders[0].kind, holders[0].what.as_str()),
-            (Kind::Drain, "kernel")
-        );
-    }
-
-    #[test]
-    fn a_drain_comes_first_and_its_for_applies_only_alone() {
-        let now = SystemTime::now();
-        let cycle = Holder::cycle("pmcheck cycle: true".into(), now);
-        let drain = Holder::drain("kernel".into(), Some(Duration::from_secs(60)), now);
-        let both = record(vec![cycle.clone(), drain.clone()], None).unwrap();
-        assert_eq!(both.reason, "kernel");
-        assert_eq!(both.until, None, "a cycle's drain never expires under it");
-        assert_eq!(both.holders[1], cycle);
-        let alone = record(vec![drain.clone()], None).unwrap();
-        assert_eq!(alone.until, drain.until);
-        assert_eq!(record(Vec::new(), None), None);
-        assert!(cycle.is_me() && cycle.running());
-        assert!(cycle.describe().starts_with(&format!(
-            "cycle pid {} (pmcheck cycle: true, by ",
-            std::process::id()
-        )));
-        assert!(drain.expired_at(now + Duration::from_secs(61)));
     }
 }

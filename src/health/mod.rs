@@ -2,7 +2,9 @@
 //! from it and the latest probe; and what a load balancer says of this node (`send-state`).
 
 pub mod answer;
+pub mod decision;
 pub mod drain;
+pub mod drain_file;
 pub mod drain_watch;
 pub mod holders;
 pub mod lb_state;

@@ -19,11 +19,14 @@ use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::health::answer::Answer;
-use crate::health::drain::{DrainError, DrainFile, REASON_LIMIT};
-use crate::health::holders::{self, Change, Holder};
-use crate::operator::status;
-use crate::operator::wait::{self, Goal, LastServer, Wait, WaitError, seconds};
+use crate::health::drain::{DrainRecord, REASON_LIMIT};
+use crate::health::drain_file::{Change, DrainError, DrainFile};
+use crate::health::holders::Holder;
+use crate::operator::assessment::{Goal, Wait};
+use crate::operator::daemon;
+use crate::operator::wait::{self, LastServer, WaitError};
 use crate::settings::duration::format_duration;
+use crate::text::seconds;
 
 /// What the cycle does.
 #[derive(Debug, Clone)]
@@ -117,14 +120,14 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     })?;
     // Nothing is touched unless the daemon answers, about this drain record: without it
     // nobody can tell when it is safe.
-    let reply = status::ask(&cycle.wait.url)
+    let reply = daemon::ask(&cycle.wait.url)
         .await
         .map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
     if let Some(e) = Answer::from_json(&reply.body)
         .ok()
-        .and_then(|answer| wait::other_file(&cycle.wait, &answer))
+        .and_then(|answer| daemon::other_file(&cycle.wait, &answer))
     {
-        return Err(CycleError::NoDaemon(e));
+        return Err(CycleError::NoDaemon(e.into()));
     }
 
     // 1. drain: this cycle holds the node drained, beside whoever already does
@@ -139,17 +142,17 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         wait::guard_last_server(&cycle.wait, cycle.force).await?
     };
     let me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
-    let found = holders::update(&file, |current| {
+    let found = file.update(|current| {
         let now = SystemTime::now();
         let mut held: Vec<Holder> = (current.as_ref())
             .and_then(|d| d.record.as_ref())
-            .map(holders::of)
+            .map(DrainRecord::holders)
             .unwrap_or_default();
         held.retain(|h| !h.expired_at(now));
         let found = held.clone();
         held.push(me.clone());
         let forced = forced.or_else(|| current.and_then(|d| d.record).and_then(|r| r.forced));
-        match holders::record(held, forced) {
+        match DrainRecord::held_by(held, forced) {
             Some(record) => (Change::Write(record), found),
             None => (Change::Keep, found),
         }
@@ -229,19 +232,19 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
 
     // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
     let t = Instant::now();
-    let let_go = holders::update(&file, |current| {
+    let let_go = file.update(|current| {
         let Some(record) = current.and_then(|d| d.record) else {
             return (Change::Keep, LetGo::Gone);
         };
         let now = SystemTime::now();
-        let held = holders::of(&record);
+        let held = record.holders();
         if !held.iter().any(Holder::is_me) {
             return (Change::Keep, LetGo::NotMine(held));
         }
         let rest: Vec<Holder> = (held.into_iter())
             .filter(|h| !h.is_me() && !h.expired_at(now))
             .collect();
-        match holders::record(rest.clone(), record.forced) {
+        match DrainRecord::held_by(rest.clone(), record.forced) {
             None => (Change::Remove, LetGo::Undrained),
             Some(record) => (Change::Write(record), LetGo::StillHeld(rest)),
         }
@@ -372,7 +375,7 @@ async fn released(file: &DrainFile) -> String {
         tokio::time::sleep(Duration::from_millis(250)).await;
         match file.current() {
             None => return format!("no drain record at {}", file.path().display()),
-            Some(d) => match d.record.as_ref().map(holders::of) {
+            Some(d) => match d.record.as_ref().map(DrainRecord::holders) {
                 Some(held) if held.iter().any(Holder::is_me) => {}
                 Some(held) => {
                     let held: Vec<String> = held.iter().map(Holder::describe).collect();
@@ -503,21 +506,21 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
         .collect();
     let keep = REASON_LIMIT - why.chars().count();
     let what: String = me.what.chars().take(keep).chain(why.chars()).collect();
-    let updated = holders::update(file, |current| {
+    let updated = file.update(|current| {
         let Some(record) = current.and_then(|d| d.record) else {
             return (Change::Keep, false);
         };
-        let mut held = holders::of(&record);
+        let mut held = record.holders();
         let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
             return (Change::Keep, false);
         };
         *mine = Holder {
-            kind: holders::Kind::StoppedCycle,
+            kind: crate::health::holders::Kind::StoppedCycle,
             what: what.clone(),
             process: None,
             ..mine.clone()
         };
-        match holders::record(held, record.forced) {
+        match DrainRecord::held_by(held, record.forced) {
             Some(record) => (Change::Write(record), true),
             None => (Change::Keep, false),
         }
@@ -609,7 +612,7 @@ mod tests {
         let now = SystemTime::now();
         let me = Holder::cycle("x".repeat(250), now);
         let operator = Holder::drain("kernel upgrade".into(), None, now);
-        let both = holders::record(vec![me.clone(), operator.clone()], None).unwrap();
+        let both = DrainRecord::held_by(vec![me.clone(), operator.clone()], None).unwrap();
         file.write(&both).unwrap();
         let e = CycleError::Command {
             command: "`false`".into(),
@@ -623,7 +626,7 @@ mod tests {
         );
         assert_eq!(record.holders[0], operator);
         let mine = &record.holders[1];
-        assert_eq!(mine.kind, holders::Kind::StoppedCycle);
+        assert_eq!(mine.kind, crate::health::holders::Kind::StoppedCycle);
         assert_eq!(
             mine.process, None,
             "held until `pmcheck undrain`, not until this process ends"
@@ -644,7 +647,7 @@ mod tests {
         );
         // Alone, its reason is the record's.
         let short = Holder::cycle("upgrade".into(), now);
-        file.write(&holders::record(vec![short.clone()], None).unwrap())
+        file.write(&DrainRecord::held_by(vec![short.clone()], None).unwrap())
             .unwrap();
         stopped(&file, &short, &e);
         assert_eq!(

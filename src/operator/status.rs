@@ -2,127 +2,11 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::crypto::ring;
-
-use thiserror::Error;
-
 use crate::health::answer::Answer;
+use crate::operator::daemon::Reply;
 use crate::puppet::pool::Load;
-use crate::settings::duration::format_duration;
-
-const DEADLINE: Duration = Duration::from_secs(5);
-/// The largest answer read: pmcheck's JSON is well under 4 KiB.
-const BODY_LIMIT: usize = 64 * 1024;
-
-/// Why the daemon could not be asked.
-#[derive(Debug, Error)]
-pub enum StatusError {
-    /// `--url` is not an http:// URL.
-    #[error("--url {url}: {problem}; write it as http://HOST:PORT/")]
-    Url {
-        /// The URL given.
-        url: String,
-        /// What is wrong with it.
-        problem: &'static str,
-    },
-    /// Nothing answered, or the exchange broke.
-    #[error("cannot reach pmcheck at {url}: {} (is `pmcheck serve` running there?)", cause(.source))]
-    Unreachable {
-        /// The URL asked.
-        url: String,
-        /// What reqwest saw.
-        source: reqwest::Error,
-    },
-    /// An answer larger than pmcheck ever sends.
-    #[error(
-        "cannot reach pmcheck at {url}: the answer is larger than {} KiB, which pmcheck never \
-         sends: is this pmcheck?",
-        BODY_LIMIT / 1024
-    )]
-    TooLarge {
-        /// The URL asked.
-        url: String,
-    },
-}
-
-/// The daemon's reply: its HTTP status and body.
-pub struct Reply {
-    /// The HTTP status: 200 when the daemon answers HAProxy OK.
-    pub status: u16,
-    /// The JSON body as sent.
-    pub body: String,
-}
-
-/// GETs `url` with `Accept: application/json`, within five seconds.
-pub async fn ask(url: &str) -> Result<Reply, StatusError> {
-    let bad = |problem| StatusError::Url {
-        url: url.to_owned(),
-        problem,
-    };
-    let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
-    if parsed.scheme() != "http" {
-        return Err(bad("only http:// is supported (pmcheck serves plain HTTP)"));
-    }
-    let unreachable = |source| StatusError::Unreachable {
-        url: url.to_owned(),
-        source,
-    };
-    // reqwest needs a TLS setup even for plain HTTP; this one trusts nothing, so it can never
-    // be used for anything but http://.
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map(|tls| {
-            tls.with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth()
-        });
-    let mut client = reqwest::Client::builder();
-    if let Ok(tls) = tls {
-        client = client.tls_backend_preconfigured(tls);
-    }
-    let client = client
-        .no_proxy()
-        // Not a load balancer: the daemon does not count this request as a poller's.
-        .user_agent(crate::responder::http::USER_AGENT)
-        .timeout(DEADLINE)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(unreachable)?;
-    let mut response = client
-        .get(parsed)
-        .header(reqwest::header::ACCEPT, "application/json")
-        .send()
-        .await
-        .map_err(unreachable)?;
-    let status = response.status().as_u16();
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
-        if body.len() + chunk.len() > BODY_LIMIT {
-            return Err(StatusError::TooLarge {
-                url: url.to_owned(),
-            });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(Reply {
-        status,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
-/// The innermost cause reqwest saw, or that it timed out.
-fn cause(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        return format!("no answer within {}", format_duration(DEADLINE));
-    }
-    let mut inner: &dyn std::error::Error = e;
-    while let Some(next) = inner.source() {
-        inner = next;
-    }
-    inner.to_string()
-}
 
 /// The host names of `addrs` from reverse DNS, for a person. An address whose lookup fails or
 /// takes longer than a second (all run at once) shows without one.
@@ -233,7 +117,7 @@ pub fn describe(reply: &Reply) -> String {
         out.push_str(&format!(
             "poller: {name}{}: {}\n",
             p.address,
-            crate::operator::wait::describe_told(p, true)
+            crate::operator::assessment::describe_told(p, true)
         ));
     }
     if let Some(t) = &answer.traffic {

@@ -15,13 +15,15 @@ use rustls::{AlertDescription, CertificateError};
 use thiserror::Error;
 use tokio::sync::watch;
 
-use crate::puppet::identity::{FileStamp, IdentityError, IdentityFiles};
+use crate::file_stamp::FileStamp;
+use crate::puppet::identity::{IdentityError, IdentityFiles};
 use crate::puppet::pool::{Capacity, Load, Pool, ServiceStatus, Unready};
+use crate::settings::Settings;
 use crate::settings::duration::format_duration;
 use crate::text;
 
 /// The pool's status service of open source Puppet Server.
-pub const DEFAULT_STATUS_PATH: &str = "/status/v1/services/jruby-metrics";
+pub const DEFAULT_STATUS_PATH: &str = crate::settings::defaults::STATUS_PATH;
 /// Where a probe goes next when a path answers 404 `not found` / `service-not-found`: the
 /// pool service under Puppet Enterprise's name, the simple status of Puppet Server >= 6.14,
 /// then that of older servers (what the Puppet agent falls back to).
@@ -48,6 +50,23 @@ pub struct ProbeTarget {
     pub status_path: String,
     /// The deadline of one probe.
     pub timeout: Duration,
+}
+
+impl ProbeTarget {
+    /// What the probe needs from the resolved settings.
+    pub fn of(settings: &Settings) -> Self {
+        Self {
+            identity: IdentityFiles {
+                hostcert: settings.hostcert.value.clone(),
+                hostprivkey: settings.hostprivkey.value.clone(),
+                localcacert: settings.localcacert.value.clone(),
+            },
+            certname: settings.certname.value.clone(),
+            addr: settings.puppet_addr.value,
+            status_path: settings.status_path.value.clone(),
+            timeout: settings.timeout.value,
+        }
+    }
 }
 
 /// One probe: what it found and when.

@@ -22,8 +22,9 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::health::decision::Decision;
 use crate::health::drain::DrainState;
-use crate::health::verdict::{Decision, Verdict};
+use crate::health::verdict::Verdict;
 
 /// How long the line may wait for the client to take it.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -102,8 +103,8 @@ pub async fn answer(mut stream: TcpStream, line: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::decision::Rules;
     use crate::health::drain::Drain;
-    use crate::health::verdict::Rules;
     use crate::health::weight::Rejoin;
     use crate::puppet::pool::{Load, Pool, Unready};
     use crate::puppet::probe::{ProbeError, ProbeOutcome, ProbeReport};

@@ -14,9 +14,10 @@ use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::watch;
 
+use crate::health::decision::{Decision, Rules};
 use crate::health::drain_watch::Drains;
 use crate::health::lb_state;
-use crate::health::verdict::{Decision, Rules, Verdict};
+use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{Latest, ProbeReport};
 use crate::responder::agent;

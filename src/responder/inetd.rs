@@ -13,9 +13,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
-use crate::health::drain::DrainFile;
+use crate::health::decision::Rules;
+use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch;
-use crate::health::verdict::Rules;
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{CannotProbe, ProbeReport, ProbeTarget, Prober};
 use crate::responder::agents::Agents;

@@ -15,11 +15,13 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::exit::Exit;
-use crate::health::drain::{DrainFile, DrainState};
+use crate::health::decision::{Decision, Rules};
+use crate::health::drain::DrainState;
+use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch::{self, Watcher};
-use crate::health::verdict::{Decision, Rules, Verdict};
+use crate::health::verdict::Verdict;
 use crate::health::weight::{Rejoin, Tracker};
-use crate::puppet::probe::{self, ProbeOutcome, ProbeReport, Prober};
+use crate::puppet::probe::{self, ProbeOutcome, ProbeReport, ProbeTarget, Prober};
 use crate::responder::agent;
 use crate::responder::agents::Agents;
 use crate::responder::cidr::{self, Cidr};
@@ -257,7 +259,7 @@ pub async fn serve(
         limits.total,
         limits.per_source
     );
-    let prober = Prober::new(settings.probe_target());
+    let prober = Prober::new(ProbeTarget::of(settings));
     tracing::info!(
         "probing {} at {} every {} (timeout {}); drain record {drain_path}",
         prober.endpoint(),

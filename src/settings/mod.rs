@@ -12,8 +12,6 @@ use std::time::Duration;
 use thiserror::Error;
 
 use self::puppet_conf::{FqdnError, Layout, PuppetConf, PuppetConfError, Resolver, Webserver};
-use crate::puppet::identity::IdentityFiles;
-use crate::puppet::probe::ProbeTarget;
 
 /// The built-in defaults of the settings that puppet.conf does not know, as clap reads them.
 /// They are written here once; clap shows them in `--help` and the man page.
@@ -23,7 +21,7 @@ pub mod defaults {
     /// Where `drain`, `undrain` and the daemon keep the drain record.
     pub const STATE_DIR: &str = "/var/lib/pmcheck";
     /// The status endpoint (Puppet Server >= 6.14).
-    pub const STATUS_PATH: &str = crate::puppet::probe::DEFAULT_STATUS_PATH;
+    pub const STATUS_PATH: &str = "/status/v1/services/jruby-metrics";
 }
 
 /// Why the settings cannot be resolved. Each names the setting and what to write instead.
@@ -276,21 +274,6 @@ impl Settings {
             timeout: given.timeout.clone(),
             state_dir: given.state_dir.clone(),
         })
-    }
-
-    /// What the probe needs from these settings.
-    pub fn probe_target(&self) -> ProbeTarget {
-        ProbeTarget {
-            identity: IdentityFiles {
-                hostcert: self.hostcert.value.clone(),
-                hostprivkey: self.hostprivkey.value.clone(),
-                localcacert: self.localcacert.value.clone(),
-            },
-            certname: self.certname.value.clone(),
-            addr: self.puppet_addr.value,
-            status_path: self.status_path.value.clone(),
-            timeout: self.timeout.value,
-        }
     }
 }
 

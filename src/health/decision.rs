@@ -1,0 +1,458 @@
+//! The decision: the verdict with its reason and weight, from the drain record and the latest probe.
+//!
+//! The rules, in order: a drain state that cannot be read is UNKNOWN (fail closed); a drain is
+//! DRAINED; no finished probe yet is STARTING (never healthy before a real check); a probe too
+//! old to trust is UNKNOWN; a probe that could not be made is UNKNOWN; a failed probe is DOWN;
+//! a Puppet Server that cannot compile yet is NOTREADY; otherwise OK, busy or not. Only OK
+//! answers 200: a busy node stays in the pool (taking it out would move its load onto the
+//! others until all fall over) and asks for less through the agent check's weight.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer};
+use crate::health::drain::{Drain, DrainState};
+use crate::health::verdict::Verdict;
+use crate::health::weight::Rejoin;
+use crate::puppet::probe::{ProbeOutcome, ProbeReport};
+use crate::settings::duration::format_duration;
+
+const RUNNING: &str = "Puppet Server is running";
+const NO_PROBE_YET: &str = "no probe of Puppet Server has finished yet";
+
+/// The daemon's settings that shape an answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Rules {
+    /// Past this age a probe report no longer counts (the prober must be stuck).
+    pub stale_after: Duration,
+    /// The HTTP status of a drained answer: 503, or 404 for `http-check disable-on-404`.
+    pub drained_status: u16,
+    /// How long a node that came back takes to ramp its weight up.
+    pub slow_start: Duration,
+}
+
+impl Rules {
+    /// For one-off answers (`check`, `inetd`): no report goes stale, drains are 503, no ramp.
+    pub const ONCE: Rules = Rules {
+        stale_after: Duration::MAX,
+        drained_status: 503,
+        slow_start: Duration::ZERO,
+    };
+}
+
+/// A verdict with its reason and everything it was decided from.
+#[derive(Debug, Clone)]
+pub struct Decision<'a> {
+    /// What HAProxy is told.
+    pub verdict: Verdict,
+    /// The HTTP status: 200 for OK, the drained status for DRAINED, 503 otherwise.
+    pub status: u16,
+    /// The agent-check weight in percent ([`crate::health::weight`]).
+    pub weight: u8,
+    /// Why, in one line.
+    pub reason: Cow<'a, str>,
+    /// The drain state it was decided from.
+    pub drain: &'a DrainState,
+    /// The probe report it was decided from, if any has finished.
+    pub probe: Option<&'a ProbeReport>,
+    /// How old the probe report is.
+    pub age: Option<Duration>,
+}
+
+impl<'a> Decision<'a> {
+    /// Applies the rules; `rejoin` says where the node stands on its way back, for the weight.
+    pub fn decide(
+        drain: &'a DrainState,
+        probe: Option<&'a ProbeReport>,
+        rejoin: Rejoin,
+        now: Instant,
+        rules: &Rules,
+    ) -> Self {
+        let stale_after = rules.stale_after;
+        let age = probe.map(|p| now.saturating_duration_since(p.finished));
+        let outcome = probe.map(|p| (&p.outcome, p.detail()));
+        // Puppet Server's side, for the reasons that also mention the drain.
+        let puppet = || -> Cow<'a, str> {
+            match outcome {
+                Some((ProbeOutcome::Healthy(None), _)) => RUNNING.into(),
+                Some((ProbeOutcome::Healthy(Some(_)), detail)) => detail.into(),
+                Some((ProbeOutcome::NotReady(_), detail)) => {
+                    format!("Puppet Server is not ready: {detail}").into()
+                }
+                Some((ProbeOutcome::CannotTell(_), detail)) => {
+                    format!("Puppet Server's health is unknown: {detail}").into()
+                }
+                Some((ProbeOutcome::Unhealthy(_), detail)) => {
+                    format!("Puppet Server is down: {detail}").into()
+                }
+                None => NO_PROBE_YET.into(),
+            }
+        };
+        // The common answers borrow their reason: a poll allocates little more than its body.
+        let (verdict, reason): (Verdict, Cow<'a, str>) = match (drain, outcome, age) {
+            (DrainState::Unknown(why), _, _) => (
+                Verdict::Unknown,
+                format!("cannot tell whether this node is drained: {why}").into(),
+            ),
+            (DrainState::Drained(d), _, _) => (
+                Verdict::Drained,
+                format!("{}; {}", d.describe(), puppet()).into(),
+            ),
+            (_, None, _) => (Verdict::Starting, NO_PROBE_YET.into()),
+            (_, Some(_), Some(age)) if age > stale_after => (
+                Verdict::Unknown,
+                format!(
+                    "the latest probe of Puppet Server is {} old (limit {}): the prober is stuck",
+                    format_duration(Duration::from_millis(age.as_millis() as u64)),
+                    format_duration(stale_after)
+                )
+                .into(),
+            ),
+            (_, Some((ProbeOutcome::CannotTell(_), detail)), _) => (
+                Verdict::Unknown,
+                format!("cannot probe Puppet Server: {detail}").into(),
+            ),
+            (_, Some((ProbeOutcome::Unhealthy(_), detail)), _) => (Verdict::Down, detail.into()),
+            (_, Some((ProbeOutcome::NotReady(_), detail)), _) => (Verdict::NotReady, detail.into()),
+            (DrainState::Expired(d), _, _) => (
+                Verdict::Ok,
+                format!("{}; drain expired: {}", puppet(), d.describe()).into(),
+            ),
+            _ => (Verdict::Ok, puppet()),
+        };
+        let status = match verdict {
+            Verdict::Drained => rules.drained_status,
+            other => other.status(),
+        };
+        let pool = probe.and_then(|p| p.pool.as_ref());
+        Self {
+            verdict,
+            status,
+            weight: rejoin.weight(verdict, pool, now, rules.slow_start),
+            reason,
+            drain,
+            probe,
+            age,
+        }
+    }
+
+    /// The one-line body for people and curl.
+    pub fn text(&self) -> String {
+        let mut body = String::with_capacity(self.verdict.as_str().len() + self.reason.len() + 4);
+        let _ = writeln!(body, "{} - {}", self.verdict.as_str(), self.reason);
+        body
+    }
+
+    /// The answer, borrowing from this decision.
+    pub fn answer(&self) -> Answer<'_> {
+        let drain = |d: &'a Drain, expired: bool| {
+            let record = d.record.as_ref();
+            DrainAnswer {
+                reason: record.map(|r| r.reason.as_str().into()),
+                by: record.map(|r| r.by.as_str().into()),
+                since: record.map(|r| r.since.as_str().into()),
+                until: record.and_then(|r| r.until.as_deref()).map(Cow::from),
+                expired,
+                problem: d.problem.as_ref().map(|p| Cow::Owned(p.to_string())),
+            }
+        };
+        Answer {
+            verdict: self.verdict,
+            status: self.status,
+            reason: Cow::Borrowed(&self.reason),
+            drain: match self.drain {
+                DrainState::Drained(d) => Some(drain(d, false)),
+                DrainState::Expired(d) => Some(drain(d, true)),
+                DrainState::NotDrained | DrainState::Unknown(_) => None,
+            },
+            weight: self.weight,
+            load: match self.probe.map(|p| &p.outcome) {
+                Some(ProbeOutcome::Healthy(load)) => *load,
+                _ => None,
+            },
+            pool: self.probe.and_then(|p| p.pool.as_ref()).map(Cow::Borrowed),
+            pollers: None,
+            traffic: None,
+            listening_ms: None,
+            drain_file: None,
+            unrecorded: None,
+            probe: match self.probe {
+                Some(p) => ProbeAnswer {
+                    ok: p.outcome.is_healthy(),
+                    detail: p.detail().into(),
+                    latency_ms: Some(p.latency.as_millis() as u64),
+                    age_ms: self.age.map(|a| a.as_millis() as u64),
+                    endpoint: p.endpoint.as_deref().map(Cow::from),
+                },
+                None => ProbeAnswer {
+                    ok: false,
+                    detail: "no probe has finished yet".into(),
+                    latency_ms: None,
+                    age_ms: None,
+                    endpoint: None,
+                },
+            },
+        }
+    }
+
+    /// The JSON body for `Accept: application/json` and `pmcheck status`.
+    pub fn json(&self) -> String {
+        self.answer().to_json()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::drain::DrainRecord;
+    use crate::puppet::identity::IdentityError;
+    use crate::puppet::probe::ProbeError;
+    use std::time::SystemTime;
+
+    const STALE: Duration = Duration::from_secs(5);
+    const RULES: Rules = Rules {
+        stale_after: STALE,
+        ..Rules::ONCE
+    };
+
+    fn report(outcome: ProbeOutcome, finished: Instant) -> ProbeReport {
+        let mut report = ProbeReport::new(
+            outcome,
+            Duration::from_millis(12),
+            Some("https://node:8140/status/v1/simple/server".into()),
+        );
+        report.finished = finished;
+        report
+    }
+
+    fn healthy(finished: Instant) -> ProbeReport {
+        report(ProbeOutcome::Healthy(None), finished)
+    }
+
+    fn refused(finished: Instant) -> ProbeReport {
+        let addr = "127.0.0.1:8140".parse().unwrap();
+        report(
+            ProbeOutcome::Unhealthy(ProbeError::Refused { addr }),
+            finished,
+        )
+    }
+
+    fn drained(until: Option<&str>) -> Drain {
+        let record = DrainRecord {
+            reason: "upgrading".into(),
+            by: "alice".into(),
+            since: "2026-11-22T10:00:00Z".into(),
+            until: until.map(str::to_owned),
+            forced: None,
+            holders: Vec::new(),
+        };
+        let text = serde_json::to_string(&record).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("drain"), text).unwrap();
+        match crate::health::drain_file::DrainFile::new(dir.path()).state(SystemTime::now()) {
+            DrainState::Drained(d) | DrainState::Expired(d) => d,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn healthy_and_undrained_is_the_only_200() {
+        let now = Instant::now();
+        let ok = healthy(now);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&ok),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
+        assert_eq!((v.verdict, v.verdict.status()), (Verdict::Ok, 200));
+        assert_eq!(v.text(), "OK - Puppet Server is running\n");
+    }
+
+    #[test]
+    fn busy_is_still_200_and_not_ready_is_503() {
+        use crate::puppet::pool::{Load, Unready};
+        let now = Instant::now();
+        let busy = report(ProbeOutcome::Healthy(Some(Load::Busy)), now);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&busy),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
+        assert_eq!((v.verdict, v.status), (Verdict::Ok, 200));
+        let locked = report(ProbeOutcome::NotReady(Unready::Locked { since: None }), now);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&locked),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
+        assert_eq!(
+            (v.verdict, v.status, v.weight),
+            (Verdict::NotReady, 503, 10)
+        );
+        assert!(
+            v.text()
+                .starts_with("NOTREADY - Puppet Server's JRuby pool is locked")
+        );
+        let drained = DrainState::Drained(drained(None));
+        let rules = Rules {
+            drained_status: 404,
+            ..RULES
+        };
+        let v = Decision::decide(&drained, Some(&locked), Rejoin::Steady, now, &rules);
+        assert_eq!((v.verdict, v.status), (Verdict::Drained, 404));
+        assert!(v.reason.ends_with("; Puppet Server is not ready: Puppet Server's JRuby pool is locked (being flushed): nothing compiles"), "{}", v.reason);
+    }
+
+    #[test]
+    fn no_probe_yet_is_starting() {
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            None,
+            Rejoin::Steady,
+            Instant::now(),
+            &RULES,
+        );
+        assert_eq!((v.verdict, v.verdict.status()), (Verdict::Starting, 503));
+    }
+
+    #[test]
+    fn failed_probe_is_down_with_its_detail() {
+        let now = Instant::now();
+        let bad = refused(now);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&bad),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
+        assert_eq!(v.verdict, Verdict::Down);
+        assert!(
+            v.text()
+                .starts_with("DOWN - connection to 127.0.0.1:8140 refused"),
+            "{}",
+            v.text()
+        );
+    }
+
+    #[test]
+    fn a_probe_that_could_not_be_made_is_unknown_not_down() {
+        let now = Instant::now();
+        let unreadable = IdentityError::Read {
+            setting: "hostprivkey",
+            path: "/k.pem".into(),
+            source: std::io::ErrorKind::PermissionDenied.into(),
+        };
+        let report = report(ProbeOutcome::CannotTell(unreadable.into()), now);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&report),
+            Rejoin::Steady,
+            now,
+            &RULES,
+        );
+        assert_eq!((v.verdict, v.verdict.status()), (Verdict::Unknown, 503));
+        assert_eq!(
+            v.reason,
+            "cannot probe Puppet Server: cannot read hostprivkey /k.pem: permission denied (run \
+             pmcheck as a user that may read it, such as a member of group puppet)"
+        );
+    }
+
+    #[test]
+    fn stale_probe_is_unknown() {
+        let then = Instant::now();
+        let ok = healthy(then);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&ok),
+            Rejoin::Steady,
+            then + STALE + Duration::from_millis(1),
+            &RULES,
+        );
+        assert_eq!(v.verdict, Verdict::Unknown);
+        assert!(v.reason.contains("old"), "{}", v.reason);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&ok),
+            Rejoin::Steady,
+            then + STALE,
+            &RULES,
+        );
+        assert_eq!(v.verdict, Verdict::Ok, "exactly at the limit still counts");
+    }
+
+    #[test]
+    fn drain_beats_health_and_says_who_why_and_since_when() {
+        let now = Instant::now();
+        let ok = healthy(now);
+        let state = DrainState::Drained(drained(None));
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
+        assert_eq!(v.verdict, Verdict::Drained);
+        let text = v.text();
+        assert!(
+            text.starts_with("DRAINED - upgrading (by alice since 2026-11-22T10:00:00Z)"),
+            "{text}"
+        );
+        assert!(text.contains("Puppet Server is running"), "{text}");
+        let answer = Answer::from_json(&v.json()).unwrap();
+        assert_eq!(answer.verdict, Verdict::Drained);
+        assert_eq!(answer.drain.unwrap().by.as_deref(), Some("alice"));
+        assert!(answer.probe.ok);
+    }
+
+    #[test]
+    fn unreadable_drain_state_fails_closed_even_when_healthy() {
+        let now = Instant::now();
+        let ok = healthy(now);
+        let state = DrainState::Unknown(crate::health::drain::Unreadable::Read {
+            path: "/x/drain".into(),
+            source: std::sync::Arc::new(std::io::ErrorKind::PermissionDenied.into()),
+        });
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
+        assert_eq!((v.verdict, v.verdict.status()), (Verdict::Unknown, 503));
+        assert!(v.reason.contains("/x/drain"), "{}", v.reason);
+    }
+
+    #[test]
+    fn expired_drain_no_longer_counts_but_is_mentioned() {
+        let now = Instant::now();
+        let ok = healthy(now);
+        let state = DrainState::Expired(drained(Some("2026-11-22T10:30:00Z")));
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
+        assert_eq!(v.verdict, Verdict::Ok);
+        assert!(v.reason.contains("drain expired"), "{}", v.reason);
+        let answer = Answer::from_json(&v.json()).unwrap();
+        assert!(answer.drain.unwrap().expired);
+    }
+
+    #[test]
+    fn json_has_the_promised_fields() {
+        let now = Instant::now();
+        let ok = healthy(now);
+        let v = Decision::decide(
+            &DrainState::NotDrained,
+            Some(&ok),
+            Rejoin::Steady,
+            now + Duration::from_millis(250),
+            &RULES,
+        );
+        // The wire format, byte for byte: scripts and monitoring read these names.
+        let json = v.json();
+        assert_eq!(
+            json,
+            "{\"verdict\":\"OK\",\"status\":200,\"reason\":\"Puppet Server is running\",\
+             \"drain\":null,\"probe\":{\"ok\":true,\"detail\":\"running\",\"latency_ms\":12,\
+             \"age_ms\":250,\"endpoint\":\"https://node:8140/status/v1/simple/server\"},\
+             \"weight\":100,\"load\":null,\"pool\":null}\n"
+        );
+        assert_eq!(Answer::from_json(&json).unwrap(), v.answer());
+    }
+}

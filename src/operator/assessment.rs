@@ -1,0 +1,951 @@
+//! What one answer of the daemon says about a wait's goal: which load balancers have acted
+//! (by their own word with `http-check send-state`, else by what they were told), the agent
+//! connections and borrowed JRubies left, and whether this node is a backend's last server.
+//! Pure: no I/O, so every rule is tested on answers written by hand.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::health::answer::{Answer, PollerAnswer, StateAnswer, ToldAnswer};
+use crate::health::lb_state::{Health, LbState};
+use crate::health::verdict::Verdict;
+use crate::puppet::pool::Load;
+use crate::responder::pollers::REGULAR;
+use crate::text::seconds;
+
+/// A poller counts while it keeps its own rhythm: silent for less than three of its intervals
+/// between polls, within these bounds. A load balancer checking every 2 s counts until it has
+/// been silent 6 s; a one-off curl stops counting 5 s after its poll; none counts after a
+/// minute of silence (a load balancer taken out of service, a check turned off).
+pub const SILENCE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(60));
+/// What to wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goal {
+    /// Safe to stop Puppet Server: every recent poller has acted on DRAINED, no agent
+    /// connection is left and no JRuby instance is borrowed.
+    Drained,
+    /// Back in rotation: every recent poller has been told OK often enough to act on it.
+    Undrained,
+    /// Puppet Server can compile again: a probe made after `since` found it running with its
+    /// pool full (warm or busy, not warming).
+    Healthy {
+        /// When the command that restarted it ended.
+        since: Instant,
+    },
+}
+
+/// How to wait.
+#[derive(Debug, Clone)]
+pub struct Wait {
+    /// The daemon's HTTP address.
+    pub url: String,
+    /// Give up after this long.
+    pub timeout: Duration,
+    /// How many answers in a row an HTTP-checking poller needs (HAProxy's `fall`/`rise`),
+    /// for load balancers that do not say what they did (`http-check send-state`).
+    pub polls: u32,
+    /// The longest check interval (`inter`, `agent-inter`) of the load balancers: a wait
+    /// believes that nobody polls only after the daemon has listened for two of them.
+    pub lb_interval: Duration,
+    /// The drain record the command changed ([`crate::health::drain::DrainFile::resolved`]):
+    /// a daemon that watches another one cannot tell anything about it.
+    pub drain_file: Option<PathBuf>,
+}
+
+/// What one answer says about a goal: what is still missing, and what is met.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Assessment {
+    /// Each thing still missing, for a person; empty when the goal is reached.
+    pub pending: Vec<String>,
+    /// What is met so far.
+    pub met: Vec<String>,
+    /// Agent connections seen, for `Drained`.
+    pub connections: usize,
+    /// The pollers that have acted, for the progress line.
+    pub acted: Vec<IpAddr>,
+    /// What the operator should know although the goal is reached (a backend left with no
+    /// server taking traffic).
+    pub warnings: Vec<String>,
+}
+
+/// What `answer` says about `goal`. `since` is how long before the answer the command of a
+/// cycle ended (for [`Goal::Healthy`]).
+pub fn assess(goal: Goal, answer: &Answer<'_>, how: &Wait, since: Duration) -> Assessment {
+    let mut a = Assessment::default();
+    match goal {
+        Goal::Drained => {
+            if answer.verdict == Verdict::Drained {
+                a.met
+                    .push(format!("pmcheck answers DRAINED ({})", answer.status));
+            } else {
+                a.pending.push(format!(
+                    "pmcheck answers {}, not DRAINED yet: {}",
+                    answer.verdict.as_str(),
+                    answer.reason
+                ));
+            }
+            told(&mut a, answer, Verdict::Drained, how);
+            agent_traffic(&mut a, answer);
+        }
+        Goal::Undrained => {
+            if answer.verdict == Verdict::Ok {
+                a.met.push("pmcheck answers OK".to_owned());
+            } else {
+                a.pending.push(format!(
+                    "pmcheck answers {}, not OK: {}",
+                    answer.verdict.as_str(),
+                    answer.reason
+                ));
+            }
+            told(&mut a, answer, Verdict::Ok, how);
+        }
+        Goal::Healthy { .. } => {
+            let probe = &answer.probe;
+            let fresh = probe
+                .age_ms
+                .is_some_and(|age| Duration::from_millis(age) < since);
+            if !fresh {
+                a.pending
+                    .push("no probe of Puppet Server since the command ended yet".to_owned());
+            } else if !probe.ok {
+                a.pending.push(format!("Puppet Server: {}", probe.detail));
+            } else if answer.load == Some(Load::Warming) {
+                let pool = answer
+                    .pool
+                    .as_ref()
+                    .map(|p| format!(": {} of {} JRubies ready", p.free + p.borrowed, p.size))
+                    .unwrap_or_default();
+                a.pending
+                    .push(format!("Puppet Server's JRuby pool is warming{pool}"));
+            } else {
+                a.met
+                    .push(format!("Puppet Server is healthy: {}", probe.detail));
+            }
+        }
+    }
+    a
+}
+
+/// Whether each load balancer has acted on `verdict`.
+///
+/// A load balancer that sends its own view (`http-check send-state`) has acted when it says
+/// so: for a drain, that this server takes no new agents (`NOLB`, `DOWN`, or its weight out of
+/// the backend's total) and has no session left; for an undrain, `UP` and counted again. Where
+/// the weights cannot tell (HAProxy's agent drain leaves the word `UP` and this server's
+/// weight; only the total drops, and the others may weigh as much), the agent check's answer
+/// before that header decides: HAProxy applies an agent line as it reads it.
+///
+/// Without that header the answers are counted: a drain is acted on at one agent-check
+/// `drain`, or after `polls` HTTP answers in a row (HAProxy's `fall`); coming back needs every
+/// kind of check a poller makes: its HTTP check must pass `polls` times (`rise`) even when its
+/// agent check says `up` at once.
+///
+/// Only regular pollers act ([`crate::responder::pollers`]); an address that is not regular
+/// yet, or polls the table had no room for, keep the wait going until they either turn
+/// regular or fall silent, so a flood of addresses can delay a wait but never end it early.
+fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
+    let Some(pollers) = &answer.pollers else {
+        a.pending.push(
+            "the daemon's answer lists no pollers: ask it from this host (--url on a loopback address), or restart an older pmcheck".to_owned(),
+        );
+        return;
+    };
+    let least = least_silence(how);
+    let mut heard = 0;
+    for p in pollers {
+        let limit = silence_limit(p, least);
+        let silent = Duration::from_millis(p.last_ms_ago);
+        if silent > limit {
+            // A load balancer that said what it did, and then stopped checking.
+            if p.polls >= REGULAR && !p.states.is_empty() {
+                a.met.push(format!(
+                    "{} stopped checking {} ago (HAProxy checks nothing while a server is in MAINT): not waited for",
+                    who(p),
+                    seconds(silent)
+                ));
+            }
+            continue;
+        }
+        heard += 1;
+        if !p.regular {
+            a.pending.push(format!(
+                "{} polled {} time(s), the latest {} ago: not known as a load balancer yet (it counts once it polls {REGULAR} times in a row, and is not waited for after {} of silence)",
+                p.address,
+                p.polls,
+                seconds(silent),
+                seconds(limit)
+            ));
+            continue;
+        }
+        let recent =
+            |t: &Option<ToldAnswer>| t.filter(|t| Duration::from_millis(t.last_ms_ago) <= limit);
+        let (http, agent) = (recent(&p.http), recent(&p.agent));
+        let states: Vec<&StateAnswer> = (p.states.iter())
+            .filter(|s| Duration::from_millis(s.last_ms_ago) <= limit)
+            .collect();
+        let seen: Vec<(&StateAnswer, &LbState)> = (states.iter())
+            .filter_map(|s| s.seen.as_ref().map(|lb| (*s, lb)))
+            .collect();
+        if !seen.is_empty() {
+            judge_by_states(a, p, &seen, agent, verdict);
+            continue;
+        }
+        let enough = |t: Option<ToldAnswer>, n: u32| {
+            t.is_some_and(|t| t.verdict_is(verdict) && t.times >= n)
+        };
+        let polls = how.polls;
+        let acted = if verdict == Verdict::Drained {
+            enough(agent, 1) || enough(http, polls)
+        } else {
+            (agent.is_none() || enough(agent, 1)) && (http.is_none() || enough(http, polls))
+        };
+        let mut what = describe_told(p, false);
+        if let Some(why) = states.iter().find_map(|s| s.malformed.as_deref()) {
+            what.push_str(&format!("; its X-Haproxy-Server-State is malformed: {why}"));
+        }
+        if acted {
+            a.met.push(format!("{} acted ({what})", p.address));
+            a.acted.push(p.address);
+        } else {
+            let need = match (verdict, agent.is_some()) {
+                (Verdict::Drained, true) => format!("one agent-check or {polls} HTTP answers"),
+                _ => format!("{polls} HTTP answers in a row"),
+            };
+            a.pending.push(format!(
+                "{} not told {} enough yet ({what}; needs {need})",
+                p.address,
+                verdict.as_str()
+            ));
+        }
+    }
+    if let Some(u) = answer.unrecorded {
+        let ago = Duration::from_millis(u.last_ms_ago);
+        if ago <= least {
+            heard += 1;
+            a.pending.push(format!(
+                "{} poll(s) from addresses the daemon's poller table had no room for, the latest {} ago: a load balancer may be among them (list the load balancers in --allow)",
+                u.polls,
+                seconds(ago)
+            ));
+        }
+    }
+    if heard == 0 {
+        let settle = 2 * how.lb_interval;
+        match answer.listening_ms.map(Duration::from_millis) {
+            Some(listened) if listened < settle => a.pending.push(format!(
+                "the daemon has listened for only {}: no load balancer has polled yet, waiting {} (two --lb-interval) before believing none polls",
+                seconds(listened),
+                seconds(settle)
+            )),
+            _ => a.met.push("no load balancer is polling".to_owned()),
+        }
+    }
+}
+
+/// The load balancer's own word on this node's server lines (one per backend it is in), for
+/// `verdict`: it has acted when every one of them says so.
+fn judge_by_states(
+    a: &mut Assessment,
+    p: &PollerAnswer,
+    seen: &[(&StateAnswer, &LbState)],
+    agent: Option<ToldAnswer>,
+    verdict: Verdict,
+) {
+    let mut lines = Vec::new();
+    let mut all = true;
+    for &(s, lb) in seen {
+        // The agent check's current run of answers began before this header was sent.
+        let agent_before = |drained: bool| {
+            agent.is_some_and(|t| {
+                (t.told == Verdict::Drained) == drained && t.since_ms_ago > s.last_ms_ago
+            })
+        };
+        let says = format!(
+            "{} says {} for {}/{} (weight {}/{}, {} session(s), {} queued; {} ago)",
+            who_with(p, lb),
+            lb.word(),
+            lb.backend,
+            lb.server,
+            lb.weight,
+            lb.total_weight,
+            lb.scur,
+            lb.qcur,
+            seconds(Duration::from_millis(s.last_ms_ago))
+        );
+        // HAProxy writes the header before it reads that check's answer: it shows the effect of
+        // `verdict` only once this server line's check before it was answered so.
+        let fresh = s.told == verdict && s.since_ms_ago > s.last_ms_ago;
+        let before = format!(
+            "{says}: written before it had been answered {} once",
+            verdict.as_str()
+        );
+        let (ok, line) = if verdict == Verdict::Drained {
+            if lb.total_weight == 0 {
+                a.warnings.push(format!(
+                    "{} says backend {} has no server taking new agents now (total weight 0)",
+                    who_with(p, lb),
+                    lb.backend
+                ));
+            }
+            let serving = matches!(lb.health, Health::Up | Health::NoCheck) && lb.counted();
+            // An agent drain applies as HAProxy reads it, before any later header.
+            let out = (fresh && !serving) || agent_before(true);
+            if !out && !fresh {
+                (false, before)
+            } else if !out {
+                (false, format!("{says}: it still sends new agents here"))
+            } else if lb.scur > 0 {
+                (
+                    false,
+                    format!("{says}: out for new agents, sessions still open"),
+                )
+            } else {
+                (true, format!("{says}: out, no session left"))
+            }
+        } else {
+            let back = lb.health == Health::Up
+                && lb.counted()
+                && agent.is_none_or(|_| agent_before(false));
+            if !fresh {
+                (false, before)
+            } else if back {
+                (true, format!("{says}: back"))
+            } else {
+                (false, format!("{says}: not taking new agents here yet"))
+            }
+        };
+        all &= ok;
+        lines.push((ok, line));
+    }
+    if all {
+        a.met.extend(lines.into_iter().map(|(_, line)| line));
+        a.acted.push(p.address);
+    } else {
+        a.pending.extend(
+            lines
+                .into_iter()
+                .filter(|(ok, _)| !ok)
+                .map(|(_, line)| line),
+        );
+    }
+}
+
+/// The load balancers that say this node is the only server taking new agents in a
+/// backend: draining it would leave that backend empty. Read from regular pollers' latest
+/// `X-Haproxy-Server-State` (up to one check interval old).
+pub fn last_server(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
+    let least = least_silence(how);
+    let mut found = Vec::new();
+    for p in answer.pollers.iter().flatten() {
+        let limit = silence_limit(p, least);
+        if !p.regular || Duration::from_millis(p.last_ms_ago) > limit {
+            continue;
+        }
+        for s in &p.states {
+            let Some(lb) = s.seen.as_ref() else { continue };
+            let agent_drained = p
+                .agent
+                .is_some_and(|t| t.told == Verdict::Drained && t.since_ms_ago > s.last_ms_ago);
+            let recent = Duration::from_millis(s.last_ms_ago) <= limit;
+            if recent && lb.last_serving() && !agent_drained {
+                found.push(format!(
+                    "{} says {} is the only server taking new agents in backend {} (weight {} of {})",
+                    who_with(p, lb),
+                    lb.server,
+                    lb.backend,
+                    lb.weight,
+                    lb.total_weight
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// The load balancer by address.
+fn who(p: &PollerAnswer) -> String {
+    match p.states.iter().find_map(|s| s.seen.as_ref()) {
+        Some(lb) => who_with(p, lb),
+        None => p.address.to_string(),
+    }
+}
+
+/// The load balancer by address and HAProxy's node name.
+fn who_with(p: &PollerAnswer, lb: &LbState) -> String {
+    if lb.node.is_empty() {
+        format!("load balancer {}", p.address)
+    } else {
+        format!("load balancer {} ({})", p.address, lb.node)
+    }
+}
+
+/// How long a poller with one poll may be silent and still count.
+fn least_silence(how: &Wait) -> Duration {
+    SILENCE.0.max(2 * how.lb_interval)
+}
+
+/// How long `p` may be silent and still count as polling: three of its intervals, within
+/// `least` and [`SILENCE`]'s most.
+fn silence_limit(p: &PollerAnswer, least: Duration) -> Duration {
+    let most = SILENCE.1.max(least);
+    if p.polls < 2 {
+        return least;
+    }
+    let span = Duration::from_millis(p.first_ms_ago.saturating_sub(p.last_ms_ago));
+    (3 * span / (p.polls - 1)).clamp(least, most)
+}
+
+impl ToldAnswer {
+    fn verdict_is(&self, verdict: Verdict) -> bool {
+        self.told == verdict
+    }
+}
+
+/// `HTTP: DRAINED x3, agent: DRAINED x1`, and `, last 0.8s ago` with `when`.
+pub fn describe_told(p: &PollerAnswer, when: bool) -> String {
+    let mut parts = Vec::new();
+    for (kind, told) in [("HTTP", &p.http), ("agent", &p.agent)] {
+        if let Some(t) = told {
+            parts.push(format!("{kind}: {} x{}", t.told.as_str(), t.times));
+        }
+    }
+    if when {
+        parts.push(format!(
+            "last {} ago",
+            seconds(Duration::from_millis(p.last_ms_ago))
+        ));
+    }
+    parts.join(", ")
+}
+
+/// The agent connections and borrowed JRubies of a drained node.
+fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
+    match &answer.traffic {
+        None => a.pending.push(
+            "the daemon's answer lists no agent connections: ask it from this host (--url on a loopback address), or restart an older pmcheck"
+                .to_owned(),
+        ),
+        Some(t) if t.problem.is_some() => a.pending.push(format!(
+            "cannot see the agent connections: {}",
+            t.problem.as_deref().unwrap_or_default()
+        )),
+        Some(t) if t.count() == 0 => {
+            a.met.push(format!("no agent connection to {}", t.listener));
+        }
+        Some(t) => {
+            a.connections = t.count();
+            let pollers: Vec<IpAddr> = answer.pollers.iter().flatten().map(|p| p.address).collect();
+            let mut from: BTreeMap<IpAddr, usize> = BTreeMap::new();
+            if t.sources.is_empty() {
+                // An older daemon lists every connection and no sources.
+                for c in &t.connections {
+                    *from.entry(c.ip()).or_default() += 1;
+                }
+            } else {
+                from.extend(t.sources.iter().map(|s| (s.address, s.connections)));
+            }
+            let mut from: Vec<String> = from
+                .into_iter()
+                .map(|(ip, n)| {
+                    let who = if pollers.contains(&ip) {
+                        "through the load balancer"
+                    } else {
+                        "not a poller: an agent that bypasses the load balancer?"
+                    };
+                    format!("{n} from {ip} ({who})")
+                })
+                .collect();
+            if t.other_sources > 0 {
+                from.push(format!("and from {} more address(es)", t.other_sources));
+            }
+            a.pending.push(format!(
+                "{} agent connection(s) to {}: {}",
+                a.connections,
+                t.listener,
+                from.join(", ")
+            ));
+        }
+    }
+    match &answer.pool {
+        Some(pool) if answer.probe.ok && pool.borrowed > 0 => a.pending.push(format!(
+            "{} JRuby instance(s) borrowed: requests in progress",
+            pool.borrowed
+        )),
+        Some(_) if answer.probe.ok => a.met.push("no JRuby borrowed".to_owned()),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::answer::UnrecordedAnswer;
+
+    /// A drained node's answer as the daemon sends it to loopback.
+    fn drained() -> Answer<'static> {
+        Answer::from_json(
+            r#"{"verdict":"DRAINED","status":404,"reason":"upgrade (by root since 2026-11-23T08:00:00Z); Puppet Server is running","drain":null,
+                "probe":{"ok":true,"detail":"running","latency_ms":3,"age_ms":200,"endpoint":null},
+                "weight":10,"load":"warm","pool":{"size":2,"free":2,"borrowed":0,"waiting":0,"average_free":2.0,"average_wait_ms":0,"average_borrow_ms":0,"queue_limit_hits":0,"borrow_timeouts":0,"lock":"not-in-use","lock_since":null},
+                "pollers":[{"address":"10.0.0.5","first_ms_ago":90000,"last_ms_ago":500,"polls":90,"regular":true,
+                            "http":{"told":"DRAINED","times":3,"last_ms_ago":500},
+                            "agent":{"told":"DRAINED","times":1,"last_ms_ago":1500}}],
+                "traffic":{"listener":"127.0.0.1:8140","connections":[],"problem":null}}"#,
+        )
+        .expect("a valid answer")
+    }
+
+    fn how(polls: u32) -> Wait {
+        Wait {
+            url: "http://127.0.0.1:9200/".into(),
+            timeout: Duration::from_secs(600),
+            polls,
+            lb_interval: Duration::from_secs(2),
+            drain_file: None,
+        }
+    }
+
+    fn poller<'a>(answer: &'a mut Answer<'static>) -> &'a mut PollerAnswer {
+        &mut answer.pollers.as_mut().unwrap()[0]
+    }
+
+    #[test]
+    fn a_drain_is_safe_once_told_and_quiet() {
+        let a = assess(Goal::Drained, &drained(), &how(3), Duration::ZERO);
+        assert_eq!(a.pending, Vec::<String>::new());
+        assert!(
+            a.met.iter().any(|m| m.starts_with("10.0.0.5 acted")),
+            "{:?}",
+            a.met
+        );
+    }
+
+    #[test]
+    fn one_agent_drain_suffices_but_http_alone_needs_the_polls() {
+        let mut answer = drained();
+        poller(&mut answer).http = Some(ToldAnswer {
+            told: Verdict::Drained,
+            times: 1,
+            last_ms_ago: 100,
+            since_ms_ago: 100,
+        });
+        assert!(
+            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .is_empty()
+        );
+        poller(&mut answer).agent = None;
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
+        assert!(a.pending[0].contains("10.0.0.5 not told DRAINED enough yet (HTTP: DRAINED x1;"));
+        assert!(
+            a.pending[0].contains("needs 3 HTTP answers in a row"),
+            "{}",
+            a.pending[0]
+        );
+        // An agent answer that is not recent does not count.
+        poller(&mut answer).agent = Some(ToldAnswer {
+            told: Verdict::Drained,
+            times: 5,
+            last_ms_ago: 7_000,
+            since_ms_ago: 7_000,
+        });
+        assert_eq!(
+            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn pollers_that_fell_silent_are_not_waited_for() {
+        let mut answer = drained();
+        let p = poller(&mut answer);
+        // Every second for 90 s: it counts until it has been silent for 3 s... at least 5 s.
+        p.http = Some(ToldAnswer {
+            told: Verdict::Ok,
+            times: 9,
+            last_ms_ago: 4_000,
+            since_ms_ago: 4_000,
+        });
+        p.agent = None;
+        p.last_ms_ago = 4_000;
+        assert_eq!(silence_limit(p, SILENCE.0), SILENCE.0);
+        assert_eq!(
+            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .len(),
+            1
+        );
+        let p = poller(&mut answer);
+        p.last_ms_ago = 6_000;
+        p.http.as_mut().unwrap().last_ms_ago = 6_000;
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert!(a.pending.is_empty(), "{:?}", a.pending);
+        assert!(a.met.iter().any(|m| m == "no load balancer is polling"));
+        // Every 10 s: it still counts after 20 s of silence, not after 31 s.
+        let p = poller(&mut answer);
+        (p.first_ms_ago, p.polls, p.last_ms_ago) = (200_000, 19, 20_000);
+        assert_eq!(silence_limit(p, SILENCE.0), Duration::from_secs(30));
+        // A one-off poll counts for 5 s; nothing counts after a minute.
+        (p.first_ms_ago, p.polls) = (20_000, 1);
+        assert_eq!(silence_limit(p, SILENCE.0), SILENCE.0);
+        (p.first_ms_ago, p.polls) = (3_600_000, 10);
+        assert_eq!(silence_limit(p, SILENCE.0), SILENCE.1);
+    }
+
+    #[test]
+    fn connections_and_borrowed_jrubies_keep_it_waiting_and_say_from_where() {
+        let mut answer = drained();
+        answer.traffic = Some(crate::responder::agents::bounded(
+            "127.0.0.1:8140".parse().unwrap(),
+            vec![
+                "10.0.0.5:40001".parse().unwrap(),
+                "10.0.0.5:40002".parse().unwrap(),
+                "10.0.9.9:50000".parse().unwrap(),
+            ],
+        ));
+        if let Some(pool) = answer.pool.as_mut() {
+            pool.to_mut().borrowed = 1;
+        }
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.connections, 3);
+        assert_eq!(
+            a.pending,
+            [
+                "3 agent connection(s) to 127.0.0.1:8140: 2 from 10.0.0.5 (through the load \
+                 balancer), 1 from 10.0.9.9 (not a poller: an agent that bypasses the load \
+                 balancer?)",
+                "1 JRuby instance(s) borrowed: requests in progress"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_traffic_is_never_safe() {
+        let mut answer = drained();
+        answer.traffic.as_mut().unwrap().problem = Some("cannot read /proc/self/net/tcp".into());
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(
+            a.pending,
+            ["cannot see the agent connections: cannot read /proc/self/net/tcp"]
+        );
+        answer.traffic = None;
+        assert_eq!(
+            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn an_undrain_needs_every_kind_of_check_told_ok() {
+        let mut answer = drained();
+        answer.verdict = Verdict::Ok;
+        let p = poller(&mut answer);
+        p.agent = Some(ToldAnswer {
+            told: Verdict::Ok,
+            times: 1,
+            last_ms_ago: 10,
+            since_ms_ago: 10,
+        });
+        p.http = Some(ToldAnswer {
+            told: Verdict::Ok,
+            times: 2,
+            last_ms_ago: 10,
+            since_ms_ago: 10,
+        });
+        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
+        poller(&mut answer).http.as_mut().unwrap().times = 3;
+        assert!(
+            assess(Goal::Undrained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .is_empty()
+        );
+        answer.verdict = Verdict::Drained;
+        assert!(
+            assess(Goal::Undrained, &answer, &how(3), Duration::ZERO).pending[0]
+                .starts_with("pmcheck answers DRAINED, not OK")
+        );
+    }
+
+    #[test]
+    fn healthy_needs_a_probe_after_the_command_and_a_full_pool() {
+        let mut answer = drained();
+        // The probe is 200 ms old; the command ended 100 ms ago: that probe is from before.
+        let a = assess(
+            Goal::Healthy {
+                since: Instant::now(),
+            },
+            &answer,
+            &how(3),
+            Duration::from_millis(100),
+        );
+        assert_eq!(
+            a.pending,
+            ["no probe of Puppet Server since the command ended yet"]
+        );
+        let since = Duration::from_secs(1);
+        let goal = Goal::Healthy {
+            since: Instant::now(),
+        };
+        assert!(assess(goal, &answer, &how(3), since).pending.is_empty());
+        answer.load = Some(Load::Warming);
+        if let Some(pool) = answer.pool.as_mut() {
+            pool.to_mut().free = 1;
+        }
+        assert_eq!(
+            assess(goal, &answer, &how(3), since).pending,
+            ["Puppet Server's JRuby pool is warming: 1 of 2 JRubies ready"]
+        );
+        answer.probe.ok = false;
+        answer.probe.detail = "connection refused".into();
+        assert_eq!(
+            assess(goal, &answer, &how(3), since).pending,
+            ["Puppet Server: connection refused"]
+        );
+    }
+
+    /// `drained()` with its load balancer sending `header` 300 ms ago.
+    fn with_state(header: &str) -> Answer<'static> {
+        let mut answer = drained();
+        let p = poller(&mut answer);
+        // Its HTTP checks had been answered DRAINED for 2 s when it wrote the header.
+        p.states = vec![StateAnswer {
+            last_ms_ago: 300,
+            told: Verdict::Drained,
+            since_ms_ago: 2_300,
+            seen: Some(crate::health::lb_state::parse(header.as_bytes()).unwrap()),
+            malformed: None,
+        }];
+        // Its agent check answered DRAINED for the first time only after that header.
+        p.agent = Some(ToldAnswer {
+            told: Verdict::Drained,
+            times: 1,
+            last_ms_ago: 100,
+            since_ms_ago: 100,
+        });
+        answer
+    }
+
+    #[test]
+    fn a_load_balancer_that_sends_its_state_is_believed_over_the_answers_counted() {
+        // Told DRAINED three times by HTTP and once by agent, but HAProxy says it still
+        // counts this server: not acted.
+        let answer = with_state("UP; name=bk/m1; node=lb1; weight=100/200; scur=0/3; qcur=0");
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(
+            a.pending,
+            [
+                "load balancer 10.0.0.5 (lb1) says UP for bk/m1 (weight 100/200, 0 session(s), 0 queued; 0.3s ago): it still sends new agents here"
+            ]
+        );
+        let answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=2/3; qcur=0");
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.pending.len(), 1);
+        assert!(
+            a.pending[0].ends_with("out for new agents, sessions still open"),
+            "{:?}",
+            a.pending
+        );
+        let answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/3; qcur=0");
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert!(a.pending.is_empty(), "{:?}", a.pending);
+        assert_eq!(a.acted, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
+        // A NOLB written before any DRAINED answer is stale: it was answered OK since.
+        let mut answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/3; qcur=0");
+        let p = poller(&mut answer);
+        (p.states[0].told, p.agent) = (Verdict::Ok, None);
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
+        assert!(a.pending[0].ends_with("written before it had been answered DRAINED once"));
+        // DOWN (1/3 on its way up) takes nothing either.
+        let answer = with_state("DOWN 1/3; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
+        assert!(
+            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_agent_drain_that_leaves_the_word_up_counts_once_delivered_before_the_header() {
+        // The other server weighs as much: the total alone cannot tell.
+        let mut answer = with_state("UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
+        assert_eq!(
+            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .len(),
+            1
+        );
+        poller(&mut answer).agent.as_mut().unwrap().since_ms_ago = 2_000;
+        assert!(
+            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .is_empty()
+        );
+        // Its own weight out of a total smaller than it: drained, whatever the agent said.
+        let answer = with_state("UP; name=bk/m1; node=lb1; weight=100/60; scur=0/0; qcur=0");
+        assert!(
+            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn an_undrain_waits_for_the_load_balancers_own_up() {
+        let mut answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
+        answer.verdict = Verdict::Ok;
+        let p = poller(&mut answer);
+        p.states[0].told = Verdict::Ok;
+        let ok = ToldAnswer {
+            told: Verdict::Ok,
+            times: 100,
+            last_ms_ago: 10,
+            since_ms_ago: 9_000,
+        };
+        (p.http, p.agent) = (Some(ok), Some(ok));
+        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(
+            a.pending.len(),
+            1,
+            "100 OK answers do not beat HAProxy's NOLB"
+        );
+        let mut answer = with_state("UP; name=bk/m1; node=lb1; weight=100/200; scur=0/0; qcur=0");
+        answer.verdict = Verdict::Ok;
+        let p = poller(&mut answer);
+        p.states[0].told = Verdict::Ok;
+        p.http = Some(ToldAnswer {
+            told: Verdict::Ok,
+            times: 1,
+            last_ms_ago: 10,
+            since_ms_ago: 10,
+        });
+        // The agent's `ready` came after the header: HAProxy may still hold its drain.
+        p.agent = Some(ToldAnswer {
+            told: Verdict::Ok,
+            times: 1,
+            last_ms_ago: 10,
+            since_ms_ago: 10,
+        });
+        assert_eq!(
+            assess(Goal::Undrained, &answer, &how(3), Duration::ZERO)
+                .pending
+                .len(),
+            1
+        );
+        poller(&mut answer).agent.as_mut().unwrap().since_ms_ago = 5_000;
+        // The header came with the first OK answer: it shows HAProxy before that answer.
+        poller(&mut answer).states[0].since_ms_ago = 300;
+        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.pending.len(), 1);
+        assert!(
+            a.pending[0].ends_with("written before it had been answered OK once"),
+            "{:?}",
+            a.pending
+        );
+        poller(&mut answer).states[0].since_ms_ago = 2_300;
+        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        assert!(
+            a.pending.is_empty(),
+            "one HTTP answer is enough with HAProxy's word: {:?}",
+            a.pending
+        );
+    }
+
+    #[test]
+    fn pollers_that_are_not_regular_never_act_and_keep_the_wait_going() {
+        let mut answer = drained();
+        let p = poller(&mut answer);
+        (p.regular, p.polls, p.first_ms_ago, p.last_ms_ago) = (false, 1, 500, 500);
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.acted, Vec::<IpAddr>::new());
+        assert_eq!(a.pending.len(), 1);
+        assert!(
+            a.pending[0].starts_with(
+                "10.0.0.5 polled 1 time(s), the latest 0.5s ago: not known as a load balancer yet"
+            ),
+            "{:?}",
+            a.pending
+        );
+        // Silent for longer than two --lb-interval: no longer waited for.
+        let p = poller(&mut answer);
+        (p.first_ms_ago, p.last_ms_ago) = (5_500, 5_500);
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert!(a.pending.is_empty(), "{:?}", a.pending);
+        // Polls the table had no room for keep it going as well.
+        answer.unrecorded = Some(UnrecordedAnswer {
+            polls: 7,
+            last_ms_ago: 200,
+        });
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert!(
+            a.pending[0]
+                .starts_with("7 poll(s) from addresses the daemon's poller table had no room for"),
+            "{:?}",
+            a.pending
+        );
+    }
+
+    #[test]
+    fn a_fresh_daemon_is_not_believed_when_it_has_heard_nobody_yet() {
+        let mut answer = drained();
+        answer.pollers = Some(Vec::new());
+        answer.listening_ms = Some(300);
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(a.pending.len(), 1);
+        assert!(
+            a.pending[0].starts_with("the daemon has listened for only 0.3s"),
+            "{:?}",
+            a.pending
+        );
+        answer.listening_ms = Some(4_000);
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert!(a.pending.is_empty());
+        assert!(a.met.iter().any(|m| m == "no load balancer is polling"));
+    }
+
+    #[test]
+    fn a_load_balancer_that_stopped_checking_is_named_and_not_waited_for() {
+        let mut answer = with_state("UP; name=bk/m1; node=lb1; weight=100/200; scur=0/0; qcur=0");
+        let p = poller(&mut answer);
+        (p.first_ms_ago, p.last_ms_ago) = (90_000, 20_000);
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert!(a.pending.is_empty(), "{:?}", a.pending);
+        assert!(
+            a.met
+                .iter()
+                .any(|m| m.starts_with("load balancer 10.0.0.5 (lb1) stopped checking 20.0s ago")),
+            "{:?}",
+            a.met
+        );
+    }
+
+    #[test]
+    fn the_last_server_is_found_and_an_empty_backend_is_a_warning() {
+        let answer = with_state("UP; name=bk/m2; node=lb1; weight=100/100; scur=0/0; qcur=0");
+        assert_eq!(
+            last_server(&answer, &how(3)),
+            [
+                "load balancer 10.0.0.5 (lb1) says m2 is the only server taking new agents in backend bk (weight 100 of 100)"
+            ]
+        );
+        let answer = with_state("UP; name=bk/m2; node=lb1; weight=100/160; scur=0/0; qcur=0");
+        assert!(last_server(&answer, &how(3)).is_empty());
+        let answer = with_state("NOLB; name=bk/m2; node=lb1; weight=100/0; scur=0/0; qcur=0");
+        assert!(last_server(&answer, &how(3)).is_empty());
+        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(
+            a.warnings,
+            [
+                "load balancer 10.0.0.5 (lb1) says backend bk has no server taking new agents now (total weight 0)"
+            ]
+        );
+    }
+}
