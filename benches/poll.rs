@@ -18,9 +18,7 @@ use pmcheck::health::verdict::Verdict;
 use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
 use pmcheck::puppet::probe::{ProbeOutcome, ProbeReport};
-use pmcheck::responder::http::Responder;
-use pmcheck::responder::metrics::Metrics;
-use pmcheck::responder::pollers::Pollers;
+use pmcheck::responder::node::{Feeds, Node};
 use tokio::sync::watch;
 
 /// The load balancer polling: not loopback, so every answer is the one HAProxy gets.
@@ -33,7 +31,7 @@ type Senders = (
 );
 
 /// A daemon's view with a fresh, healthy probe report; keep the senders alive while polling.
-fn health() -> (Responder, Senders) {
+fn health() -> (Node, Senders) {
     // A warm pool of four, one compile running: what a compile master reports most of the day.
     let pool = Pool {
         size: 4,
@@ -57,27 +55,27 @@ fn health() -> (Responder, Senders) {
     let (publish, latest) = watch::channel(Some(Arc::new(report)));
     let (publish_drain, drain) = watch::channel(Arc::new(DrainState::NotDrained));
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
-    let health = Responder {
-        drain,
-        latest,
-        rejoin,
-        rules: Rules {
+    let health = Node::new(
+        Feeds {
+            drain,
+            latest,
+            rejoin,
+        },
+        Rules {
             stale_after: Duration::from_secs(3600),
             drained_status: 503,
             slow_start: Duration::from_secs(60),
         },
-        pollers: Pollers::new(),
-        agents: pmcheck::responder::agents::Agents::new(None),
-        drain_file: String::new(),
-        metrics: Some(Metrics::new()),
-        started: Instant::now(),
-    };
+        &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
+        None,
+        true,
+    );
     (health, (publish, publish_drain, publish_rejoin))
 }
 
 /// The verdict a poll gets, read back through the public answer type, so that a bench never
 /// times an answer other than the one it names.
-fn verdict_of(health: &Responder) -> Verdict {
+fn verdict_of(health: &Node) -> Verdict {
     use http_body_util::BodyExt;
     let request = Request::get("/")
         .header("accept", "application/json")
@@ -95,7 +93,7 @@ fn verdict_of(health: &Responder) -> Verdict {
     Answer::from_json(&text).expect("a JSON answer").verdict
 }
 
-fn measure(name: &str, health: &Responder, request: &Request<()>) {
+fn measure(name: &str, health: &Node, request: &Request<()>) {
     time(name, || {
         black_box(health.answer(black_box(request), LB));
     });

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::responder::cidr::Cidr;
+use crate::settings::allow::parse_network;
 use crate::settings::duration::{parse_duration, parse_duration_or_off};
 use crate::settings::{defaults, parse_certname, parse_status_path};
 
@@ -91,6 +91,18 @@ pub struct StateArgs {
 /// `pmcheck serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub(crate) daemon: DaemonArgs,
+    #[command(flatten)]
+    pub(crate) puppet: PuppetArgs,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+}
+
+/// The daemon's own settings: where it listens, who may poll, how often it probes, how it
+/// answers. `serve` and `config` take them, so `config` shows what the daemon will use.
+#[derive(Debug, Clone, Args)]
+pub struct DaemonArgs {
     /// Address to listen on (repeatable; in the environment, comma-separated) [default: [::]:9200, or 0.0.0.0:9200 without IPv6]
     #[arg(
         long,
@@ -100,21 +112,22 @@ pub struct ServeArgs {
     )]
     pub(crate) listen: Vec<SocketAddr>,
     /// How often Puppet Server may be probed, however many pollers there are
-    #[arg(long, env = "PMCHECK_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+    #[arg(long, env = "PMCHECK_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = defaults::INTERVAL)]
     pub(crate) interval: Duration,
     /// Accept polls only from this network, checked before a byte is read (repeatable; in the environment, comma-separated) [default: from anywhere]
     #[arg(
         long,
         env = "PMCHECK_ALLOW",
         value_name = "CIDR",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = parse_network
     )]
-    pub(crate) allow: Vec<Cidr>,
+    pub(crate) allow: Vec<ipnet::IpNet>,
     /// Most connections open at once; past it the oldest connection of the busiest source is closed
-    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS", value_name = "N", default_value = "1024", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS", value_name = "N", default_value = defaults::MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections: u32,
     /// Most connections open at once from one address; past it that address's oldest is closed
-    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS_PER_SOURCE", value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS_PER_SOURCE", value_name = "N", default_value = defaults::MAX_CONNECTIONS_PER_SOURCE, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections_per_source: u32,
     /// Also answer HAProxy's agent check here: one line per connection with the node's state and a weight from Puppet Server's JRuby pool (repeatable; in the environment, comma-separated; the packaged service uses [::]:9201) [default: no agent check]
     #[arg(
@@ -125,14 +138,10 @@ pub struct ServeArgs {
     )]
     pub(crate) agent_listen: Vec<SocketAddr>,
     /// After Puppet Server comes back (a restart, a reload, an undrain), ramp the agent-check weight from 10% to 100% over this long; 0s turns it off
-    #[arg(long, env = "PMCHECK_SLOW_START", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = "60s")]
+    #[arg(long, env = "PMCHECK_SLOW_START", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::SLOW_START)]
     pub(crate) slow_start: Duration,
     #[command(flatten)]
     pub(crate) drained: DrainedArgs,
-    #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
-    #[command(flatten)]
-    pub(crate) state: StateArgs,
 }
 
 /// How a drained node answers the HTTP check.
@@ -179,6 +188,8 @@ pub struct CheckArgs {
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
     #[command(flatten)]
+    pub(crate) daemon: DaemonArgs,
+    #[command(flatten)]
     pub(crate) puppet: PuppetArgs,
     #[command(flatten)]
     pub(crate) state: StateArgs,
@@ -187,9 +198,12 @@ pub struct ConfigArgs {
 /// How `--wait` and `cycle` wait: which daemon to ask, how long, how many polls.
 #[derive(Debug, Clone, Args)]
 pub struct WaitArgs {
-    /// With --wait and in cycle: give up waiting after this long (exit 75; a drain stays in place)
-    #[arg(long, env = "PMCHECK_WAIT_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
-    pub(crate) timeout: Duration,
+    /// With --wait and in cycle: give up waiting after this long (exit 75; a drain stays in place) [default: 10m]
+    #[arg(long, env = "PMCHECK_MAX_WAIT", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) max_wait: Option<Duration>,
+    /// Deprecated: the old name of --max-wait (and PMCHECK_WAIT_TIMEOUT of PMCHECK_MAX_WAIT); --max-wait wins when both are given
+    #[arg(long = "timeout", env = "PMCHECK_WAIT_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) old_timeout: Option<Duration>,
     /// With --wait and in cycle, for load balancers that do not send `http-check send-state`: answers in a row their HTTP check must get before they count as having acted (HAProxy's fall and rise); one agent-check answer suffices for a drain. A load balancer that sends its state is believed instead
     #[arg(long, env = "PMCHECK_POLLS", value_name = "N", default_value = "3", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) polls: u32,
@@ -205,6 +219,21 @@ pub struct WaitArgs {
     )]
     pub(crate) url: String,
 }
+
+impl WaitArgs {
+    /// How long to wait: `--max-wait`, else the deprecated `--timeout`, else ten minutes. The
+    /// second element says the deprecated name was used, for a warning.
+    pub(crate) fn max_wait(&self) -> (Duration, bool) {
+        match (self.max_wait, self.old_timeout) {
+            (Some(limit), _) => (limit, false),
+            (None, Some(limit)) => (limit, true),
+            (None, None) => (DEFAULT_MAX_WAIT, false),
+        }
+    }
+}
+
+/// How long a wait lasts when nobody says.
+const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(600);
 
 /// `pmcheck drain`.
 #[derive(Debug, Args)]

@@ -21,10 +21,9 @@ use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::wait::{self, LastServer, WaitError};
 use crate::operator::{daemon, manual, status};
 use crate::puppet::probe::{ProbeOutcome, ProbeTarget, Prober};
-use crate::responder::connections::Limits;
-use crate::responder::server::ListenError;
+use crate::responder::bind::{self, ListenError};
 use crate::responder::{inetd, server, signals, systemd};
-use crate::settings::{Given, Host, Setting, Settings, SettingsError, Source};
+use crate::settings::{Daemon, Given, Host, Setting, Settings, SettingsError, Source};
 use crate::text::seconds;
 
 /// Why a command failed; each becomes its exit code in [`Error::exit`].
@@ -105,7 +104,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
     }
     let given = || Provenance::of(matches).given();
     let result = match cli.command {
-        Command::Serve(args) => serve(args, &given()),
+        Command::Serve(_) => serve(&given()),
         Command::Inetd(args) => {
             let given = given();
             let target = Settings::resolve(&given, &Host::REAL).map(|s| ProbeTarget::of(&s));
@@ -178,6 +177,34 @@ impl<'a> Provenance<'a> {
             status_path: self.must("status_path"),
             timeout: self.must("timeout"),
             state_dir: self.must("state_dir"),
+            daemon: self.daemon(),
+        }
+    }
+
+    /// The daemon's own settings, when the subcommand takes them (`serve`, `config`).
+    fn daemon(&self) -> Option<Daemon> {
+        let takes = |id: &str| self.command.get_arguments().any(|a| a.get_id() == id);
+        takes("interval").then(|| Daemon {
+            listen: self.many("listen"),
+            agent_listen: self.many("agent_listen"),
+            allow: self.many("allow"),
+            interval: self.must("interval"),
+            max_connections: self.must("max_connections"),
+            max_connections_per_source: self.must("max_connections_per_source"),
+            slow_start: self.must("slow_start"),
+            drained_status: self.must("drained_status"),
+        })
+    }
+
+    /// A repeatable option's values (none when nobody gave any) and where they came from.
+    fn many<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Setting<Vec<T>> {
+        let value = match self.matches.try_get_many::<T>(id) {
+            Ok(values) => values.map(|v| v.cloned().collect()).unwrap_or_default(),
+            Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
+        };
+        Setting {
+            value,
+            source: self.source(id),
         }
     }
 
@@ -190,12 +217,17 @@ impl<'a> Provenance<'a> {
             Ok(value) => value.cloned()?,
             Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
         };
-        let source = match self.matches.value_source(id) {
+        let source = self.source(id);
+        Some(Setting { value, source })
+    }
+
+    /// Where the value of option `id` came from.
+    fn source(&self, id: &str) -> Source {
+        match self.matches.value_source(id) {
             Some(ValueSource::EnvVariable) => Source::Env(self.env(id)),
             Some(ValueSource::DefaultValue) | None => Source::Default("built in".into()),
             Some(_) => Source::Flag,
-        };
-        Some(Setting { value, source })
+        }
     }
 
     /// An option with a default, which therefore always has a value.
@@ -252,35 +284,28 @@ fn run_single_threaded<F: std::future::Future>(future: F) -> std::io::Result<F::
     Ok(output)
 }
 
-fn serve(args: crate::cli::ServeArgs, given: &Given) -> Result<Exit, Error> {
+fn serve(given: &Given) -> Result<Exit, Error> {
     let settings = Settings::resolve(given, &Host::REAL)?;
+    let Some(daemon) = &settings.daemon else {
+        unreachable!("`serve` takes the daemon's options, so its settings have them");
+    };
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
         Some(inherited) => {
-            if !args.listen.is_empty() {
+            if !daemon.listen.value.is_empty() {
                 tracing::warn!(
                     "ignoring --listen/PMCHECK_LISTEN: systemd passed the listening sockets (change ListenStream= in pmcheck.socket instead)"
                 );
             }
             inherited
         }
-        None => server::bind(&args.listen)?,
+        None => bind::bind(&daemon.listen.value)?,
     };
     let listeners = server::Listeners {
         http: listeners,
-        agent: server::bind_each(&args.agent_listen)?,
+        agent: bind::bind_each(&daemon.agent_listen.value)?,
     };
     let notifier = systemd::Notifier::from_env();
-    let options = server::Options {
-        drained_status: args.drained.drained_status,
-        slow_start: args.slow_start,
-        interval: args.interval,
-        allow: args.allow,
-        limits: Limits {
-            total: args.max_connections as usize,
-            per_source: args.max_connections_per_source.min(args.max_connections) as usize,
-        },
-    };
     let rt = runtime(true)?;
     rt.block_on(async {
         let (reload, reloads) = tokio::sync::watch::channel(());
@@ -293,7 +318,7 @@ fn serve(args: crate::cli::ServeArgs, given: &Given) -> Result<Exit, Error> {
                 }
             }
         };
-        server::serve(&settings, options, listeners, reloads, ready, async {
+        server::serve(&settings, listeners, reloads, ready, async {
             stopped.await;
             if let Some(n) = &notifier {
                 n.notify("STOPPING=1");
@@ -433,9 +458,15 @@ fn drain(args: DrainArgs) -> Result<Exit, Error> {
 
 /// How the waits ask the daemon about the drain record in `state`, from the command line.
 fn wait_settings(args: &WaitArgs, state: &crate::cli::StateArgs) -> Wait {
+    let (max_wait, deprecated) = args.max_wait();
+    if deprecated {
+        eprintln!(
+            "pmcheck: warning: --timeout (PMCHECK_WAIT_TIMEOUT) of drain, undrain and cycle is deprecated: write --max-wait (PMCHECK_MAX_WAIT); --timeout is the probe's deadline elsewhere"
+        );
+    }
     Wait {
         url: args.url.clone(),
-        timeout: args.timeout,
+        max_wait,
         polls: args.polls,
         lb_interval: args.lb_interval,
         drain_file: Some(DrainFile::new(&state.state_dir).resolved()),
@@ -592,6 +623,14 @@ mod tests {
             "status-path" => "/status/v1/simple/master".into(),
             "timeout" => "2s".into(),
             "state-dir" => file("state"),
+            "listen" => "127.0.0.1:9300".into(),
+            "agent-listen" => "127.0.0.1:9301".into(),
+            "allow" => "10.0.0.0/8".into(),
+            "interval" => "3s".into(),
+            "max-connections" => "100".into(),
+            "max-connections-per-source" => "10".into(),
+            "slow-start" => "30s".into(),
+            "drained-status" => "404".into(),
             other => panic!("no sample value for --{other}: add one to this test"),
         }
     }
@@ -629,6 +668,50 @@ mod tests {
                 .unwrap_or_else(|| panic!("config shows no row for --{long}:\n{table}"));
             assert!(row.ends_with("(command line)"), "--{long}: {row}");
         }
+    }
+
+    /// What `serve` takes, `config` shows: a new daemon option cannot bypass the settings.
+    #[test]
+    fn config_takes_every_option_of_serve() {
+        let cli = Cli::command();
+        let longs = |name: &str| -> Vec<String> {
+            let sub = cli.find_subcommand(name).unwrap();
+            let mut longs: Vec<String> = sub
+                .get_arguments()
+                .filter_map(|arg| arg.get_long().map(str::to_owned))
+                .collect();
+            longs.sort();
+            longs
+        };
+        assert_eq!(longs("serve"), longs("config"));
+        assert!(longs("serve").len() >= 17, "{:?}", longs("serve"));
+    }
+
+    /// The daemon's settings are in the one settings object, with where each came from.
+    #[test]
+    fn the_daemons_settings_come_from_the_command_line_and_the_environment() {
+        let matches = Cli::command()
+            .try_get_matches_from([
+                "pmcheck",
+                "serve",
+                "--interval",
+                "5s",
+                "--allow",
+                "10.1.2.3/8",
+            ])
+            .unwrap();
+        let given = Provenance::of(&matches).given();
+        let daemon = given.daemon.expect("serve takes the daemon's options");
+        assert_eq!(daemon.interval.value, Duration::from_secs(5));
+        assert_eq!(daemon.interval.source, Source::Flag);
+        assert_eq!(daemon.allow.value[0].to_string(), "10.0.0.0/8");
+        assert_eq!(daemon.listen.value, Vec::<std::net::SocketAddr>::new());
+        assert_eq!(daemon.listen.source, Source::Default("built in".into()));
+        assert_eq!(daemon.max_connections.value, 1024);
+        let check = Cli::command()
+            .try_get_matches_from(["pmcheck", "check"])
+            .unwrap();
+        assert!(Provenance::of(&check).given().daemon.is_none());
     }
 
     /// Options nobody gave say so, and where their value came from instead.

@@ -156,12 +156,21 @@ fn config_names_the_environment_variable_of_every_option() {
             "status-path" => "/status/v1/simple/master".into(),
             "timeout" => "2s".into(),
             "state-dir" => file("state"),
+            "listen" => "127.0.0.1:9300,[::1]:9300".into(),
+            "agent-listen" => "127.0.0.1:9301".into(),
+            "allow" => "10.0.0.0/8,192.0.2.7".into(),
+            "interval" => "3s".into(),
+            "max-connections" => "100".into(),
+            "max-connections-per-source" => "10".into(),
+            "slow-start" => "0s".into(),
+            "drained-status" => "404".into(),
             other => panic!("no sample value for --{other}: add one to this test"),
         };
         command.env(env, value);
         expected.push((long, env.to_string_lossy().into_owned()));
     }
-    assert!(expected.len() >= 9, "{expected:?}");
+    assert!(expected.len() >= 17, "{expected:?}");
+    let mut shown = Vec::new();
     let out = command.output().unwrap();
     assert!(out.status.success(), "{out:?}");
     let text = stdout(&out);
@@ -171,6 +180,17 @@ fn config_names_the_environment_variable_of_every_option() {
             .find(|line| line.split_whitespace().next() == Some(long))
             .unwrap_or_else(|| panic!("no row for --{long}: {text}"));
         assert!(row.ends_with(&format!("(environment {env})")), "{row}");
+        shown.push(row.to_owned());
+    }
+    // Lists and switches read from the environment as the daemon reads them.
+    let shown = shown.join("\n");
+    for value in [
+        "127.0.0.1:9300,[::1]:9300",
+        "10.0.0.0/8,192.0.2.7/32",
+        "slow-start                 off",
+        "drained-status             404",
+    ] {
+        assert!(shown.contains(value), "{value}: {shown}");
     }
 }
 

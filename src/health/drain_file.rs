@@ -61,7 +61,7 @@ pub struct Look {
 }
 
 /// The drain record of one state directory.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct DrainFile {
     dir: PathBuf,
     path: PathBuf,

@@ -42,7 +42,7 @@ pub struct Wait {
     /// The daemon's HTTP address.
     pub url: String,
     /// Give up after this long.
-    pub timeout: Duration,
+    pub max_wait: Duration,
     /// How many answers in a row an HTTP-checking poller needs (HAProxy's `fall`/`rise`),
     /// for load balancers that do not say what they did (`http-check send-state`).
     pub polls: u32,
@@ -500,7 +500,7 @@ mod tests {
     fn how(polls: u32) -> Wait {
         Wait {
             url: "http://127.0.0.1:9200/".into(),
-            timeout: Duration::from_secs(600),
+            max_wait: Duration::from_secs(600),
             polls,
             lb_interval: Duration::from_secs(2),
             drain_file: None,

@@ -125,10 +125,10 @@ pub async fn wait(
         first = false;
         let waited = start.elapsed();
         ticker.show(waited, &pending);
-        if waited >= how.timeout {
+        if waited >= how.max_wait {
             ticker.clear();
             return Err(WaitError::TimedOut {
-                waited: how.timeout,
+                waited: how.max_wait,
                 pending,
             });
         }

@@ -4,56 +4,24 @@
 //! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.
 
 use std::net::IpAddr;
-use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::ext::ReasonPhrase;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use tokio::sync::watch;
 
-use crate::health::decision::{Decision, Rules};
-use crate::health::drain_watch::Drains;
+use crate::health::decision::Decision;
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
-use crate::health::weight::Rejoin;
-use crate::puppet::probe::{Latest, ProbeReport};
-use crate::responder::agent;
-use crate::responder::agents::Agents;
-use crate::responder::metrics::{self, Metrics, Now};
-use crate::responder::pollers::{Poll, Pollers, Via};
+use crate::responder::metrics::{self, Now};
+use crate::responder::node::Node;
+use crate::responder::pollers::{Poll, Via};
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
-
-/// What every poll reads: the latest drain state, probe report and rejoin state, all kept up
-/// to date in the background, so a poll does no I/O beyond its socket.
-pub struct Responder {
-    /// The drain state, kept current by the drain watcher.
-    pub drain: Drains,
-    /// The latest probe report, published by the prober.
-    pub latest: Latest,
-    /// Where the node stands on its way back into the pool, for the weight.
-    pub rejoin: watch::Receiver<Rejoin>,
-    /// The daemon's settings that shape an answer.
-    pub rules: Rules,
-    /// Who polls, and what each was told.
-    pub pollers: Pollers,
-    /// The agent connections to Puppet Server, for the operator's view.
-    pub agents: Agents,
-    /// The daemon's counters for `/metrics`; `None` in inetd mode, whose process lives for
-    /// one poll and so has nothing to count.
-    pub metrics: Option<Metrics>,
-    /// When the listeners started accepting: the poller table knows nothing from before.
-    pub started: Instant,
-    /// The drain record watched, for the operator's view
-    /// ([`crate::health::drain::DrainFile::resolved`]).
-    pub drain_file: String,
-}
 
 /// Where Prometheus scrapes; every other path answers the health check.
 pub const METRICS_PATH: &str = "/metrics";
@@ -62,12 +30,7 @@ pub const METRICS_PATH: &str = "/metrics";
 /// tool is not a load balancer, so its polls are not recorded as a poller's.
 pub const USER_AGENT: &str = concat!("pmcheck/", env!("CARGO_PKG_VERSION"));
 
-impl Responder {
-    /// The latest probe report, without waiting for Puppet Server.
-    pub fn latest(&self) -> Option<Arc<ProbeReport>> {
-        self.latest.borrow().clone()
-    }
-
+impl Node {
     /// Answers one request from `peer`, and notes what it was told.
     ///
     /// A JSON request from loopback is the operator's: its answer also lists the pollers and
@@ -111,42 +74,6 @@ impl Responder {
             }
             respond(decision, method, headers)
         })
-    }
-
-    /// The agent check's line for `peer`, noted as what it was told.
-    pub fn agent_line(&self, peer: IpAddr) -> String {
-        self.decide(|decision, now| {
-            let poll = Poll {
-                address: peer,
-                via: Via::Agent,
-                verdict: decision.verdict,
-                state: None,
-            };
-            self.count(poll, now, false);
-            agent::line(decision)
-        })
-    }
-
-    /// Decides from the latest drain state, probe report and rejoin state, as of now.
-    fn decide<R>(&self, then: impl FnOnce(&Decision<'_>, Instant) -> R) -> R {
-        let now = Instant::now();
-        let drain = Arc::clone(&self.drain.borrow());
-        let probe = self.latest();
-        let rejoin = *self.rejoin.borrow();
-        then(
-            &Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules),
-            now,
-        )
-    }
-
-    /// Counts a poll, and notes its poller unless it is pmcheck's own tool (`own`).
-    fn count(&self, poll: Poll<'_>, now: Instant, own: bool) {
-        if let Some(metrics) = &self.metrics {
-            metrics.polled(poll.via, poll.verdict);
-        }
-        if !own {
-            self.pollers.record(poll, now);
-        }
     }
 
     /// Prometheus's scrape: the same decision a poll gets now, and the counters. Neither
@@ -307,8 +234,15 @@ fn wants_json(headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::decision::Rules;
     use crate::health::drain::DrainState;
+    use crate::health::drain_file::DrainFile;
+    use crate::health::weight::Rejoin;
+    use crate::responder::node::Feeds;
     use http_body_util::BodyExt;
+    use std::sync::Arc;
+    use std::time::Instant;
+    use tokio::sync::watch;
 
     fn body(response: Response<Full<Bytes>>) -> (StatusCode, HeaderMap, Bytes) {
         let (parts, body) = response.into_parts();
@@ -380,25 +314,25 @@ mod tests {
     }
 
     /// A responder with no probe yet, listening for a Puppet Server on `puppet`.
-    fn responder(puppet: Option<std::net::SocketAddr>) -> (Responder, impl Sized) {
+    fn responder(puppet: Option<std::net::SocketAddr>) -> (Node, impl Sized) {
         let (p, latest) = watch::channel(None);
         let (d, drain) = watch::channel(Arc::new(DrainState::NotDrained));
         let (r, rejoin) = watch::channel(Rejoin::Steady);
-        let responder = Responder {
-            drain,
-            latest,
-            rejoin,
-            rules: Rules::ONCE,
-            pollers: Pollers::new(),
-            agents: Agents::new(puppet),
-            metrics: Some(Metrics::new()),
-            started: Instant::now(),
-            drain_file: "/var/lib/pmcheck/drain".into(),
-        };
+        let responder = Node::new(
+            Feeds {
+                drain,
+                latest,
+                rejoin,
+            },
+            Rules::ONCE,
+            &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
+            puppet,
+            true,
+        );
         (responder, (p, d, r))
     }
 
-    fn json_from(responder: &Responder, peer: &str, user_agent: &str) -> serde_json::Value {
+    fn json_from(responder: &Node, peer: &str, user_agent: &str) -> serde_json::Value {
         let request = Request::get("/")
             .header(header::ACCEPT, "application/json")
             .header(header::USER_AGENT, user_agent)

@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -18,9 +18,8 @@ use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch;
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{CannotProbe, ProbeReport, ProbeTarget, Prober};
-use crate::responder::agents::Agents;
-use crate::responder::http::{Responder, operator_view};
-use crate::responder::pollers::Pollers;
+use crate::responder::http::operator_view;
+use crate::responder::node::{Feeds, Node};
 use crate::settings::SettingsError;
 
 /// The largest request head accepted; a health check is a few dozen bytes.
@@ -54,21 +53,21 @@ pub async fn answer_one(
     let drain = drain_watch::read_once(DrainFile::new(state_dir)).await;
     let (_keep, drains) = watch::channel(Arc::new(drain));
     let (_steady, rejoin) = watch::channel(Rejoin::Steady);
-    let health = Arc::new(Responder {
-        drain: drains,
-        latest,
-        rejoin,
-        rules: Rules {
+    let health = Arc::new(Node::new(
+        Feeds {
+            drain: drains,
+            latest,
+            rejoin,
+        },
+        Rules {
             stale_after: probe_deadline + read_timeout,
             drained_status,
             ..Rules::ONCE
         },
-        pollers: Pollers::new(),
-        metrics: None,
-        started: Instant::now(),
-        agents: Agents::new(puppet),
-        drain_file: DrainFile::new(state_dir).resolved().display().to_string(),
-    });
+        &DrainFile::new(state_dir),
+        puppet,
+        false,
+    ));
     // Who asks: xinetd hands over the connection; pipes (a test, a shell) have no peer.
     let peer = stdin_peer().unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
     let answered = Arc::new(AtomicBool::new(false));

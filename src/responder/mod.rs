@@ -3,12 +3,13 @@
 
 pub(crate) mod agent;
 pub mod agents;
-pub(crate) mod cidr;
+pub(crate) mod bind;
 pub(crate) mod connections;
 pub(crate) mod deadline;
 pub mod http;
 pub(crate) mod inetd;
 pub mod metrics;
+pub mod node;
 pub mod pollers;
 pub(crate) mod server;
 pub(crate) mod signals;

@@ -2,19 +2,16 @@
 
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use socket2::{Domain, Protocol, Socket, Type};
-use thiserror::Error;
+use ipnet::IpNet;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::exit::Exit;
 use crate::health::decision::{Decision, Rules};
 use crate::health::drain::DrainState;
 use crate::health::drain_file::DrainFile;
@@ -23,22 +20,14 @@ use crate::health::verdict::Verdict;
 use crate::health::weight::{Rejoin, Tracker};
 use crate::puppet::probe::{self, ProbeOutcome, ProbeReport, ProbeTarget, Prober};
 use crate::responder::agent;
-use crate::responder::agents::Agents;
-use crate::responder::cidr::{self, Cidr};
 use crate::responder::connections::{Connections, Limits, Throttle};
 use crate::responder::deadline::WriteDeadline;
-use crate::responder::http::{Responder, operator_view};
-use crate::responder::metrics::Metrics;
-use crate::responder::pollers::Pollers;
+use crate::responder::http::operator_view;
+use crate::responder::node::{Feeds, Node};
 use crate::settings::Settings;
+use crate::settings::allow::permits;
 use crate::settings::duration::format_duration;
 
-/// Port 9200 on every address, IPv4 included.
-pub const DEFAULT_LISTEN_V6: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 9200);
-/// Where we listen on hosts without IPv6.
-pub const DEFAULT_LISTEN_V4: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9200);
 /// How long a client may take to send its request head, or stay idle between two requests.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an answer may wait for the client to read it.
@@ -48,111 +37,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
 /// How long shutdown waits for polls in flight.
 const DRAIN_CONNECTIONS: Duration = Duration::from_secs(2);
-
-#[derive(Debug, Error)]
-#[error("cannot listen on {addr}: {source}{hint}", hint = listen_hint(source))]
-pub struct ListenError {
-    pub addr: SocketAddr,
-    pub source: io::Error,
-}
-
-impl ListenError {
-    /// EX_UNAVAILABLE when the address is taken or absent, EX_OSERR otherwise.
-    pub fn exit(&self) -> Exit {
-        match self.source.kind() {
-            io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable => Exit::Unavailable,
-            _ => Exit::OsErr,
-        }
-    }
-}
-
-fn listen_hint(e: &io::Error) -> &'static str {
-    match e.kind() {
-        io::ErrorKind::AddrInUse => {
-            " (another pmcheck, or the old xinetd service, already listens there: stop it or pass another --listen)"
-        }
-        io::ErrorKind::PermissionDenied => " (ports below 1024 need CAP_NET_BIND_SERVICE)",
-        _ => "",
-    }
-}
-
-/// Binds the listen addresses. Without any, `[::]:9200` accepting IPv4 too, or `0.0.0.0:9200`
-/// where the host has no IPv6.
-pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
-    if addrs.is_empty() {
-        return match bind_one(DEFAULT_LISTEN_V6) {
-            Ok(listener) => Ok(vec![listener]),
-            Err(e) if no_ipv6(&e.source) => {
-                tracing::warn!(
-                    "no IPv6 on this host ({}); listening on {DEFAULT_LISTEN_V4} only",
-                    e.source
-                );
-                Ok(vec![bind_one(DEFAULT_LISTEN_V4)?])
-            }
-            Err(e) => Err(e),
-        };
-    }
-    bind_each(addrs)
-}
-
-/// Binds every address given, and nothing when none is. `[::]:PORT` falls back to
-/// `0.0.0.0:PORT` on a host without IPv6, so one packaged setting fits every host.
-pub fn bind_each(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
-    addrs
-        .iter()
-        .map(|addr| match bind_one(*addr) {
-            Err(e)
-                if *addr == SocketAddr::new(DEFAULT_LISTEN_V6.ip(), addr.port())
-                    && no_ipv6(&e.source) =>
-            {
-                let v4 = SocketAddr::new(DEFAULT_LISTEN_V4.ip(), addr.port());
-                tracing::warn!(
-                    "no IPv6 on this host ({}); listening on {v4} instead of {addr}",
-                    e.source
-                );
-                bind_one(v4)
-            }
-            other => other,
-        })
-        .collect()
-}
-
-fn no_ipv6(e: &io::Error) -> bool {
-    /// EAFNOSUPPORT on Linux: the kernel has no IPv6 at all.
-    const EAFNOSUPPORT: i32 = 97;
-    e.kind() == io::ErrorKind::AddrNotAvailable || e.raw_os_error() == Some(EAFNOSUPPORT)
-}
-
-fn bind_one(addr: SocketAddr) -> Result<std::net::TcpListener, ListenError> {
-    let fail = |source| ListenError { addr, source };
-    let socket =
-        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
-    if addr.is_ipv6() && addr.ip().is_unspecified() {
-        // Dual stack regardless of net.ipv6.bindv6only.
-        socket.set_only_v6(false).map_err(fail)?;
-    }
-    socket.set_reuse_address(true).map_err(fail)?;
-    socket.bind(&addr.into()).map_err(fail)?;
-    // Deep enough for a flood not to drop a load balancer's SYN (the kernel caps it at
-    // net.core.somaxconn).
-    socket.listen(4096).map_err(fail)?;
-    socket.set_nonblocking(true).map_err(fail)?;
-    Ok(socket.into())
-}
-
-/// How the daemon polls Puppet Server, answers and guards its listeners.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// How often Puppet Server may be probed.
-    pub interval: Duration,
-    /// Networks that may connect; empty for everyone.
-    pub allow: Vec<Cidr>,
-    pub limits: Limits,
-    /// The HTTP status of a drained answer.
-    pub drained_status: u16,
-    /// How long a node that came back takes to ramp its weight up.
-    pub slow_start: Duration,
-}
 
 /// The bound listeners: HTTP checks, and HAProxy agent checks.
 pub struct Listeners {
@@ -176,25 +60,29 @@ enum Kind {
 /// certificates and the drain record.
 pub async fn serve(
     settings: &Settings,
-    options: Options,
     listeners: Listeners,
     reload: watch::Receiver<()>,
     ready: impl FnOnce(),
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let interval = options.interval;
+    let Some(daemon) = &settings.daemon else {
+        return Err(io::Error::other(
+            "pmcheck bug: the daemon was started without its settings",
+        ));
+    };
+    let interval = daemon.interval.value;
     let timeout = settings.timeout.value;
     let (stop, stopped) = watch::channel(());
     let (publish, latest) = watch::channel(None);
     let drain_file = DrainFile::new(&settings.state_dir.value);
     // On the blocking pool with the drain record's deadline: the state directory may sit on a
     // hung file system, and then the first look says so (503 UNKNOWN) instead of start-up waiting.
-    let dir = DrainFile::new(&settings.state_dir.value);
+    let dir = drain_file.clone();
     let prepared = tokio::task::spawn_blocking(move || prepare_state_dir(&dir));
     let _ = tokio::time::timeout(drain_watch::DEADLINE, prepared).await;
     let (publish_drain, drains) = watch::channel(Arc::new(DrainState::NotDrained));
     // The first look before the first answer: a drained node never answers from a default.
-    let mut watcher = Watcher::new(drain_file);
+    let mut watcher = Watcher::new(drain_file.clone());
     let first = watcher.look(true).await;
     let drain_path = watcher.file().path().display().to_string();
     if let Some(state) = first {
@@ -203,29 +91,33 @@ pub async fn serve(
     let rules = Rules {
         // A probe lands at least every interval + timeout; allow one missed round.
         stale_after: 2 * (interval + timeout),
-        drained_status: options.drained_status,
-        slow_start: options.slow_start,
+        drained_status: daemon.drained_status.value,
+        slow_start: daemon.slow_start.value,
     };
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
-    let health = Arc::new(Responder {
-        drain: drains,
-        latest,
-        rejoin,
+    let health = Arc::new(Node::new(
+        Feeds {
+            drain: drains,
+            latest,
+            rejoin,
+        },
         rules,
-        pollers: Pollers::new(),
-        agents: Agents::new(Some(settings.puppet_addr.value)),
-        drain_file: DrainFile::new(&settings.state_dir.value)
-            .resolved()
-            .display()
-            .to_string(),
-        metrics: Some(Metrics::new()),
-        started: Instant::now(),
-    });
+        &drain_file,
+        Some(settings.puppet_addr.value),
+        true,
+    ));
 
-    let limits = options.limits.fit_descriptors();
+    let limits = Limits {
+        total: daemon.max_connections.value as usize,
+        per_source: daemon
+            .max_connections_per_source
+            .value
+            .min(daemon.max_connections.value) as usize,
+    }
+    .fit_descriptors();
     let connections = Connections::new(limits);
     let guard = Arc::new(Guard {
-        allow: options.allow,
+        allow: daemon.allow.value.clone(),
         connections,
         refused: Mutex::new(Throttle::new(Duration::from_secs(10))),
         failed: Mutex::new(Throttle::new(Duration::from_secs(10))),
@@ -319,7 +211,7 @@ async fn until_stopped(mut stopped: watch::Receiver<()>) {
 
 /// Who may connect, and how many at once.
 struct Guard {
-    allow: Vec<Cidr>,
+    allow: Vec<IpNet>,
     connections: Arc<Connections>,
     refused: Mutex<Throttle>,
     failed: Mutex<Throttle>,
@@ -338,7 +230,7 @@ impl Guard {
 /// stale) so the weight knows when the node came back, and logs each change of it: also the
 /// UNKNOWN of a probe report gone stale, which no probe report announces.
 async fn track_rejoin(
-    health: Arc<Responder>,
+    health: Arc<Node>,
     publish: watch::Sender<Rejoin>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -373,7 +265,7 @@ async fn track_rejoin(
 async fn accept(
     kind: Kind,
     listener: TcpListener,
-    health: Arc<Responder>,
+    health: Arc<Node>,
     guard: Arc<Guard>,
     stopped: watch::Receiver<()>,
 ) {
@@ -399,7 +291,7 @@ async fn accept(
             () = &mut stop => break,
             Some(_) = connections.join_next() => continue,
         };
-        if !cidr::permits(&guard.allow, peer.ip()) {
+        if !permits(&guard.allow, peer.ip()) {
             // Closed before a byte is read.
             drop(stream);
             if let Some(n) = Guard::note(&guard.refused) {
@@ -479,7 +371,7 @@ type Answer = hyper::Response<http_body_util::Full<bytes::Bytes>>;
 
 /// The service that answers each request of a connection from `peer`.
 fn answers(
-    health: Arc<Responder>,
+    health: Arc<Node>,
     peer: std::net::IpAddr,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
@@ -527,7 +419,7 @@ impl Future for Reply {
 }
 
 /// What the prober's every report goes through: the metrics count it.
-fn observe(health: Arc<Responder>) -> impl FnMut(&ProbeReport) {
+fn observe(health: Arc<Node>) -> impl FnMut(&ProbeReport) {
     move |report| {
         if let Some(metrics) = &health.metrics {
             metrics.probed(report);
@@ -575,7 +467,7 @@ mod tests {
 
     /// A drained node with a healthy Puppet Server: the one case where a 200 would be a lie
     /// that still looks plausible.
-    fn drained() -> (Arc<Responder>, impl Sized) {
+    fn drained() -> (Arc<Node>, impl Sized) {
         let report = ProbeReport::new(
             crate::puppet::probe::ProbeOutcome::Healthy(None),
             Duration::from_millis(1),
@@ -585,26 +477,26 @@ mod tests {
         let state = DrainState::Drained(Drain::parse(b"{}"));
         let (d, drain) = watch::channel(Arc::new(state));
         let (r, rejoin) = watch::channel(Rejoin::Steady);
-        let health = Responder {
-            drain,
-            latest,
-            rejoin,
-            rules: Rules {
+        let health = Node::new(
+            Feeds {
+                drain,
+                latest,
+                rejoin,
+            },
+            Rules {
                 stale_after: Duration::from_secs(3600),
                 ..Rules::ONCE
             },
-            pollers: Pollers::new(),
-            agents: Agents::new(None),
-            drain_file: String::new(),
-            metrics: Some(Metrics::new()),
-            started: Instant::now(),
-        };
+            &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
+            None,
+            true,
+        );
         (Arc::new(health), (p, d, r))
     }
 
     /// Feeds `input` to one connection, closes the client's sending side, and returns what
     /// pmcheck wrote back.
-    async fn exchange(health: &Arc<Responder>, input: &[u8]) -> Vec<u8> {
+    async fn exchange(health: &Arc<Node>, input: &[u8]) -> Vec<u8> {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let connection = http().serve_connection(
             TokioIo::new(server),

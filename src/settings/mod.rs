@@ -1,6 +1,7 @@
 //! pmcheck's resolved settings: command line and environment over puppet.conf over defaults,
 //! each value with where it came from.
 
+pub mod allow;
 pub mod duration;
 pub mod puppet_conf;
 
@@ -9,6 +10,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ipnet::IpNet;
 use thiserror::Error;
 
 use self::puppet_conf::{FqdnError, Layout, PuppetConf, PuppetConfError, Resolver, Webserver};
@@ -22,6 +24,14 @@ pub mod defaults {
     pub const STATE_DIR: &str = "/var/lib/pmcheck";
     /// The status endpoint (Puppet Server >= 6.14).
     pub const STATUS_PATH: &str = "/status/v1/services/jruby-metrics";
+    /// How often Puppet Server may be probed.
+    pub const INTERVAL: &str = "1s";
+    /// The most connections open at once.
+    pub const MAX_CONNECTIONS: &str = "1024";
+    /// The most connections open at once from one address.
+    pub const MAX_CONNECTIONS_PER_SOURCE: &str = "256";
+    /// How long a node that came back ramps its weight up.
+    pub const SLOW_START: &str = "60s";
 }
 
 /// Why the settings cannot be resolved. Each names the setting and what to write instead.
@@ -151,6 +161,91 @@ pub struct Given {
     pub timeout: Setting<Duration>,
     /// `--state-dir`.
     pub state_dir: Setting<PathBuf>,
+    /// The daemon's own settings, for `serve` and `config`.
+    pub daemon: Option<Daemon>,
+}
+
+/// The daemon's own settings, each with where it came from: what nothing but the command line
+/// and the environment sets.
+#[derive(Debug, Clone)]
+pub struct Daemon {
+    /// `--listen`; empty for `[::]:9200` (or `0.0.0.0:9200` without IPv6).
+    pub listen: Setting<Vec<SocketAddr>>,
+    /// `--agent-listen`; empty for no agent check.
+    pub agent_listen: Setting<Vec<SocketAddr>>,
+    /// `--allow`; empty for everyone.
+    pub allow: Setting<Vec<IpNet>>,
+    /// `--interval`: how often Puppet Server may be probed.
+    pub interval: Setting<Duration>,
+    /// `--max-connections`.
+    pub max_connections: Setting<u32>,
+    /// `--max-connections-per-source`.
+    pub max_connections_per_source: Setting<u32>,
+    /// `--slow-start`; zero for off.
+    pub slow_start: Setting<Duration>,
+    /// `--drained-status`: 503, or 404 for `http-check disable-on-404`.
+    pub drained_status: Setting<u16>,
+}
+
+impl Daemon {
+    /// `config`'s rows of the daemon's settings.
+    fn rows(&self) -> Vec<(&'static str, String, &Source)> {
+        let addrs = |list: &[SocketAddr], none: &str| {
+            if list.is_empty() {
+                none.to_owned()
+            } else {
+                let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
+                shown.join(",")
+            }
+        };
+        let nets: Vec<String> = self.allow.value.iter().map(ToString::to_string).collect();
+        let slow_start = match self.slow_start.value {
+            Duration::ZERO => "off".to_owned(),
+            d => duration::format_duration(d),
+        };
+        vec![
+            (
+                "listen",
+                addrs(&self.listen.value, "[::]:9200"),
+                &self.listen.source,
+            ),
+            (
+                "agent-listen",
+                addrs(&self.agent_listen.value, "(none)"),
+                &self.agent_listen.source,
+            ),
+            (
+                "allow",
+                if nets.is_empty() {
+                    "(anywhere)".to_owned()
+                } else {
+                    nets.join(",")
+                },
+                &self.allow.source,
+            ),
+            (
+                "interval",
+                duration::format_duration(self.interval.value),
+                &self.interval.source,
+            ),
+            (
+                "max-connections",
+                self.max_connections.value.to_string(),
+                &self.max_connections.source,
+            ),
+            (
+                "max-connections-per-source",
+                self.max_connections_per_source.value.to_string(),
+                &self.max_connections_per_source.source,
+            ),
+            ("slow-start", slow_start, &self.slow_start.source),
+            (
+                "drained-status",
+                self.drained_status.value.to_string(),
+                &self.drained_status.source,
+            ),
+        ]
+    }
 }
 
 /// pmcheck's resolved settings, each with where it came from.
@@ -176,6 +271,8 @@ pub struct Settings {
     pub timeout: Setting<Duration>,
     /// The directory of the drain record.
     pub state_dir: Setting<PathBuf>,
+    /// The daemon's own settings: present for `serve` and `config`, which take them.
+    pub daemon: Option<Daemon>,
 }
 
 impl Settings {
@@ -273,6 +370,7 @@ impl Settings {
             status_path: given.status_path.clone(),
             timeout: given.timeout.clone(),
             state_dir: given.state_dir.clone(),
+            daemon: given.daemon.clone(),
         })
     }
 }
@@ -290,7 +388,7 @@ impl fmt::Display for Settings {
             None => "(none)".into(),
         };
         let timeout = duration::format_duration(self.timeout.value);
-        let rows: [(&str, String, &Source); 10] = [
+        let mut rows: Vec<(&str, String, &Source)> = vec![
             ("puppet-conf", conf, &self.puppet_conf.source),
             (
                 "certname",
@@ -314,9 +412,12 @@ impl fmt::Display for Settings {
             ("timeout", timeout, &self.timeout.source),
             path_row("state-dir", &self.state_dir),
         ];
+        if let Some(daemon) = &self.daemon {
+            rows.extend(daemon.rows());
+        }
         let width = rows.iter().map(|(_, v, _)| v.len()).max().unwrap_or(0);
         for (name, value, source) in rows {
-            writeln!(f, "{name:<12} {value:<width$}  ({source})")?;
+            writeln!(f, "{name:<26} {value:<width$}  ({source})")?;
         }
         if let Some(warning) = state_dir_warning(&self.state_dir.value) {
             writeln!(f, "warning: {warning}")?;
@@ -472,6 +573,7 @@ mod tests {
             status_path: default(defaults::STATUS_PATH.into()),
             timeout: default(Duration::from_millis(1500)),
             state_dir: default(defaults::STATE_DIR.into()),
+            daemon: None,
         }
     }
 

@@ -1,0 +1,107 @@
+//! Binding the listen addresses: `[::]:9200` accepting IPv4 too by default, IPv4 alone on a
+//! host without IPv6, and errors that name the address and the way out.
+
+use std::io;
+use std::net::SocketAddr;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use thiserror::Error;
+
+use crate::exit::Exit;
+
+/// Port 9200 on every address, IPv4 included.
+pub const DEFAULT_LISTEN_V6: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 9200);
+/// Where we listen on hosts without IPv6.
+pub const DEFAULT_LISTEN_V4: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9200);
+#[derive(Debug, Error)]
+#[error("cannot listen on {addr}: {source}{hint}", hint = listen_hint(source))]
+pub struct ListenError {
+    pub addr: SocketAddr,
+    pub source: io::Error,
+}
+
+impl ListenError {
+    /// EX_UNAVAILABLE when the address is taken or absent, EX_OSERR otherwise.
+    pub fn exit(&self) -> Exit {
+        match self.source.kind() {
+            io::ErrorKind::AddrInUse | io::ErrorKind::AddrNotAvailable => Exit::Unavailable,
+            _ => Exit::OsErr,
+        }
+    }
+}
+
+fn listen_hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::AddrInUse => {
+            " (another pmcheck, or the old xinetd service, already listens there: stop it or pass another --listen)"
+        }
+        io::ErrorKind::PermissionDenied => " (ports below 1024 need CAP_NET_BIND_SERVICE)",
+        _ => "",
+    }
+}
+
+/// Binds the listen addresses. Without any, `[::]:9200` accepting IPv4 too, or `0.0.0.0:9200`
+/// where the host has no IPv6.
+pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
+    if addrs.is_empty() {
+        return match bind_one(DEFAULT_LISTEN_V6) {
+            Ok(listener) => Ok(vec![listener]),
+            Err(e) if no_ipv6(&e.source) => {
+                tracing::warn!(
+                    "no IPv6 on this host ({}); listening on {DEFAULT_LISTEN_V4} only",
+                    e.source
+                );
+                Ok(vec![bind_one(DEFAULT_LISTEN_V4)?])
+            }
+            Err(e) => Err(e),
+        };
+    }
+    bind_each(addrs)
+}
+
+/// Binds every address given, and nothing when none is. `[::]:PORT` falls back to
+/// `0.0.0.0:PORT` on a host without IPv6, so one packaged setting fits every host.
+pub fn bind_each(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
+    addrs
+        .iter()
+        .map(|addr| match bind_one(*addr) {
+            Err(e)
+                if *addr == SocketAddr::new(DEFAULT_LISTEN_V6.ip(), addr.port())
+                    && no_ipv6(&e.source) =>
+            {
+                let v4 = SocketAddr::new(DEFAULT_LISTEN_V4.ip(), addr.port());
+                tracing::warn!(
+                    "no IPv6 on this host ({}); listening on {v4} instead of {addr}",
+                    e.source
+                );
+                bind_one(v4)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+fn no_ipv6(e: &io::Error) -> bool {
+    /// EAFNOSUPPORT on Linux: the kernel has no IPv6 at all.
+    const EAFNOSUPPORT: i32 = 97;
+    e.kind() == io::ErrorKind::AddrNotAvailable || e.raw_os_error() == Some(EAFNOSUPPORT)
+}
+
+fn bind_one(addr: SocketAddr) -> Result<std::net::TcpListener, ListenError> {
+    let fail = |source| ListenError { addr, source };
+    let socket =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        // Dual stack regardless of net.ipv6.bindv6only.
+        socket.set_only_v6(false).map_err(fail)?;
+    }
+    socket.set_reuse_address(true).map_err(fail)?;
+    socket.bind(&addr.into()).map_err(fail)?;
+    // Deep enough for a flood not to drop a load balancer's SYN (the kernel caps it at
+    // net.core.somaxconn).
+    socket.listen(4096).map_err(fail)?;
+    socket.set_nonblocking(true).map_err(fail)?;
+    Ok(socket.into())
+}
