@@ -224,11 +224,11 @@ impl WaitArgs {
     /// How long to wait: `--max-wait`, else the deprecated `--timeout`, else ten minutes. The
     /// second element says the deprecated name was used, for a warning.
     pub(crate) fn max_wait(&self) -> (Duration, bool) {
-        match (self.max_wait, self.old_timeout) {
-            (Some(limit), _) => (limit, false),
-            (None, Some(limit)) => (limit, true),
-            (None, None) => (DEFAULT_MAX_WAIT, false),
-        }
+        let limit = self
+            .max_wait
+            .or(self.old_timeout)
+            .unwrap_or(DEFAULT_MAX_WAIT);
+        (limit, self.old_timeout.is_some())
     }
 }
 

@@ -138,7 +138,7 @@ fn drain_wait_times_out_with_75_naming_what_is_left_and_stays_drained() {
         "drain",
         &[
             "--wait",
-            "--timeout",
+            "--max-wait",
             "1s",
             "--lb-interval",
             "100ms",
@@ -153,7 +153,44 @@ fn drain_wait_times_out_with_75_naming_what_is_left_and_stays_drained() {
         "{stderr}"
     );
     assert!(stderr.contains("(the node stays drained)"), "{stderr}");
+    assert!(!stderr.contains("deprecated"), "{stderr}");
     assert!(record(&s).is_some());
+}
+
+/// The waits' limit had the probe's name; scripts that still use it keep working, warned.
+#[test]
+fn the_old_names_of_the_waits_limit_still_work_with_a_warning() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let _agent = TcpStream::connect(s.stub.addr).unwrap();
+    let state_dir = s.state.path().display().to_string();
+    let by_env = common::pmcheck()
+        .args(["drain", "--wait", "--state-dir", &state_dir])
+        .args(["--lb-interval", "100ms", "--url", &url(&d)])
+        .env("PMCHECK_WAIT_TIMEOUT", "1s")
+        .output()
+        .unwrap();
+    let by_flag = s.pmcheck(
+        "undrain",
+        &[
+            "--wait",
+            "--timeout",
+            "1s",
+            "--max-wait",
+            "2s",
+            "--url",
+            "http://127.0.0.1:1/",
+        ],
+    );
+    for (out, gave_up) in [(&by_env, "gave up after 1s"), (&by_flag, "")] {
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(gave_up), "{stderr}");
+        assert!(
+            stderr.contains("deprecated: write --max-wait (PMCHECK_MAX_WAIT)"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(by_env.status.code(), Some(75), "{by_env:?}");
 }
 
 #[test]
