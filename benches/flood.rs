@@ -13,6 +13,11 @@
 //!     PMCHECK_BIN=/path/to/pmcheck cargo bench --bench flood   # another one
 //!     FLOOD_SECONDS=60 FLOOD_CONNECTIONS=5000 cargo bench --bench flood
 //!     FLOOD_PHASES=quiet,timewait FLOOD_TIMEWAIT=100000 FLOOD_JSON_CLIENTS=16 cargo bench --bench flood
+//!
+//! Two more phases: `spread`, the flood from 2,000 addresses with one connection each (no
+//! address holds the most, so shedding must go by what the connections do), and `garbage`, 200
+//! clients writing garbage to the agent port as fast as it is taken. In every phase a monitor
+//! also asks on two kept-alive connections from 127.0.0.4 (its columns after `max`).
 
 #[path = "../tests/common/flood.rs"]
 mod flood;
@@ -30,6 +35,7 @@ use flood::{Attack, Polls};
 struct Daemon {
     child: Child,
     addr: SocketAddr,
+    agent: SocketAddr,
     log_lines: Arc<AtomicUsize>,
     _state: tempfile::TempDir,
 }
@@ -50,6 +56,7 @@ fn start(bin: &str) -> Daemon {
     let mut child = Command::new("sh")
         .args(["-c", "ulimit -Sn 1024 && exec \"$0\" \"$@\"", bin, "serve"])
         .args(["--listen", "127.0.0.1:0", "--puppet-conf", "/dev/null"])
+        .args(["--agent-listen", "127.0.0.1:0"])
         .args([
             "--certname",
             "bench.example",
@@ -72,8 +79,10 @@ fn start(bin: &str) -> Daemon {
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             lines.fetch_add(1, Ordering::Relaxed);
-            if let Some(addr) = line.split("listening on ").nth(1) {
-                let _ = tx.send(addr.trim().parse::<SocketAddr>());
+            for (agent, needle) in [(false, "listening on "), (true, "agent checks on ")] {
+                if let Some(addr) = line.split(needle).nth(1) {
+                    let _ = tx.send((agent, addr.trim().parse::<SocketAddr>()));
+                }
             }
             if std::env::var_os("FLOOD_SHOW_LOG").is_some() {
                 eprintln!("  pmcheck: {line}");
@@ -83,12 +92,16 @@ fn start(bin: &str) -> Daemon {
     let mut daemon = Daemon {
         child,
         addr: "127.0.0.1:0".parse().expect("an address"),
+        agent: "127.0.0.1:0".parse().expect("an address"),
         log_lines,
         _state: state,
     };
-    match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(Ok(addr)) => daemon.addr = addr,
-        other => panic!("pmcheck did not say where it listens: {other:?}"),
+    for _ in 0..2 {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok((false, Ok(addr))) => daemon.addr = addr,
+            Ok((true, Ok(addr))) => daemon.agent = addr,
+            other => panic!("pmcheck did not say where it listens: {other:?}"),
+        }
     }
     daemon
 }
@@ -96,6 +109,8 @@ fn start(bin: &str) -> Daemon {
 struct Phase {
     name: String,
     polls: Polls,
+    /// A monitor's requests on two kept-alive connections from 127.0.0.4.
+    monitor: Polls,
     rss_kib: u64,
     fds: usize,
     log_lines: usize,
@@ -108,8 +123,17 @@ async fn phase(d: &Daemon, name: &str, seconds: u64, attack: Option<Attack>) -> 
     let logged = d.log_lines.load(Ordering::Relaxed);
     let attacking = attack.map(|a| a.spawn(until));
     let every = Duration::from_millis(10);
-    let (polls, (rss_kib, fds)) = tokio::join!(
+    let monitor: IpAddr = "127.0.0.4".parse().expect("an address");
+    let (polls, monitor, (rss_kib, fds)) = tokio::join!(
         flood::poll_like_haproxy(d.addr, lb, every, Duration::from_secs(2), until),
+        flood::monitor_keepalive(
+            d.addr,
+            monitor,
+            2,
+            Duration::from_millis(20),
+            Duration::from_secs(2),
+            until
+        ),
         flood::sample_process(d.child.id(), until),
     );
     let hostile = attacking
@@ -123,6 +147,7 @@ async fn phase(d: &Daemon, name: &str, seconds: u64, attack: Option<Attack>) -> 
     Phase {
         name: name.to_owned(),
         polls,
+        monitor,
         rss_kib,
         fds,
         log_lines: d.log_lines.load(Ordering::Relaxed) - logged,
@@ -253,13 +278,28 @@ fn main() {
     let d = start(&bin);
     println!("pmcheck {bin} on {} (pid {})", d.addr, d.child.id());
     let attack = Attack {
-        target: d.addr,
-        source: "127.0.0.1".parse().expect("an address"),
         idle: total * 2 / 5,
         slowloris: total * 3 / 10,
         pipeline: total - total * 2 / 5 - total * 3 / 10,
+        ..Attack::from(d.addr, "127.0.0.1".parse().expect("an address"))
     };
-    let wanted = std::env::var("FLOOD_PHASES").unwrap_or_else(|_| "quiet,flood,timewait".into());
+    // The same flood from 2,000 addresses, one connection each: no address holds the most.
+    let spread = Attack {
+        sources: 2000,
+        idle: 1200,
+        slowloris: 600,
+        pipeline: 200,
+        ..Attack::from(d.addr, "127.1.0.1".parse().expect("an address"))
+    };
+    // Clients that write garbage to the agent port as fast as it is taken.
+    let garbage = Attack {
+        sources: 200,
+        agent: Some(d.agent),
+        garbage: 200,
+        ..Attack::from(d.addr, "127.2.0.1".parse().expect("an address"))
+    };
+    let wanted = std::env::var("FLOOD_PHASES")
+        .unwrap_or_else(|_| "quiet,flood,spread,garbage,timewait".into());
     let wants = |name: &str| wanted.split(',').any(|w| w == name);
     let time_wait = env_number("FLOOD_TIMEWAIT", 100_000) as usize;
     let json = env_number("FLOOD_JSON_CLIENTS", 16) as usize;
@@ -272,6 +312,12 @@ fn main() {
         }
         if wants("flood") {
             phases.push(phase(&d, &format!("{total} hostile"), seconds, Some(attack)).await);
+        }
+        if wants("spread") {
+            phases.push(phase(&d, "2000 sources", seconds, Some(spread)).await);
+        }
+        if wants("garbage") {
+            phases.push(phase(&d, "200 garbage", seconds, Some(garbage)).await);
         }
         if wants("timewait") {
             let entries = tokio::task::spawn_blocking(move || make_time_wait(time_wait))
@@ -296,13 +342,16 @@ fn main() {
         phases
     });
     println!(
-        "\n{:<14} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
+        "\n{:<14} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>5} {:>9} {:>9} {:>7} {:>9} {:>9}",
         "phase",
         "polls",
         "lost",
         "p50",
         "p99",
         "max",
+        "monitor",
+        "lost",
+        "p99",
         "RSS KiB",
         "fds",
         "log lines",
@@ -311,13 +360,16 @@ fn main() {
     for p in &phases {
         let ms = |d: Duration| format!("{:.1}ms", d.as_secs_f64() * 1000.0);
         println!(
-            "{:<14} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}",
+            "{:<14} {:>6} {:>6} {:>9} {:>9} {:>9} {:>8} {:>5} {:>9} {:>9} {:>7} {:>9} {:>9}",
             p.name,
             p.polls.latencies.len(),
             p.polls.lost,
             ms(p.polls.quantile(0.5)),
             ms(p.polls.quantile(0.99)),
             ms(p.polls.quantile(1.0)),
+            p.monitor.latencies.len(),
+            p.monitor.lost,
+            ms(p.monitor.quantile(0.99)),
             p.rss_kib,
             p.fds,
             p.log_lines,

@@ -25,12 +25,17 @@ use tokio::net::TcpStream;
 use crate::health::decision::Decision;
 use crate::health::drain::DrainState;
 use crate::health::verdict::Verdict;
+use crate::responder::connections::Activity;
 
 /// How long the line may wait for the client to take it.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the connection stays open after the line, reading what the client still sends
 /// (`agent-send`), so that closing never resets it before the line is read.
 const LINGER: Duration = Duration::from_secs(2);
+/// The most read after the line: HAProxy's `agent-send` string fits in one check buffer
+/// (`tune.bufsize`, 16 KiB by default). A client that sends more is no load balancer; it is
+/// closed, its line long written.
+const SEND_LIMIT: usize = 16 * 1024;
 /// HAProxy keeps 128 bytes of a check's description, `via agent : down (` included.
 const DESCRIPTION: usize = 100;
 
@@ -82,20 +87,26 @@ pub fn line(decision: &Decision<'_>) -> String {
     line
 }
 
-/// Writes `line` to one agent-check connection, then closes it.
-pub async fn answer(mut stream: TcpStream, line: String) {
+/// Writes `line` to one agent-check connection, shuts down the writing side, reads what the
+/// client sends (at most [`SEND_LIMIT`], for at most [`LINGER`]) so that the close does not
+/// reset the line before HAProxy reads it, then closes. `taken` is told once the line is out.
+pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) {
     let _ = stream.set_nodelay(true);
     match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(line.as_bytes())).await {
-        Ok(Ok(())) => {}
+        Ok(Ok(())) => taken.asked(),
         // Gone, or never reading: nothing more to say.
         _ => return,
     }
     let _ = stream.shutdown().await;
-    let mut sink = [0u8; 512];
+    let mut sink = [0u8; 4096];
+    let mut read = 0;
     let _ = tokio::time::timeout(LINGER, async {
-        while let Ok(n) = stream.read(&mut sink).await
+        while read < SEND_LIMIT
+            && let Ok(n) = stream.read(&mut sink).await
             && n > 0
-        {}
+        {
+            read += n;
+        }
     })
     .await;
 }

@@ -2,13 +2,21 @@
 //! table is full.
 //!
 //! A health checker that can be knocked over takes the whole pool with it, so a new connection
-//! is always accepted at once (nothing waits in the kernel's accept queue) and, past a limit, the
-//! oldest connection of the source holding the most is closed. A flood from one address sheds
-//! its own connections; a load balancer's check, short-lived and from another address, is not
-//! touched. The table stays below the process's descriptor limit, which is raised at start.
+//! is always accepted at once (nothing waits in the kernel's accept queue) and, past a limit,
+//! another is closed: the one that behaves least like a load balancer. In order, a connection
+//! that never sent a complete request, one whose answers the client does not read (of an
+//! address holding more than a monitor would first, then the oldest or stalled longest), one from an
+//! address that is not a regular poller ([`crate::responder::pollers::REGULAR`]) and one from a
+//! regular poller (idle longest first).
+//! A load balancer's check sends its request at once and reads the answer, and a monitor's
+//! kept-alive connection asks again every few seconds, so neither is closed while a flood,
+//! from one address or from thousands, holds connections that do neither. A source at its own
+//! limit sheds its own connection by the same order. The table stays below the process's
+//! descriptor limit, which is raised at start.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -69,6 +77,50 @@ impl Limits {
 pub struct Connections {
     limits: Limits,
     table: Mutex<Table>,
+    /// The origin of the times in each [`Activity`].
+    epoch: Instant,
+}
+
+/// What a connection has done, as shedding reads it: written by the connection's task without
+/// taking the table's lock.
+#[derive(Debug)]
+pub struct Activity {
+    epoch: Instant,
+    /// When the last complete request arrived, in ms after `epoch` plus one; 0 for none yet.
+    asked: AtomicU64,
+    /// Since when a write has waited for the client to read, in ms after `epoch` plus one; 0
+    /// while none waits.
+    stalled: AtomicU64,
+}
+
+impl Activity {
+    fn new(epoch: Instant) -> Self {
+        Self {
+            epoch,
+            asked: AtomicU64::new(0),
+            stalled: AtomicU64::new(0),
+        }
+    }
+
+    fn stamp(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis())
+            .unwrap_or(u64::MAX - 1)
+            .saturating_add(1)
+    }
+
+    /// A complete request arrived (or, on the agent port, the line was taken).
+    pub fn asked(&self) {
+        self.asked.store(self.stamp(), Ordering::Relaxed);
+    }
+
+    /// A write waits for the client (`true`), or went through (`false`).
+    pub fn stalled(&self, waiting: bool) {
+        if !waiting {
+            self.stalled.store(0, Ordering::Relaxed);
+        } else if self.stalled.load(Ordering::Relaxed) == 0 {
+            self.stalled.store(self.stamp(), Ordering::Relaxed);
+        }
+    }
 }
 
 struct Table {
@@ -81,8 +133,34 @@ struct Table {
 
 struct Live {
     source: IpAddr,
+    /// The source was a regular poller when the connection was accepted.
+    regular: bool,
+    activity: Arc<Activity>,
     /// Dropping it tells the connection's task to close the socket.
     _close: oneshot::Sender<()>,
+}
+
+/// More connections than any load balancer or monitor holds from one address: HAProxy opens
+/// one per check, a monitor keeps one or two alive.
+const HEAVY: usize = 8;
+
+impl Live {
+    /// Which connection goes first: the least like a load balancer's; among those that never
+    /// asked or do not read, one from an address holding more than [`HEAVY`] (`held`); then
+    /// the longest in that state (ids grow with time, so a never-asked connection's id is its
+    /// age). A load balancer's new connection has not asked yet either, but a flood from one
+    /// address cannot push it out by numbers: the flood's own connections go first.
+    fn rank(&self, id: u64, held: usize) -> (u8, bool, u64) {
+        let asked = self.activity.asked.load(Ordering::Relaxed);
+        let stalled = self.activity.stalled.load(Ordering::Relaxed);
+        let light = held <= HEAVY;
+        match (asked, stalled) {
+            (0, _) => (0, light, id),
+            (_, 1..) => (1, light, stalled),
+            _ if !self.regular => (2, false, asked),
+            _ => (3, false, asked),
+        }
+    }
 }
 
 /// A place in the table, given back when dropped. `shed` resolves when the connection must
@@ -91,6 +169,8 @@ pub struct Ticket {
     id: u64,
     connections: Arc<Connections>,
     pub shed: oneshot::Receiver<()>,
+    /// What the connection does, for the shedding order.
+    pub activity: Arc<Activity>,
 }
 
 impl Drop for Ticket {
@@ -109,6 +189,7 @@ impl Connections {
                 per_source: HashMap::new(),
                 shed: Throttle::new(LOG_EVERY),
             }),
+            epoch: Instant::now(),
         })
     }
 
@@ -122,21 +203,18 @@ impl Connections {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Enters a new connection from `source`, closing another first when a limit is reached.
-    pub fn admit(self: &Arc<Self>, source: IpAddr) -> Ticket {
+    /// Enters a new connection from `source` (`regular`: a regular poller), closing another
+    /// first when a limit is reached.
+    pub fn admit(self: &Arc<Self>, source: IpAddr, regular: bool) -> Ticket {
         let source = source.to_canonical();
         let (close, closed) = oneshot::channel();
+        let activity = Arc::new(Activity::new(self.epoch));
         let mut table = self.lock();
         let from_source = table.per_source.get(&source).copied().unwrap_or(0);
-        let victim = if from_source >= self.limits.per_source {
-            Some(source)
+        if from_source >= self.limits.per_source {
+            table.shed(Some(source), self.limits);
         } else if table.live.len() >= self.limits.total {
-            table.heaviest()
-        } else {
-            None
-        };
-        if let Some(victim) = victim {
-            table.evict_oldest(victim, self.limits);
+            table.shed(None, self.limits);
         }
         let id = table.next;
         table.next += 1;
@@ -144,6 +222,8 @@ impl Connections {
             id,
             Live {
                 source,
+                regular,
+                activity: Arc::clone(&activity),
                 _close: close,
             },
         );
@@ -152,33 +232,33 @@ impl Connections {
             id,
             connections: Arc::clone(self),
             shed: closed,
+            activity,
         }
     }
 }
 
 impl Table {
-    fn heaviest(&self) -> Option<IpAddr> {
-        self.per_source
-            .iter()
-            .max_by_key(|(_, count)| **count)
-            .map(|(source, _)| *source)
-    }
-
-    fn evict_oldest(&mut self, source: IpAddr, limits: Limits) {
-        let Some(id) = self
+    /// Closes the connection least like a load balancer's, of `source` only when given.
+    fn shed(&mut self, source: Option<IpAddr>, limits: Limits) {
+        let Some((id, victim)) = self
             .live
             .iter()
-            .find(|(_, live)| live.source == source)
-            .map(|(id, _)| *id)
+            .filter(|(_, live)| source.is_none_or(|s| live.source == s))
+            .min_by_key(|(id, live)| {
+                let held = self.per_source.get(&live.source).copied().unwrap_or(0);
+                live.rank(**id, held)
+            })
+            .map(|(id, live)| (*id, live.source))
         else {
             return;
         };
-        let held = self.per_source.get(&source).copied().unwrap_or(0);
+        let held = self.per_source.get(&victim).copied().unwrap_or(0);
         self.release(id);
         if let Some(count) = self.shed.hit(Instant::now()) {
             tracing::warn!(
-                "connection limit reached ({} in all, {} per source): closed {count} oldest \
-                 connection(s) in the last {}s, the latest from {source}, which held {held}",
+                "connection limit reached ({} in all, {} per source): closed {count} \
+                 connection(s) in the last {}s that sent no request, did not read their \
+                 answers or were idle longest, the latest from {victim}, which held {held}",
                 limits.total,
                 limits.per_source,
                 LOG_EVERY.as_secs()
@@ -245,10 +325,10 @@ mod tests {
             total: 10,
             per_source: 2,
         });
-        let mut first = table.admit(ip("10.0.0.1"));
-        let _second = table.admit(ip("10.0.0.1"));
-        let mut other = table.admit(ip("10.0.0.2"));
-        let _third = table.admit(ip("10.0.0.1"));
+        let mut first = table.admit(ip("10.0.0.1"), false);
+        let _second = table.admit(ip("10.0.0.1"), false);
+        let mut other = table.admit(ip("10.0.0.2"), false);
+        let _third = table.admit(ip("10.0.0.1"), false);
         assert!(
             first
                 .shed
@@ -264,33 +344,68 @@ mod tests {
         assert_eq!(table.open(), 3);
     }
 
+    fn closed(ticket: &mut Ticket) -> bool {
+        ticket
+            .shed
+            .try_recv()
+            .is_err_and(|e| e == oneshot::error::TryRecvError::Closed)
+    }
+
+    /// Spread over thousands of addresses, a flood holds one connection per address: the
+    /// order sheds what a load balancer never does, whatever the addresses.
     #[test]
-    fn a_full_table_sheds_from_the_heaviest_source() {
+    fn a_full_table_sheds_what_a_load_balancer_never_does() {
         let table = Connections::new(Limits {
-            total: 4,
-            per_source: 4,
+            total: 5,
+            per_source: 5,
         });
-        let mut lb = table.admit(ip("10.0.0.9"));
-        let mut flood: Vec<_> = (0..3).map(|_| table.admit(ip("10.0.0.1"))).collect();
-        let _new_lb_poll = table.admit(ip("::ffff:10.0.0.9"));
-        assert_eq!(table.open(), 4);
-        assert!(
-            lb.shed
-                .try_recv()
-                .is_err_and(|e| e == oneshot::error::TryRecvError::Empty)
-        );
-        assert!(
-            flood[0]
-                .shed
-                .try_recv()
-                .is_err_and(|e| e == oneshot::error::TryRecvError::Closed)
-        );
-        assert!(
-            flood[1]
-                .shed
-                .try_recv()
-                .is_err_and(|e| e == oneshot::error::TryRecvError::Empty)
-        );
+        let mut monitor = table.admit(ip("10.0.0.4"), true);
+        let mut lb = table.admit(ip("10.0.0.9"), false);
+        let mut reader = table.admit(ip("10.0.1.1"), false);
+        let mut stalled = table.admit(ip("10.0.1.2"), false);
+        let mut idle = table.admit(ip("10.0.1.3"), false);
+        monitor.activity.asked();
+        reader.activity.asked();
+        stalled.activity.asked();
+        stalled.activity.stalled(true);
+        lb.activity.asked();
+        // Full: the connection that never asked goes first, although it is the newest.
+        let next = table.admit(ip("10.0.1.4"), false);
+        assert!(closed(&mut idle));
+        next.activity.asked();
+        // Then the one whose client does not read its answers.
+        let last = table.admit(ip("10.0.1.5"), false);
+        assert!(closed(&mut stalled));
+        last.activity.asked();
+        // Among those that asked, an unknown address idle longest, never the regular poller.
+        std::thread::sleep(Duration::from_millis(3));
+        for ticket in [&lb, &next, &last] {
+            ticket.activity.asked();
+        }
+        let _newcomer = table.admit(ip("10.0.1.6"), false);
+        assert!(closed(&mut reader), "the unknown address idle longest");
+        assert!(!closed(&mut monitor), "a regular poller is shed last");
+        assert!(!closed(&mut lb));
+        assert_eq!(table.open(), 5);
+    }
+
+    #[test]
+    fn a_stalled_write_that_went_through_no_longer_counts() {
+        let table = Connections::new(Limits {
+            total: 2,
+            per_source: 2,
+        });
+        let mut first = table.admit(ip("10.0.0.1"), false);
+        let mut second = table.admit(ip("10.0.0.2"), false);
+        first.activity.asked();
+        first.activity.stalled(true);
+        first.activity.stalled(false);
+        std::thread::sleep(Duration::from_millis(3));
+        second.activity.asked();
+        second.activity.stalled(true);
+        let _third = table.admit(ip("10.0.0.3"), false);
+        assert!(closed(&mut second));
+        assert!(!closed(&mut first));
     }
 
     #[test]
@@ -299,8 +414,8 @@ mod tests {
             total: 2,
             per_source: 2,
         });
-        let a = table.admit(ip("10.0.0.1"));
-        let b = table.admit(ip("10.0.0.2"));
+        let a = table.admit(ip("10.0.0.1"), false);
+        let b = table.admit(ip("10.0.0.2"), false);
         drop((a, b));
         assert_eq!(table.open(), 0);
         assert!(table.lock().per_source.is_empty());

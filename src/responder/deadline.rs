@@ -7,8 +7,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+use crate::responder::connections::Activity;
 
 /// Wraps a stream; a write, flush or shutdown that cannot progress for `limit` fails with
 /// `TimedOut`, which ends the connection.
@@ -18,6 +22,8 @@ pub struct WriteDeadline<S> {
     /// Armed while a write waits; allocated at the first stall only.
     stall: Option<Pin<Box<Sleep>>>,
     armed: bool,
+    /// Told when a write starts and stops waiting, for the shedding order.
+    activity: Option<Arc<Activity>>,
 }
 
 impl<S> WriteDeadline<S> {
@@ -27,7 +33,14 @@ impl<S> WriteDeadline<S> {
             limit,
             stall: None,
             armed: false,
+            activity: None,
         }
+    }
+
+    /// Also tells `activity` when a write waits for the client and when it went through.
+    pub fn telling(mut self, activity: Arc<Activity>) -> Self {
+        self.activity = Some(activity);
+        self
     }
 
     /// Turns a pending write into an error once it has waited for `limit`.
@@ -37,6 +50,11 @@ impl<S> WriteDeadline<S> {
         result: Poll<io::Result<T>>,
     ) -> Poll<io::Result<T>> {
         if result.is_ready() {
+            if self.armed
+                && let Some(activity) = &self.activity
+            {
+                activity.stalled(false);
+            }
             self.armed = false;
             return result;
         }
@@ -47,6 +65,9 @@ impl<S> WriteDeadline<S> {
         if !self.armed {
             stall.as_mut().reset(deadline);
             self.armed = true;
+            if let Some(activity) = &self.activity {
+                activity.stalled(true);
+            }
         }
         match stall.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(Err(io::Error::new(

@@ -8,6 +8,7 @@ pub(crate) mod connections;
 pub(crate) mod deadline;
 pub mod http;
 pub(crate) mod inetd;
+pub(crate) mod listener;
 pub mod metrics;
 pub mod node;
 pub mod pollers;

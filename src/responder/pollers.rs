@@ -185,6 +185,13 @@ impl Pollers {
         }
     }
 
+    /// `address` is a regular poller now: the connection table sheds its connections last.
+    pub fn is_regular(&self, address: IpAddr, now: Instant) -> bool {
+        let address = address.to_canonical();
+        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        (table.pollers.iter()).any(|p| p.address == address && p.regular(now))
+    }
+
     /// Notes that `poll.address` was just told `poll.verdict`.
     pub fn record(&self, poll: Poll<'_>, now: Instant) {
         let address = poll.address.to_canonical();

@@ -15,11 +15,20 @@ use tokio::net::{TcpSocket, TcpStream};
 /// HAProxy's `option httpchk` request.
 pub const CHECK: &[u8] = b"OPTIONS / HTTP/1.0\r\n\r\n";
 
-/// Hostile connections from one address, each reconnecting as soon as it is closed.
+/// Hostile connections, each reconnecting as soon as it is closed: from `source`, or spread
+/// over `sources` loopback addresses from it on (one address per connection, a botnet's shape).
 #[derive(Debug, Clone, Copy)]
 pub struct Attack {
     pub target: SocketAddr,
     pub source: IpAddr,
+    /// How many addresses, from `source` on, the connections come from (1: all from `source`).
+    pub sources: u32,
+    /// Where the garbage writers connect: an agent-check port.
+    pub agent: Option<SocketAddr>,
+    /// Write garbage to the agent port as fast as it is taken.
+    pub garbage: usize,
+    /// How long a closed connection waits before it connects again.
+    pub pause: Duration,
     /// Connect and send nothing.
     pub idle: usize,
     /// Send a request line, then a header byte a second.
@@ -76,14 +85,53 @@ impl Attack {
             (Kind::Idle, self.idle),
             (Kind::Slowloris, self.slowloris),
             (Kind::Pipeline, self.pipeline),
+            (
+                Kind::Garbage,
+                if self.agent.is_some() {
+                    self.garbage
+                } else {
+                    0
+                },
+            ),
         ];
-        for (kind, n) in kinds {
-            for _ in 0..n {
-                tasks.spawn(hostile(self, kind, until, Arc::clone(&counts)));
+        let mut n = 0;
+        for (kind, count) in kinds {
+            for _ in 0..count {
+                let source = self.nth_source(n);
+                n += 1;
+                tasks.spawn(hostile(self, source, kind, until, Arc::clone(&counts)));
             }
         }
         while tasks.join_next().await.is_some() {}
         counts
+    }
+}
+
+impl Attack {
+    /// From `source`, all of them (the default shape).
+    pub fn from(target: SocketAddr, source: IpAddr) -> Self {
+        Self {
+            target,
+            source,
+            sources: 1,
+            agent: None,
+            garbage: 0,
+            pause: Duration::from_millis(10),
+            idle: 0,
+            slowloris: 0,
+            pipeline: 0,
+        }
+    }
+
+    /// The address of the `n`th connection: `source` plus `n` modulo `sources` (IPv4).
+    fn nth_source(&self, n: usize) -> IpAddr {
+        match self.source {
+            IpAddr::V4(v4) if self.sources > 1 => {
+                let step = u32::try_from(n).unwrap_or(0) % self.sources;
+                IpAddr::V4((u32::from(v4) + step).into())
+            }
+            other => other,
+        }
     }
 }
 
@@ -92,17 +140,29 @@ enum Kind {
     Idle,
     Slowloris,
     Pipeline,
+    /// Writes garbage to the agent port and never stops.
+    Garbage,
 }
 
 /// One hostile connection, again and again until `until`.
-async fn hostile(attack: Attack, kind: Kind, until: Instant, counts: Arc<AttackCounts>) {
+async fn hostile(
+    attack: Attack,
+    source: IpAddr,
+    kind: Kind,
+    until: Instant,
+    counts: Arc<AttackCounts>,
+) {
     let deadline = tokio::time::Instant::from_std(until);
+    let target = match kind {
+        Kind::Garbage => attack.agent.unwrap_or(attack.target),
+        _ => attack.target,
+    };
     while Instant::now() < until {
         let Ok(Ok(mut stream)) =
-            tokio::time::timeout_at(deadline, connect_from(attack.source, attack.target)).await
+            tokio::time::timeout_at(deadline, connect_from(source, target)).await
         else {
             counts.failed.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(attack.pause).await;
             continue;
         };
         counts.connected.fetch_add(1, Ordering::Relaxed);
@@ -111,7 +171,7 @@ async fn hostile(attack: Attack, kind: Kind, until: Instant, counts: Arc<AttackC
             counts.closed_by_server.fetch_add(1, Ordering::Relaxed);
         }
         // Not a spin: the next connection waits a moment.
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(attack.pause).await;
     }
 }
 
@@ -140,6 +200,88 @@ async fn abuse(stream: &mut TcpStream, kind: Kind) {
         Kind::Pipeline => {
             let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
             while stream.write_all(&request).await.is_ok() {}
+        }
+        Kind::Garbage => {
+            let garbage = [b'x'; 512];
+            while stream.write_all(&garbage).await.is_ok() {}
+        }
+    }
+}
+
+/// A monitor that keeps `connections` connections alive and asks on each in turn, every
+/// `every` until `until` (`GET /` over HTTP/1.1). A request not answered within `timeout`, or
+/// a connection closed under it, counts as lost (and the connection is opened again).
+pub async fn monitor_keepalive(
+    target: SocketAddr,
+    source: IpAddr,
+    connections: usize,
+    every: Duration,
+    timeout: Duration,
+    until: Instant,
+) -> Polls {
+    let mut polls = Polls::default();
+    let mut open: Vec<Option<TcpStream>> = (0..connections).map(|_| None).collect();
+    let mut turn = 0;
+    while Instant::now() < until {
+        let started = Instant::now();
+        let slot = &mut open[turn % connections];
+        turn += 1;
+        let asked = tokio::time::timeout(timeout, async {
+            if slot.is_none() {
+                *slot = Some(connect_from(source, target).await?);
+            }
+            let stream = slot
+                .as_mut()
+                .ok_or_else(|| io::Error::other("no connection"))?;
+            ask_keepalive(stream).await
+        })
+        .await;
+        match asked {
+            Ok(Ok(status)) => {
+                polls.latencies.push(started.elapsed());
+                polls.statuses.push(status);
+            }
+            _ => {
+                polls.lost += 1;
+                *slot = None;
+            }
+        }
+        tokio::time::sleep_until(tokio::time::Instant::from_std(started + every)).await;
+    }
+    polls
+}
+
+/// One keep-alive request and its whole answer (headers and `Content-Length` body).
+async fn ask_keepalive(stream: &mut TcpStream) -> io::Result<u16> {
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: pmcheck\r\nUser-Agent: monitor\r\n\r\n")
+        .await?;
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        let n = stream.read(&mut buf).await?;
+        if n == 0 {
+            return Err(io::Error::other("closed"));
+        }
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer);
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_owned())
+                })
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| io::Error::other("no content-length"))?;
+            if body.len() >= length {
+                return head
+                    .split(' ')
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| io::Error::other("no status line"));
+            }
         }
     }
 }
