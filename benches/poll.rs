@@ -17,7 +17,7 @@ use pmcheck::health::drain_file::DrainFile;
 use pmcheck::health::verdict::Verdict;
 use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
-use pmcheck::puppet::probe::{ProbeOutcome, ProbeReport};
+use pmcheck::puppet::report::{ProbeOutcome, ProbeReport};
 use pmcheck::responder::node::{Feeds, Node};
 use tokio::sync::watch;
 

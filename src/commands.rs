@@ -1,30 +1,23 @@
 //! The subcommands: the one place that turns clap's structs into settings and errors into
 //! exit codes.
 
-use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant, SystemTime};
+use std::io::IsTerminal;
+use std::time::Duration;
 
 use clap::ArgMatches;
 use clap::parser::ValueSource;
 use thiserror::Error;
 
-use crate::cli::{Cli, Command, CycleArgs, DrainArgs, Generate, StatusArgs, UndrainArgs, WaitArgs};
+use crate::cli::{Cli, Command, CycleArgs, Generate, StatusArgs};
 use crate::exit::Exit;
-use crate::health::decision::{Decision, Rules};
-use crate::health::drain::DrainRecord;
-use crate::health::drain_file::{Change, DrainError, DrainFile};
-use crate::health::holders::{Holder, Kind};
-use crate::health::verdict::Verdict;
-use crate::health::weight::Rejoin;
-use crate::operator::assessment::{Goal, Wait};
 use crate::operator::cycle::{self, Cycle, CycleError};
-use crate::operator::wait::{self, LastServer, WaitError};
-use crate::operator::{daemon, manual, status};
-use crate::puppet::probe::{ProbeOutcome, ProbeTarget, Prober};
+use crate::operator::drain::{self, ChangeError, wait_settings};
+use crate::operator::wait::WaitError;
+use crate::operator::{check, daemon, manual, run_single_threaded, runtime, status};
+use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
 use crate::responder::{inetd, server, signals, systemd};
 use crate::settings::{Daemon, Given, Host, Setting, Settings, SettingsError, Source};
-use crate::text::seconds;
 
 /// Why a command failed; each becomes its exit code in [`Error::exit`].
 #[derive(Debug, Error)]
@@ -35,29 +28,18 @@ pub enum Error {
     /// A listen address cannot be bound.
     #[error(transparent)]
     Listen(#[from] ListenError),
-    /// The drain record cannot be written or removed.
+    /// `drain` or `undrain` failed.
     #[error(transparent)]
-    Drain(#[from] DrainError),
+    Change(#[from] ChangeError),
     /// The daemon cannot be asked.
     #[error(transparent)]
     Status(#[from] daemon::StatusError),
     /// systemd's sockets are unusable.
     #[error(transparent)]
     Systemd(#[from] systemd::SystemdError),
-    /// `--wait` did not see its goal reached.
-    #[error(transparent)]
-    Wait(#[from] WaitError),
     /// `cycle` stopped before the end.
     #[error(transparent)]
     Cycle(#[from] CycleError),
-    /// A load balancer says this node is the last server taking traffic.
-    #[error(transparent)]
-    LastServer(#[from] LastServer),
-    /// `undrain` without `--force` while running cycles hold the node.
-    #[error(
-        "refused: the node is held drained by {0}, which undrains it when done (if nobody else holds it); `pmcheck undrain --force` undrains now, and the cycle then leaves the node as it finds it"
-    )]
-    Held(String),
     /// Any other system error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -69,11 +51,14 @@ impl Error {
         match self {
             Error::Settings(_) => Exit::Config,
             Error::Listen(e) => e.exit(),
-            Error::Drain(_) => Exit::CantCreate,
+            Error::Change(e) => match e {
+                ChangeError::Drain(_) => Exit::CantCreate,
+                ChangeError::Wait(e) => wait_exit(e),
+                ChangeError::LastServer(_) | ChangeError::Held(_) => Exit::Refused,
+                ChangeError::Io(_) => Exit::OsErr,
+            },
             Error::Status(_) => Exit::Warning,
             Error::Systemd(_) | Error::Io(_) => Exit::OsErr,
-            Error::Wait(e) => wait_exit(e),
-            Error::LastServer(_) | Error::Held(_) => Exit::Refused,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
                 CycleError::Drain(_) => Exit::CantCreate,
@@ -120,15 +105,15 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
                 .map(|()| Exit::Ok)
                 .map_err(Error::from)
         }
-        Command::Check(_) => return check(&given()),
+        Command::Check(_) => return check::check(&given()),
         Command::Config(_) => Settings::resolve(&given(), &Host::REAL)
             .map(|s| {
                 print!("{s}");
                 Exit::Ok
             })
             .map_err(Error::from),
-        Command::Drain(args) => drain(args),
-        Command::Undrain(args) => undrain(args),
+        Command::Drain(args) => drain::drain(args).map(|()| Exit::Ok).map_err(Error::from),
+        Command::Undrain(args) => drain::undrain(args).map(|()| Exit::Ok).map_err(Error::from),
         Command::Cycle(args) => cycle_command(args),
         Command::Status(args) => status_command(args),
         Command::Generate(args) => generate(args.what),
@@ -263,27 +248,6 @@ fn init_logging() {
     };
 }
 
-fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {
-    if multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    }
-}
-
-/// Runs a short command on one thread, and does not wait for a blocking task left behind (the
-/// stdin reader of `inetd`, which only returns when the client sends more).
-fn run_single_threaded<F: std::future::Future>(future: F) -> std::io::Result<F::Output> {
-    let rt = runtime(false)?;
-    let output = rt.block_on(future);
-    rt.shutdown_timeout(Duration::from_millis(100));
-    Ok(output)
-}
-
 fn serve(given: &Given) -> Result<Exit, Error> {
     let settings = Settings::resolve(given, &Host::REAL)?;
     let Some(daemon) = &settings.daemon else {
@@ -328,237 +292,6 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     })?;
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(Exit::Ok)
-}
-
-/// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, Puppet healthy),
-/// 2 CRITICAL (Puppet unhealthy), 3 UNKNOWN (bad settings, unreadable drain state).
-fn check(given: &Given) -> Exit {
-    let settings = match Settings::resolve(given, &Host::REAL) {
-        Ok(s) => s,
-        Err(e) => {
-            println!("PMCHECK UNKNOWN - {e}");
-            return Exit::Unknown;
-        }
-    };
-    let report = match run_single_threaded(async {
-        Prober::new(ProbeTarget::of(&settings)).probe().await
-    }) {
-        Ok(report) => report,
-        Err(e) => {
-            println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
-            return Exit::Unknown;
-        }
-    };
-    let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
-    let decision = Decision::decide(
-        &drain,
-        Some(&report),
-        Rejoin::Steady,
-        Instant::now(),
-        &Rules::ONCE,
-    );
-    let (label, code) = match (decision.verdict, &report.outcome) {
-        (Verdict::Unknown | Verdict::Starting, _) | (_, ProbeOutcome::CannotTell(_)) => {
-            ("UNKNOWN", Exit::Unknown)
-        }
-        (_, ProbeOutcome::Unhealthy(_) | ProbeOutcome::NotReady(_)) => ("CRITICAL", Exit::Critical),
-        (Verdict::Drained, _) => ("WARNING", Exit::Warning),
-        _ => ("OK", Exit::Ok),
-    };
-    let mut perfdata = format!("time={:.3}s;;;0", report.latency.as_secs_f64());
-    if let Some(pool) = &report.pool {
-        perfdata.push(' ');
-        perfdata.push_str(&pool_perfdata(pool, decision.weight));
-    }
-    println!("PMCHECK {label} - {} | {perfdata}", decision.reason);
-    code
-}
-
-/// The pool as monitoring-plugin performance data: gauges with their bounds, counters as `c`.
-fn pool_perfdata(pool: &crate::puppet::pool::Pool, weight: u8) -> String {
-    let size = pool.size;
-    format!(
-        "jrubies_free={};;;0;{size} jrubies_borrowed={};;;0;{size} jrubies_waiting={};;;0 \
-         average_wait={}ms;;;0 average_borrow={}ms;;;0 queue_limit_hits={}c borrow_timeouts={}c \
-         weight={weight}%;;;0;100",
-        pool.free,
-        pool.borrowed,
-        pool.waiting,
-        pool.average_wait_ms,
-        pool.average_borrow_ms,
-        pool.queue_limit_hits,
-        pool.borrow_timeouts,
-    )
-}
-
-fn drain(args: DrainArgs) -> Result<Exit, Error> {
-    let how = wait_settings(&args.waiting, &args.state);
-    let forced = run_single_threaded(wait::guard_last_server(&how, args.force))??;
-    let file = DrainFile::new(&args.state.state_dir);
-    let mine = Holder::drain(args.reason, args.for_, SystemTime::now());
-    let (previous, others) = file.update(|current| {
-        let now = SystemTime::now();
-        let mut held: Vec<Holder> = (current.as_ref())
-            .and_then(|d| d.record.as_ref())
-            .map(DrainRecord::holders)
-            .unwrap_or_default();
-        held.retain(|h| h.kind != Kind::Drain && !h.expired_at(now));
-        let others = held.clone();
-        held.push(mine.clone());
-        match DrainRecord::held_by(held, forced) {
-            Some(record) => (Change::Write(record), (current, others)),
-            None => (Change::Keep, (current, others)),
-        }
-    })?;
-    let mut out = std::io::stdout().lock();
-    if let Some(previous) = previous.filter(|p| {
-        p.record
-            .as_ref()
-            .is_none_or(|r| r.holders().iter().any(|h| h.kind == Kind::Drain))
-    }) {
-        writeln!(out, "replaced the previous drain: {}", previous.describe())?;
-    }
-    let until = mine
-        .until
-        .as_deref()
-        .map(|u| format!(" until {u}"))
-        .unwrap_or_default();
-    writeln!(
-        out,
-        "drained: {} (by {} since {}{until}); wrote {}",
-        mine.what,
-        mine.by,
-        mine.since,
-        file.path().display()
-    )?;
-    for other in &others {
-        writeln!(out, "also held by {}", other.describe())?;
-    }
-    drop(out);
-    if !args.wait {
-        match run_single_threaded(daemon::daemon_answer(&how, true))? {
-            Ok(said) => println!(
-                "{said}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks. `pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
-            ),
-            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
-        }
-        return Ok(Exit::Ok);
-    }
-    let done = wait_for(Goal::Drained, &how).map_err(|e| annotate(e, "the node stays drained"))?;
-    println!(
-        "safe to stop Puppet Server after {}: {}",
-        seconds(done.waited),
-        done.summary
-    );
-    for warning in &done.warnings {
-        eprintln!("pmcheck: warning: {warning}");
-    }
-    Ok(Exit::Ok)
-}
-
-/// How the waits ask the daemon about the drain record in `state`, from the command line.
-fn wait_settings(args: &WaitArgs, state: &crate::cli::StateArgs) -> Wait {
-    let (max_wait, deprecated) = args.max_wait();
-    if deprecated {
-        eprintln!(
-            "pmcheck: warning: --timeout (PMCHECK_WAIT_TIMEOUT) of drain, undrain and cycle is deprecated: write --max-wait (PMCHECK_MAX_WAIT); --timeout is the probe's deadline elsewhere"
-        );
-    }
-    Wait {
-        url: args.url.clone(),
-        max_wait,
-        polls: args.polls,
-        lb_interval: args.lb_interval,
-        drain_file: Some(DrainFile::new(&state.state_dir).resolved()),
-    }
-}
-
-/// Runs one wait on its own runtime; a signal ends the process as usual.
-fn wait_for(goal: Goal, how: &Wait) -> Result<wait::Done, Error> {
-    Ok(run_single_threaded(wait::wait(
-        goal,
-        how,
-        std::future::pending(),
-    ))??)
-}
-
-/// A timed-out wait's error, with what became of the node (the line before said what was
-/// written, so a daemon that cannot be reached needs no more).
-fn annotate(e: Error, left: &str) -> Error {
-    match e {
-        Error::Wait(WaitError::TimedOut { waited, pending }) => Error::Wait(WaitError::TimedOut {
-            waited,
-            pending: format!("{pending} ({left})"),
-        }),
-        other => other,
-    }
-}
-
-fn undrain(args: UndrainArgs) -> Result<Exit, Error> {
-    let state = args.state;
-    let file = DrainFile::new(&state.state_dir);
-    let force = args.force;
-    let outcome = file.update(|current| {
-        let Some(drain) = current else {
-            return (Change::Keep, Undrain::NotDrained);
-        };
-        let held = drain
-            .record
-            .as_ref()
-            .map(DrainRecord::holders)
-            .unwrap_or_default();
-        let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
-        if !running.is_empty() && !force {
-            return (Change::Keep, Undrain::Held(running));
-        }
-        (Change::Remove, Undrain::Removed(drain, held))
-    })?;
-    match outcome {
-        Undrain::NotDrained => println!(
-            "not drained: there is no {}; nothing to do",
-            file.path().display()
-        ),
-        Undrain::Held(running) => {
-            let held: Vec<String> = running.iter().map(Holder::describe).collect();
-            return Err(Error::Held(held.join(", ")));
-        }
-        Undrain::Removed(previous, held) => {
-            println!(
-                "undrained: removed {} (was: {})",
-                file.path().display(),
-                previous.describe()
-            );
-            for h in held.iter().filter(|h| h.kind != Kind::Drain) {
-                println!("let go of {}", h.describe());
-            }
-        }
-    }
-    let how = wait_settings(&args.waiting, &state);
-    if !args.wait {
-        match run_single_threaded(daemon::daemon_answer(&how, false))? {
-            Ok(said) => println!("{said}"),
-            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
-        }
-    } else {
-        let done =
-            wait_for(Goal::Undrained, &how).map_err(|e| annotate(e, "the node is undrained"))?;
-        println!(
-            "back in rotation after {}: {}",
-            seconds(done.waited),
-            done.summary
-        );
-    }
-    Ok(Exit::Ok)
-}
-
-/// What `undrain` found.
-enum Undrain {
-    /// No record.
-    NotDrained,
-    /// Running cycles hold the node, and no `--force`.
-    Held(Vec<Holder>),
-    /// The record was removed: what it was, and who held it.
-    Removed(crate::health::drain::Drain, Vec<Holder>),
 }
 
 fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {

@@ -1,26 +1,51 @@
 //! pmcheck: tells HAProxy whether this Puppet Server compile master may receive agent traffic.
 //!
+//! The layers, each importing only the ones below it: [`cli`] and [`commands`] (the command
+//! line), `operator` (what a person runs: `status`, the waits, `cycle`), [`responder`] (the
+//! daemon and its listeners), [`health`] (drain record, decision, verdict), [`puppet`] (this
+//! host's identity, the probe, the pool), [`settings`], and at the bottom [`exit`], the file
+//! stamp and text helpers.
+//!
 //! One poll, from socket to verdict:
 //!
 //! ```text
-//! settings   flags, env, puppet.conf, webserver.conf -> Settings            (once, at start)
-//! puppet     identity files -> Prober -> ProbeReport { outcome, pool }      (once per interval)
-//! health     drain record (watched) + latest ProbeReport + Rejoin -> Decision { verdict, weight }
-//!                                                                           (per poll, no I/O)
-//! responder  Decision -> Answer -> text or JSON, 200/503 + reason; or one agent-check line
+//! commands::run    flags + env (+ clap's provenance) -> settings::Given
+//!                  Given + puppet.conf + webserver.conf -> settings::Settings  (once, at start;
+//!                  its `daemon` part holds every `serve` option, as `pmcheck config` shows)
+//! responder::server::serve(&Settings)
+//!   background     drain_watch::run   drain record (inotify, 250 ms, SIGHUP) -> Feeds.drain
+//!                  probe::run         Prober (TLS as this host) every interval -> Feeds.latest
+//!                  track_rejoin       Decision on each change -> Feeds.rejoin, verdict log
+//!   per listener   Listener::run      accept -> --allow -> Connections::admit (may shed one)
+//!   per poll       node::Node::decide(Feeds, now) -> health::decision::Decision
+//!                  http: Node::answer -> 200/503 (or 404 drained) + reason, text or JSON
+//!                  agent: agent::line -> "up ready 80% #OK - ..." then close
+//! ```
+//!
+//! One drain, from the operator to the load balancer:
+//!
+//! ```text
+//! pmcheck drain    operator::drain::drain -> operator::wait::guard_last_server (asks the daemon:
+//!                  is this the backend's last server?) -> DrainFile::update under flock:
+//!                  DrainRecord::held_by(holders) written atomically
+//! daemon           drain_watch sees it -> Feeds.drain -> every next poll answers DRAINED
+//! --wait           operator::wait::wait asks the daemon (operator::daemon::ask) every 250 ms;
+//!                  operator::assessment::assess judges its JSON: each load balancer's own
+//!                  X-Haproxy-Server-State, else what it was told; agent connections; JRubies
 //! ```
 //!
 //! - [`settings`] resolves what was given over puppet.conf over defaults, each value with its
-//!   source ([`settings::Given`], [`settings::Settings`]).
+//!   source ([`settings::Given`], [`settings::Settings`], [`settings::Daemon`]).
 //! - [`puppet`] holds this host's TLS identity and the [`puppet::probe`] of Puppet Server's
-//!   status API, whose [`puppet::probe::ProbeOutcome`] is healthy (with the load of the
-//!   [`puppet::pool::Pool`]), not ready, unhealthy (with a [`puppet::probe::ProbeError`]) or
-//!   cannot tell.
+//!   status API, whose [`puppet::report::ProbeOutcome`] is healthy (with the load of the
+//!   [`puppet::pool::Pool`]), not ready, unhealthy (with a [`puppet::probe_error::ProbeError`])
+//!   or cannot tell.
 //! - [`health`] keeps the drain record current off the poll path and decides the
-//!   [`health::verdict::Verdict`] and the agent-check [`health::weight`];
-//!   [`health::answer::Answer`] is the JSON body everyone reads.
-//! - [`responder`] answers polls: the daemon's listeners and their guards, the HTTP
-//!   [`responder::http::Responder`], HAProxy's agent check, inetd mode and systemd integration.
+//!   [`health::verdict::Verdict`] ([`health::decision::Decision`]) and the agent-check
+//!   [`health::weight`]; [`health::answer::Answer`] is the JSON body everyone reads.
+//! - [`responder`] answers polls: the node's shared state ([`responder::node::Node`]), the
+//!   daemon's listeners and their guards, the HTTP answers, HAProxy's agent check, inetd mode
+//!   and systemd integration.
 //! - [`commands`] is the only place that turns the command line ([`cli`]) into settings, and
 //!   errors into an [`exit::Exit`].
 

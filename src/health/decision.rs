@@ -15,7 +15,7 @@ use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer};
 use crate::health::drain::{Drain, DrainState};
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
-use crate::puppet::probe::{ProbeOutcome, ProbeReport};
+use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::settings::duration::format_duration;
 
 const RUNNING: &str = "Puppet Server is running";
@@ -207,7 +207,7 @@ mod tests {
     use super::*;
     use crate::health::drain::DrainRecord;
     use crate::puppet::identity::IdentityError;
-    use crate::puppet::probe::ProbeError;
+    use crate::puppet::probe_error::ProbeError;
     use std::time::SystemTime;
 
     const STALE: Duration = Duration::from_secs(5);

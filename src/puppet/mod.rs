@@ -4,4 +4,7 @@
 pub mod identity;
 pub mod pool;
 pub mod probe;
+pub mod probe_error;
+pub mod report;
+pub mod status_api;
 pub mod traffic;

@@ -3,36 +3,25 @@
 //!
 //! It asks the `jruby-metrics` status service: one request says both that Puppet Server runs
 //! (the service's `state`) and whether it can compile (its JRuby pool). Servers without that
-//! service fall back along [`FALLBACKS`] to the `simple` status, which says `running` only.
+//! service fall back along [`crate::puppet::status_api::FALLBACKS`] to the `simple` status, which says `running` only.
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::{AlertDescription, CertificateError};
-use thiserror::Error;
 use tokio::sync::watch;
 
 use crate::file_stamp::FileStamp;
-use crate::puppet::identity::{IdentityError, IdentityFiles};
-use crate::puppet::pool::{Capacity, Load, Pool, ServiceStatus, Unready};
+use crate::puppet::identity::IdentityFiles;
+use crate::puppet::pool::{Capacity, Pool};
+use crate::puppet::probe_error::{Body, CannotProbe, ProbeError, TlsProblem, causes, undecodable};
+use crate::puppet::report::{ProbeOutcome, ProbeReport};
+use crate::puppet::status_api::{Seen, next_path, read_answer, server_timeout};
 use crate::settings::Settings;
-use crate::settings::duration::format_duration;
 use crate::text;
 
-/// The pool's status service of open source Puppet Server.
-pub const DEFAULT_STATUS_PATH: &str = crate::settings::defaults::STATUS_PATH;
-/// Where a probe goes next when a path answers 404 `not found` / `service-not-found`: the
-/// pool service under Puppet Enterprise's name, the simple status of Puppet Server >= 6.14,
-/// then that of older servers (what the Puppet agent falls back to).
-pub const FALLBACKS: [&str; 4] = [
-    DEFAULT_STATUS_PATH,
-    "/status/v1/services/pe-jruby-metrics",
-    "/status/v1/simple/server",
-    "/status/v1/simple/master",
-];
 /// The largest status body we read. The pool's answer lists every compiling and waiting
 /// request (a few hundred bytes each), so a saturated server's answer can be large.
 const BODY_LIMIT: usize = 4 * 1024 * 1024;
@@ -65,265 +54,6 @@ impl ProbeTarget {
             addr: settings.puppet_addr.value,
             status_path: settings.status_path.value.clone(),
             timeout: settings.timeout.value,
-        }
-    }
-}
-
-/// One probe: what it found and when.
-#[derive(Debug)]
-pub struct ProbeReport {
-    /// What the probe found.
-    pub outcome: ProbeOutcome,
-    /// How long the probe took.
-    pub latency: Duration,
-    /// When it finished: the verdict ages reports from here.
-    pub finished: Instant,
-    /// The URL probed, without the query; `None` when no request was made.
-    pub endpoint: Option<String>,
-    /// The JRuby pool, when Puppet Server reported it (also when it cannot compile yet).
-    pub pool: Option<Pool>,
-    /// The outcome in words, rendered once per probe so that every poll can borrow it.
-    detail: String,
-}
-
-impl ProbeReport {
-    /// A report of `outcome`, finished now.
-    pub fn new(outcome: ProbeOutcome, latency: Duration, endpoint: Option<String>) -> Self {
-        Self::with_pool(outcome, None, latency, endpoint)
-    }
-
-    /// A report of `outcome` with the pool it was read from, finished now.
-    pub fn with_pool(
-        outcome: ProbeOutcome,
-        pool: Option<Pool>,
-        latency: Duration,
-        endpoint: Option<String>,
-    ) -> Self {
-        let detail = match (&outcome, &pool) {
-            (ProbeOutcome::Healthy(Some(load)), Some(pool)) => pool.describe(*load),
-            _ => outcome.to_string(),
-        };
-        Self {
-            detail,
-            outcome,
-            latency,
-            finished: Instant::now(),
-            endpoint,
-            pool,
-        }
-    }
-
-    /// A probe that could not be made at all, for `cause`: inetd's answer when the settings
-    /// themselves are bad.
-    pub fn not_made(cause: CannotProbe) -> Self {
-        Self::new(ProbeOutcome::CannotTell(cause), Duration::ZERO, None)
-    }
-
-    /// `running` (with the pool's numbers when known), or what went wrong, in plain words.
-    pub fn detail(&self) -> &str {
-        &self.detail
-    }
-}
-
-/// What one probe found out about Puppet Server, kept apart from the node's verdict (which also
-/// weighs the drain record and the report's age).
-#[derive(Debug)]
-pub enum ProbeOutcome {
-    /// Puppet Server answered `running` and can compile; the load, when it reported its pool.
-    Healthy(Option<Load>),
-    /// Puppet Server answers but cannot compile yet (starting, pool locked or empty).
-    NotReady(Unready),
-    /// Puppet Server was asked and is not fit for agents: the error says how.
-    Unhealthy(ProbeError),
-    /// The probe could not be made, so pmcheck cannot tell how Puppet Server is.
-    CannotTell(CannotProbe),
-}
-
-impl ProbeOutcome {
-    /// Whether Puppet Server answered `running` and can compile.
-    pub fn is_healthy(&self) -> bool {
-        matches!(self, ProbeOutcome::Healthy(_))
-    }
-}
-
-/// `running`, or what went wrong, in the words the verdict and `pmcheck status` show.
-impl std::fmt::Display for ProbeOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ProbeOutcome::Healthy(_) => f.write_str("running"),
-            ProbeOutcome::NotReady(e) => e.fmt(f),
-            ProbeOutcome::Unhealthy(e) => e.fmt(f),
-            ProbeOutcome::CannotTell(e) => e.fmt(f),
-        }
-    }
-}
-
-/// Why a probe could not be made: a problem on this host, not in Puppet Server.
-#[derive(Debug, Error)]
-pub enum CannotProbe {
-    /// The certificate, key or CA file is missing, unreadable or unusable.
-    #[error(transparent)]
-    Identity(#[from] IdentityError),
-    /// reqwest refused the TLS configuration.
-    #[error("cannot set up the HTTPS client: {}", chain(.0))]
-    Client(#[source] reqwest::Error),
-    /// The task loading the identity files died.
-    #[error("cannot set up the HTTPS client: loading the identity files failed: {0}")]
-    Loader(#[source] tokio::task::JoinError),
-    /// The settings could not be resolved (inetd still answers, with this as the reason).
-    #[error(transparent)]
-    Settings(#[from] crate::settings::SettingsError),
-}
-
-/// How Puppet Server failed the probe, phase by phase.
-#[derive(Debug, Error)]
-pub enum ProbeError {
-    /// Nothing listens on the port.
-    #[error(
-        "connection to {addr} refused: Puppet Server is not listening (stopped, restarting or still starting)"
-    )]
-    Refused {
-        /// Where pmcheck connected.
-        addr: SocketAddr,
-    },
-    /// The TCP connection failed otherwise (unreachable, reset during connect, ...).
-    #[error("cannot connect to {addr}: {}", chain(.source))]
-    Connect {
-        /// Where pmcheck connected.
-        addr: SocketAddr,
-        /// What reqwest saw.
-        source: reqwest::Error,
-    },
-    /// The TLS handshake failed; the problem says which side and what to do.
-    #[error("TLS with Puppet Server at {addr} failed: {problem}")]
-    Tls {
-        /// Where pmcheck connected.
-        addr: SocketAddr,
-        /// What was wrong.
-        problem: TlsProblem,
-    },
-    /// No answer within the probe's deadline.
-    #[error("no answer from Puppet Server at {addr} within {timeout}", timeout = format_duration(*.after))]
-    Timeout {
-        /// Where pmcheck connected.
-        addr: SocketAddr,
-        /// The deadline.
-        after: Duration,
-    },
-    /// An HTTP status pmcheck does not expect, with what the body was.
-    #[error("Puppet Server answered HTTP {status}: {body}")]
-    Status {
-        /// The HTTP status code.
-        status: u16,
-        /// The body, or what kind of body it was.
-        body: Body,
-    },
-    /// The status service answered with a failed state (`error`, `unknown`, ...).
-    #[error("Puppet Server reports `{0}`, not `running`")]
-    NotRunning(String),
-    /// A JSON status answer that is not a service status.
-    #[error("Puppet Server's status answer (HTTP {status}) is not a service status: {problem}")]
-    Unreadable {
-        /// The HTTP status code.
-        status: u16,
-        /// What serde_json said.
-        problem: String,
-    },
-    /// The HTTP exchange broke after connecting.
-    #[error("HTTP exchange with Puppet Server at {addr} failed: {}", chain(.source))]
-    Http {
-        /// Where pmcheck connected.
-        addr: SocketAddr,
-        /// What reqwest saw.
-        source: reqwest::Error,
-    },
-}
-
-/// A TLS handshake failure, spelt out for the operator who has to fix it.
-#[derive(Debug, Error)]
-pub enum TlsProblem {
-    /// Puppet Server's certificate chains to another CA.
-    #[error("Puppet Server's certificate is not signed by the CA in {} (localcacert)", ca.display())]
-    UnknownIssuer {
-        /// The localcacert file.
-        ca: PathBuf,
-    },
-    /// A certificate without subjectAltName cannot be verified by name at all.
-    #[error(
-        "Puppet Server's certificate has no subjectAltName, so it cannot be verified as {certname} \
-         (issued by a CA older than Puppet Server 6.15.2/7.1.0?): regenerate it with \
-         `puppetserver ca generate` or reissue it with dns_alt_names"
-    )]
-    NoAltName {
-        /// The name pmcheck expects.
-        certname: String,
-    },
-    /// The certificate names other hosts.
-    #[error("Puppet Server's certificate is for {} but pmcheck expects {certname}: set --certname", presented.join(", "))]
-    WrongName {
-        /// The names in the certificate.
-        presented: Vec<String>,
-        /// The name pmcheck expects.
-        certname: String,
-    },
-    /// The certificate is not valid for the name (rustls gave no names).
-    #[error("Puppet Server's certificate is not valid for {certname}: set --certname")]
-    NotValidForName {
-        /// The name pmcheck expects.
-        certname: String,
-    },
-    /// Puppet Server's certificate has expired.
-    #[error("Puppet Server's certificate has expired")]
-    Expired,
-    /// Puppet Server refused this host's certificate.
-    #[error(
-        "Puppet Server rejected this host's certificate {} ({alert:?}): is it signed by \
-         Puppet Server's CA, current and not revoked?",
-        hostcert.display()
-    )]
-    Rejected {
-        /// The TLS alert Puppet Server sent.
-        alert: AlertDescription,
-        /// The hostcert file.
-        hostcert: PathBuf,
-    },
-    /// Anything else rustls reports.
-    #[error(transparent)]
-    Other(rustls::Error),
-}
-
-/// A response body as the verdict shows it: text on one line, or what kind of bytes it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Body {
-    /// Text, on one line and bounded.
-    Text(String),
-    /// Nothing at all.
-    Empty,
-    /// Compressed with `encoding`, which pmcheck does not decode.
-    Compressed {
-        /// The content encoding (from the header, or `gzip` from the magic bytes).
-        encoding: String,
-        /// How many bytes were read.
-        len: usize,
-    },
-    /// Bytes that are not text.
-    Binary {
-        /// How many bytes were read.
-        len: usize,
-    },
-}
-
-impl std::fmt::Display for Body {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Body::Text(text) => f.write_str(text),
-            Body::Empty => f.write_str("(empty body)"),
-            Body::Compressed { encoding, len } => write!(
-                f,
-                "a {encoding}-compressed body of {len} bytes, which pmcheck does not decode (it \
-                 asks for plain text; is something between pmcheck and Puppet Server compressing?)"
-            ),
-            Body::Binary { len } => write!(f, "a binary body of {len} bytes"),
         }
     }
 }
@@ -593,148 +323,6 @@ impl Prober {
     }
 }
 
-/// Puppet Server's own `?timeout=` (whole seconds, at least 1), kept below our deadline so the
-/// server gives up before we do and answers instead of leaving the request hanging.
-pub fn server_timeout(deadline: Duration) -> u64 {
-    (deadline.as_secs_f64().ceil() as u64)
-        .saturating_sub(1)
-        .max(1)
-}
-
-/// The path after `path` in [`FALLBACKS`]; none for a path of the operator's own.
-fn next_path(path: &str) -> Option<&'static str> {
-    let at = FALLBACKS.iter().position(|p| *p == path)?;
-    FALLBACKS.get(at + 1).copied()
-}
-
-/// What one status answer said.
-#[derive(Debug, PartialEq)]
-enum Seen {
-    /// `running`, with the pool when the answer carried it.
-    Running(Option<Pool>),
-    /// Up, but not able to compile yet.
-    Unready(Unready),
-    /// The status service's own 404 for this path: try the next one.
-    NotFound,
-}
-
-/// Reads a status answer: a service status in JSON (the pool service), or the `simple`
-/// status's one word, whichever Puppet Server sent.
-fn read_answer(status: u16, text: &str) -> Result<Seen, ProbeError> {
-    let state = |state: &str| match state {
-        "running" => None,
-        "starting" | "stopping" => Some(Ok(Seen::Unready(Unready::State(state.to_owned())))),
-        other => Some(Err(ProbeError::NotRunning(
-            text::one_line(other, 64).into_owned(),
-        ))),
-    };
-    if text.starts_with('{') {
-        if status == 404 && text.contains("service-not-found") {
-            return Ok(Seen::NotFound);
-        }
-        return match serde_json::from_str::<ServiceStatus>(text) {
-            Ok(service) => match state(&service.state) {
-                None if status == 200 => Ok(Seen::Running(service.pool())),
-                None => Err(ProbeError::Status {
-                    status,
-                    body: shown(text),
-                }),
-                Some(seen) => seen,
-            },
-            Err(e) => Err(ProbeError::Unreadable {
-                status,
-                problem: text::one_line(&e.to_string(), 120).into_owned(),
-            }),
-        };
-    }
-    match status {
-        200 if text == "running" => Ok(Seen::Running(None)),
-        200 | 503 if !text.is_empty() && text.len() < 64 && !text.contains('<') => state(text)
-            .unwrap_or_else(|| {
-                Err(ProbeError::Status {
-                    status,
-                    body: shown(text),
-                })
-            }),
-        404 if text.starts_with("not found") => Ok(Seen::NotFound),
-        404 if text.starts_with('<') => Ok(Seen::Unready(Unready::RoutesMissing)),
-        _ => Err(ProbeError::Status {
-            status,
-            body: shown(text),
-        }),
-    }
-}
-
-/// An error and its causes, outermost first. `io::Error::source()` skips the error it wraps, so
-/// a wrapped error is reached through `get_ref()` instead: that is where rustls' errors sit.
-fn causes<'e>(
-    e: &'e (dyn std::error::Error + 'static),
-) -> Vec<&'e (dyn std::error::Error + 'static)> {
-    let mut all = vec![e];
-    let mut current = e;
-    while all.len() < 16 {
-        let next = match current
-            .downcast_ref::<io::Error>()
-            .and_then(io::Error::get_ref)
-        {
-            Some(inner) => inner as &(dyn std::error::Error + 'static),
-            None => match current.source() {
-                Some(next) => next,
-                None => break,
-            },
-        };
-        all.push(next);
-        current = next;
-    }
-    all
-}
-
-/// All the causes on one line, each said once.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = String::new();
-    for cause in causes(e) {
-        let next = cause.to_string();
-        if !text.contains(&next) {
-            if !text.is_empty() {
-                text.push_str(": ");
-            }
-            text.push_str(&next);
-        }
-    }
-    text
-}
-
-/// A body for the verdict's reason: one line, control characters escaped, at most 120 characters.
-fn shown(text: &str) -> Body {
-    match text::one_line(text, 120) {
-        flat if flat.is_empty() => Body::Empty,
-        flat => Body::Text(flat.into_owned()),
-    }
-}
-
-/// Says what a body is when it is not text to show: compressed (pmcheck asks for none, but a
-/// proxy or a misconfigured server may send it anyway) or binary.
-fn undecodable(encoding: Option<&str>, body: &[u8]) -> Option<Body> {
-    let compressed = match encoding {
-        Some(e) if !e.eq_ignore_ascii_case("identity") => Some(e.to_owned()),
-        _ if body.starts_with(&[0x1f, 0x8b]) => Some("gzip".to_owned()),
-        _ => None,
-    };
-    if let Some(encoding) = compressed {
-        return Some(Body::Compressed {
-            encoding,
-            len: body.len(),
-        });
-    }
-    let binary = body
-        .iter()
-        .any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace()));
-    binary.then_some(Body::Binary { len: body.len() })
-}
-
-/// The latest probe report, shared between the prober and every poll.
-pub type Latest = watch::Receiver<Option<Arc<ProbeReport>>>;
-
 /// Probes once per `interval`, however many pollers there are, publishing each report.
 /// `observe` sees every report as it lands (the daemon logs verdict changes there).
 pub async fn run(
@@ -766,6 +354,9 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::puppet::pool::Unready;
+    use crate::puppet::probe_error::shown;
+    use crate::puppet::status_api::FALLBACKS;
 
     #[test]
     fn server_timeout_stays_below_the_deadline() {

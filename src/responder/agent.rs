@@ -118,7 +118,8 @@ mod tests {
     use crate::health::drain::Drain;
     use crate::health::weight::Rejoin;
     use crate::puppet::pool::{Load, Pool, Unready};
-    use crate::puppet::probe::{ProbeError, ProbeOutcome, ProbeReport};
+    use crate::puppet::probe_error::ProbeError;
+    use crate::puppet::report::{ProbeOutcome, ProbeReport};
     use std::time::Instant;
 
     fn pool(free: u32, borrowed: u32, waiting: u32) -> Pool {

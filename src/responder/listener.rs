@@ -279,7 +279,7 @@ mod tests {
     use crate::health::drain::{Drain, DrainState};
     use crate::health::drain_file::DrainFile;
     use crate::health::weight::Rejoin;
-    use crate::puppet::probe::ProbeReport;
+    use crate::puppet::report::ProbeReport;
     use crate::responder::node::Feeds;
     use proptest::prelude::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -288,7 +288,7 @@ mod tests {
     /// that still looks plausible.
     fn drained() -> (Arc<Node>, impl Sized) {
         let report = ProbeReport::new(
-            crate::puppet::probe::ProbeOutcome::Healthy(None),
+            crate::puppet::report::ProbeOutcome::Healthy(None),
             Duration::from_millis(1),
             None,
         );

@@ -25,7 +25,8 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::health::drain::DrainState;
 use crate::health::verdict::Verdict;
 use crate::puppet::pool::Pool;
-use crate::puppet::probe::{ProbeError, ProbeOutcome, ProbeReport};
+use crate::puppet::probe_error::ProbeError;
+use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::responder::pollers::Via;
 
 /// The `Content-Type` of an OpenMetrics scrape.
@@ -471,7 +472,7 @@ pub fn wants_openmetrics(accept: impl Iterator<Item = impl AsRef<[u8]>>) -> bool
 mod tests {
     use super::*;
     use crate::health::drain::{Drain, DrainRecord};
-    use crate::puppet::probe::ProbeReport;
+    use crate::puppet::report::ProbeReport;
     use std::time::Duration;
 
     fn pool() -> Pool {

@@ -11,7 +11,7 @@ use crate::health::decision::{Decision, Rules};
 use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch::Drains;
 use crate::health::weight::Rejoin;
-use crate::puppet::probe::{Latest, ProbeReport};
+use crate::puppet::report::{Latest, ProbeReport};
 use crate::responder::agent;
 use crate::responder::agents::Agents;
 use crate::responder::metrics::Metrics;

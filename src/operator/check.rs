@@ -1,0 +1,74 @@
+//! `pmcheck check`: one probe and the drain record, as a monitoring plugin's line and exit code.
+
+use std::time::{Instant, SystemTime};
+
+use crate::exit::Exit;
+use crate::health::decision::{Decision, Rules};
+use crate::health::drain_file::DrainFile;
+use crate::health::verdict::Verdict;
+use crate::health::weight::Rejoin;
+use crate::operator::run_single_threaded;
+use crate::puppet::probe::{ProbeTarget, Prober};
+use crate::puppet::report::ProbeOutcome;
+use crate::settings::{Given, Host, Settings};
+
+/// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, Puppet healthy),
+/// 2 CRITICAL (Puppet unhealthy), 3 UNKNOWN (bad settings, unreadable drain state).
+pub fn check(given: &Given) -> Exit {
+    let settings = match Settings::resolve(given, &Host::REAL) {
+        Ok(s) => s,
+        Err(e) => {
+            println!("PMCHECK UNKNOWN - {e}");
+            return Exit::Unknown;
+        }
+    };
+    let report = match run_single_threaded(async {
+        Prober::new(ProbeTarget::of(&settings)).probe().await
+    }) {
+        Ok(report) => report,
+        Err(e) => {
+            println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
+            return Exit::Unknown;
+        }
+    };
+    let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
+    let decision = Decision::decide(
+        &drain,
+        Some(&report),
+        Rejoin::Steady,
+        Instant::now(),
+        &Rules::ONCE,
+    );
+    let (label, code) = match (decision.verdict, &report.outcome) {
+        (Verdict::Unknown | Verdict::Starting, _) | (_, ProbeOutcome::CannotTell(_)) => {
+            ("UNKNOWN", Exit::Unknown)
+        }
+        (_, ProbeOutcome::Unhealthy(_) | ProbeOutcome::NotReady(_)) => ("CRITICAL", Exit::Critical),
+        (Verdict::Drained, _) => ("WARNING", Exit::Warning),
+        _ => ("OK", Exit::Ok),
+    };
+    let mut perfdata = format!("time={:.3}s;;;0", report.latency.as_secs_f64());
+    if let Some(pool) = &report.pool {
+        perfdata.push(' ');
+        perfdata.push_str(&pool_perfdata(pool, decision.weight));
+    }
+    println!("PMCHECK {label} - {} | {perfdata}", decision.reason);
+    code
+}
+
+/// The pool as monitoring-plugin performance data: gauges with their bounds, counters as `c`.
+fn pool_perfdata(pool: &crate::puppet::pool::Pool, weight: u8) -> String {
+    let size = pool.size;
+    format!(
+        "jrubies_free={};;;0;{size} jrubies_borrowed={};;;0;{size} jrubies_waiting={};;;0 \
+         average_wait={}ms;;;0 average_borrow={}ms;;;0 queue_limit_hits={}c borrow_timeouts={}c \
+         weight={weight}%;;;0;100",
+        pool.free,
+        pool.borrowed,
+        pool.waiting,
+        pool.average_wait_ms,
+        pool.average_borrow_ms,
+        pool.queue_limit_hits,
+        pool.borrow_timeouts,
+    )
+}

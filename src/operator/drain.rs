@@ -1,0 +1,217 @@
+//! `pmcheck drain` and `pmcheck undrain`: change the drain record's holders under the state
+//! directory's lock, say what was written and what the daemon answers, and with `--wait` wait
+//! for the load balancers.
+
+use std::io::Write;
+use std::time::SystemTime;
+
+use thiserror::Error;
+
+use crate::cli::{DrainArgs, StateArgs, UndrainArgs, WaitArgs};
+use crate::health::drain::{Drain, DrainRecord};
+use crate::health::drain_file::{Change, DrainError, DrainFile};
+use crate::health::holders::{Holder, Kind};
+use crate::operator::assessment::{Goal, Wait};
+use crate::operator::daemon;
+use crate::operator::run_single_threaded;
+use crate::operator::wait::{self, LastServer, WaitError};
+use crate::text::seconds;
+
+/// Why a drain or an undrain failed.
+#[derive(Debug, Error)]
+pub enum ChangeError {
+    /// The drain record cannot be written or removed.
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+    /// `--wait` did not see its goal reached.
+    #[error(transparent)]
+    Wait(#[from] WaitError),
+    /// A load balancer says this node is the last server taking traffic.
+    #[error(transparent)]
+    LastServer(#[from] LastServer),
+    /// `undrain` without `--force` while running cycles hold the node.
+    #[error(
+        "refused: the node is held drained by {0}, which undrains it when done (if nobody else holds it); `pmcheck undrain --force` undrains now, and the cycle then leaves the node as it finds it"
+    )]
+    Held(String),
+    /// Writing to stdout or starting a runtime failed.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// `pmcheck drain`: refuses to drain a backend's last server (unless `--force`), adds this
+/// operator's drain to the holders under the lock, says what it wrote, and with `--wait`
+/// waits until it is safe to stop Puppet Server.
+pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
+    let how = wait_settings(&args.waiting, &args.state);
+    let forced = run_single_threaded(wait::guard_last_server(&how, args.force))??;
+    let file = DrainFile::new(&args.state.state_dir);
+    let mine = Holder::drain(args.reason, args.for_, SystemTime::now());
+    let (previous, others) = file.update(|current| {
+        let now = SystemTime::now();
+        let mut held: Vec<Holder> = (current.as_ref())
+            .and_then(|d| d.record.as_ref())
+            .map(DrainRecord::holders)
+            .unwrap_or_default();
+        held.retain(|h| h.kind != Kind::Drain && !h.expired_at(now));
+        let others = held.clone();
+        held.push(mine.clone());
+        match DrainRecord::held_by(held, forced) {
+            Some(record) => (Change::Write(record), (current, others)),
+            None => (Change::Keep, (current, others)),
+        }
+    })?;
+    let mut out = std::io::stdout().lock();
+    if let Some(previous) = previous.filter(|p| {
+        p.record
+            .as_ref()
+            .is_none_or(|r| r.holders().iter().any(|h| h.kind == Kind::Drain))
+    }) {
+        writeln!(out, "replaced the previous drain: {}", previous.describe())?;
+    }
+    let until = mine
+        .until
+        .as_deref()
+        .map(|u| format!(" until {u}"))
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "drained: {} (by {} since {}{until}); wrote {}",
+        mine.what,
+        mine.by,
+        mine.since,
+        file.path().display()
+    )?;
+    for other in &others {
+        writeln!(out, "also held by {}", other.describe())?;
+    }
+    drop(out);
+    if !args.wait {
+        match run_single_threaded(daemon::daemon_answer(&how, true))? {
+            Ok(said) => println!(
+                "{said}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks. `pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
+            ),
+            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
+        }
+        return Ok(());
+    }
+    let done = wait_for(Goal::Drained, &how).map_err(|e| annotate(e, "the node stays drained"))?;
+    println!(
+        "safe to stop Puppet Server after {}: {}",
+        seconds(done.waited),
+        done.summary
+    );
+    for warning in &done.warnings {
+        eprintln!("pmcheck: warning: {warning}");
+    }
+    Ok(())
+}
+
+/// How the waits ask the daemon about the drain record in `state`, from the command line.
+pub fn wait_settings(args: &WaitArgs, state: &StateArgs) -> Wait {
+    let (max_wait, deprecated) = args.max_wait();
+    if deprecated {
+        eprintln!(
+            "pmcheck: warning: --timeout (PMCHECK_WAIT_TIMEOUT) of drain, undrain and cycle is deprecated: write --max-wait (PMCHECK_MAX_WAIT); --timeout is the probe's deadline elsewhere"
+        );
+    }
+    Wait {
+        url: args.url.clone(),
+        max_wait,
+        polls: args.polls,
+        lb_interval: args.lb_interval,
+        drain_file: Some(DrainFile::new(&state.state_dir).resolved()),
+    }
+}
+
+/// Runs one wait on its own runtime; a signal ends the process as usual.
+fn wait_for(goal: Goal, how: &Wait) -> Result<wait::Done, ChangeError> {
+    Ok(run_single_threaded(wait::wait(
+        goal,
+        how,
+        std::future::pending(),
+    ))??)
+}
+
+/// A timed-out wait's error, with what became of the node (the line before said what was
+/// written, so a daemon that cannot be reached needs no more).
+fn annotate(e: ChangeError, left: &str) -> ChangeError {
+    match e {
+        ChangeError::Wait(WaitError::TimedOut { waited, pending }) => {
+            ChangeError::Wait(WaitError::TimedOut {
+                waited,
+                pending: format!("{pending} ({left})"),
+            })
+        }
+        other => other,
+    }
+}
+
+/// `pmcheck undrain`: removes the record unless a running cycle holds the node (then only with
+/// `--force`), and with `--wait` waits until the load balancers took the node back.
+pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
+    let state = args.state;
+    let file = DrainFile::new(&state.state_dir);
+    let force = args.force;
+    let outcome = file.update(|current| {
+        let Some(drain) = current else {
+            return (Change::Keep, Undrain::NotDrained);
+        };
+        let held = drain
+            .record
+            .as_ref()
+            .map(DrainRecord::holders)
+            .unwrap_or_default();
+        let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
+        if !running.is_empty() && !force {
+            return (Change::Keep, Undrain::Held(running));
+        }
+        (Change::Remove, Undrain::Removed(drain, held))
+    })?;
+    match outcome {
+        Undrain::NotDrained => println!(
+            "not drained: there is no {}; nothing to do",
+            file.path().display()
+        ),
+        Undrain::Held(running) => {
+            let held: Vec<String> = running.iter().map(Holder::describe).collect();
+            return Err(ChangeError::Held(held.join(", ")));
+        }
+        Undrain::Removed(previous, held) => {
+            println!(
+                "undrained: removed {} (was: {})",
+                file.path().display(),
+                previous.describe()
+            );
+            for h in held.iter().filter(|h| h.kind != Kind::Drain) {
+                println!("let go of {}", h.describe());
+            }
+        }
+    }
+    let how = wait_settings(&args.waiting, &state);
+    if !args.wait {
+        match run_single_threaded(daemon::daemon_answer(&how, false))? {
+            Ok(said) => println!("{said}"),
+            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
+        }
+    } else {
+        let done =
+            wait_for(Goal::Undrained, &how).map_err(|e| annotate(e, "the node is undrained"))?;
+        println!(
+            "back in rotation after {}: {}",
+            seconds(done.waited),
+            done.summary
+        );
+    }
+    Ok(())
+}
+
+/// What `undrain` found.
+enum Undrain {
+    /// No record.
+    NotDrained,
+    /// Running cycles hold the node, and no `--force`.
+    Held(Vec<Holder>),
+    /// The record was removed: what it was, and who held it.
+    Removed(Drain, Vec<Holder>),
+}

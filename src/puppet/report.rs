@@ -1,0 +1,101 @@
+//! A probe's report: what it found out about Puppet Server, and when; the verdict ages it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::puppet::pool::{Load, Pool, Unready};
+use crate::puppet::probe_error::{CannotProbe, ProbeError};
+
+/// One probe: what it found and when.
+#[derive(Debug)]
+pub struct ProbeReport {
+    /// What the probe found.
+    pub outcome: ProbeOutcome,
+    /// How long the probe took.
+    pub latency: Duration,
+    /// When it finished: the verdict ages reports from here.
+    pub finished: Instant,
+    /// The URL probed, without the query; `None` when no request was made.
+    pub endpoint: Option<String>,
+    /// The JRuby pool, when Puppet Server reported it (also when it cannot compile yet).
+    pub pool: Option<Pool>,
+    /// The outcome in words, rendered once per probe so that every poll can borrow it.
+    detail: String,
+}
+
+impl ProbeReport {
+    /// A report of `outcome`, finished now.
+    pub fn new(outcome: ProbeOutcome, latency: Duration, endpoint: Option<String>) -> Self {
+        Self::with_pool(outcome, None, latency, endpoint)
+    }
+
+    /// A report of `outcome` with the pool it was read from, finished now.
+    pub fn with_pool(
+        outcome: ProbeOutcome,
+        pool: Option<Pool>,
+        latency: Duration,
+        endpoint: Option<String>,
+    ) -> Self {
+        let detail = match (&outcome, &pool) {
+            (ProbeOutcome::Healthy(Some(load)), Some(pool)) => pool.describe(*load),
+            _ => outcome.to_string(),
+        };
+        Self {
+            detail,
+            outcome,
+            latency,
+            finished: Instant::now(),
+            endpoint,
+            pool,
+        }
+    }
+
+    /// A probe that could not be made at all, for `cause`: inetd's answer when the settings
+    /// themselves are bad.
+    pub fn not_made(cause: CannotProbe) -> Self {
+        Self::new(ProbeOutcome::CannotTell(cause), Duration::ZERO, None)
+    }
+
+    /// `running` (with the pool's numbers when known), or what went wrong, in plain words.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+}
+
+/// What one probe found out about Puppet Server, kept apart from the node's verdict (which also
+/// weighs the drain record and the report's age).
+#[derive(Debug)]
+pub enum ProbeOutcome {
+    /// Puppet Server answered `running` and can compile; the load, when it reported its pool.
+    Healthy(Option<Load>),
+    /// Puppet Server answers but cannot compile yet (starting, pool locked or empty).
+    NotReady(Unready),
+    /// Puppet Server was asked and is not fit for agents: the error says how.
+    Unhealthy(ProbeError),
+    /// The probe could not be made, so pmcheck cannot tell how Puppet Server is.
+    CannotTell(CannotProbe),
+}
+
+impl ProbeOutcome {
+    /// Whether Puppet Server answered `running` and can compile.
+    pub fn is_healthy(&self) -> bool {
+        matches!(self, ProbeOutcome::Healthy(_))
+    }
+}
+
+/// `running`, or what went wrong, in the words the verdict and `pmcheck status` show.
+impl std::fmt::Display for ProbeOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeOutcome::Healthy(_) => f.write_str("running"),
+            ProbeOutcome::NotReady(e) => e.fmt(f),
+            ProbeOutcome::Unhealthy(e) => e.fmt(f),
+            ProbeOutcome::CannotTell(e) => e.fmt(f),
+        }
+    }
+}
+
+/// The latest probe report, shared between the prober and every poll.
+pub type Latest = watch::Receiver<Option<Arc<ProbeReport>>>;
