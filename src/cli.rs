@@ -2,6 +2,9 @@
 //! `PMCHECK_<OPTION>` so a systemd `EnvironmentFile` can configure the daemon without editing
 //! the unit.
 
+// The doc comments are clap's help text, where `[::]:9200` is an address, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

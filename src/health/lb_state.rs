@@ -81,7 +81,7 @@ impl LbState {
     /// This server's weight counts in the backend's total as far as the header alone can tell:
     /// it has weight, and the total holds at least that much. An agent or admin drain drops it
     /// from the total, which shows only when the other servers weigh less than this one
-    /// ([`crate::operator::wait`] also uses the agent check's drain for that case).
+    /// (the waits of `drain --wait` also use the agent check's drain for that case).
     pub fn counted(&self) -> bool {
         self.weight > 0 && self.total_weight >= self.weight
     }

@@ -49,7 +49,7 @@ pub struct Wait {
     /// The longest check interval (`inter`, `agent-inter`) of the load balancers: a wait
     /// believes that nobody polls only after the daemon has listened for two of them.
     pub lb_interval: Duration,
-    /// The drain record the command changed ([`crate::health::drain::DrainFile::resolved`]):
+    /// The drain record the command changed ([`crate::health::drain_file::DrainFile::resolved`]):
     /// a daemon that watches another one cannot tell anything about it.
     pub drain_file: Option<PathBuf>,
 }

@@ -43,7 +43,8 @@ pub struct Cycle {
     pub command: Vec<OsString>,
 }
 
-/// Why a cycle stopped; the node is left drained in every case but [`CycleError::Undrained`].
+/// Why a cycle stopped. The node is left drained in every case but [`CycleError::Released`],
+/// where somebody else undrained it (`pmcheck undrain --force`): the cycle leaves it so.
 #[derive(Debug, Error)]
 pub enum CycleError {
     /// The daemon cannot be asked: nothing was done.

@@ -114,7 +114,7 @@ impl Node {
 }
 
 /// A JSON request from this host: the operator's, whose answer also lists the pollers and
-/// the agent connections (read before it is answered: [`Agents::refresh`]).
+/// the agent connections (read before it is answered: [`crate::responder::agents::Agents::refresh`]).
 pub fn operator_view<B>(request: &Request<B>, peer: IpAddr) -> bool {
     peer.to_canonical().is_loopback() && wants_json(request.headers())
 }

@@ -49,7 +49,7 @@ pub struct Node {
     /// When the listeners started accepting: the poller table knows nothing from before.
     pub started: Instant,
     /// The drain record watched, for the operator's view
-    /// ([`crate::health::drain::DrainFile::resolved`]).
+    /// ([`crate::health::drain_file::DrainFile::resolved`]).
     pub drain_file: String,
 }
 
