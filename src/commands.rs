@@ -273,7 +273,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     let rt = runtime(true)?;
     rt.block_on(async {
         let (reload, reloads) = tokio::sync::watch::channel(());
-        let stopped = signals::until_stopped(reload)?;
+        let stopped = signals::stop_requested(reload)?;
         let ready = || {
             if let Some(n) = &notifier {
                 n.notify("READY=1\nSTATUS=answering polls");

@@ -191,8 +191,11 @@ pub struct DrainAnswer<'a> {
 /// The latest probe, as the verdict used it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeAnswer<'a> {
-    /// Puppet Server answered `running`.
+    /// Puppet Server answered `running` and can compile: `outcome` is `healthy`.
     pub ok: bool,
+    /// What the probe found, for the operator's tools to decide on.
+    #[serde(default)]
+    pub outcome: ProbeState,
     /// `running`, or what went wrong.
     pub detail: Cow<'a, str>,
     /// How long the probe took; `None` before the first probe.
@@ -201,6 +204,36 @@ pub struct ProbeAnswer<'a> {
     pub age_ms: Option<u64>,
     /// The URL probed; `None` when no request was made.
     pub endpoint: Option<Cow<'a, str>>,
+}
+
+/// What a probe found, in the JSON answer: [`crate::puppet::report::ProbeOutcome`] without
+/// its details, which `detail` says in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeState {
+    /// Puppet Server runs and can compile.
+    Healthy,
+    /// Puppet Server answers but cannot compile yet.
+    NotReady,
+    /// Puppet Server failed the probe.
+    Unhealthy,
+    /// The probe could not be made.
+    CannotTell,
+    /// No probe has finished yet.
+    None,
+    /// Not said: an answer from a pmcheck older than this field, which said only `ok`.
+    #[default]
+    Unsaid,
+}
+
+impl ProbeAnswer<'_> {
+    /// Puppet Server runs and can compile, by `outcome` (by `ok` for an older daemon).
+    pub fn healthy(&self) -> bool {
+        match self.outcome {
+            ProbeState::Unsaid => self.ok,
+            state => state == ProbeState::Healthy,
+        }
+    }
 }
 
 impl Answer<'_> {

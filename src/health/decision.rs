@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer};
+use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState};
 use crate::health::drain::{Drain, DrainState};
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
@@ -180,6 +180,12 @@ impl<'a> Decision<'a> {
             probe: match self.probe {
                 Some(p) => ProbeAnswer {
                     ok: p.outcome.is_healthy(),
+                    outcome: match &p.outcome {
+                        ProbeOutcome::Healthy(_) => ProbeState::Healthy,
+                        ProbeOutcome::NotReady(_) => ProbeState::NotReady,
+                        ProbeOutcome::Unhealthy(_) => ProbeState::Unhealthy,
+                        ProbeOutcome::CannotTell(_) => ProbeState::CannotTell,
+                    },
                     detail: p.detail().into(),
                     latency_ms: Some(p.latency.as_millis() as u64),
                     age_ms: self.age.map(|a| a.as_millis() as u64),
@@ -187,6 +193,7 @@ impl<'a> Decision<'a> {
                 },
                 None => ProbeAnswer {
                     ok: false,
+                    outcome: ProbeState::None,
                     detail: "no probe has finished yet".into(),
                     latency_ms: None,
                     age_ms: None,
@@ -449,7 +456,7 @@ mod tests {
         assert_eq!(
             json,
             "{\"verdict\":\"OK\",\"status\":200,\"reason\":\"Puppet Server is running\",\
-             \"drain\":null,\"probe\":{\"ok\":true,\"detail\":\"running\",\"latency_ms\":12,\
+             \"drain\":null,\"probe\":{\"ok\":true,\"outcome\":\"healthy\",\"detail\":\"running\",\"latency_ms\":12,\
              \"age_ms\":250,\"endpoint\":\"https://node:8140/status/v1/simple/server\"},\
              \"weight\":100,\"load\":null,\"pool\":null}\n"
         );

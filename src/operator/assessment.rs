@@ -109,7 +109,7 @@ pub fn assess(goal: Goal, answer: &Answer<'_>, how: &Wait, since: Duration) -> A
             if !fresh {
                 a.pending
                     .push("no probe of Puppet Server since the command ended yet".to_owned());
-            } else if !probe.ok {
+            } else if !probe.healthy() {
                 a.pending.push(format!("Puppet Server: {}", probe.detail));
             } else if answer.load == Some(Load::Warming) {
                 let pool = answer
@@ -469,11 +469,11 @@ fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
         }
     }
     match &answer.pool {
-        Some(pool) if answer.probe.ok && pool.borrowed > 0 => a.pending.push(format!(
+        Some(pool) if answer.probe.healthy() && pool.borrowed > 0 => a.pending.push(format!(
             "{} JRuby instance(s) borrowed: requests in progress",
             pool.borrowed
         )),
-        Some(_) if answer.probe.ok => a.met.push("no JRuby borrowed".to_owned()),
+        Some(_) if answer.probe.healthy() => a.met.push("no JRuby borrowed".to_owned()),
         _ => {}
     }
 }
@@ -704,6 +704,7 @@ mod tests {
             ["Puppet Server's JRuby pool is warming: 1 of 2 JRubies ready"]
         );
         answer.probe.ok = false;
+        answer.probe.outcome = crate::health::answer::ProbeState::Unhealthy;
         answer.probe.detail = "connection refused".into();
         assert_eq!(
             assess(goal, &answer, &how(3), since).pending,

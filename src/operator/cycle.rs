@@ -43,6 +43,36 @@ pub struct Cycle {
     pub command: Vec<OsString>,
 }
 
+/// A step of the cycle, as its progress lines name it (`pmcheck cycle: step wait-drained ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Writing this cycle's hold into the drain record.
+    Drain,
+    /// Waiting until it is safe to stop Puppet Server.
+    WaitDrained,
+    /// Running the command.
+    Command,
+    /// Waiting until Puppet Server can compile again.
+    WaitHealthy,
+    /// Letting go of the hold.
+    Undrain,
+    /// Waiting until the load balancers took the node back.
+    WaitUndrained,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Step::Drain => "drain",
+            Step::WaitDrained => "wait-drained",
+            Step::Command => "command",
+            Step::WaitHealthy => "wait-healthy",
+            Step::Undrain => "undrain",
+            Step::WaitUndrained => "wait-undrained",
+        })
+    }
+}
+
 /// Why a cycle stopped. The node is left drained in every case but [`CycleError::Released`],
 /// where somebody else undrained it (`pmcheck undrain --force`): the cycle leaves it so.
 #[derive(Debug, Error)]
@@ -60,7 +90,7 @@ pub enum CycleError {
     #[error("{step}: {source}{left}")]
     Wait {
         /// The step that waited.
-        step: &'static str,
+        step: Step,
         /// What was still missing.
         source: WaitError,
         /// What state the node is left in.
@@ -81,7 +111,7 @@ pub enum CycleError {
     )]
     Released {
         /// The step that waited.
-        step: &'static str,
+        step: Step,
         /// What the record says instead.
         found: String,
     },
@@ -89,7 +119,7 @@ pub enum CycleError {
     #[error("interrupted during {step}{left}")]
     Interrupted {
         /// The step it stopped in.
-        step: &'static str,
+        step: Step,
         /// What state the node is left in.
         left: &'static str,
     },
@@ -101,7 +131,7 @@ impl CycleError {
         matches!(
             self,
             CycleError::Wait {
-                step: "wait-healthy",
+                step: Step::WaitHealthy,
                 source: WaitError::TimedOut { .. },
                 ..
             }
@@ -168,7 +198,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         )
     };
     step(
-        "drain",
+        Step::Drain,
         t,
         &format!("{detail}; wrote {}", file.path().display()),
     );
@@ -181,7 +211,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     // 2. wait until the load balancers acted and the agents left
     let t = Instant::now();
     let done = wait_step(
-        "wait-drained",
+        Step::WaitDrained,
         Goal::Drained,
         &cycle.wait,
         &mut signals,
@@ -189,7 +219,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     )
     .await
     .map_err(fail)?;
-    step("wait-drained", t, &done.summary);
+    step(Step::WaitDrained, t, &done.summary);
     for warning in &done.warnings {
         eprintln!("pmcheck cycle: warning: {warning}");
     }
@@ -200,7 +230,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         .await
         .map_err(|how| match how {
             None => CycleError::Interrupted {
-                step: "command",
+                step: Step::Command,
                 left: LEFT_DRAINED,
             },
             Some(how) => CycleError::Command {
@@ -216,12 +246,12 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
             how: exited(status),
         }));
     }
-    step("command", t, &format!("{command} exited 0"));
+    step(Step::Command, t, &format!("{command} exited 0"));
 
     // 4. wait until Puppet Server can compile again
     let t = Instant::now();
     let done = wait_step(
-        "wait-healthy",
+        Step::WaitHealthy,
         Goal::Healthy { since: ended },
         &cycle.wait,
         &mut signals,
@@ -229,7 +259,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     )
     .await
     .map_err(fail)?;
-    step("wait-healthy", t, &done.summary);
+    step(Step::WaitHealthy, t, &done.summary);
 
     // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
     let t = Instant::now();
@@ -257,10 +287,14 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
             .join(", ")
     };
     match let_go {
-        LetGo::Undrained => step("undrain", t, &format!("removed {}", file.path().display())),
+        LetGo::Undrained => step(
+            Step::Undrain,
+            t,
+            &format!("removed {}", file.path().display()),
+        ),
         LetGo::Gone => {
             step(
-                "undrain",
+                Step::Undrain,
                 t,
                 &format!(
                     "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
@@ -272,7 +306,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         }
         LetGo::NotMine(held) => {
             step(
-                "undrain",
+                Step::Undrain,
                 t,
                 &format!(
                     "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",
@@ -287,7 +321,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         }
         LetGo::StillHeld(held) => {
             step(
-                "undrain",
+                Step::Undrain,
                 t,
                 &format!(
                     "this cycle let go; the node stays drained, held by {}",
@@ -305,7 +339,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     // 6. wait until the load balancers take it back
     let t = Instant::now();
     let done = wait_step(
-        "wait-undrained",
+        Step::WaitUndrained,
         Goal::Undrained,
         &cycle.wait,
         &mut signals,
@@ -324,7 +358,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         },
         other => other,
     })?;
-    step("wait-undrained", t, &done.summary);
+    step(Step::WaitUndrained, t, &done.summary);
     println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
     Ok(())
 }
@@ -332,7 +366,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
 /// One wait, stopped by a signal, or when the drain record stops naming this cycle (`held`:
 /// somebody ran `pmcheck undrain --force` or rewrote the record).
 async fn wait_step(
-    name: &'static str,
+    name: Step,
     goal: Goal,
     how: &Wait,
     signals: &mut Signals,
@@ -551,7 +585,7 @@ enum LetGo {
 }
 
 /// `pmcheck cycle: step NAME took 1.2s: DETAIL`, the line scripts may read.
-fn step(name: &str, since: Instant, detail: &str) {
+fn step(name: Step, since: Instant, detail: &str) {
     println!(
         "pmcheck cycle: step {name} took {}: {detail}",
         seconds(since.elapsed())

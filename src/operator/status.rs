@@ -77,7 +77,7 @@ pub fn describe(reply: &Reply) -> String {
     let ms = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));
     out.push_str(&format!(
         "probe:  {} - {} (took {}, {} ago) {}\n",
-        if probe.ok { "ok" } else { "failed" },
+        if probe.healthy() { "ok" } else { "failed" },
         probe.detail,
         ms(probe.latency_ms),
         ms(probe.age_ms),

@@ -18,6 +18,7 @@ use crate::responder::connections::{Activity, Connections, Limits, Throttle};
 use crate::responder::deadline::WriteDeadline;
 use crate::responder::http::operator_view;
 use crate::responder::node::Node;
+use crate::responder::pollers::Via;
 use crate::settings::allow::permits;
 
 /// How long a client may take to send its request head, or stay idle between two requests.
@@ -29,15 +30,6 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_CONNECTION_AGE: Duration = Duration::from_secs(60);
 /// How long shutdown waits for polls in flight.
 const DRAIN_CONNECTIONS: Duration = Duration::from_secs(2);
-
-/// What a listener answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// HTTP health checks (`option httpchk`, curl, `pmcheck status`).
-    Http,
-    /// HAProxy's agent check: one line, then close.
-    Agent,
-}
 
 /// Who may connect, and how many at once.
 pub struct Guard {
@@ -74,14 +66,14 @@ impl Guard {
 }
 
 /// Resolves when the stop sender is dropped.
-pub(crate) async fn until_stopped(mut stopped: watch::Receiver<()>) {
+pub(crate) async fn closed(mut stopped: watch::Receiver<()>) {
     while stopped.changed().await.is_ok() {}
 }
 
 /// One bound listener and what it shares with the others.
 pub struct Listener {
     /// What it answers.
-    pub kind: Kind,
+    pub kind: Via,
     /// The bound socket.
     pub listener: TcpListener,
     /// The node's shared state.
@@ -107,7 +99,7 @@ impl Listener {
 }
 
 async fn accept(
-    kind: Kind,
+    kind: Via,
     listener: TcpListener,
     health: Arc<Node>,
     guard: Arc<Guard>,
@@ -115,7 +107,7 @@ async fn accept(
 ) {
     let http = http();
     let mut connections = JoinSet::new();
-    let stop = until_stopped(stopped.clone());
+    let stop = closed(stopped.clone());
     tokio::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
@@ -148,7 +140,7 @@ async fn accept(
         }
         let regular = health.pollers.is_regular(peer.ip(), Instant::now());
         let ticket = guard.connections.admit(peer.ip(), regular);
-        if kind == Kind::Agent {
+        if kind == Via::Agent {
             let line = health.agent_line(peer.ip());
             connections.spawn(async move {
                 let mut ticket = ticket;
@@ -170,7 +162,7 @@ async fn accept(
                 Some(Arc::clone(&ticket.activity)),
             ),
         );
-        let stop = until_stopped(stopped.clone());
+        let stop = closed(stopped.clone());
         connections.spawn(async move {
             let mut ticket = ticket;
             tokio::pin!(connection);

@@ -19,8 +19,9 @@ use crate::health::weight::{Rejoin, Tracker};
 use crate::puppet::probe::{self, ProbeTarget, Prober};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::responder::connections::Limits;
-use crate::responder::listener::{Guard, Kind, Listener, until_stopped};
+use crate::responder::listener::{Guard, Listener, closed};
 use crate::responder::node::{Feeds, Node};
+use crate::responder::pollers::Via;
 use crate::settings::Settings;
 use crate::settings::duration::format_duration;
 
@@ -94,13 +95,13 @@ pub async fn serve(
     .fit_descriptors();
     let guard = Arc::new(Guard::new(daemon.allow.value.clone(), limits));
     let mut tasks = JoinSet::new();
-    let kinds = (listeners.http.into_iter().map(|l| (Kind::Http, l)))
-        .chain(listeners.agent.into_iter().map(|l| (Kind::Agent, l)));
+    let kinds = (listeners.http.into_iter().map(|l| (Via::Http, l)))
+        .chain(listeners.agent.into_iter().map(|l| (Via::Agent, l)));
     for (kind, listener) in kinds {
         let listener = TcpListener::from_std(listener)?;
         match kind {
-            Kind::Http => tracing::info!("listening on {}", listener.local_addr()?),
-            Kind::Agent => tracing::info!(
+            Via::Http => tracing::info!("listening on {}", listener.local_addr()?),
+            Via::Agent => tracing::info!(
                 "answering HAProxy agent checks on {}",
                 listener.local_addr()?
             ),
@@ -135,12 +136,12 @@ pub async fn serve(
         watcher,
         publish_drain,
         reload.clone(),
-        until_stopped(stopped.clone()),
+        closed(stopped.clone()),
     ));
     tasks.spawn(track_rejoin(
         Arc::clone(&health),
         publish_rejoin,
-        until_stopped(stopped.clone()),
+        closed(stopped.clone()),
     ));
     tasks.spawn(probe::run(
         prober,
@@ -148,7 +149,7 @@ pub async fn serve(
         publish,
         reload,
         observe(Arc::clone(&health)),
-        until_stopped(stopped.clone()),
+        closed(stopped.clone()),
     ));
     ready();
     shutdown.await;

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 /// Resolves on SIGTERM or SIGINT; meanwhile each SIGHUP marks `reload` changed. The handlers
 /// are installed before this returns its future, so no signal is lost to the default action.
-pub fn until_stopped(
+pub fn stop_requested(
     reload: watch::Sender<()>,
 ) -> io::Result<impl std::future::Future<Output = ()>> {
     let mut term = signal(SignalKind::terminate())?;
