@@ -43,6 +43,8 @@ pub struct Watcher {
     changes: Arc<Notify>,
     /// Whether that thread runs; a look sets it up (again) while it does not.
     watching: Arc<AtomicBool>,
+    /// Whether to watch for events at all: not for one look (`pmcheck inetd`).
+    watch: bool,
 }
 
 type Reader = Arc<dyn Fn(&DrainFile, Option<FileStamp>, SystemTime) -> Option<Look> + Send + Sync>;
@@ -70,8 +72,10 @@ fn watch_dir(dir: &Path) -> Option<Inotify> {
     Some(inotify)
 }
 
-/// Reads the events on a thread of its own (blocking reads, no unsafe registration with the
-/// runtime) and wakes the watcher at each; ends when the directory goes.
+/// Reads the events on a thread of its own and wakes the watcher at each; ends when the
+/// directory goes. A thread, not tokio's `AsyncFd`: since tokio 1.54 its safe constructor is
+/// deprecated as unsound (tokio #8587) and its replacement, `AsyncFd::register`, is `unsafe`,
+/// which this crate forbids. The thread blocks in `read`, costing nothing while nothing changes.
 fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBool>) {
     let gone =
         AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF;
@@ -116,6 +120,7 @@ impl Watcher {
             pending: None,
             changes: Arc::new(Notify::new()),
             watching: Arc::new(AtomicBool::new(false)),
+            watch: true,
         }
     }
 
@@ -137,7 +142,7 @@ impl Watcher {
         let mut job = self.pending.take().unwrap_or_else(|| {
             let (file, known, read) = (Arc::clone(&self.file), self.known, Arc::clone(&self.read));
             // Claimed now, so that only one look sets the watch up.
-            let watch = !self.watching.swap(true, Ordering::AcqRel);
+            let watch = self.watch && !self.watching.swap(true, Ordering::AcqRel);
             tokio::task::spawn_blocking(move || Job {
                 watch: watch.then(|| watch_dir(file.dir())),
                 look: read(&file, known, SystemTime::now()),
@@ -235,7 +240,7 @@ fn summary(state: &DrainState) -> String {
 pub async fn read_once(file: DrainFile) -> DrainState {
     let mut watcher = Watcher::new(file);
     // One look: no events to wait for.
-    watcher.watching.store(true, Ordering::Release);
+    watcher.watch = false;
     match watcher.look(true).await {
         Some(state) => state,
         None => DrainState::Unknown(watcher.file().hung(DEADLINE)),
