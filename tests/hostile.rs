@@ -4,7 +4,6 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -446,21 +445,13 @@ async fn status_reads_a_bounded_answer() {
     server.abort();
 }
 
-fn connect_from(source: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-    socket.bind(&format!("{source}:0").parse::<SocketAddr>().unwrap().into())?;
-    socket.connect_timeout(&to.into(), Duration::from_secs(2))?;
-    Ok(socket.into())
-}
-
 #[test]
 fn allow_closes_other_sources_before_reading_a_byte() {
     let s = Setup::new(Behavior::Running);
     let d = s.daemon(&["--allow", "127.0.0.2/32", "--allow", "10.0.0.0/8"]);
     d.wait_for_log(SOON, "accepting polls only from 127.0.0.2/32, 10.0.0.0/8");
     let poll = |source: &str| {
-        let mut stream = connect_from(source, d.addr).unwrap();
-        stream.set_read_timeout(Some(SOON)).unwrap();
+        let mut stream = connect_from(source, d.addr, SOON).unwrap();
         let _ = stream.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n");
         let mut answer = Vec::new();
         let _ = stream.read_to_end(&mut answer);

@@ -681,6 +681,8 @@ fn polls_stay_fast_while_puppet_server_hangs() {
         d.probe_age()
             .is_some_and(|age| age > Duration::from_millis(500))
     });
+    let hung = d.probe_age().unwrap_or_default();
+    let polling = Instant::now();
     let mut times: Vec<Duration> = (0..20)
         .map(|_| {
             let started = Instant::now();
@@ -694,14 +696,16 @@ fn polls_stay_fast_while_puppet_server_hangs() {
         "poll latency while Puppet Server hangs: median {:?}, max {:?}",
         times[10], times[19]
     );
+    // No probe finished while the polls were answered: the report only aged. So the answers
+    // did not wait for a probe, however slowly this machine runs.
+    let aged = d.probe_age().unwrap_or_default();
     assert!(
-        times[10] < Duration::from_millis(50),
-        "median {:?}",
-        times[10]
+        aged >= hung + polling.elapsed().mul_f64(0.9),
+        "a probe landed during the polls: age {hung:?} then {aged:?}"
     );
     assert!(
-        times[19] < Duration::from_secs(1),
-        "max {:?} (the probe deadline is 5 s)",
+        times[19] < Duration::from_millis(2500),
+        "max {:?}: well under the probe deadline of 5 s",
         times[19]
     );
 }

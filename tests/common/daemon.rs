@@ -1,0 +1,250 @@
+//! The pmcheck binary run as a child process that is always killed, and what it answers.
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::http::{Reply, request};
+
+/// The name the system's user database gives the user running the tests: what a drain
+/// record's `by` says, whatever USER claims.
+pub fn whoami() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| format!("uid {}", nix::unistd::getuid()))
+}
+
+/// The binary under test: this build's, or `PMCHECK_TEST_BIN` (to show that a test catches a
+/// defect of an older build, or to test an installed package).
+pub fn bin() -> PathBuf {
+    std::env::var_os("PMCHECK_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_pmcheck")))
+}
+
+/// Waits for `child` to exit, checking every 20 ms; `None` when it is still running after
+/// `within` (the caller says what that means and kills it).
+pub fn exited_within(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The pmcheck binary, with a clean environment.
+pub fn pmcheck() -> Command {
+    let mut command = Command::new(bin());
+    command
+        .env_clear()
+        .env("USER", "tester")
+        .env("RUST_LOG", "info");
+    command
+}
+
+/// A running `pmcheck serve`, killed (by PID) and reaped on drop, also when a test fails.
+pub struct Daemon {
+    child: Child,
+    pub addr: SocketAddr,
+    pub log: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    /// Starts `pmcheck serve --listen 127.0.0.1:0 ARGS` and waits for its "listening on" line.
+    pub fn start(args: &[String]) -> Self {
+        Self::start_with(pmcheck(), args)
+    }
+
+    pub fn start_with(mut command: Command, args: &[String]) -> Self {
+        let child = command
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("pmcheck runs");
+        Self::adopt(child)
+    }
+
+    /// Takes over a spawned daemon whose stderr is piped.
+    pub fn adopt(mut child: Child) -> Self {
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log = Arc::new(Mutex::new(VecDeque::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                // Logged before it is announced: whoever learns the address sees the line too.
+                let addr = line
+                    .split("listening on ")
+                    .nth(1)
+                    .map(|a| a.trim().parse::<SocketAddr>());
+                sink.lock().unwrap().push_back(line);
+                if let Some(addr) = addr {
+                    let _ = tx.send(addr);
+                }
+            }
+        });
+        let mut daemon = Self {
+            child,
+            addr: "0.0.0.0:0".parse().unwrap(),
+            log,
+        };
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(Ok(addr)) => daemon.addr = addr,
+            other => panic!(
+                "pmcheck did not report its address ({other:?}); log: {:?}",
+                daemon.log.lock().unwrap()
+            ),
+        }
+        daemon
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// GET / and the text body.
+    pub fn poll(&self) -> Reply {
+        request(
+            self.addr,
+            "GET / HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
+        )
+    }
+
+    /// The agent-check address, from the daemon's "answering HAProxy agent checks on" line.
+    pub fn agent_addr(&self) -> SocketAddr {
+        const NEEDLE: &str = "answering HAProxy agent checks on ";
+        self.wait_for_log(Duration::from_secs(10), NEEDLE);
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .find_map(|l| l.split(NEEDLE).nth(1))
+            .and_then(|a| a.trim().parse().ok())
+            .expect("an agent-check address")
+    }
+
+    /// GET / with `Accept: application/json`, read back as an answer.
+    pub fn poll_json(&self) -> pmcheck::health::answer::Answer<'static> {
+        let reply = request(
+            self.addr,
+            "GET / HTTP/1.1\r\nHost: pmcheck\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        );
+        pmcheck::health::answer::Answer::from_json(&reply.body)
+            .unwrap_or_else(|e| panic!("not an answer ({e}): {reply:?}"))
+    }
+
+    /// Polls for JSON until `pred` holds, failing after `within`.
+    pub fn wait_for_json(
+        &self,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&pmcheck::health::answer::Answer<'static>) -> bool,
+    ) -> pmcheck::health::answer::Answer<'static> {
+        let deadline = Instant::now() + within;
+        loop {
+            let answer = self.poll_json();
+            if pred(&answer) {
+                return answer;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited {within:?} for {what}; last answer: {answer:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Polls until `pred` holds, failing after `within`.
+    pub fn wait_for(&self, within: Duration, what: &str, pred: impl Fn(&Reply) -> bool) -> Reply {
+        let deadline = Instant::now() + within;
+        loop {
+            let answer = self.poll();
+            if pred(&answer) {
+                return answer;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited {within:?} for {what}; last answer: {answer:?}; log: {:?}",
+                self.log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until the log has a line containing `needle`.
+    pub fn wait_for_log(&self, within: Duration, needle: &str) {
+        let deadline = Instant::now() + within;
+        while self.logged(needle) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no log line with {needle:?} within {within:?}: {:?}",
+                self.log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `n` more probe reports have landed (their age starts again from zero).
+    pub fn wait_probes(&self, n: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        let age = || self.probe_age();
+        let (mut seen, mut last) = (0, age());
+        while seen < n {
+            assert!(
+                Instant::now() < deadline,
+                "fewer than {n} probes within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+            let now = age();
+            if now < last {
+                seen += 1;
+            }
+            last = now;
+        }
+    }
+
+    /// The age of the latest probe report, from the JSON answer.
+    pub fn probe_age(&self) -> Option<Duration> {
+        let a = request(
+            self.addr,
+            "GET / HTTP/1.1\r\nhost: t\r\naccept: application/json\r\nconnection: close\r\n\r\n",
+        );
+        let json: serde_json::Value = serde_json::from_str(&a.body).ok()?;
+        json["probe"]["age_ms"].as_u64().map(Duration::from_millis)
+    }
+
+    pub fn logged(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    }
+}

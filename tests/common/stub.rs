@@ -1,0 +1,313 @@
+//! An in-process TLS stub of Puppet Server that checks what the real one checks.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rcgen::KeyPair;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+
+use super::pki::Ca;
+use super::{CERTNAME, fixture};
+
+/// How the stub answers.
+#[derive(Clone, Debug)]
+pub enum Behavior {
+    /// Puppet Server 7.9.5 as captured: the pool service answers with one idle instance.
+    Running,
+    /// The pool service answers `running` with this `status.experimental` (see [`pool`]).
+    Pool(String),
+    /// A server without the pool service: only the simple status answers.
+    Simple,
+    /// Puppet Enterprise: the pool service is `pe-jruby-metrics`.
+    Enterprise,
+    /// Any status and body, with a content type.
+    Reply(u16, &'static str, &'static str),
+    /// Accept the TCP connection, or a request on an open one, and never say a word.
+    Hang,
+    /// A Puppet Server older than 6.14: no pool service, no /status/v1/simple/server.
+    Legacy,
+}
+
+/// The `jruby-metrics` entry of the captured Puppet Server answer, as the service path sends it.
+pub fn captured_pool_service() -> String {
+    let text =
+        std::fs::read_to_string(fixture("puppetserver-7.9.5-status-services-debug.json")).unwrap();
+    let all: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut service = all["jruby-metrics"].clone();
+    service["service_name"] = "jruby-metrics".into();
+    service.to_string()
+}
+
+/// A pool service answer with these numbers: `size` instances, `free` idle, `borrowed`
+/// compiling, `waiting` queued, the lock in `lock` (`:not-in-use`, `:requested`, `:acquired`).
+pub fn pool(size: u32, free: u32, borrowed: u32, waiting: u32, lock: &str) -> String {
+    let instance = serde_json::json!({"reason": {"request": {"uri": "/puppet/v3/catalog/agent"}}, "time": 0, "duration-millis": 900});
+    serde_json::json!({
+        "service_version": "7.9.5",
+        "service_status_version": 1,
+        "detail_level": "debug",
+        "state": "running",
+        "status": {"experimental": {
+            "jruby-pool-lock-status": {"current-state": lock, "last-change-time": "2026-11-22T10:34:55.412Z"},
+            "metrics": {
+                "num-jrubies": size,
+                "num-free-jrubies": free,
+                "borrowed-instances": vec![instance.clone(); borrowed as usize],
+                "requested-instances": vec![instance; waiting as usize],
+                "average-free-jrubies": f64::from(free),
+                "average-wait-time": if waiting > 0 { 850 } else { 0 },
+                "average-borrow-time": 4000,
+                "queue-limit-hit-count": 0,
+                "borrow-timeout-count": 0,
+            }
+        }},
+        "active_alerts": [],
+        "service_name": "jruby-metrics",
+    })
+    .to_string()
+}
+
+/// What the stub saw.
+#[derive(Default, Debug)]
+pub struct Seen {
+    pub requests: AtomicUsize,
+    pub connections: AtomicUsize,
+    pub snis: Mutex<Vec<Option<String>>>,
+    pub requests_log: Mutex<Vec<(String, String, Option<String>)>>,
+}
+
+/// An in-process Puppet Server stand-in: TLS with a server certificate for CERTNAME (or other
+/// SANs), a client certificate required and verified against its CA, SNI and Host checked.
+///
+/// It runs on a runtime of its own (one worker thread), so the tests that use it are plain
+/// `#[test]` functions whose blocking helpers (sockets, waits) cannot stall it.
+pub struct Stub {
+    pub addr: SocketAddr,
+    pub seen: Arc<Seen>,
+    pub behavior: Arc<Mutex<Behavior>>,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Stub {
+    pub fn start(ca: &Ca, server_sans: &[&str], behavior: Behavior) -> Self {
+        Self::start_trusting(ca, ca, server_sans, behavior)
+    }
+
+    /// `ca` signs the server certificate; only clients signed by `client_ca` get in.
+    pub fn start_trusting(
+        ca: &Ca,
+        client_ca: &Ca,
+        server_sans: &[&str],
+        behavior: Behavior,
+    ) -> Self {
+        Self::start_on(
+            "127.0.0.1:0".parse().unwrap(),
+            ca,
+            client_ca,
+            server_sans,
+            behavior,
+        )
+    }
+
+    /// A stub on `addr`: a Puppet Server that comes back on the port an earlier one had.
+    pub fn start_on(
+        addr: SocketAddr,
+        ca: &Ca,
+        client_ca: &Ca,
+        server_sans: &[&str],
+        behavior: Behavior,
+    ) -> Self {
+        let key = KeyPair::generate().unwrap();
+        let cert_pem = ca.issue(CERTNAME, server_sans, &key);
+        let chain = vec![CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(client_ca.pem().as_bytes()).unwrap())
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("stub-puppetserver")
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime.block_on(TcpListener::bind(addr)).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Seen::default());
+        let behavior = Arc::new(Mutex::new(behavior));
+        runtime.spawn(serve_stub(
+            listener,
+            acceptor,
+            Arc::clone(&seen),
+            Arc::clone(&behavior),
+        ));
+        Self {
+            addr,
+            seen,
+            behavior,
+            runtime: Some(runtime),
+        }
+    }
+
+    pub fn set(&self, behavior: Behavior) {
+        *self.behavior.lock().unwrap() = behavior;
+    }
+
+    pub fn requests(&self) -> usize {
+        self.seen.requests.load(Ordering::SeqCst)
+    }
+}
+
+async fn serve_stub(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    seen: Arc<Seen>,
+    behavior: Arc<Mutex<Behavior>>,
+) {
+    let mut hung = Vec::new();
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        seen.connections.fetch_add(1, Ordering::SeqCst);
+        if matches!(*behavior.lock().unwrap(), Behavior::Hang) {
+            hung.push(tcp);
+            continue;
+        }
+        let acceptor = acceptor.clone();
+        let seen = Arc::clone(&seen);
+        let behavior = Arc::clone(&behavior);
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let sni = tls.get_ref().1.server_name().map(str::to_owned);
+            seen.snis.lock().unwrap().push(sni.clone());
+            let service = service_fn(move |req: Request<hyper::body::Incoming>| {
+                // A request on a kept-alive connection hangs too, not only a new connection.
+                let hang = matches!(*behavior.lock().unwrap(), Behavior::Hang);
+                let answer = (!hang).then(|| stub_answer(&req, sni.as_deref(), &seen, &behavior));
+                async move {
+                    match answer {
+                        Some(answer) => Ok::<_, std::convert::Infallible>(answer),
+                        None => std::future::pending().await,
+                    }
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+        });
+    }
+}
+
+fn stub_answer(
+    req: &Request<hyper::body::Incoming>,
+    sni: Option<&str>,
+    seen: &Seen,
+    behavior: &Mutex<Behavior>,
+) -> Response<Full<Bytes>> {
+    seen.requests.fetch_add(1, Ordering::SeqCst);
+    let host = req
+        .headers()
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned);
+    seen.requests_log.lock().unwrap().push((
+        req.method().to_string(),
+        req.uri().to_string(),
+        host.clone(),
+    ));
+    let reply = |status: u16, body: &'static str| {
+        Response::builder()
+            .status(status)
+            .header("content-type", "text/plain;charset=utf-8")
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap()
+    };
+    let json = |status: u16, body: String| {
+        Response::builder()
+            .status(status)
+            .header("content-type", "application/json;charset=utf-8")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap()
+    };
+    let not_found = |service: &str| {
+        json(
+            404,
+            format!(
+                r#"{{"kind":"service-not-found","msg":"No status information found for service {service}"}}"#
+            ),
+        )
+    };
+    // What Jetty and Puppet Server's auth.conf do.
+    let host_name = host
+        .as_deref()
+        .map(|h| h.rsplit_once(':').map_or(h, |(name, _)| name));
+    if sni != Some(CERTNAME) || host_name != sni {
+        return reply(400, "Host does not match SNI");
+    }
+    if req.method() != hyper::Method::GET {
+        return reply(403, "Forbidden request");
+    }
+    let path = req.uri().path();
+    let service = path.strip_prefix("/status/v1/services/");
+    let current = behavior.lock().unwrap().clone();
+    let reply_any = matches!(current, Behavior::Reply(..));
+    match (current, service) {
+        (Behavior::Running, Some("jruby-metrics")) => json(200, captured_pool_service()),
+        (Behavior::Pool(answer), Some("jruby-metrics")) => json(200, answer),
+        (Behavior::Enterprise, Some("pe-jruby-metrics")) => json(
+            200,
+            captured_pool_service().replace("\"jruby-metrics\"", "\"pe-jruby-metrics\""),
+        ),
+        (_, Some(service)) if !reply_any => not_found(service),
+        (Behavior::Running | Behavior::Simple | Behavior::Enterprise | Behavior::Pool(_), None)
+            if path.starts_with("/status/v1/simple") =>
+        {
+            reply(200, "running")
+        }
+        (Behavior::Legacy, _) if path == "/status/v1/simple/master" => reply(200, "running"),
+        (Behavior::Legacy, _) if path == "/status/v1/simple/server" => {
+            reply(404, "not found: server")
+        }
+        (Behavior::Reply(status, body, content_type), _) => Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap(),
+        _ => reply(404, "<html><body><h2>HTTP ERROR 404</h2></body></html>"),
+    }
+}
