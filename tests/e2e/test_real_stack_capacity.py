@@ -1,6 +1,6 @@
 """Capacity and the agent check against the real stack: Puppet Server's JRuby pool (two
-instances, see e2e_stack.MAX_ACTIVE_INSTANCES), real `puppet agent` runs, and HAProxy running
-the shipped backend with pmcheck's agent check and `http-check disable-on-404`.
+instances, MAX_ACTIVE_INSTANCES in e2e_stack/puppetserver.py), real `puppet agent` runs, and
+HAProxy running the shipped backend with pmcheck's agent check and `http-check disable-on-404`.
 
 One test, in the order an operator lives it, so that Puppet Server is HUPed, stopped and
 started once: a drain that HAProxy shows as a drain, the weight ramping back, busy under real
@@ -159,7 +159,7 @@ def test_6_capacity_drain_reload_stop_start(
         # (c) reload: kill -HUP of the JVM takes the node out, then back
         reload_from = len(tl.rows)
         t0 = time.monotonic()
-        os.kill(puppetserver.proc.pid, signal.SIGHUP)
+        os.kill(puppetserver.pid(), signal.SIGHUP)
         _, took = h.wait_server(
             backend, srv, lambda s: s["status"].startswith("DOWN"), "DOWN during the reload", 30
         )

@@ -1,7 +1,7 @@
 """A rolling restart of two compile masters behind HAProxy, with real agents running all along.
 
-Two real Puppet Servers (e2e_stack.CompileMaster): A on 127.0.0.2:8140 holds a throwaway CA made
-by `puppetserver ca setup`; B on 127.0.0.3:8140 runs with the CA service disabled and a
+Two real Puppet Servers (e2e_stack.PuppetServer.master): A on 127.0.0.2:8140 holds a throwaway
+CA made by `puppetserver ca setup`; B on 127.0.0.3:8140 runs with the CA service disabled and a
 certificate signed by A's CA. Both certificates carry the load balancer's name, `localhost`
 (127.0.0.1 in /etc/hosts), in their alt names. Each has its own `pmcheck serve` (HTTP check and
 agent check, `--drained-status 404` as packaged) on its own address. One HAProxy frontend on
@@ -110,7 +110,7 @@ def others_take_agents(serve: st.PmcheckServe) -> bool:
 
 
 def run_cycle(
-    pmcheck_bin: str, master: st.CompileMaster, serve: st.PmcheckServe, log, command: list[str] | None = None
+    pmcheck_bin: str, master: st.PuppetServer, serve: st.PmcheckServe, log, command: list[str] | None = None
 ) -> Cycle:
     """`pmcheck cycle ... -- puppetserver_ctl.py restart MASTER` (or ``command``), its stdout read
     line by line as it comes (each step's end is when its line arrived)."""
@@ -144,7 +144,7 @@ def run_cycle(
     return c
 
 
-def compile_in_flight(master: st.CompileMaster, within: float = 1.0) -> bool:
+def compile_in_flight(master: st.PuppetServer, within: float = 1.0) -> bool:
     """A catalog compile is under way on the master: one of its JRubies is borrowed for a catalog
     request, and the compile's `generate('/bin/sleep', ...)` began less than ``within`` seconds
     ago (a child of the master's JVM), so that it has seconds left."""
@@ -300,7 +300,7 @@ def test_rolling_restart_zero_failed_runs(
                     f"agent run failed before the cycle (exit {bad[0].code}):\n{st.tail(bad[0].log, 30)}"
                 )
 
-        def served_catalogs(m: st.CompileMaster) -> int:
+        def served_catalogs(m: st.PuppetServer) -> int:
             return m.access_log.read_text().count("/puppet/v3/catalog/")
 
         # warm: every agent has had a good run, and both masters have compiled
