@@ -138,7 +138,7 @@ def puppetserver_session(workdir, puppet_cfg):
     if st.port_accepts(st.PUPPET_PORT):
         unavailable(
             f"something already listens on 127.0.0.1:{st.PUPPET_PORT}; the suite must own Puppet Server "
-            "(test 3 stops and starts it): stop the other instance"
+            "(tests stop and start it): stop the other instance"
         )
     ps = st.PuppetServer.system(workdir / "puppetserver", puppet_cfg)
     SESSION_SERVERS.append(ps)

@@ -63,7 +63,7 @@ def agent_line(port: int) -> str:
     return b"".join(chunks).decode()
 
 
-def test_6_capacity_drain_reload_stop_start(
+def test_capacity_through_drain_reload_stop_and_start(
     pmcheck, puppetserver, puppet_cfg, haproxy, shipped_haproxy, testdir
 ):
     agent_port = st.free_port()
@@ -77,7 +77,7 @@ def test_6_capacity_drain_reload_stop_start(
     front = st.free_port()
     cfg, backend, servers = st.render_haproxy(shipped_haproxy, front, serve.port, agent_port=agent_port)
     assert "agent-check" in cfg and "disable-on-404" in cfg, cfg
-    h = haproxy("capacity", cfg, "packaging/haproxy/pmcheck.cfg")
+    h = haproxy("lb", cfg, "packaging/haproxy/pmcheck.cfg")
     srv = servers[0]
 
     def up_full(s):
