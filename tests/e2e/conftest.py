@@ -264,17 +264,12 @@ def shipped_xinetd() -> str:
     return (REPO / "packaging" / "xinetd" / "pmcheck").read_text()
 
 
-@pytest.fixture
-def clock():
-    return time.monotonic
-
-
 # ---------------------------------------------------------------------------
 # several compile masters behind one load balancer (test_rolling_restart.py)
 
 
 @pytest.fixture
-def loopback_8140(request):
+def loopback_8140():
     """127.0.0.1:8140 free for a load balancer's frontend: the session's Puppet Server, which
     listens there, is stopped if this run started it (the `puppetserver` fixture starts it again
     for any test after). Anything else listening there skips the test (fails under CI=true)."""
@@ -322,7 +317,7 @@ def compile_masters(request, testdir):
 
 
 @pytest.fixture
-def agent_loops(request):
+def agent_loops():
     """Factory: agent_loops(ident, workdir, server, port, environment) -> a started AgentLoop.
     Any loop still running at the end is stopped, its run under way by PID."""
     if shutil.which("puppet") is None:

@@ -85,7 +85,7 @@ def shown(s: dict[str, str]) -> str:
     return " ".join(f"{k}={s.get(k)!r}" for k in SHOWN)
 
 
-def test_haproxy_reads_each_agent_line(haproxy, shipped_haproxy, testdir):
+def test_haproxy_reads_each_agent_line(haproxy, shipped_haproxy):
     with st.HttpStatusStub(503, "Starting") as http, st.AgentLineStub(STEPS[0][3]) as agent:
         cfg, backend, servers = st.render_haproxy(
             shipped_haproxy, st.free_port(), http.port,

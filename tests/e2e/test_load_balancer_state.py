@@ -11,6 +11,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 import e2e_stack as st
 from conftest import record
 
@@ -91,7 +93,8 @@ def run(pm, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return pm.run(*args, timeout=timeout)
 
 
-def test_waits_and_drains_follow_haproxys_own_view(pmcheck, puppetserver, haproxy, shipped_haproxy, testdir):
+@pytest.mark.usefixtures("puppetserver")
+def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_haproxy, testdir):
     assert "http-check send-state" in shipped_haproxy
     agent_a, agent_b = st.free_port(), st.free_port()
     common = ("--drained-status", "404", "--interval", "500ms", "--slow-start", "0s")

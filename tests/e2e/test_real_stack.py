@@ -54,7 +54,8 @@ def wait_all(h: st.HAProxy, backend: str, servers: list[str], want, what: str, t
 # zero configuration
 
 
-def test_zero_configuration_answers_ok(pmcheck, puppetserver, puppet_cfg, testdir):
+@pytest.mark.usefixtures("puppetserver")
+def test_zero_configuration_answers_ok(pmcheck, puppet_cfg, testdir):
     """Only --listen and --state-dir: pmcheck finds puppet.conf, certname and Debian's ssldir."""
     # (pmcheck.run/serve give children our environment minus every PMCHECK_* variable)
     conf = "/etc/puppet/puppet.conf"
@@ -139,10 +140,9 @@ def test_zero_configuration_answers_ok(pmcheck, puppetserver, puppet_cfg, testdi
 # HAProxy's default check, with the shipped config
 
 
+@pytest.mark.usefixtures("puppetserver")
 @pytest.mark.parametrize("timing", ["shipped", "fast"])
-def test_haproxy_check_follows_drain_and_undrain(
-    pmcheck, puppetserver, haproxy, shipped_haproxy, testdir, timing
-):
+def test_haproxy_check_follows_drain_and_undrain(pmcheck, haproxy, shipped_haproxy, testdir, timing):
     """packaging/haproxy/pmcheck.cfg as shipped: UP, DOWN with 503 after a drain, UP after undrain."""
     # the shipped file has the shape this test (and the issue) promises
     assert re.search(r"(?m)^\s*option\s+httpchk\s*$", shipped_haproxy), "`option httpchk` without arguments"
@@ -267,9 +267,8 @@ def test_stopped_puppet_server_is_down_with_its_cause(
 # mutual TLS passes through HAProxy
 
 
-def test_mutual_tls_passes_through_haproxy(
-    pmcheck, puppetserver, puppet_cfg, haproxy, shipped_haproxy, testdir
-):
+@pytest.mark.usefixtures("puppetserver")
+def test_mutual_tls_passes_through_haproxy(pmcheck, puppet_cfg, haproxy, shipped_haproxy, testdir):
     d = pmcheck.serve(testdir / "state")
     d.wait_verdict(200)
     h, front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, d.port, FAST, "lb")
@@ -307,8 +306,9 @@ def test_mutual_tls_passes_through_haproxy(
 # xinetd mode
 
 
+@pytest.mark.usefixtures("puppetserver")
 def test_xinetd_service_follows_drain_and_undrain(
-    pmcheck, pmcheck_bin, puppetserver, puppet_cfg, haproxy, xinetd, shipped_haproxy, shipped_xinetd, testdir
+    pmcheck, pmcheck_bin, haproxy, xinetd, shipped_haproxy, shipped_xinetd, testdir
 ):
     attrs = st.xinetd_attrs(shipped_xinetd)
     expect = {

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import pytest
+
 import e2e_stack as st
 from conftest import record
 
@@ -208,8 +210,9 @@ def sessions_ended(log, server: str, t0: float, t1: float) -> dict[str, int]:
     return ended
 
 
+@pytest.mark.usefixtures("loopback_8140")
 def test_rolling_restart_zero_failed_runs(
-    loopback_8140, compile_masters, agent_loops, pmcheck, pmcheck_bin, haproxy, shipped_haproxy, testdir
+    compile_masters, agent_loops, pmcheck, pmcheck_bin, haproxy, shipped_haproxy, testdir
 ):
     t_test = time.monotonic()
     cycle_help = pmcheck.run("cycle", "--help")
