@@ -34,6 +34,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -160,16 +161,16 @@ def compile_in_flight(master: st.PuppetServer, within: float = 1.0) -> bool:
 def sleeping_children(ppid: int) -> list[float]:
     """The age in seconds of each `/bin/sleep` whose parent is ``ppid``."""
     ticks = os.sysconf("SC_CLK_TCK")
-    uptime = float(open("/proc/uptime").read().split()[0])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
     ages = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            stat = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            stat = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
             if int(stat[1]) != ppid:
                 continue
-            if open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")[0] != b"/bin/sleep":
+            if Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")[0] != b"/bin/sleep":
                 continue
         except (OSError, IndexError, ValueError):
             continue
@@ -180,9 +181,10 @@ def sleeping_children(ppid: int) -> list[float]:
 def rss_mib(pid: int | None) -> str:
     if pid is None:
         return "?"
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return f"{int(line.split()[1]) // 1024} MiB"
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return f"{int(line.split()[1]) // 1024} MiB"
     return "?"
 
 
