@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
                 flush=True,
             )
         if action in ("start", "restart"):
-            took = ctl.start(spec)
+            took, _ = ctl.start(spec)
             pid = ctl.running_pid(spec)
             print(f"puppetserver_ctl: {name}: started (pid {pid}), ready in {took:.1f}s", flush=True)
     except (StackError, TimeoutError, OSError) as e:

@@ -80,9 +80,10 @@ def stop(spec: dict, term_timeout: float = 60) -> float | None:
     return time.monotonic() - t0
 
 
-def start(spec: dict, timeout: float = 300) -> float:
+def start(spec: dict, timeout: float = 300) -> tuple[float, subprocess.Popen]:
     """Start the server's JVM detached (its own session; the pidfile is written at once), wait
-    until it is ready (restart file 1, `/status/v1/simple` running); the seconds it took."""
+    until it is ready (restart file 1, `/status/v1/simple` running); the seconds it took, and the
+    JVM, this process's child: to reap once stopped (a program that exits leaves that to init)."""
     if running_pid(spec) is not None:
         raise StackError(f"Puppet Server {spec['name']} is already running")
     if port_accepts(spec["port"], spec["host"]):
@@ -114,5 +115,7 @@ def start(spec: dict, timeout: float = 300) -> float:
         wait_until(f"Puppet Server {spec['name']} to be ready", lambda: ready(spec), timeout, 0.25, alive)
     except BaseException:
         stop(spec)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
         raise
-    return time.monotonic() - t0
+    return time.monotonic() - t0, proc

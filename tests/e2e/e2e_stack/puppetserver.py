@@ -20,11 +20,13 @@ jruby-puppet section) is a ``Tuning``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -219,6 +221,7 @@ class PuppetServer:
         self.cadir = workdir / "ca"
         self.vardir, self.logdir = workdir / "var", workdir / "log"
         self.bootstrap = workdir / "services.d" if own else Path(PUPPETSERVER_SERVICES_D)
+        self._jvm: subprocess.Popen | None = None  # started by start(): this process's child
         self._prepare()
 
     @classmethod
@@ -365,12 +368,18 @@ class PuppetServer:
 
     def start(self, timeout: float = 300.0) -> float:
         """Start and wait until ready; the seconds it took."""
-        return ctl.start(self.spec(), timeout)
+        took, self._jvm = ctl.start(self.spec(), timeout)
+        return took
 
     def stop(self) -> float | None:
         """Stop by PID and wait until the port is closed; the seconds it took, None when it was
         not running."""
-        return ctl.stop(self.spec())
+        took = ctl.stop(self.spec())
+        if self._jvm is not None:  # our child: reaped, not left a zombie
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._jvm.wait(timeout=10)
+            self._jvm = None
+        return took
 
     def pid(self) -> int | None:
         return ctl.running_pid(self.spec())
