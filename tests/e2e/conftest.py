@@ -138,9 +138,9 @@ def puppetserver_session(workdir, puppet_cfg):
     if st.port_accepts(st.PUPPET_PORT):
         unavailable(
             f"something already listens on 127.0.0.1:{st.PUPPET_PORT}; the suite must own Puppet Server "
-            "(test 3 stops and starts it): stop the other instance"
+            "(tests stop and start it): stop the other instance"
         )
-    ps = st.PuppetServer(workdir / "puppetserver", puppet_cfg)
+    ps = st.PuppetServer.system(workdir / "puppetserver", puppet_cfg)
     SESSION_SERVERS.append(ps)
     first_ever = not os.path.exists(puppet_cfg.hostcert)
     try:
@@ -264,17 +264,12 @@ def shipped_xinetd() -> str:
     return (REPO / "packaging" / "xinetd" / "pmcheck").read_text()
 
 
-@pytest.fixture
-def clock():
-    return time.monotonic
-
-
 # ---------------------------------------------------------------------------
 # several compile masters behind one load balancer (test_rolling_restart.py)
 
 
 @pytest.fixture
-def loopback_8140(request):
+def loopback_8140():
     """127.0.0.1:8140 free for a load balancer's frontend: the session's Puppet Server, which
     listens there, is stopped if this run started it (the `puppetserver` fixture starts it again
     for any test after). Anything else listening there skips the test (fails under CI=true)."""
@@ -291,18 +286,18 @@ def loopback_8140(request):
 
 @pytest.fixture
 def compile_masters(request, testdir):
-    """Factory: compile_masters(name, host, certname, ca, **kw) -> a CompileMaster (prepared, not
-    started) in the test's dir. Whatever happens, every master's JVM is stopped at the end by
+    """Factory: compile_masters(name, host, certname, ca, **kw) -> a PuppetServer.master (prepared,
+    not started) in the test's dir. Whatever happens, every master's JVM is stopped at the end by
     the PID in its pidfile (and any JVM of its that a cut-off restart left without one)."""
     _require_root_and("java", "setpriv", "puppetserver", "openssl", "puppet")
     if not os.path.exists(st.PUPPETSERVER_JAR):
         unavailable(f"{st.PUPPETSERVER_JAR} missing: install the puppetserver package")
-    made: list[st.CompileMaster] = []
+    made: list[st.PuppetServer] = []
 
-    def make(name: str, host: str, certname: str, ca: bool, **kw) -> st.CompileMaster:
+    def make(name: str, host: str, certname: str, ca: bool, **kw) -> st.PuppetServer:
         if st.port_accepts(st.PUPPET_PORT, host):
             unavailable(f"something already listens on {host}:{st.PUPPET_PORT}: stop it")
-        m = st.CompileMaster(testdir / f"master-{name}", name, host, certname, ca, **kw)
+        m = st.PuppetServer.master(testdir / f"master-{name}", name, host, certname, ca, **kw)
         add_log(request, f"Puppet Server {name}", m.log)
         made.append(m)
         return m
@@ -322,7 +317,7 @@ def compile_masters(request, testdir):
 
 
 @pytest.fixture
-def agent_loops(request):
+def agent_loops():
     """Factory: agent_loops(ident, workdir, server, port, environment) -> a started AgentLoop.
     Any loop still running at the end is stopped, its run under way by PID."""
     if shutil.which("puppet") is None:

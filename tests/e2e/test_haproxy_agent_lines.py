@@ -1,7 +1,8 @@
 """How the real HAProxy 2.6 reads each agent line pmcheck writes, with the HTTP answer that goes
 with it: the shipped backend (`option httpchk`, `http-check disable-on-404`, `agent-check`,
 `weight 100`, rise 3 fall 3) with its intervals shortened, its check and agent ports served by
-stand-ins (e2e_stack.HttpStatusStub, AgentLineStub) that answer exactly the bytes given here.
+stand-ins (e2e_stack/stubs.py: HttpStatusStub, AgentLineStub) that answer exactly the bytes
+given here.
 
 No Puppet Server and no pmcheck: this pins down HAProxy's side of the contract (the lines are
 those of src/responder/agent.rs), so that a change of HAProxy's reading shows up here and not
@@ -84,7 +85,7 @@ def shown(s: dict[str, str]) -> str:
     return " ".join(f"{k}={s.get(k)!r}" for k in SHOWN)
 
 
-def test_haproxy_reads_each_agent_line(haproxy, shipped_haproxy, testdir):
+def test_haproxy_reads_each_agent_line(haproxy, shipped_haproxy):
     with st.HttpStatusStub(503, "Starting") as http, st.AgentLineStub(STEPS[0][3]) as agent:
         cfg, backend, servers = st.render_haproxy(
             shipped_haproxy, st.free_port(), http.port,

@@ -11,6 +11,8 @@ import socket
 import subprocess
 import time
 
+import pytest
+
 import e2e_stack as st
 from conftest import record
 
@@ -91,9 +93,8 @@ def run(pm, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return pm.run(*args, timeout=timeout)
 
 
-def test_10_waits_and_drains_follow_haproxys_own_view(
-    pmcheck, puppetserver, haproxy, shipped_haproxy, testdir
-):
+@pytest.mark.usefixtures("puppetserver")
+def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_haproxy, testdir):
     assert "http-check send-state" in shipped_haproxy
     agent_a, agent_b = st.free_port(), st.free_port()
     common = ("--drained-status", "404", "--interval", "500ms", "--slow-start", "0s")
@@ -107,7 +108,7 @@ def test_10_waits_and_drains_follow_haproxys_own_view(
         shipped_haproxy, front, a.port, targets=[(ps, a.port, agent_a), (ps, b.port, agent_b)]
     )
     m1, m2 = servers
-    h = haproxy("t10", cfg, "packaging/haproxy/pmcheck.cfg: two masters' pmcheck, one Puppet Server")
+    h = haproxy("lb", cfg, "packaging/haproxy/pmcheck.cfg: two masters' pmcheck, one Puppet Server")
     for srv in servers:
         h.wait_server(backend, srv, st.is_up_checked, "UP (L7OK/200)", 30)
     state_a, state_b = str(testdir / "state-a"), str(testdir / "state-b")
@@ -122,7 +123,7 @@ def test_10_waits_and_drains_follow_haproxys_own_view(
 
     with Watch(h, backend) as watch:
         # 2. drain A: HAProxy takes m1 out; the record still agrees
-        cp = run(pmcheck, "drain", "--reason", "e2e test 10", "--state-dir", state_a, "--url", a.url)
+        cp = run(pmcheck, "drain", "--reason", "e2e send-state", "--state-dir", state_a, "--url", a.url)
         assert cp.returncode == 0, cp.stderr
         h.wait_server(backend, m1, lambda s: s["srv_op_state"] == "3", "NOLB (404, disable-on-404)", 10)
         (ours, theirs), _ = st.wait_until(

@@ -51,10 +51,11 @@ def wait_all(h: st.HAProxy, backend: str, servers: list[str], want, what: str, t
 
 
 # ---------------------------------------------------------------------------
-# 1. zero configuration
+# zero configuration
 
 
-def test_1_zero_configuration(pmcheck, puppetserver, puppet_cfg, testdir):
+@pytest.mark.usefixtures("puppetserver")
+def test_zero_configuration_answers_ok(pmcheck, puppet_cfg, testdir):
     """Only --listen and --state-dir: pmcheck finds puppet.conf, certname and Debian's ssldir."""
     # (pmcheck.run/serve give children our environment minus every PMCHECK_* variable)
     conf = "/etc/puppet/puppet.conf"
@@ -136,11 +137,12 @@ def test_1_zero_configuration(pmcheck, puppetserver, puppet_cfg, testdir):
 
 
 # ---------------------------------------------------------------------------
-# 2. HAProxy's default check, with the shipped config
+# HAProxy's default check, with the shipped config
 
 
+@pytest.mark.usefixtures("puppetserver")
 @pytest.mark.parametrize("timing", ["shipped", "fast"])
-def test_2_haproxy_default_check(pmcheck, puppetserver, haproxy, shipped_haproxy, testdir, timing):
+def test_haproxy_check_follows_drain_and_undrain(pmcheck, haproxy, shipped_haproxy, testdir, timing):
     """packaging/haproxy/pmcheck.cfg as shipped: UP, DOWN with 503 after a drain, UP after undrain."""
     # the shipped file has the shape this test (and the issue) promises
     assert re.search(r"(?m)^\s*option\s+httpchk\s*$", shipped_haproxy), "`option httpchk` without arguments"
@@ -165,12 +167,12 @@ def test_2_haproxy_default_check(pmcheck, puppetserver, haproxy, shipped_haproxy
     d = pmcheck.serve(state)
     d.wait_verdict(200)
     h, _front, backend, servers = start_shipped_haproxy(
-        haproxy, shipped_haproxy, d.port, None if timing == "shipped" else FAST, f"t2-{timing}"
+        haproxy, shipped_haproxy, d.port, None if timing == "shipped" else FAST, "lb"
     )
     up = wait_all(h, backend, servers, st.is_up_checked, "UP after a passed check (L7OK/200)", 30)
     print(f"[e2e] first passed checks after {up:.2f}s")
 
-    reason = f"e2e test 2 ({timing}): kernel upgrade"
+    reason = f"e2e check ({timing}): kernel upgrade"
     cp = pmcheck.run("drain", "--reason", reason, "--state-dir", str(state))
     assert cp.returncode == 0, cp
     t_drain = time.monotonic()
@@ -213,15 +215,17 @@ def test_2_haproxy_default_check(pmcheck, puppetserver, haproxy, shipped_haproxy
 
 
 # ---------------------------------------------------------------------------
-# 3. Puppet Server failure
+# Puppet Server failure
 
 
-def test_3_puppet_server_failure(pmcheck, puppetserver, haproxy, shipped_haproxy, testdir):
+def test_stopped_puppet_server_is_down_with_its_cause(
+    pmcheck, puppetserver, haproxy, shipped_haproxy, testdir
+):
     """Stop Puppet Server: DOWN with `connection refused`; start it: UP again."""
     state = testdir / "state"
     d = pmcheck.serve(state)
     d.wait_verdict(200)
-    h, _front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, d.port, FAST, "t3")
+    h, _front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, d.port, FAST, "lb")
     wait_all(h, backend, servers, st.is_up_checked, "UP (L7OK/200)", 30)
 
     try:
@@ -250,7 +254,7 @@ def test_3_puppet_server_failure(pmcheck, puppetserver, haproxy, shipped_haproxy
 
         t_start = time.monotonic()
         took = puppetserver.start()
-        record("Puppet Server restart (test 3)", f"{took:.1f}s")
+        record("Puppet Server restart (after the failure)", f"{took:.1f}s")
         wait_all(h, backend, servers, st.is_up_checked, "UP again after Puppet Server restarted", 30)
         record("HAProxy back UP after Puppet Server was ready", f"{time.monotonic() - t_start - took:.2f}s")
         assert d.get().status == 200
@@ -260,13 +264,14 @@ def test_3_puppet_server_failure(pmcheck, puppetserver, haproxy, shipped_haproxy
 
 
 # ---------------------------------------------------------------------------
-# 4. mutual TLS passes through HAProxy
+# mutual TLS passes through HAProxy
 
 
-def test_4_mutual_tls_passes_through(pmcheck, puppetserver, puppet_cfg, haproxy, shipped_haproxy, testdir):
+@pytest.mark.usefixtures("puppetserver")
+def test_mutual_tls_passes_through_haproxy(pmcheck, puppet_cfg, haproxy, shipped_haproxy, testdir):
     d = pmcheck.serve(testdir / "state")
     d.wait_verdict(200)
-    h, front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, d.port, FAST, "t4")
+    h, front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, d.port, FAST, "lb")
     wait_all(h, backend, servers, st.is_up_checked, "UP (L7OK/200)", 30)
 
     def sessions() -> int:
@@ -298,11 +303,12 @@ def test_4_mutual_tls_passes_through(pmcheck, puppetserver, puppet_cfg, haproxy,
 
 
 # ---------------------------------------------------------------------------
-# 5. xinetd mode
+# xinetd mode
 
 
-def test_5_xinetd_mode(
-    pmcheck, pmcheck_bin, puppetserver, puppet_cfg, haproxy, xinetd, shipped_haproxy, shipped_xinetd, testdir
+@pytest.mark.usefixtures("puppetserver")
+def test_xinetd_service_follows_drain_and_undrain(
+    pmcheck, pmcheck_bin, haproxy, xinetd, shipped_haproxy, shipped_xinetd, testdir
 ):
     attrs = st.xinetd_attrs(shipped_xinetd)
     expect = {
@@ -363,10 +369,10 @@ def test_5_xinetd_mode(
         10, alive=x.check_alive,
     )  # fmt: skip
 
-    h, _front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, port, FAST, "t5")
+    h, _front, backend, servers = start_shipped_haproxy(haproxy, shipped_haproxy, port, FAST, "lb")
     wait_all(h, backend, servers, st.is_up_checked, "UP through xinetd (L7OK/200)", 30)
 
-    reason = "e2e test 5: xinetd drain"
+    reason = "e2e xinetd drain"
     cp = pmcheck.run("drain", "--reason", reason, "--state-dir", str(state))
     assert cp.returncode == 0, cp
     r = st.http_request(port)

@@ -1,6 +1,6 @@
 """Capacity and the agent check against the real stack: Puppet Server's JRuby pool (two
-instances, see e2e_stack.MAX_ACTIVE_INSTANCES), real `puppet agent` runs, and HAProxy running
-the shipped backend with pmcheck's agent check and `http-check disable-on-404`.
+instances, MAX_ACTIVE_INSTANCES in e2e_stack/puppetserver.py), real `puppet agent` runs, and
+HAProxy running the shipped backend with pmcheck's agent check and `http-check disable-on-404`.
 
 One test, in the order an operator lives it, so that Puppet Server is HUPed, stopped and
 started once: a drain that HAProxy shows as a drain, the weight ramping back, busy under real
@@ -63,7 +63,7 @@ def agent_line(port: int) -> str:
     return b"".join(chunks).decode()
 
 
-def test_6_capacity_drain_reload_stop_start(
+def test_capacity_through_drain_reload_stop_and_start(
     pmcheck, puppetserver, puppet_cfg, haproxy, shipped_haproxy, testdir
 ):
     agent_port = st.free_port()
@@ -77,7 +77,7 @@ def test_6_capacity_drain_reload_stop_start(
     front = st.free_port()
     cfg, backend, servers = st.render_haproxy(shipped_haproxy, front, serve.port, agent_port=agent_port)
     assert "agent-check" in cfg and "disable-on-404" in cfg, cfg
-    h = haproxy("capacity", cfg, "packaging/haproxy/pmcheck.cfg")
+    h = haproxy("lb", cfg, "packaging/haproxy/pmcheck.cfg")
     srv = servers[0]
 
     def up_full(s):
@@ -159,7 +159,7 @@ def test_6_capacity_drain_reload_stop_start(
         # (c) reload: kill -HUP of the JVM takes the node out, then back
         reload_from = len(tl.rows)
         t0 = time.monotonic()
-        os.kill(puppetserver.proc.pid, signal.SIGHUP)
+        os.kill(puppetserver.pid(), signal.SIGHUP)
         _, took = h.wait_server(
             backend, srv, lambda s: s["status"].startswith("DOWN"), "DOWN during the reload", 30
         )

@@ -28,7 +28,7 @@ def promtool_check_metrics(serve: st.PmcheckServe, state: str) -> None:
     assert lint.returncode == 0 and not said, f"promtool on the {state} scrape: {said}\n{scrape.body}"
 
 
-def test_9_prometheus_follows_a_drain_and_a_stop(pmcheck, puppetserver, prometheus, testdir):
+def test_prometheus_follows_a_drain_and_a_stop(pmcheck, puppetserver, prometheus, testdir):
     state = testdir / "state"
     serve = pmcheck.serve(state, "--interval", "500ms")
     serve.wait_verdict(200)

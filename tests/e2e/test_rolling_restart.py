@@ -1,7 +1,7 @@
 """A rolling restart of two compile masters behind HAProxy, with real agents running all along.
 
-Two real Puppet Servers (e2e_stack.CompileMaster): A on 127.0.0.2:8140 holds a throwaway CA made
-by `puppetserver ca setup`; B on 127.0.0.3:8140 runs with the CA service disabled and a
+Two real Puppet Servers (e2e_stack.PuppetServer.master): A on 127.0.0.2:8140 holds a throwaway
+CA made by `puppetserver ca setup`; B on 127.0.0.3:8140 runs with the CA service disabled and a
 certificate signed by A's CA. Both certificates carry the load balancer's name, `localhost`
 (127.0.0.1 in /etc/hosts), in their alt names. Each has its own `pmcheck serve` (HTTP check and
 agent check, `--drained-status 404` as packaged) on its own address. One HAProxy frontend on
@@ -34,6 +34,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
+
+import pytest
 
 import e2e_stack as st
 from conftest import record
@@ -110,7 +113,7 @@ def others_take_agents(serve: st.PmcheckServe) -> bool:
 
 
 def run_cycle(
-    pmcheck_bin: str, master: st.CompileMaster, serve: st.PmcheckServe, log, command: list[str] | None = None
+    pmcheck_bin: str, master: st.PuppetServer, serve: st.PmcheckServe, log, command: list[str] | None = None
 ) -> Cycle:
     """`pmcheck cycle ... -- puppetserver_ctl.py restart MASTER` (or ``command``), its stdout read
     line by line as it comes (each step's end is when its line arrived)."""
@@ -144,7 +147,7 @@ def run_cycle(
     return c
 
 
-def compile_in_flight(master: st.CompileMaster, within: float = 1.0) -> bool:
+def compile_in_flight(master: st.PuppetServer, within: float = 1.0) -> bool:
     """A catalog compile is under way on the master: one of its JRubies is borrowed for a catalog
     request, and the compile's `generate('/bin/sleep', ...)` began less than ``within`` seconds
     ago (a child of the master's JVM), so that it has seconds left."""
@@ -158,16 +161,16 @@ def compile_in_flight(master: st.CompileMaster, within: float = 1.0) -> bool:
 def sleeping_children(ppid: int) -> list[float]:
     """The age in seconds of each `/bin/sleep` whose parent is ``ppid``."""
     ticks = os.sysconf("SC_CLK_TCK")
-    uptime = float(open("/proc/uptime").read().split()[0])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
     ages = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            stat = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            stat = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
             if int(stat[1]) != ppid:
                 continue
-            if open(f"/proc/{d}/cmdline", "rb").read().split(b"\0")[0] != b"/bin/sleep":
+            if Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")[0] != b"/bin/sleep":
                 continue
         except (OSError, IndexError, ValueError):
             continue
@@ -178,9 +181,10 @@ def sleeping_children(ppid: int) -> list[float]:
 def rss_mib(pid: int | None) -> str:
     if pid is None:
         return "?"
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return f"{int(line.split()[1]) // 1024} MiB"
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return f"{int(line.split()[1]) // 1024} MiB"
     return "?"
 
 
@@ -208,8 +212,9 @@ def sessions_ended(log, server: str, t0: float, t1: float) -> dict[str, int]:
     return ended
 
 
+@pytest.mark.usefixtures("loopback_8140")
 def test_rolling_restart_zero_failed_runs(
-    loopback_8140, compile_masters, agent_loops, pmcheck, pmcheck_bin, haproxy, shipped_haproxy, testdir
+    compile_masters, agent_loops, pmcheck, pmcheck_bin, haproxy, shipped_haproxy, testdir
 ):
     t_test = time.monotonic()
     cycle_help = pmcheck.run("cycle", "--help")
@@ -300,7 +305,7 @@ def test_rolling_restart_zero_failed_runs(
                     f"agent run failed before the cycle (exit {bad[0].code}):\n{st.tail(bad[0].log, 30)}"
                 )
 
-        def served_catalogs(m: st.CompileMaster) -> int:
+        def served_catalogs(m: st.PuppetServer) -> int:
             return m.access_log.read_text().count("/puppet/v3/catalog/")
 
         # warm: every agent has had a good run, and both masters have compiled

@@ -1,0 +1,114 @@
+"""Real-stack helpers for pmcheck's end-to-end suite (tests/e2e) and for scripts/demo.
+
+Everything here drives real programs: Puppet Server (java, as user puppet), HAProxy (foreground,
+with an admin socket), xinetd (foreground), Prometheus, real Puppet agents and the pmcheck
+binary. All traffic stays on loopback. Every process is started in its own session so that it
+(and anything it forked) can be stopped by its PID / process group id, never by name.
+
+One module per component; this package re-exports what the tests and scripts/demo use:
+
+    proc          processes, waits, ports, the environment, Debian packages, a sampler thread
+    clients       HTTP, HTTPS and raw TCP clients
+    pki           Puppet identities: the host's settings, a test's CA signing with openssl
+    puppetserver  the Puppet Server driver (the host's, or a compile master of its own), Tuning
+    ctl           a Puppet Server JVM started, checked and stopped by its pidfile
+    pmcheck       the binary under test and its daemons
+    haproxy       HAProxy and its admin socket; the shipped config rendered for loopback
+    xinetd        xinetd and the shipped service file
+    prometheus    Prometheus and its HTTP API
+    agents        real `puppet agent` runs and loops
+    stubs         stand-ins for pmcheck's check and agent ports
+"""
+
+from .agents import ENVIRONMENTS, AgentLoop, AgentRunRecord, agent_run, slow_environment
+from .clients import Reply, TLSReply, http_request, https_request, raw_http, tls_context
+from .haproxy import (
+    HAProxy,
+    is_down_503,
+    is_up_checked,
+    render_haproxy,
+    status_check,
+    summary,
+    view,
+)
+from .pki import Identity, PuppetSettings, ca_sign, puppet_settings
+from .pmcheck import Pmcheck, PmcheckServe
+from .proc import (
+    LOOPBACK,
+    Sampler,
+    StackError,
+    clean_env,
+    free_port,
+    install_packages,
+    missing_packages,
+    port_accepts,
+    stop_pid,
+    stop_strays,
+    tail,
+    wait_until,
+)
+from .prometheus import Prometheus
+from .puppetserver import (
+    LB_NAME,
+    PUPPET_PORT,
+    PUPPETSERVER_JAR,
+    PuppetServer,
+    Tuning,
+    master_tuning,
+    session_tuning,
+)
+from .stubs import AgentLineStub, HttpStatusStub
+from .xinetd import Xinetd, ensure_system_user, render_xinetd, xinetd_attrs
+
+__all__ = [
+    "ENVIRONMENTS",
+    "LB_NAME",
+    "LOOPBACK",
+    "PUPPETSERVER_JAR",
+    "PUPPET_PORT",
+    "AgentLineStub",
+    "AgentLoop",
+    "AgentRunRecord",
+    "HAProxy",
+    "HttpStatusStub",
+    "Identity",
+    "Pmcheck",
+    "PmcheckServe",
+    "Prometheus",
+    "PuppetServer",
+    "PuppetSettings",
+    "Reply",
+    "Sampler",
+    "StackError",
+    "TLSReply",
+    "Tuning",
+    "Xinetd",
+    "agent_run",
+    "ca_sign",
+    "clean_env",
+    "ensure_system_user",
+    "free_port",
+    "http_request",
+    "https_request",
+    "install_packages",
+    "is_down_503",
+    "is_up_checked",
+    "master_tuning",
+    "missing_packages",
+    "port_accepts",
+    "puppet_settings",
+    "raw_http",
+    "render_haproxy",
+    "render_xinetd",
+    "session_tuning",
+    "slow_environment",
+    "status_check",
+    "stop_pid",
+    "stop_strays",
+    "summary",
+    "tail",
+    "tls_context",
+    "view",
+    "wait_until",
+    "xinetd_attrs",
+]
