@@ -119,7 +119,7 @@ def run_cycle(
     line by line as it comes (each step's end is when its line arrived)."""
     cmd = [
         pmcheck_bin, "cycle", "--url", serve.url, "--state-dir", str(serve.state_dir),
-        "--reason", "e2e rolling restart", "--timeout", "5m", "--", *(command or master.ctl_argv("restart")),
+        "--reason", "e2e rolling restart", "--max-wait", "5m", "--", *(command or master.ctl_argv("restart")),
     ]  # fmt: skip
     print(f"[e2e] $ {' '.join(cmd)}")
     lines: list[tuple[float, str]] = []

@@ -1,0 +1,71 @@
+"""pmcheck's agent port as the real HAProxy 2.6 reads it, with and without `agent-send`.
+
+pmcheck writes its line at once, shuts down its sending side, then reads what the client sends
+(at most 16 KiB, for at most 2 s) before it closes: closing with HAProxy's `agent-send` string
+unread would send a reset, which can destroy the line before HAProxy reads it. The shipped
+backend sends nothing; a site that adds `agent-send` must get every line all the same. Each
+case runs the shipped backend with short intervals against a real pmcheck (which probes the
+session's Puppet Server) and samples `show stat` for a few seconds: every agent check must be
+read (`L7OK`, the line's `#OK` in `last_agt`), none lost to a reset.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+import e2e_stack as st
+from conftest import record
+
+INTER = "250ms"
+TIMING = f"inter {INTER} rise 3 fall 3 agent-inter {INTER}"
+
+
+def agent_read(s: dict[str, str]) -> bool:
+    return s["agent_status"].lstrip("* ") == "L7OK" and "#OK" in s.get("last_agt", "")
+
+
+@pytest.mark.usefixtures("puppetserver")
+@pytest.mark.parametrize(
+    "send",
+    [None, "hello pmcheck\\n", "x" * 1000 + "\\n"],
+    ids=["without-agent-send", "agent-send", "agent-send-1000-bytes"],
+)
+def test_haproxy_reads_every_agent_line_with_and_without_agent_send(
+    pmcheck, haproxy, shipped_haproxy, testdir, send
+):
+    agent_port = st.free_port()
+    serve = pmcheck.serve(
+        testdir / "state",
+        "--agent-listen", f"{st.LOOPBACK}:{agent_port}",
+        "--interval", "500ms",
+    )  # fmt: skip
+    cfg, backend, servers = st.render_haproxy(
+        shipped_haproxy, st.free_port(), serve.port, timing=TIMING, agent_port=agent_port
+    )
+    if send is not None:
+        cfg, n = re.subn(
+            r"(?m)^(\s*server\s.*\bagent-check\b.*)$", lambda m: f'{m[1]} agent-send "{send}"', cfg
+        )
+        assert n >= 1, cfg
+    h = haproxy("lb", cfg, f"packaging/haproxy/pmcheck.cfg, agent-send {send!r}")
+    srv = servers[0]
+    h.wait_server(backend, srv, lambda s: st.is_up_checked(s) and agent_read(s), "UP, agent line read", 60)
+    # About a dozen more agent checks per server line, each of which must be read.
+    samples = []
+    until = time.monotonic() + 3
+    while time.monotonic() < until:
+        s = h.server(backend, srv)
+        samples.append((s["agent_status"], s.get("last_agt", "")))
+        time.sleep(0.1)
+    missed = [x for x in samples if not (x[0].lstrip("* ") == "L7OK" and "#OK" in x[1])]
+    told = serve.get(headers={"Accept": "application/json"}).json()
+    agent_checks = sum((p.get("agent") or {}).get("times", 0) for p in told.get("pollers") or [])
+    record(
+        f"HAProxy agent checks with agent-send {'(none)' if send is None else len(send)}",
+        f"{len(samples)} samples, {len(missed)} not read; {agent_checks} agent lines told OK in a row",
+    )
+    assert not missed, f"agent checks not read: {missed[:5]}"
+    assert agent_checks >= 10, told
