@@ -295,7 +295,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
 }
 
 fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
-    let command = cycle::shown(&args.command);
+    let command = crate::operator::command::shown(&args.command);
     let reason = args.reason.unwrap_or_else(|| {
         let text = format!("pmcheck cycle: {}", command.trim_matches('`'));
         let text: String = text

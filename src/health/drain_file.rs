@@ -155,19 +155,19 @@ impl DrainFile {
         let path = self.path.clone();
         let t = meta.file_type();
         let kind = match () {
-            _ if t.is_symlink() => return Err(Unreadable::Symlink { path }),
-            _ if t.is_file() => {
+            () if t.is_symlink() => return Err(Unreadable::Symlink { path }),
+            () if t.is_file() => {
                 return match meta.len() {
                     len if len > RECORD_LIMIT => Err(Unreadable::TooLarge { path, len }),
                     _ => Ok(()),
                 };
             }
-            _ if t.is_dir() => "a directory",
-            _ if t.is_fifo() => "a FIFO (named pipe)",
-            _ if t.is_socket() => "a socket",
-            _ if t.is_char_device() => "a character device",
-            _ if t.is_block_device() => "a block device",
-            _ => "not a regular file",
+            () if t.is_dir() => "a directory",
+            () if t.is_fifo() => "a FIFO (named pipe)",
+            () if t.is_socket() => "a socket",
+            () if t.is_char_device() => "a character device",
+            () if t.is_block_device() => "a block device",
+            () => "not a regular file",
         };
         Err(Unreadable::NotRegular { path, kind })
     }

@@ -4,6 +4,7 @@
 //! Pure: no I/O, so every rule is tested on answers written by hand.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -203,7 +204,7 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
         };
         let mut what = describe_told(p, false);
         if let Some(why) = states.iter().find_map(|s| s.malformed.as_deref()) {
-            what.push_str(&format!("; its X-Haproxy-Server-State is malformed: {why}"));
+            let _ = write!(what, "; its X-Haproxy-Server-State is malformed: {why}");
         }
         if acted {
             a.met.push(format!("{} acted ({what})", p.address));

@@ -10,19 +10,16 @@
 
 use std::ffi::OsString;
 use std::path::Path;
-use std::process::ExitStatus;
 use std::time::{Duration, Instant, SystemTime};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use thiserror::Error;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::health::answer::Answer;
 use crate::health::drain::{DrainRecord, REASON_LIMIT};
 use crate::health::drain_file::{Change, DrainError, DrainFile};
 use crate::health::holders::Holder;
 use crate::operator::assessment::{Goal, Wait};
+use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon;
 use crate::operator::wait::{self, LastServer, WaitError};
 use crate::settings::duration::format_duration;
@@ -164,39 +161,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     // 1. drain: this cycle holds the node drained, beside whoever already does
     let t = Instant::now();
     let file = DrainFile::new(state_dir);
-    let drained = file
-        .current()
-        .is_some_and(|d| !d.expired_at(SystemTime::now()));
-    let forced = if drained {
-        None
-    } else {
-        wait::guard_last_server(&cycle.wait, cycle.force).await?
-    };
-    let me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
-    let found = file.update(|current| {
-        let now = SystemTime::now();
-        let mut held: Vec<Holder> = (current.as_ref())
-            .and_then(|d| d.record.as_ref())
-            .map(DrainRecord::holders)
-            .unwrap_or_default();
-        held.retain(|h| !h.expired_at(now));
-        let found = held.clone();
-        held.push(me.clone());
-        let forced = forced.or_else(|| current.and_then(|d| d.record).and_then(|r| r.forced));
-        match DrainRecord::held_by(held, forced) {
-            Some(record) => (Change::Write(record), found),
-            None => (Change::Keep, found),
-        }
-    })?;
-    let detail = if found.is_empty() {
-        format!("drained: {} (by {} since {})", me.what, me.by, me.since)
-    } else {
-        let held: Vec<String> = found.iter().map(Holder::describe).collect();
-        format!(
-            "already drained by {}: this cycle holds it too, and the node returns to rotation only when no holder is left",
-            held.join(", ")
-        )
-    };
+    let (me, detail) = hold(cycle, &file).await?;
     step(
         Step::Drain,
         t,
@@ -263,77 +228,20 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
 
     // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
     let t = Instant::now();
-    let let_go = file.update(|current| {
-        let Some(record) = current.and_then(|d| d.record) else {
-            return (Change::Keep, LetGo::Gone);
+    let let_go = let_go(&file)?;
+    let undrained = matches!(let_go, LetGo::Undrained);
+    step(Step::Undrain, t, &let_go.describe(&file));
+    if !undrained {
+        let left = if matches!(let_go, LetGo::Gone) {
+            ""
+        } else {
+            "; the node stays drained"
         };
-        let now = SystemTime::now();
-        let held = record.holders();
-        if !held.iter().any(Holder::is_me) {
-            return (Change::Keep, LetGo::NotMine(held));
-        }
-        let rest: Vec<Holder> = (held.into_iter())
-            .filter(|h| !h.is_me() && !h.expired_at(now))
-            .collect();
-        match DrainRecord::held_by(rest.clone(), record.forced) {
-            None => (Change::Remove, LetGo::Undrained),
-            Some(record) => (Change::Write(record), LetGo::StillHeld(rest)),
-        }
-    })?;
-    let describe = |held: &[Holder]| {
-        held.iter()
-            .map(Holder::describe)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match let_go {
-        LetGo::Undrained => step(
-            Step::Undrain,
-            t,
-            &format!("removed {}", file.path().display()),
-        ),
-        LetGo::Gone => {
-            step(
-                Step::Undrain,
-                t,
-                &format!(
-                    "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
-                    file.path().display()
-                ),
-            );
-            println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
-            return Ok(());
-        }
-        LetGo::NotMine(held) => {
-            step(
-                Step::Undrain,
-                t,
-                &format!(
-                    "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",
-                    describe(&held)
-                ),
-            );
-            println!(
-                "pmcheck cycle: done in {}; the node stays drained",
-                seconds(started.elapsed())
-            );
-            return Ok(());
-        }
-        LetGo::StillHeld(held) => {
-            step(
-                Step::Undrain,
-                t,
-                &format!(
-                    "this cycle let go; the node stays drained, held by {}",
-                    describe(&held)
-                ),
-            );
-            println!(
-                "pmcheck cycle: done in {}; the node stays drained",
-                seconds(started.elapsed())
-            );
-            return Ok(());
-        }
+        println!(
+            "pmcheck cycle: done in {}{left}",
+            seconds(started.elapsed())
+        );
+        return Ok(());
     }
 
     // 6. wait until the load balancers take it back
@@ -361,6 +269,94 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     step(Step::WaitUndrained, t, &done.summary);
     println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
     Ok(())
+}
+
+/// Step 1: adds this cycle's hold to the record (after the last-server guard, unless the node
+/// is drained already); returns the hold and what to say of it.
+async fn hold(cycle: &Cycle, file: &DrainFile) -> Result<(Holder, String), CycleError> {
+    let drained = file
+        .current()
+        .is_some_and(|d| !d.expired_at(SystemTime::now()));
+    let forced = if drained {
+        None
+    } else {
+        wait::guard_last_server(&cycle.wait, cycle.force).await?
+    };
+    let me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
+    let found = file.update(|current| {
+        let now = SystemTime::now();
+        let mut held: Vec<Holder> = (current.as_ref())
+            .and_then(|d| d.record.as_ref())
+            .map(DrainRecord::holders)
+            .unwrap_or_default();
+        held.retain(|h| !h.expired_at(now));
+        let found = held.clone();
+        held.push(me.clone());
+        let forced = forced.or_else(|| current.and_then(|d| d.record).and_then(|r| r.forced));
+        match DrainRecord::held_by(held, forced) {
+            Some(record) => (Change::Write(record), found),
+            None => (Change::Keep, found),
+        }
+    })?;
+    let detail = if found.is_empty() {
+        format!("drained: {} (by {} since {})", me.what, me.by, me.since)
+    } else {
+        let held: Vec<String> = found.iter().map(Holder::describe).collect();
+        format!(
+            "already drained by {}: this cycle holds it too, and the node returns to rotation only when no holder is left",
+            held.join(", ")
+        )
+    };
+    Ok((me, detail))
+}
+
+/// Step 5: takes this cycle's hold out of the record, removing the record when no holder is
+/// left.
+fn let_go(file: &DrainFile) -> Result<LetGo, DrainError> {
+    file.update(|current| {
+        let Some(record) = current.and_then(|d| d.record) else {
+            return (Change::Keep, LetGo::Gone);
+        };
+        let now = SystemTime::now();
+        let held = record.holders();
+        if !held.iter().any(Holder::is_me) {
+            return (Change::Keep, LetGo::NotMine(held));
+        }
+        let rest: Vec<Holder> = (held.into_iter())
+            .filter(|h| !h.is_me() && !h.expired_at(now))
+            .collect();
+        match DrainRecord::held_by(rest.clone(), record.forced) {
+            None => (Change::Remove, LetGo::Undrained),
+            Some(record) => (Change::Write(record), LetGo::StillHeld(rest)),
+        }
+    })
+}
+
+impl LetGo {
+    /// The undrain step's line.
+    fn describe(&self, file: &DrainFile) -> String {
+        let holders = |held: &[Holder]| {
+            held.iter()
+                .map(Holder::describe)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            LetGo::Undrained => format!("removed {}", file.path().display()),
+            LetGo::Gone => format!(
+                "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
+                file.path().display()
+            ),
+            LetGo::NotMine(held) => format!(
+                "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",
+                holders(held)
+            ),
+            LetGo::StillHeld(held) => format!(
+                "this cycle let go; the node stays drained, held by {}",
+                holders(held)
+            ),
+        }
+    }
 }
 
 /// One wait, stopped by a signal, or when the drain record stops naming this cycle (`held`:
@@ -418,99 +414,6 @@ async fn released(file: &DrainFile) -> String {
                 }
                 None => return d.describe(),
             },
-        }
-    }
-}
-
-/// Runs the command in a process group of its own. On SIGINT, SIGTERM or SIGHUP the same
-/// signal goes to the whole group, then SIGTERM (a shell's background jobs ignore SIGINT);
-/// after `kill_after`, or at a second signal, SIGKILL does.
-/// Returns once the group is gone. A daemon the command started in a session of its own (a
-/// Puppet Server restart does) is not in the group and keeps running, as it should.
-/// `Err(None)` is an interruption, `Err(Some(how))` a command that could not start.
-async fn run_command(
-    command: &[OsString],
-    signals: &mut Signals,
-    kill_after: Duration,
-) -> Result<ExitStatus, Option<String>> {
-    let Some((program, args)) = command.split_first() else {
-        return Err(Some("is empty".to_owned()));
-    };
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| Some(format!("cannot start: {e}")))?;
-    let Some(group) = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw)
-    else {
-        // Already reaped: it ended before it could be signalled.
-        let status = child.wait().await;
-        return status.map_err(|e| Some(format!("cannot be waited for: {e}")));
-    };
-    let first = tokio::select! {
-        status = child.wait() => {
-            return status.map_err(|e| Some(format!("cannot be waited for: {e}")));
-        }
-        signal = signals.next() => signal,
-    };
-    let _ = killpg(group, first);
-    // A shell's background jobs ignore SIGINT: SIGTERM asks them too.
-    if first != Signal::SIGTERM {
-        let _ = killpg(group, Signal::SIGTERM);
-    }
-    tokio::select! {
-        () = group_gone(group, &mut child) => return Err(None),
-        () = tokio::time::sleep(kill_after) => {
-            eprintln!(
-                "pmcheck cycle: the command's processes are still running {} after {first}: SIGKILL",
-                format_duration(kill_after)
-            );
-        }
-        second = signals.next() => {
-            eprintln!("pmcheck cycle: {second} again: SIGKILL to the command's processes");
-        }
-    }
-    let _ = killpg(group, Signal::SIGKILL);
-    let _ = tokio::time::timeout(Duration::from_secs(5), group_gone(group, &mut child)).await;
-    Err(None)
-}
-
-/// Resolves once no process of `group` is left, reaping its leader, `child`.
-async fn group_gone(group: Pid, child: &mut tokio::process::Child) {
-    loop {
-        let _ = child.try_wait();
-        if killpg(group, None) == Err(nix::errno::Errno::ESRCH) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// SIGINT, SIGTERM and SIGHUP, caught for the whole cycle so that none kills it half-way.
-struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Self> {
-        Ok(Self {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    /// Resolves at the next signal, with which.
-    async fn next(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.int.recv() => Signal::SIGINT,
-            _ = self.term.recv() => Signal::SIGTERM,
-            _ = self.hup.recv() => Signal::SIGHUP,
         }
     }
 }
@@ -590,36 +493,6 @@ fn step(name: Step, since: Instant, detail: &str) {
         "pmcheck cycle: step {name} took {}: {detail}",
         seconds(since.elapsed())
     );
-}
-
-/// The command as a person would type it.
-pub fn shown(command: &[OsString]) -> String {
-    let words: Vec<String> = command
-        .iter()
-        .map(|w| {
-            let w = w.to_string_lossy();
-            if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {
-                format!("'{}'", w.replace('\'', r"'\''"))
-            } else {
-                w.into_owned()
-            }
-        })
-        .collect();
-    format!("`{}`", words.join(" "))
-}
-
-/// `exited with 3`, `was killed by SIGKILL`.
-fn exited(status: ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exited with {code}"),
-        (None, Some(signal)) => {
-            let name = nix::sys::signal::Signal::try_from(signal)
-                .map_or_else(|_| signal.to_string(), |s| s.as_str().to_owned());
-            format!("was killed by {name}")
-        }
-        (None, None) => "ended without a status".to_owned(),
-    }
 }
 
 #[cfg(test)]

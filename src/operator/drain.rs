@@ -189,12 +189,7 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
         }
     }
     let how = wait_settings(&args.waiting, &state);
-    if !args.wait {
-        match run_single_threaded(daemon::daemon_answer(&how, false))? {
-            Ok(said) => println!("{said}"),
-            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
-        }
-    } else {
+    if args.wait {
         let done =
             wait_for(Goal::Undrained, &how).map_err(|e| annotate(e, "the node is undrained"))?;
         println!(
@@ -202,6 +197,11 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
             seconds(done.waited),
             done.summary
         );
+    } else {
+        match run_single_threaded(daemon::daemon_answer(&how, false))? {
+            Ok(said) => println!("{said}"),
+            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
+        }
     }
     Ok(())
 }

@@ -81,7 +81,7 @@ pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
 fn environment(cli: &clap::Command) -> Vec<(String, String)> {
     let mut vars: Vec<(String, String)> = cli
         .get_subcommands()
-        .flat_map(|sub| sub.get_arguments())
+        .flat_map(clap::Command::get_arguments)
         .filter_map(|arg| {
             let var = arg.get_env()?.to_string_lossy().into_owned();
             Some((var, arg.get_long()?.to_owned()))

@@ -3,6 +3,7 @@
 
 pub mod assessment;
 pub mod check;
+pub mod command;
 pub mod cycle;
 pub mod daemon;
 pub mod drain;

@@ -1,6 +1,7 @@
 //! `pmcheck status`: asks the running daemon what it answers HAProxy, for a person.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -60,14 +61,14 @@ pub fn describe(reply: &Reply) -> String {
                 ("until", &drain.until),
             ] {
                 if let Some(value) = value {
-                    line.push_str(&format!(", {label} {value}"));
+                    let _ = write!(line, ", {label} {value}");
                 }
             }
             if drain.expired {
                 line.push_str(" - EXPIRED, no longer counts; `pmcheck undrain` removes it");
             }
             if let Some(problem) = &drain.problem {
-                line.push_str(&format!(" ({problem})"));
+                let _ = write!(line, " ({problem})");
             }
             out.push_str(&line);
             out.push('\n');
@@ -75,23 +76,25 @@ pub fn describe(reply: &Reply) -> String {
     }
     let probe = &answer.probe;
     let ms = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));
-    out.push_str(&format!(
-        "probe:  {} - {} (took {}, {} ago) {}\n",
+    let _ = writeln!(
+        out,
+        "probe:  {} - {} (took {}, {} ago) {}",
         if probe.healthy() { "ok" } else { "failed" },
         probe.detail,
         ms(probe.latency_ms),
         ms(probe.age_ms),
         probe.endpoint.as_deref().unwrap_or("")
-    ));
+    );
     if let Some(pool) = &answer.pool {
         let load = answer.load.map_or("cannot compile", |l| match l {
             Load::Warm => "warm",
             Load::Warming => "warming",
             Load::Busy => "busy",
         });
-        out.push_str(&format!(
+        let _ = writeln!(
+            out,
             "pool:   {load}: {} of {} JRubies free, {} compiling, {} waiting; average wait {} ms, \
-             borrow {} ms; {} refused at the queue limit, {} borrow timeouts; lock {}\n",
+             borrow {} ms; {} refused at the queue limit, {} borrow timeouts; lock {}",
             pool.free,
             pool.size,
             pool.borrowed,
@@ -101,12 +104,9 @@ pub fn describe(reply: &Reply) -> String {
             pool.queue_limit_hits,
             pool.borrow_timeouts,
             pool.lock,
-        ));
+        );
     }
-    out.push_str(&format!(
-        "weight: {}% (HAProxy agent check)\n",
-        answer.weight
-    ));
+    let _ = writeln!(out, "weight: {}% (HAProxy agent check)", answer.weight);
     let pollers = answer.pollers.as_deref().unwrap_or_default();
     let names = names(pollers.iter().map(|p| p.address));
     for p in pollers {
@@ -114,11 +114,12 @@ pub fn describe(reply: &Reply) -> String {
             .get(&p.address)
             .map(|n| format!("{n} "))
             .unwrap_or_default();
-        out.push_str(&format!(
-            "poller: {name}{}: {}\n",
+        let _ = writeln!(
+            out,
+            "poller: {name}{}: {}",
             p.address,
             crate::operator::assessment::describe_told(p, true)
-        ));
+        );
     }
     if let Some(t) = &answer.traffic {
         let line = match (&t.problem, t.count()) {
@@ -136,7 +137,7 @@ pub fn describe(reply: &Reply) -> String {
                 )
             }
         };
-        out.push_str(&format!("agents: {line}\n"));
+        let _ = writeln!(out, "agents: {line}");
     }
     out
 }

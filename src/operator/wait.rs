@@ -5,6 +5,7 @@
 //! agent connections to Puppet Server ([`crate::puppet::traffic`]) and the JRuby pool; this
 //! module only reads its JSON answer, so it needs no privileges and no settings of its own.
 
+use std::fmt::Write as _;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -113,7 +114,7 @@ pub async fn wait(
                     let mut line = a.pending.join("; ");
                     if !a.acted.is_empty() {
                         let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-                        line.push_str(&format!("; acted: {}", acted.join(", ")));
+                        let _ = write!(line, "; acted: {}", acted.join(", "));
                     }
                     line
                 }

@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
+use std::fmt::Write as _;
 use std::time::Duration;
 
 /// The pool numbers pmcheck uses, from `status.experimental.metrics` and
@@ -151,15 +152,16 @@ impl Pool {
                     text.push_str(&plural(self.waiting, "request", "requests"));
                     text.push_str(" waiting");
                 }
-                text.push_str(&format!(", average wait {} ms", self.average_wait_ms));
+                let _ = write!(text, ", average wait {} ms", self.average_wait_ms);
                 if self.lock == "requested" {
                     text.push_str(", a pool flush is waiting for running compiles");
                 }
                 if self.queue_limit_hits > 0 {
-                    text.push_str(&format!(
+                    let _ = write!(
+                        text,
                         ", {} refused at the queue limit since start",
                         plural(self.queue_limit_hits as u32, "request", "requests")
-                    ));
+                    );
                 }
                 text
             }

@@ -301,10 +301,9 @@ impl Prober {
                     certname: certname(),
                 }
             }
-            rustls::Error::InvalidCertificate(CertificateError::Expired)
-            | rustls::Error::InvalidCertificate(CertificateError::ExpiredContext { .. }) => {
-                TlsProblem::Expired
-            }
+            rustls::Error::InvalidCertificate(
+                CertificateError::Expired | CertificateError::ExpiredContext { .. },
+            ) => TlsProblem::Expired,
             rustls::Error::AlertReceived(
                 alert @ (AlertDescription::BadCertificate
                 | AlertDescription::UnknownCA

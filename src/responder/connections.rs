@@ -22,17 +22,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+pub use crate::settings::Limits;
+
 /// Descriptors kept for everything but polls: listeners, the probe, the journal, blocking reads.
 const RESERVED_FDS: u64 = 64;
 /// How often a repeating event (shedding, refusals, accept errors) is logged at most.
 const LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// How many connections may be open at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub total: usize,
-    pub per_source: usize,
-}
 
 impl Limits {
     /// Raises the soft descriptor limit to the hard one, then shrinks the limits to fit under

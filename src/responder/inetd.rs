@@ -98,16 +98,13 @@ pub async fn answer_one(
         .half_close(true)
         .keep_alive(false);
     let deadline = read_timeout + probe_deadline + Duration::from_secs(1);
-    let served = match stdin_socket() {
-        Some(stream) => {
-            let connection = http.serve_connection(TokioIo::new(stream), service);
-            tokio::time::timeout(deadline, connection).await
-        }
-        None => {
-            let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
-            let connection = http.serve_connection(TokioIo::new(io), service);
-            tokio::time::timeout(deadline, connection).await
-        }
+    let served = if let Some(stream) = stdin_socket() {
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        tokio::time::timeout(deadline, connection).await
+    } else {
+        let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
+        let connection = http.serve_connection(TokioIo::new(io), service);
+        tokio::time::timeout(deadline, connection).await
     };
     match served {
         Ok(Ok(())) => Ok(()),

@@ -196,38 +196,34 @@ impl Pollers {
     pub fn record(&self, poll: Poll<'_>, now: Instant) {
         let address = poll.address.to_canonical();
         let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = match table.pollers.iter().position(|p| p.address == address) {
-            Some(index) => index,
-            None => {
-                let pollers = &mut table.pollers;
-                pollers.retain(|p| now.saturating_duration_since(p.last) < GONE_AFTER);
-                if pollers.len() >= CAPACITY {
-                    let loser = (0..pollers.len())
-                        .filter(|&i| !pollers[i].regular(now))
-                        .min_by_key(|&i| pollers[i].last);
-                    match loser {
-                        Some(i) => {
-                            pollers.swap_remove(i);
-                        }
-                        None => {
-                            table.unrecorded = table.unrecorded.saturating_add(1);
-                            table.unrecorded_last = Some(now);
-                            return;
-                        }
-                    }
+        let index = if let Some(index) = table.pollers.iter().position(|p| p.address == address) {
+            index
+        } else {
+            let pollers = &mut table.pollers;
+            pollers.retain(|p| now.saturating_duration_since(p.last) < GONE_AFTER);
+            if pollers.len() >= CAPACITY {
+                let loser = (0..pollers.len())
+                    .filter(|&i| !pollers[i].regular(now))
+                    .min_by_key(|&i| pollers[i].last);
+                if let Some(i) = loser {
+                    pollers.swap_remove(i);
+                } else {
+                    table.unrecorded = table.unrecorded.saturating_add(1);
+                    table.unrecorded_last = Some(now);
+                    return;
                 }
-                pollers.push(Poller {
-                    address,
-                    first: now,
-                    last: now,
-                    polls: 0,
-                    steady: 0,
-                    http: None,
-                    agent: None,
-                    states: [None; STATES],
-                });
-                pollers.len() - 1
             }
+            pollers.push(Poller {
+                address,
+                first: now,
+                last: now,
+                polls: 0,
+                steady: 0,
+                http: None,
+                agent: None,
+                states: [None; STATES],
+            });
+            pollers.len() - 1
         };
         let poller = &mut table.pollers[index];
         let gap = now.saturating_duration_since(poller.last);

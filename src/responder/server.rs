@@ -13,12 +13,11 @@ use tokio::task::JoinSet;
 use crate::health::decision::{Decision, Rules};
 use crate::health::drain::DrainState;
 use crate::health::drain_file::DrainFile;
-use crate::health::drain_watch::{self, Watcher};
+use crate::health::drain_watch::{self, Drains, Watcher};
 use crate::health::verdict::Verdict;
 use crate::health::weight::{Rejoin, Tracker};
 use crate::puppet::probe::{self, ProbeTarget, Prober};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::responder::connections::Limits;
 use crate::responder::listener::{Guard, Listener, closed};
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
@@ -53,19 +52,8 @@ pub async fn serve(
     let (stop, stopped) = watch::channel(());
     let (publish, latest) = watch::channel(None);
     let drain_file = DrainFile::new(&settings.state_dir.value);
-    // On the blocking pool with the drain record's deadline: the state directory may sit on a
-    // hung file system, and then the first look says so (503 UNKNOWN) instead of start-up waiting.
-    let dir = drain_file.clone();
-    let prepared = tokio::task::spawn_blocking(move || prepare_state_dir(&dir));
-    let _ = tokio::time::timeout(drain_watch::DEADLINE, prepared).await;
-    let (publish_drain, drains) = watch::channel(Arc::new(DrainState::NotDrained));
-    // The first look before the first answer: a drained node never answers from a default.
-    let mut watcher = Watcher::new(drain_file.clone());
-    let first = watcher.look(true).await;
+    let (watcher, publish_drain, drains) = first_look(&drain_file).await;
     let drain_path = watcher.file().path().display().to_string();
-    if let Some(state) = first {
-        publish_drain.send_replace(Arc::new(state));
-    }
     let rules = Rules {
         // A probe lands at least every interval + timeout; allow one missed round.
         stale_after: 2 * (interval + timeout),
@@ -85,14 +73,7 @@ pub async fn serve(
         true,
     ));
 
-    let limits = Limits {
-        total: daemon.max_connections.value as usize,
-        per_source: daemon
-            .max_connections_per_source
-            .value
-            .min(daemon.max_connections.value) as usize,
-    }
-    .fit_descriptors();
+    let limits = daemon.limits().fit_descriptors();
     let guard = Arc::new(Guard::new(daemon.allow.value.clone(), limits));
     let mut tasks = JoinSet::new();
     let kinds = (listeners.http.into_iter().map(|l| (Via::Http, l)))
@@ -157,6 +138,22 @@ pub async fn serve(
     drop(stop);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Prepares the state directory and looks at the drain record once, before the first answer:
+/// a drained node never answers from a default.
+async fn first_look(drain_file: &DrainFile) -> (Watcher, watch::Sender<Arc<DrainState>>, Drains) {
+    // On the blocking pool with the drain record's deadline: the state directory may sit on a
+    // hung file system, and then the first look says so (503 UNKNOWN) instead of start-up waiting.
+    let dir = drain_file.clone();
+    let prepared = tokio::task::spawn_blocking(move || prepare_state_dir(&dir));
+    let _ = tokio::time::timeout(drain_watch::DEADLINE, prepared).await;
+    let (publish, drains) = watch::channel(Arc::new(DrainState::NotDrained));
+    let mut watcher = Watcher::new(drain_file.clone());
+    if let Some(state) = watcher.look(true).await {
+        publish.send_replace(Arc::new(state));
+    }
+    (watcher, publish, drains)
 }
 
 /// Creates a missing state directory when it may (a first `cargo build && pmcheck serve` has

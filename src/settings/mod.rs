@@ -188,6 +188,15 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// The connection limits: the per-source one never above the total.
+    pub fn limits(&self) -> Limits {
+        let total = self.max_connections.value;
+        Limits {
+            total: total as usize,
+            per_source: self.max_connections_per_source.value.min(total) as usize,
+        }
+    }
+
     /// `config`'s rows of the daemon's settings.
     fn rows(&self) -> Vec<(&'static str, String, &Source)> {
         let addrs = |list: &[SocketAddr], none: &str| {
@@ -246,6 +255,15 @@ impl Daemon {
             ),
         ]
     }
+}
+
+/// How many connections may be open at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// In all.
+    pub total: usize,
+    /// From one address.
+    pub per_source: usize,
 }
 
 /// pmcheck's resolved settings, each with where it came from.
@@ -323,11 +341,11 @@ impl Settings {
         let mut resolver = Resolver::new(&conf, host.fqdn);
         let overrides = [
             ("certname", given.certname.clone()),
-            ("hostcert", path_text(&given.hostcert)),
-            ("hostprivkey", path_text(&given.hostprivkey)),
-            ("localcacert", path_text(&given.localcacert)),
+            ("hostcert", path_text(given.hostcert.as_ref())),
+            ("hostprivkey", path_text(given.hostprivkey.as_ref())),
+            ("localcacert", path_text(given.localcacert.as_ref())),
         ];
-        for (name, setting) in overrides.into_iter() {
+        for (name, setting) in overrides {
             if let Some(Setting { value, source }) = setting {
                 resolver.set(name, value, source);
             }
@@ -442,8 +460,8 @@ pub fn state_dir_warning(dir: &std::path::Path) -> Option<String> {
     })
 }
 
-fn path_text(path: &Option<Setting<PathBuf>>) -> Option<Setting<String>> {
-    path.as_ref().map(|p| Setting {
+fn path_text(path: Option<&Setting<PathBuf>>) -> Option<Setting<String>> {
+    path.map(|p| Setting {
         value: p.value.display().to_string(),
         source: p.source.clone(),
     })
