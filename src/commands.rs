@@ -390,7 +390,7 @@ mod tests {
         Cli::from_arg_matches(&matches).unwrap();
         let given = Provenance::of(&matches).given();
         let host = Host {
-            fqdn: &|| Err(crate::settings::puppet_conf::FqdnError::Empty),
+            fqdn: &|| Err(crate::settings::host::FqdnError::Empty),
             webserver: &|_| None,
         };
         let table = Settings::resolve(&given, &host).unwrap().to_string();

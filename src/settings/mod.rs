@@ -2,7 +2,9 @@
 //! each value with where it came from.
 
 pub mod allow;
+pub mod daemon;
 pub mod duration;
+pub mod host;
 pub mod puppet_conf;
 
 use std::fmt;
@@ -10,10 +12,11 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ipnet::IpNet;
 use thiserror::Error;
 
-use self::puppet_conf::{FqdnError, Layout, PuppetConf, PuppetConfError, Resolver, Webserver};
+pub use self::daemon::{Daemon, Limits};
+use self::host::{FqdnError, Webserver};
+use self::puppet_conf::{Layout, PuppetConf, PuppetConfError, Resolver};
 
 /// The built-in defaults of the settings that puppet.conf does not know, as clap reads them.
 /// They are written here once; clap shows them in `--help` and the man page.
@@ -96,7 +99,7 @@ pub struct Host {
 impl Host {
     /// This machine.
     pub const REAL: Host = Host {
-        fqdn: &puppet_conf::fqdn,
+        fqdn: &host::fqdn,
         webserver: &Webserver::find,
     };
 }
@@ -163,107 +166,6 @@ pub struct Given {
     pub state_dir: Setting<PathBuf>,
     /// The daemon's own settings, for `serve` and `config`.
     pub daemon: Option<Daemon>,
-}
-
-/// The daemon's own settings, each with where it came from: what nothing but the command line
-/// and the environment sets.
-#[derive(Debug, Clone)]
-pub struct Daemon {
-    /// `--listen`; empty for `[::]:9200` (or `0.0.0.0:9200` without IPv6).
-    pub listen: Setting<Vec<SocketAddr>>,
-    /// `--agent-listen`; empty for no agent check.
-    pub agent_listen: Setting<Vec<SocketAddr>>,
-    /// `--allow`; empty for everyone.
-    pub allow: Setting<Vec<IpNet>>,
-    /// `--interval`: how often Puppet Server may be probed.
-    pub interval: Setting<Duration>,
-    /// `--max-connections`.
-    pub max_connections: Setting<u32>,
-    /// `--max-connections-per-source`.
-    pub max_connections_per_source: Setting<u32>,
-    /// `--slow-start`; zero for off.
-    pub slow_start: Setting<Duration>,
-    /// `--drained-status`: 503, or 404 for `http-check disable-on-404`.
-    pub drained_status: Setting<u16>,
-}
-
-impl Daemon {
-    /// The connection limits: the per-source one never above the total.
-    pub fn limits(&self) -> Limits {
-        let total = self.max_connections.value;
-        Limits {
-            total: total as usize,
-            per_source: self.max_connections_per_source.value.min(total) as usize,
-        }
-    }
-
-    /// `config`'s rows of the daemon's settings.
-    fn rows(&self) -> Vec<(&'static str, String, &Source)> {
-        let addrs = |list: &[SocketAddr], none: &str| {
-            if list.is_empty() {
-                none.to_owned()
-            } else {
-                let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
-                shown.join(",")
-            }
-        };
-        let nets: Vec<String> = self.allow.value.iter().map(ToString::to_string).collect();
-        let slow_start = match self.slow_start.value {
-            Duration::ZERO => "off".to_owned(),
-            d => duration::format_duration(d),
-        };
-        vec![
-            (
-                "listen",
-                addrs(&self.listen.value, "[::]:9200"),
-                &self.listen.source,
-            ),
-            (
-                "agent-listen",
-                addrs(&self.agent_listen.value, "(none)"),
-                &self.agent_listen.source,
-            ),
-            (
-                "allow",
-                if nets.is_empty() {
-                    "(anywhere)".to_owned()
-                } else {
-                    nets.join(",")
-                },
-                &self.allow.source,
-            ),
-            (
-                "interval",
-                duration::format_duration(self.interval.value),
-                &self.interval.source,
-            ),
-            (
-                "max-connections",
-                self.max_connections.value.to_string(),
-                &self.max_connections.source,
-            ),
-            (
-                "max-connections-per-source",
-                self.max_connections_per_source.value.to_string(),
-                &self.max_connections_per_source.source,
-            ),
-            ("slow-start", slow_start, &self.slow_start.source),
-            (
-                "drained-status",
-                self.drained_status.value.to_string(),
-                &self.drained_status.source,
-            ),
-        ]
-    }
-}
-
-/// How many connections may be open at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// In all.
-    pub total: usize,
-    /// From one address.
-    pub per_source: usize,
 }
 
 /// pmcheck's resolved settings, each with where it came from.
