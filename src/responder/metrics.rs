@@ -432,6 +432,8 @@ fn epoch_seconds(t: SystemTime) -> f64 {
 /// The classic text format (0.0.4) of prometheus-client's OpenMetrics text: a counter family is
 /// declared under its samples' `_total` name and an info family as an `_info` gauge; `# UNIT`
 /// and `# EOF` go. Samples, labels and their escaping are the same in both formats.
+/// prometheus-client writes OpenMetrics only (prometheus/client_rust#51 asks for the classic
+/// format); rewriting its output keeps one registry and one set of series.
 pub fn classic(openmetrics: &str) -> String {
     let mut out = String::with_capacity(openmetrics.len());
     let mut help: Option<&str> = None;
