@@ -3,11 +3,12 @@
 //!
 //! A health checker that can be knocked over takes the whole pool with it, so a new connection
 //! is always accepted at once (nothing waits in the kernel's accept queue) and, past a limit,
-//! another is closed: the one that behaves least like a load balancer. In order, a connection
-//! that never sent a complete request, one whose answers the client does not read (of an
-//! address holding more than a monitor would first, then the oldest or stalled longest), one from an
-//! address that is not a regular poller ([`crate::responder::pollers::REGULAR`]) and one from a
-//! regular poller (idle longest first).
+//! another is closed. An address holding more connections than any load balancer or monitor
+//! would sheds its own, oldest first. Otherwise the one that behaves least like a load
+//! balancer goes: a connection that never sent a complete request, one whose answers the
+//! client does not read, a regular poller's new connection
+//! ([`crate::responder::pollers::REGULAR`]), then the idlest of an address that is not a
+//! regular poller, and a regular poller's last.
 //! A load balancer's check sends its request at once and reads the answer, and a monitor's
 //! kept-alive connection asks again every few seconds, so neither is closed while a flood,
 //! from one address or from thousands, holds connections that do neither. A source at its own
@@ -123,6 +124,8 @@ struct Table {
     /// By id, and ids only grow: the first entry of a source is its oldest connection.
     live: BTreeMap<u64, Live>,
     per_source: HashMap<IpAddr, usize>,
+    /// How many sources hold more than [`HEAVY`] connections.
+    heavy: usize,
     shed: Throttle,
 }
 
@@ -140,20 +143,23 @@ struct Live {
 const HEAVY: usize = 8;
 
 impl Live {
-    /// Which connection goes first: the least like a load balancer's; among those that never
-    /// asked or do not read, one from an address holding more than [`HEAVY`] (`held`); then
-    /// the longest in that state (ids grow with time, so a never-asked connection's id is its
-    /// age). A load balancer's new connection has not asked yet either, but a flood from one
-    /// address cannot push it out by numbers: the flood's own connections go first.
-    fn rank(&self, id: u64, held: usize) -> (u8, bool, u64) {
+    /// Which connection goes first, lowest first. An address holding more than [`HEAVY`]
+    /// sheds its own, oldest first, whatever they do: a flood from one address pays for
+    /// itself. Otherwise the least like a load balancer's: one that never asked (oldest
+    /// first), one whose client does not read its answers (stalled longest first), a regular
+    /// poller's new connection, then by idleness one from an address that is not a regular
+    /// poller, and a regular poller's last. (Ids grow with time, so a never-asked connection's
+    /// id is its age.)
+    fn rank(&self, id: u64, held: usize) -> (u8, u64) {
         let asked = self.activity.asked.load(Ordering::Relaxed);
         let stalled = self.activity.stalled.load(Ordering::Relaxed);
-        let light = held <= HEAVY;
         match (asked, stalled) {
-            (0, _) => (0, light, id),
-            (_, 1..) => (1, light, stalled),
-            _ if !self.regular => (2, false, asked),
-            _ => (3, false, asked),
+            _ if held > HEAVY => (0, id),
+            (0, _) if !self.regular => (1, id),
+            (_, 1..) => (2, stalled),
+            (0, _) => (3, id),
+            _ if !self.regular => (4, asked),
+            _ => (5, asked),
         }
     }
 }
@@ -182,6 +188,7 @@ impl Connections {
                 next: 0,
                 live: BTreeMap::new(),
                 per_source: HashMap::new(),
+                heavy: 0,
                 shed: Throttle::new(LOG_EVERY),
             }),
             epoch: Instant::now(),
@@ -222,7 +229,11 @@ impl Connections {
                 _close: close,
             },
         );
-        *table.per_source.entry(source).or_default() += 1;
+        let held = table.per_source.entry(source).or_default();
+        *held += 1;
+        if *held == HEAVY + 1 {
+            table.heavy += 1;
+        }
         Ticket {
             id,
             connections: Arc::clone(self),
@@ -235,16 +246,24 @@ impl Connections {
 impl Table {
     /// Closes the connection least like a load balancer's, of `source` only when given.
     fn shed(&mut self, source: Option<IpAddr>, limits: Limits) {
-        let Some((id, victim)) = self
-            .live
-            .iter()
-            .filter(|(_, live)| source.is_none_or(|s| live.source == s))
-            .min_by_key(|(id, live)| {
-                let held = self.per_source.get(&live.source).copied().unwrap_or(0);
-                live.rank(**id, held)
-            })
-            .map(|(id, live)| (*id, live.source))
-        else {
+        // Oldest first, so the scan stops at the first connection of the best rank there can
+        // be: one of a heavy address, or a never-asked one when no address is heavy. Under a
+        // flood that is one of the first few.
+        let mut best: Option<((u8, u64), u64, IpAddr)> = None;
+        for (id, live) in &self.live {
+            if source.is_some_and(|s| live.source != s) {
+                continue;
+            }
+            let held = self.per_source.get(&live.source).copied().unwrap_or(0);
+            let rank = live.rank(*id, held);
+            if best.as_ref().is_none_or(|(b, _, _)| rank < *b) {
+                best = Some((rank, *id, live.source));
+            }
+            if rank.0 == 0 || (rank.0 == 1 && (self.heavy == 0 || source.is_some())) {
+                break;
+            }
+        }
+        let Some((_, id, victim)) = best else {
             return;
         };
         let held = self.per_source.get(&victim).copied().unwrap_or(0);
@@ -266,6 +285,9 @@ impl Table {
             return;
         };
         if let Some(count) = self.per_source.get_mut(&live.source) {
+            if *count == HEAVY + 1 {
+                self.heavy -= 1;
+            }
             *count -= 1;
             if *count == 0 {
                 self.per_source.remove(&live.source);
@@ -382,6 +404,31 @@ mod tests {
         assert!(!closed(&mut monitor), "a regular poller is shed last");
         assert!(!closed(&mut lb));
         assert_eq!(table.open(), 5);
+    }
+
+    /// A load balancer's new connection has not asked yet either: an address holding more
+    /// than a monitor would goes first, however much older the load balancer's is.
+    #[test]
+    fn a_heavy_address_sheds_before_an_older_light_one() {
+        let table = Connections::new(Limits {
+            total: 10,
+            per_source: 10,
+        });
+        let mut lb = table.admit(ip("10.0.0.9"), false);
+        let mut flood: Vec<_> = (0..9).map(|_| table.admit(ip("10.0.0.1"), false)).collect();
+        let last = table.admit(ip("10.0.0.1"), false);
+        assert!(!closed(&mut lb));
+        assert!(closed(&mut flood[0]));
+        // The flood gone, nobody is heavy: the oldest that never asked goes first again.
+        drop(flood);
+        let others: Vec<_> = (2..10)
+            .map(|n| table.admit(ip(&format!("10.0.1.{n}")), false))
+            .collect();
+        assert_eq!(table.open(), 10);
+        let _newcomer = table.admit(ip("10.0.2.1"), false);
+        assert!(closed(&mut lb));
+        drop((last, others));
+        assert_eq!(table.open(), 1);
     }
 
     #[test]
