@@ -74,7 +74,7 @@ impl Error {
 
 fn wait_exit(e: &WaitError) -> Exit {
     match e {
-        WaitError::OtherFile { .. } => Exit::Config,
+        WaitError::OtherFile(_) => Exit::Config,
         WaitError::NoDaemon(_) => Exit::Unavailable,
         WaitError::TimedOut { .. } => Exit::TempFail,
         WaitError::Interrupted { .. } => Exit::Interrupted,
