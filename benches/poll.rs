@@ -45,6 +45,7 @@ fn health() -> (Node, Senders) {
         borrow_timeouts: 0,
         lock: "not-in-use".into(),
         lock_since: None,
+        multithreaded: false,
     };
     let report = ProbeReport::with_pool(
         ProbeOutcome::Healthy(Some(Load::Warm)),

@@ -81,6 +81,12 @@ pub struct PuppetArgs {
     /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
     #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = defaults::TIMEOUT)]
     pub(crate) timeout: Duration,
+    /// How long a JRuby pool that was ready since Puppet Server started may be locked or refilling (a code deploy, a pool flush) and still answer OK at the floor weight; 0s answers NOTREADY at once
+    #[arg(long, env = "PMCHECK_PAUSE_GRACE", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::PAUSE_GRACE)]
+    pub(crate) pause_grace: Duration,
+    /// Puppet Server's conf.d, for webserver.conf (where it listens) and puppetserver.conf (jruby-puppet.multithreaded) [default: /etc/puppetlabs/puppetserver/conf.d, or /etc/puppet/puppetserver/conf.d with Debian's layout]
+    #[arg(long, env = "PMCHECK_PUPPETSERVER_CONFD", value_name = "DIR")]
+    pub(crate) puppetserver_confd: Option<PathBuf>,
 }
 
 /// Where the drain record lives.

@@ -161,6 +161,8 @@ impl<'a> Provenance<'a> {
             puppet_addr: self.get("puppet_addr"),
             status_path: self.must("status_path"),
             timeout: self.must("timeout"),
+            pause_grace: self.must("pause_grace"),
+            puppetserver_confd: self.get("puppetserver_confd"),
             state_dir: self.must("state_dir"),
             daemon: self.daemon(),
         }
@@ -355,6 +357,8 @@ mod tests {
             "puppet-addr" => "127.0.0.1:8141".into(),
             "status-path" => "/status/v1/simple/master".into(),
             "timeout" => "2s".into(),
+            "pause-grace" => "45s".into(),
+            "puppetserver-confd" => file("confd"),
             "state-dir" => file("state"),
             "listen" => "127.0.0.1:9300".into(),
             "agent-listen" => "127.0.0.1:9301".into(),
@@ -391,7 +395,7 @@ mod tests {
         let given = Provenance::of(&matches).given();
         let host = Host {
             fqdn: &|| Err(crate::settings::host::FqdnError::Empty),
-            webserver: &|_| None,
+            confd_file: &|_| None,
         };
         let table = Settings::resolve(&given, &host).unwrap().to_string();
         for long in longs {

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState};
 use crate::health::drain::{Drain, DrainState};
 use crate::health::verdict::Verdict;
-use crate::health::weight::Rejoin;
+use crate::health::weight::{FLOOR, Rejoin};
+use crate::puppet::pool::Load;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::settings::duration::format_duration;
 
@@ -126,10 +127,19 @@ impl<'a> Decision<'a> {
             other => other.status(),
         };
         let pool = probe.and_then(|p| p.pool.as_ref());
+        // A pause asks for the floor: every paused master sits there, so load stays spread.
+        let paused = matches!(
+            probe.map(|p| &p.outcome),
+            Some(ProbeOutcome::Healthy(Some(Load::Paused)))
+        );
         Self {
             verdict,
             status,
-            weight: rejoin.weight(verdict, pool, now, rules.slow_start),
+            weight: if paused {
+                FLOOR
+            } else {
+                rejoin.weight(verdict, pool, now, rules.slow_start)
+            },
             reason,
             drain,
             probe,
@@ -314,7 +324,7 @@ mod tests {
         };
         let v = Decision::decide(&drained, Some(&locked), Rejoin::Steady, now, &rules);
         assert_eq!((v.verdict, v.status), (Verdict::Drained, 404));
-        assert!(v.reason.ends_with("; Puppet Server is not ready: Puppet Server's JRuby pool is locked (being flushed): nothing compiles"), "{}", v.reason);
+        assert!(v.reason.ends_with("; Puppet Server is not ready: Puppet Server's JRuby pool is locked: nothing compiles"), "{}", v.reason);
     }
 
     #[test]

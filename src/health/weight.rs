@@ -117,6 +117,7 @@ mod tests {
             borrow_timeouts: 0,
             lock: "not-in-use".into(),
             lock_since: None,
+            multithreaded: false,
         }
     }
 

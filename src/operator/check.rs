@@ -8,12 +8,14 @@ use crate::health::drain_file::DrainFile;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::operator::run_single_threaded;
+use crate::puppet::pool::Load;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::report::ProbeOutcome;
 use crate::settings::{Given, Host, Settings};
 
-/// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, Puppet healthy),
-/// 2 CRITICAL (Puppet unhealthy), 3 UNKNOWN (bad settings, unreadable drain state).
+/// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, or the JRuby pool paused
+/// while Puppet Server is healthy), 2 CRITICAL (Puppet unhealthy), 3 UNKNOWN (bad settings,
+/// unreadable drain state).
 pub fn check(given: &Given) -> Exit {
     let settings = match Settings::resolve(given, &Host::REAL) {
         Ok(s) => s,
@@ -22,15 +24,15 @@ pub fn check(given: &Given) -> Exit {
             return Exit::Unknown;
         }
     };
-    let report = match run_single_threaded(async {
-        Prober::new(ProbeTarget::of(&settings)).probe().await
-    }) {
-        Ok(report) => report,
-        Err(e) => {
-            println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
-            return Exit::Unknown;
-        }
-    };
+    let report =
+        match run_single_threaded(async { Prober::once(ProbeTarget::of(&settings)).probe().await })
+        {
+            Ok(report) => report,
+            Err(e) => {
+                println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
+                return Exit::Unknown;
+            }
+        };
     let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
     let decision = Decision::decide(
         &drain,
@@ -44,7 +46,9 @@ pub fn check(given: &Given) -> Exit {
             ("UNKNOWN", Exit::Unknown)
         }
         (_, ProbeOutcome::Unhealthy(_) | ProbeOutcome::NotReady(_)) => ("CRITICAL", Exit::Critical),
-        (Verdict::Drained, _) => ("WARNING", Exit::Warning),
+        (Verdict::Drained, _) | (_, ProbeOutcome::Healthy(Some(Load::Paused))) => {
+            ("WARNING", Exit::Warning)
+        }
         _ => ("OK", Exit::Ok),
     };
     let mut perfdata = format!("time={:.3}s;;;0", report.latency.as_secs_f64());

@@ -90,10 +90,16 @@ pub fn describe(reply: &Reply) -> String {
             Load::Warm => "warm",
             Load::Warming => "warming",
             Load::Busy => "busy",
+            Load::Paused => "paused (answered OK at the floor weight, for at most --pause-grace)",
         });
+        let units = if pool.multithreaded {
+            "borrow slots of one multithreaded JRuby"
+        } else {
+            "JRubies"
+        };
         let _ = writeln!(
             out,
-            "pool:   {load}: {} of {} JRubies free, {} compiling, {} waiting; average wait {} ms, \
+            "pool:   {load}: {} of {} {units} free, {} compiling, {} waiting; average wait {} ms, \
              borrow {} ms; {} refused at the queue limit, {} borrow timeouts; lock {}",
             pool.free,
             pool.size,

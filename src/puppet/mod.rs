@@ -2,6 +2,7 @@
 //! connections it serves.
 
 pub mod identity;
+pub mod pause;
 pub mod pool;
 pub mod probe;
 pub mod probe_error;

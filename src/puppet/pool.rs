@@ -35,6 +35,11 @@ pub struct Pool {
     pub lock: String,
     /// When the lock last changed, as Puppet Server reports it.
     pub lock_since: Option<String>,
+    /// Puppet Server runs one multithreaded JRuby (`jruby-puppet.multithreaded`, read from
+    /// puppetserver.conf: the status API does not say it): `size` and `free` count its borrow
+    /// slots, not instances.
+    #[serde(default)]
+    pub multithreaded: bool,
 }
 
 /// How loaded a pool that can compile is.
@@ -47,6 +52,9 @@ pub enum Load {
     Warming,
     /// Requests wait, or recently waited too long, or were refused.
     Busy,
+    /// Ready since this Puppet Server process started, and now locked or refilling for a
+    /// moment: requests wait in Puppet Server's queue and succeed ([`crate::puppet::pause`]).
+    Paused,
 }
 
 /// Why a running Puppet Server cannot compile yet: the node stays out of the pool.
@@ -56,15 +64,25 @@ pub enum Unready {
     RoutesMissing,
     /// The status service reports a state on its way to or from `running`.
     State(String),
-    /// The pool is locked (`:acquired`): it is being flushed and nothing compiles.
+    /// The pool is locked (`:acquired`, Puppet Enterprise's file sync during a code deploy):
+    /// nothing compiles; requests wait for the lock.
     Locked {
         /// When the lock changed, as Puppet Server reports it.
         since: Option<String>,
     },
-    /// No instance exists: none free, none compiling.
+    /// No instance exists: none free, none compiling (starting, or a flush refilling).
     NoInstance {
         /// The pool's size.
         size: u32,
+        /// One multithreaded JRuby: `size` counts its borrow slots.
+        multithreaded: bool,
+    },
+    /// Paused for longer than `--pause-grace`: no longer a moment.
+    PausedTooLong {
+        /// The pause in words.
+        pause: String,
+        /// The grace, in words.
+        grace: String,
     },
 }
 
@@ -77,15 +95,22 @@ impl fmt::Display for Unready {
             Unready::State(state) => write!(f, "Puppet Server reports `{state}`, not `running`"),
             Unready::Locked { since: Some(since) } => write!(
                 f,
-                "Puppet Server's JRuby pool is locked (being flushed) since {since}: nothing compiles"
+                "Puppet Server's JRuby pool is locked since {since}: nothing compiles"
             ),
-            Unready::Locked { since: None } => f.write_str(
-                "Puppet Server's JRuby pool is locked (being flushed): nothing compiles",
-            ),
-            Unready::NoInstance { size } => write!(
+            Unready::Locked { since: None } => {
+                f.write_str("Puppet Server's JRuby pool is locked: nothing compiles")
+            }
+            Unready::NoInstance {
+                multithreaded: true,
+                ..
+            } => f.write_str("Puppet Server's multithreaded JRuby does not exist yet: nothing compiles"),
+            Unready::NoInstance { size, .. } => write!(
                 f,
                 "Puppet Server has none of its {size} JRubies yet: nothing compiles"
             ),
+            Unready::PausedTooLong { pause, grace } => {
+                write!(f, "{pause}: longer than --pause-grace {grace}")
+            }
         }
     }
 }
@@ -119,7 +144,10 @@ impl Pool {
             });
         }
         if self.size == 0 || self.created() == 0 {
-            return Capacity::Unready(Unready::NoInstance { size: self.size });
+            return Capacity::Unready(Unready::NoInstance {
+                size: self.size,
+                multithreaded: self.multithreaded,
+            });
         }
         let busy = self.free == 0
             || self.waiting > 0
@@ -139,14 +167,26 @@ impl Pool {
     pub fn describe(&self, load: Load) -> String {
         let plural =
             |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        // One multithreaded instance lends `size` slots; the words must not speak of instances.
+        let (units, mode) = if self.multithreaded {
+            ("borrow slots", " (one multithreaded JRuby)")
+        } else {
+            ("JRubies", "")
+        };
         match load {
             Load::Warm => format!(
-                "Puppet Server is running, {} of {} JRubies free",
+                "Puppet Server is running, {} of {} {units} free{mode}",
                 self.free, self.size
             ),
-            Load::Warming => format!("warming: {} of {} JRubies ready", self.created(), self.size),
+            Load::Warming => format!(
+                "warming: {} of {} {units} ready{mode}",
+                self.created(),
+                self.size
+            ),
+            // The pause's own words come from the prober, which knows since when.
+            Load::Paused => format!("paused: {} of {} {units} free{mode}", self.free, self.size),
             Load::Busy => {
-                let mut text = format!("busy: {} of {} JRubies free", self.free, self.size);
+                let mut text = format!("busy: {} of {} {units} free", self.free, self.size);
                 if self.waiting > 0 {
                     text.push_str(", ");
                     text.push_str(&plural(self.waiting, "request", "requests"));
@@ -163,8 +203,37 @@ impl Pool {
                         plural(self.queue_limit_hits as u32, "request", "requests")
                     );
                 }
+                text.push_str(mode);
                 text
             }
+        }
+    }
+
+    /// Numbers no Puppet Server reports: the pool is then unreadable, not shown.
+    fn impossible(&self) -> Option<String> {
+        const DAY_MS: u64 = 24 * 3600 * 1000;
+        let size = self.size;
+        if self.free > size {
+            Some(format!("{} of {size} JRubies free", self.free))
+        } else if self.borrowed > size {
+            Some(format!("{} of {size} JRubies compiling", self.borrowed))
+        } else if self.average_wait_ms > DAY_MS {
+            Some(format!(
+                "an average wait of {} ms (more than a day)",
+                self.average_wait_ms
+            ))
+        } else if self.average_borrow_ms > DAY_MS {
+            Some(format!(
+                "an average compile of {} ms (more than a day)",
+                self.average_borrow_ms
+            ))
+        } else if !(0.0..=f64::from(size)).contains(&self.average_free) {
+            Some(format!(
+                "an average of {} of {size} JRubies free",
+                self.average_free
+            ))
+        } else {
+            None
         }
     }
 }
@@ -220,19 +289,23 @@ struct RawMetrics {
 }
 
 impl ServiceStatus {
-    /// The pool, when the answer carries it (`?level=debug`, a Puppet Server that has it).
-    pub fn pool(&self) -> Option<Pool> {
-        let raw = self.status.as_ref()?.experimental.as_ref()?;
+    /// The pool, when the answer carries it (`?level=debug`, a Puppet Server that has it); an
+    /// error, in words, when its numbers cannot be true.
+    pub fn pool(&self) -> Result<Option<Pool>, String> {
+        let Some(raw) = self.status.as_ref().and_then(|s| s.experimental.as_ref()) else {
+            return Ok(None);
+        };
         let m = &raw.metrics;
-        let lock = raw
-            .lock
-            .as_ref()
-            .map_or("not-in-use", |l| l.current_state.trim_start_matches(':'));
+        // Compared without case: a server that spells it `:ACQUIRED` is locked all the same.
+        let lock = raw.lock.as_ref().map_or_else(
+            || "not-in-use".to_owned(),
+            |l| l.current_state.trim_start_matches(':').to_ascii_lowercase(),
+        );
         let lock_since = raw
             .lock
             .as_ref()
             .and_then(|l| l.last_change_time.as_deref());
-        Some(Pool {
+        let pool = Pool {
             size: m.num_jrubies,
             free: m.num_free_jrubies,
             borrowed: m.borrowed_instances,
@@ -242,9 +315,14 @@ impl ServiceStatus {
             average_borrow_ms: m.average_borrow_time,
             queue_limit_hits: m.queue_limit_hit_count,
             borrow_timeouts: m.borrow_timeout_count,
-            lock: crate::text::one_line(lock, 20).into_owned(),
+            lock: crate::text::one_line(&lock, 20).into_owned(),
             lock_since: lock_since.map(|t| crate::text::one_line(t, 40).into_owned()),
-        })
+            multithreaded: false,
+        };
+        match pool.impossible() {
+            Some(what) => Err(format!("the JRuby pool's numbers cannot be true: {what}")),
+            None => Ok(Some(pool)),
+        }
     }
 }
 
@@ -268,14 +346,15 @@ fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     d.deserialize_seq(Count)
 }
 
-/// Milliseconds, which Puppet Server sends as an integer or a float.
+/// Milliseconds, which Puppet Server sends as an integer or a float; never negative.
 fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let ms = f64::deserialize(d)?;
-    Ok(if ms.is_finite() && ms > 0.0 {
-        ms.round().min(u64::MAX as f64) as u64
-    } else {
-        0
-    })
+    if !ms.is_finite() || ms < 0.0 {
+        return Err(serde::de::Error::custom(format_args!(
+            "a time of {ms} ms cannot be true"
+        )));
+    }
+    Ok(ms.round().min(u64::MAX as f64) as u64)
 }
 
 #[cfg(test)]
@@ -303,6 +382,7 @@ mod tests {
             borrow_timeouts: 0,
             lock: "not-in-use".into(),
             lock_since: None,
+            multithreaded: false,
         }
     }
 
@@ -310,7 +390,7 @@ mod tests {
     fn the_captured_answer_is_a_warm_idle_pool() {
         let status = captured();
         assert_eq!(status.state, "running");
-        let p = status.pool().expect("pool numbers");
+        let p = status.pool().unwrap().expect("pool numbers");
         assert_eq!((p.size, p.free, p.borrowed, p.waiting), (1, 1, 0, 0));
         assert_eq!(p.lock, "not-in-use");
         assert_eq!(p.capacity(0), Capacity::Ready(Load::Warm));
@@ -349,7 +429,10 @@ mod tests {
         assert_eq!(locked.capacity(0), Capacity::Ready(Load::Busy));
         assert_eq!(
             pool(2, 0, 0, 0).capacity(0),
-            Capacity::Unready(Unready::NoInstance { size: 2 })
+            Capacity::Unready(Unready::NoInstance {
+                size: 2,
+                multithreaded: false
+            })
         );
     }
 
@@ -372,7 +455,7 @@ mod tests {
               "requested-instances":[{"reason":{}},{"reason":{}}],
               "average-wait-time":36.6,"average-borrow-time":5000,"extra-field":true}}}}"#;
         let status: ServiceStatus = serde_json::from_str(text).unwrap();
-        let p = status.pool().unwrap();
+        let p = status.pool().unwrap().unwrap();
         assert_eq!((p.borrowed, p.waiting, p.average_wait_ms), (1, 2, 37));
         assert_eq!(p.lock, "requested");
     }
@@ -381,6 +464,6 @@ mod tests {
     fn an_answer_without_debug_details_has_no_pool() {
         let status: ServiceStatus =
             serde_json::from_str(r#"{"state":"running","status":{}}"#).unwrap();
-        assert_eq!(status.pool(), None);
+        assert_eq!(status.pool(), Ok(None));
     }
 }

@@ -8,23 +8,30 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rustls::{AlertDescription, CertificateError};
 use tokio::sync::watch;
 
 use crate::file_stamp::FileStamp;
 use crate::puppet::identity::IdentityFiles;
-use crate::puppet::pool::{Capacity, Pool};
+use crate::puppet::pause::{Pause, PauseWatch};
+use crate::puppet::pool::{Capacity, Pool, Unready};
 use crate::puppet::probe_error::{Body, CannotProbe, ProbeError, TlsProblem, causes, undecodable};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::puppet::status_api::{Seen, next_path, read_answer, server_timeout};
+use crate::puppet::status_api::{
+    JVM_STATUS_PATH, Seen, jvm_start_time, next_path, read_answer, server_timeout,
+};
 use crate::settings::Settings;
 use crate::text;
 
 /// The largest status body we read. The pool's answer lists every compiling and waiting
 /// request (a few hundred bytes each), so a saturated server's answer can be large.
 const BODY_LIMIT: usize = 4 * 1024 * 1024;
+
+/// After this many probes on a fallback path, the configured path is tried again: one
+/// transient `service-not-found` must not blind the probe to the pool for good.
+const FALLBACK_PROBES: u32 = 30;
 
 /// Everything one probe needs.
 #[derive(Debug, Clone)]
@@ -39,6 +46,10 @@ pub struct ProbeTarget {
     pub status_path: String,
     /// The deadline of one probe.
     pub timeout: Duration,
+    /// How long a paused pool is answered OK ([`crate::puppet::pause`]).
+    pub pause_grace: Duration,
+    /// Puppet Server runs one multithreaded JRuby (puppetserver.conf).
+    pub multithreaded: bool,
 }
 
 impl ProbeTarget {
@@ -54,8 +65,16 @@ impl ProbeTarget {
             addr: settings.puppet_addr.value,
             status_path: settings.status_path.value.clone(),
             timeout: settings.timeout.value,
+            pause_grace: settings.pause_grace.value,
+            multithreaded: settings.multithreaded.value,
         }
     }
+}
+
+/// What one attempt found: an outcome with the pool it read, or a pause.
+enum Found {
+    Outcome(ProbeOutcome, Option<Pool>),
+    Paused(Pool, Pause),
 }
 
 /// Probes one Puppet Server, rebuilding its TLS client whenever the certificate, key or CA
@@ -66,6 +85,13 @@ pub struct Prober {
     client: Option<([Option<FileStamp>; 3], reqwest::Client)>,
     /// The queue-limit count of the previous probe: a rise means requests were refused.
     queue_limit_hits: Option<u64>,
+    /// Tells a paused pool from one that is starting.
+    pauses: PauseWatch,
+    /// Probes made on a fallback path since the configured one answered 404.
+    on_fallback: u32,
+    /// One probe without history (`pmcheck check`): a JVM up for longer than the grace is
+    /// presumed to have had its pool ready before.
+    once: bool,
 }
 
 impl Prober {
@@ -73,15 +99,30 @@ impl Prober {
     pub fn new(target: ProbeTarget) -> Self {
         Self {
             path: target.status_path.clone(),
+            pauses: PauseWatch::new(target.pause_grace),
             target,
             client: None,
             queue_limit_hits: None,
+            on_fallback: 0,
+            once: false,
         }
     }
 
-    /// Drops the TLS client, so the next probe loads the certificate files again.
-    pub fn forget_identity(&mut self) {
+    /// A prober for a single probe (`pmcheck check`), which has seen no earlier probe: a pool
+    /// locked or refilling in a JVM up for longer than `--pause-grace` counts as paused.
+    pub fn once(target: ProbeTarget) -> Self {
+        Self {
+            once: true,
+            ..Self::new(target)
+        }
+    }
+
+    /// SIGHUP: drops the TLS client, so the next probe loads the certificate files again, and
+    /// tries the configured status path again.
+    pub fn reload(&mut self) {
         self.client = None;
+        self.path.clone_from(&self.target.status_path);
+        self.on_fallback = 0;
     }
 
     /// The URL probed now, without the query.
@@ -97,10 +138,9 @@ impl Prober {
     /// One probe, never longer than the target's timeout.
     pub async fn probe(&mut self) -> ProbeReport {
         let started = Instant::now();
-        let (outcome, pool) = match tokio::time::timeout(self.target.timeout, self.attempt()).await
-        {
-            Ok(seen) => seen,
-            Err(_) => (
+        let found = match tokio::time::timeout(self.target.timeout, self.attempt()).await {
+            Ok(found) => found,
+            Err(_) => Found::Outcome(
                 ProbeOutcome::Unhealthy(ProbeError::Timeout {
                     addr: self.target.addr,
                     after: self.target.timeout,
@@ -108,14 +148,28 @@ impl Prober {
                 None,
             ),
         };
-        ProbeReport::with_pool(outcome, pool, started.elapsed(), Some(self.endpoint()))
+        let endpoint = Some(self.endpoint());
+        match found {
+            Found::Outcome(outcome, pool) => {
+                ProbeReport::with_pool(outcome, pool, started.elapsed(), endpoint)
+            }
+            Found::Paused(pool, pause) => {
+                ProbeReport::paused(pool, pause, started.elapsed(), endpoint)
+            }
+        }
     }
 
-    async fn attempt(&mut self) -> (ProbeOutcome, Option<Pool>) {
+    async fn attempt(&mut self) -> Found {
         let client = match self.client().await {
             Ok(client) => client,
-            Err(cannot) => return (ProbeOutcome::CannotTell(cannot), None),
+            Err(cannot) => return Found::Outcome(ProbeOutcome::CannotTell(cannot), None),
         };
+        if self.path != self.target.status_path {
+            self.on_fallback += 1;
+            if self.on_fallback > FALLBACK_PROBES {
+                self.reload_path();
+            }
+        }
         let answered = loop {
             match self.get(&client).await {
                 // The status service's own 404: no such service or status route here.
@@ -130,19 +184,31 @@ impl Prober {
             }
         };
         match answered {
-            Ok(Seen::Running(None)) => (ProbeOutcome::Healthy(None), None),
-            Ok(Seen::Running(Some(pool))) => {
+            Ok(Seen::Running(None)) => Found::Outcome(ProbeOutcome::Healthy(None), None),
+            Ok(Seen::Running(Some(mut pool))) => {
+                pool.multithreaded = self.target.multithreaded;
                 let previous = self.queue_limit_hits.replace(pool.queue_limit_hits);
                 let new_hits = previous.map_or(0, |p| pool.queue_limit_hits.saturating_sub(p));
-                let outcome = match pool.capacity(new_hits) {
-                    Capacity::Ready(load) => ProbeOutcome::Healthy(Some(load)),
-                    Capacity::Unready(why) => ProbeOutcome::NotReady(why),
-                };
-                (outcome, Some(pool))
+                match pool.capacity(new_hits) {
+                    Capacity::Ready(load) => {
+                        // Once per Puppet Server process: its JVM, to recognise it later.
+                        let jvm = if self.pauses.was_ready() {
+                            None
+                        } else {
+                            self.jvm_start(&client).await
+                        };
+                        self.pauses.ready(jvm);
+                        Found::Outcome(ProbeOutcome::Healthy(Some(load)), Some(pool))
+                    }
+                    Capacity::Unready(why) => self.unready(&client, why, pool).await,
+                }
             }
-            Ok(Seen::Unready(why)) => (ProbeOutcome::NotReady(why), None),
+            Ok(Seen::Unready(why)) => {
+                self.pauses.restarted();
+                Found::Outcome(ProbeOutcome::NotReady(why), None)
+            }
             // The last path there is to try.
-            Ok(Seen::NotFound) => (
+            Ok(Seen::NotFound) => Found::Outcome(
                 ProbeOutcome::Unhealthy(ProbeError::Status {
                     status: 404,
                     body: Body::Text(format!("not found: {}", self.path)),
@@ -150,18 +216,69 @@ impl Prober {
                 None,
             ),
             Err(e) => {
-                // Puppet Server is restarting (perhaps upgraded): start from the configured
-                // path again, so a fallback chosen for the old server does not outlive it.
-                if matches!(e, ProbeError::Refused { .. }) && self.path != self.target.status_path {
-                    tracing::info!(
-                        "Puppet Server is not listening; trying {} again once it is back",
-                        self.target.status_path
-                    );
-                    self.path = self.target.status_path.clone();
+                if matches!(e, ProbeError::Refused { .. }) {
+                    self.pauses.restarted();
+                    // Puppet Server is restarting (perhaps upgraded): start from the configured
+                    // path again, so a fallback chosen for the old server does not outlive it.
+                    if self.path != self.target.status_path {
+                        tracing::info!(
+                            "Puppet Server is not listening; trying {} again once it is back",
+                            self.target.status_path
+                        );
+                        self.reload_path();
+                    }
                 }
-                (ProbeOutcome::Unhealthy(e), None)
+                Found::Outcome(ProbeOutcome::Unhealthy(e), None)
             }
         }
+    }
+
+    /// A pool that cannot compile: paused, when it was ready since this process started.
+    async fn unready(&mut self, client: &reqwest::Client, why: Unready, pool: Pool) -> Found {
+        if self.once && !self.pauses.was_ready() {
+            let up = |start: &u64| {
+                let started = SystemTime::UNIX_EPOCH + Duration::from_millis(*start);
+                SystemTime::now()
+                    .duration_since(started)
+                    .is_ok_and(|up| up > self.target.pause_grace)
+            };
+            if let Some(start) = self.jvm_start(client).await.filter(up) {
+                self.pauses.ready(Some(start));
+            }
+        }
+        let jvm = if self.pauses.would_begin() {
+            self.jvm_start(client).await
+        } else {
+            None
+        };
+        match self
+            .pauses
+            .unready(why, jvm, Instant::now(), SystemTime::now())
+        {
+            Ok(pause) => Found::Paused(pool, pause),
+            Err(why) => Found::Outcome(ProbeOutcome::NotReady(why), Some(pool)),
+        }
+    }
+
+    fn reload_path(&mut self) {
+        self.path.clone_from(&self.target.status_path);
+        self.on_fallback = 0;
+    }
+
+    /// The JVM's start time (status-service, `?level=debug`); `None` when Puppet Server does
+    /// not say it: then the refused connection alone tells a restart.
+    async fn jvm_start(&self, client: &reqwest::Client) -> Option<u64> {
+        let url = format!(
+            "https://{}:{}{JVM_STATUS_PATH}?level=debug&timeout={}",
+            self.target.certname,
+            self.target.addr.port(),
+            server_timeout(self.target.timeout)
+        );
+        let response = client.get(&url).send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        jvm_start_time(&response.bytes().await.ok()?)
     }
 
     async fn client(&mut self) -> Result<reqwest::Client, CannotProbe> {
@@ -344,7 +461,7 @@ pub async fn run(
         tokio::select! {
             () = tokio::time::sleep_until(started + interval) => {}
             // SIGHUP: load the identity again and probe with it now.
-            Ok(()) = reload.changed() => prober.forget_identity(),
+            Ok(()) = reload.changed() => prober.reload(),
             () = &mut shutdown => return,
         }
     }

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use crate::puppet::pause::Pause;
 use crate::puppet::pool::{Load, Pool, Unready};
 use crate::puppet::probe_error::{CannotProbe, ProbeError};
 
@@ -21,6 +22,8 @@ pub struct ProbeReport {
     pub endpoint: Option<String>,
     /// The JRuby pool, when Puppet Server reported it (also when it cannot compile yet).
     pub pool: Option<Pool>,
+    /// The pause in force, when the outcome is `Healthy(Some(Load::Paused))`.
+    pub pause: Option<Pause>,
     /// The outcome in words, rendered once per probe so that every poll can borrow it.
     detail: String,
 }
@@ -49,7 +52,21 @@ impl ProbeReport {
             finished: Instant::now(),
             endpoint,
             pool,
+            pause: None,
         }
+    }
+
+    /// A report of a paused pool: the pause's words are its detail.
+    pub fn paused(pool: Pool, pause: Pause, latency: Duration, endpoint: Option<String>) -> Self {
+        let mut report = Self::with_pool(
+            ProbeOutcome::Healthy(Some(Load::Paused)),
+            Some(pool),
+            latency,
+            endpoint,
+        );
+        report.detail = pause.describe();
+        report.pause = Some(pause);
+        report
     }
 
     /// A probe that could not be made at all, for `cause`: inetd's answer when the settings

@@ -135,6 +135,7 @@ mod tests {
             borrow_timeouts: 0,
             lock: "not-in-use".into(),
             lock_since: None,
+            multithreaded: false,
         }
     }
 
@@ -159,6 +160,19 @@ mod tests {
         let locked = report(
             ProbeOutcome::NotReady(Unready::Locked { since: None }),
             Some(pool(4, 0, 0)),
+        );
+        let mut locked_pool = pool(4, 0, 0);
+        locked_pool.lock = "acquired".into();
+        let paused = ProbeReport::paused(
+            locked_pool,
+            crate::puppet::pause::Pause {
+                cause: crate::puppet::pause::PauseCause::Locked,
+                since: std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(43201),
+                lasted: Duration::from_secs(3),
+                multithreaded: false,
+            },
+            Duration::from_millis(3),
+            None,
         );
         let drained = DrainState::Drained(Drain::parse(
             br#"{"reason":"kernel upgrade","by":"alice","since":"2026-11-22T10:00:00Z"}"#,
@@ -191,7 +205,11 @@ mod tests {
             ),
             (
                 line_for(&none, Some(&locked)),
-                "down ready 10% #NOTREADY - Puppet Server's JRuby pool is locked (being flushed): nothing compiles\n",
+                "down ready 10% #NOTREADY - Puppet Server's JRuby pool is locked: nothing compiles\n",
+            ),
+            (
+                line_for(&none, Some(&paused)),
+                "up ready 10% #OK - paused: JRuby pool locked since 12:00:01Z (3s)\n",
             ),
             (
                 line_for(&unknown, Some(&warm)),

@@ -94,6 +94,10 @@ impl Node {
                     weight: decision.weight,
                     drain: decision.drain,
                     pool: decision.probe.and_then(|p| p.pool.as_ref()),
+                    paused_since: decision
+                        .probe
+                        .and_then(|p| p.pause.as_ref())
+                        .map(|p| p.since),
                     pollers: self.pollers.count(now),
                 },
                 openmetrics,

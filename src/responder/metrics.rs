@@ -173,6 +173,7 @@ impl Metrics {
                 until: until.map(epoch_seconds),
             }),
             pool: now.pool.cloned(),
+            paused_since: now.paused_since.map(epoch_seconds),
             pollers: now.pollers,
             polls: self
                 .polls
@@ -201,6 +202,8 @@ pub struct Now<'a> {
     pub drain: &'a DrainState,
     /// The pool from the latest probe, when it read one.
     pub pool: Option<&'a Pool>,
+    /// When the pause in force began, while the pool is paused.
+    pub paused_since: Option<SystemTime>,
     /// How many pollers were heard from recently.
     pub pollers: usize,
 }
@@ -220,6 +223,7 @@ struct Scrape {
     weight: u8,
     drain: Option<DrainSeries>,
     pool: Option<Pool>,
+    paused_since: Option<f64>,
     pollers: usize,
     polls: [[u64; Verdict::ALL.len()]; 2],
     failures: [u64; Cause::ALL.len()],
@@ -254,6 +258,22 @@ impl Collector for Scrape {
             None,
             f64::from(self.weight) / 100.0,
         )?;
+        gauge(
+            &mut out,
+            "paused",
+            "1 while Puppet Server's JRuby pool is paused (locked or refilling after being ready): answered OK at the floor weight for at most --pause-grace",
+            None,
+            i64::from(self.paused_since.is_some()),
+        )?;
+        if let Some(since) = self.paused_since {
+            gauge(
+                &mut out,
+                "pause_started_timestamp",
+                "When the pause in force began",
+                Some(&Unit::Seconds),
+                since,
+            )?;
+        }
         if let Some(drain) = &self.drain {
             gauge(
                 &mut out,
@@ -490,6 +510,7 @@ mod tests {
             borrow_timeouts: 3,
             lock: "not-in-use".to_owned(),
             lock_since: None,
+            multithreaded: false,
         }
     }
 
@@ -509,6 +530,7 @@ mod tests {
             weight: 0,
             drain,
             pool,
+            paused_since: None,
             pollers,
         }
     }

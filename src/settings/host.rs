@@ -2,7 +2,7 @@
 //! Puppet's default certname, and where Puppet Server itself listens (its webserver.conf).
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
@@ -31,17 +31,20 @@ pub struct Webserver {
     pub port: Option<u16>,
 }
 
-impl Webserver {
-    /// The layout's webserver.conf, if it exists.
-    pub fn find(layout: Layout) -> Option<Self> {
-        let path = PathBuf::from(match layout {
-            Layout::Aio => "/etc/puppetlabs/puppetserver/conf.d/webserver.conf",
-            Layout::Debian => "/etc/puppet/puppetserver/conf.d/webserver.conf",
-        });
-        let text = std::fs::read_to_string(&path).ok()?;
-        Some(Self::parse(path, &text))
+/// Puppet Server's conf.d of a layout, where webserver.conf and puppetserver.conf live.
+pub fn confd(layout: Layout) -> &'static str {
+    match layout {
+        Layout::Aio => "/etc/puppetlabs/puppetserver/conf.d",
+        Layout::Debian => "/etc/puppet/puppetserver/conf.d",
     }
+}
 
+/// A file of Puppet Server's conf.d, if it can be read.
+pub fn read_confd_file(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+impl Webserver {
     /// Reads the first `ssl-host` and `ssl-port` of the HOCON file; a full HOCON parser would
     /// be overkill for two scalars that Puppet's packages write one per line.
     pub fn parse(path: PathBuf, text: &str) -> Self {
@@ -125,4 +128,46 @@ pub fn resolv_domain(text: &str) -> Option<String> {
         }
     }
     search
+}
+
+/// `jruby-puppet.multithreaded` of puppetserver.conf: the status API does not say the mode,
+/// and in it the pool's numbers count borrow slots of one JRuby, not instances.
+///
+/// Read line by line, as Puppet's packages write the file (`jruby-puppet: {` ... `}`, one
+/// setting per line, or the dotted key at the top); the last setting wins, as in HOCON.
+/// `Err` holds the line and the value that is not a boolean.
+pub fn multithreaded(text: &str) -> Result<Option<bool>, (usize, String)> {
+    let mut blocks: Vec<String> = Vec::new();
+    let mut found = None;
+    for (number, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("");
+        let line = line.split("//").next().unwrap_or("").trim();
+        if line.starts_with('}') {
+            blocks.pop();
+            continue;
+        }
+        let Some(at) = line.find([':', '=', '{']) else {
+            continue;
+        };
+        let key = line[..at].trim().trim_matches('"');
+        let value = line[at..].trim_start_matches([':', '=']).trim();
+        if value.starts_with('{') {
+            if !value.contains('}') {
+                blocks.push(key.to_owned());
+            }
+            continue;
+        }
+        let mut path: Vec<&str> = blocks.iter().map(String::as_str).collect();
+        path.extend(key.split('.'));
+        if path != ["jruby-puppet", "multithreaded"] {
+            continue;
+        }
+        let value = value.trim_end_matches(',').trim().trim_matches('"');
+        found = Some(match value {
+            "true" | "yes" | "on" => true,
+            "false" | "no" | "off" => false,
+            other => return Err((number + 1, other.to_owned())),
+        });
+    }
+    Ok(found)
 }

@@ -9,14 +9,14 @@ pub mod puppet_conf;
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use thiserror::Error;
 
 pub use self::daemon::{Daemon, Limits};
-use self::host::{FqdnError, Webserver};
-use self::puppet_conf::{Layout, PuppetConf, PuppetConfError, Resolver};
+use self::host::{FqdnError, Webserver, multithreaded};
+use self::puppet_conf::{PuppetConf, PuppetConfError, Resolver};
 
 /// The built-in defaults of the settings that puppet.conf does not know, as clap reads them.
 /// They are written here once; clap shows them in `--help` and the man page.
@@ -35,6 +35,10 @@ pub mod defaults {
     pub const MAX_CONNECTIONS_PER_SOURCE: &str = "256";
     /// How long a node that came back ramps its weight up.
     pub const SLOW_START: &str = "60s";
+    /// How long a paused JRuby pool (locked, or refilling after a flush) is answered OK:
+    /// longer than a deploy's lock or a flush's refill (seconds), far shorter than Puppet
+    /// Server's `borrow-timeout` (20 minutes), which bounds how long requests wait meanwhile.
+    pub const PAUSE_GRACE: &str = "60s";
 }
 
 /// Why the settings cannot be resolved. Each names the setting and what to write instead.
@@ -75,6 +79,20 @@ pub enum SettingsError {
         /// Where it was found.
         source_: Source,
     },
+    /// puppetserver.conf's `jruby-puppet.multithreaded` is not a boolean.
+    #[error(
+        "{}, line {line}: jruby-puppet.multithreaded = {value}: not a boolean; \
+         write true or false (Puppet Server will not start with it either)",
+        path.display()
+    )]
+    Multithreaded {
+        /// The puppetserver.conf read.
+        path: PathBuf,
+        /// Its line.
+        line: usize,
+        /// The value found.
+        value: String,
+    },
 }
 
 /// Why a HOST:PORT has no address.
@@ -92,15 +110,15 @@ pub enum AddrProblem {
 pub struct Host {
     /// The FQDN, asked only when nothing sets the certname.
     pub fqdn: &'static dyn Fn() -> Result<String, FqdnError>,
-    /// Puppet Server's webserver.conf for a layout.
-    pub webserver: &'static dyn Fn(Layout) -> Option<Webserver>,
+    /// A file of Puppet Server's conf.d (webserver.conf, puppetserver.conf), if readable.
+    pub confd_file: &'static dyn Fn(&Path) -> Option<String>,
 }
 
 impl Host {
     /// This machine.
     pub const REAL: Host = Host {
         fqdn: &host::fqdn,
-        webserver: &Webserver::find,
+        confd_file: &host::read_confd_file,
     };
 }
 
@@ -162,6 +180,10 @@ pub struct Given {
     pub status_path: Setting<String>,
     /// `--timeout`.
     pub timeout: Setting<Duration>,
+    /// `--pause-grace`.
+    pub pause_grace: Setting<Duration>,
+    /// `--puppetserver-confd`.
+    pub puppetserver_confd: Option<Setting<PathBuf>>,
     /// `--state-dir`.
     pub state_dir: Setting<PathBuf>,
     /// The daemon's own settings, for `serve` and `config`.
@@ -189,6 +211,12 @@ pub struct Settings {
     pub status_path: Setting<String>,
     /// The deadline of one probe.
     pub timeout: Setting<Duration>,
+    /// How long a paused JRuby pool is answered OK.
+    pub pause_grace: Setting<Duration>,
+    /// Puppet Server's conf.d (webserver.conf, puppetserver.conf).
+    pub puppetserver_confd: Setting<PathBuf>,
+    /// Puppet Server runs one multithreaded JRuby (puppetserver.conf).
+    pub multithreaded: Setting<bool>,
     /// The directory of the drain record.
     pub state_dir: Setting<PathBuf>,
     /// The daemon's own settings: present for `serve` and `config`, which take them.
@@ -271,12 +299,51 @@ impl Settings {
                 source_: certname.source,
             });
         }
+        let puppetserver_confd = given.puppetserver_confd.clone().unwrap_or_else(|| Setting {
+            value: host::confd(conf.layout()).into(),
+            source: Source::Default(format!("Puppet Server's conf.d of the {}", conf.layout())),
+        });
+        let confd_file = |name: &str| {
+            let path = puppetserver_confd.value.join(name);
+            (host.confd_file)(&path).map(|text| (path, text))
+        };
         let puppet_addr = match &given.puppet_addr {
             Some(Setting { value, source }) => Setting {
                 value: parse_addr(value)?,
                 source: source.clone(),
             },
-            None => default_puppet_addr((host.webserver)(conf.layout()), &string("serverport")?)?,
+            None => default_puppet_addr(
+                confd_file("webserver.conf").map(|(path, text)| Webserver::parse(path, &text)),
+                &string("serverport")?,
+            )?,
+        };
+        let multithreaded = match confd_file("puppetserver.conf") {
+            Some((path, text)) => match multithreaded(&text) {
+                Ok(Some(value)) => Setting {
+                    value,
+                    source: Source::Default(format!(
+                        "jruby-puppet.multithreaded in {}",
+                        path.display()
+                    )),
+                },
+                Ok(None) => Setting {
+                    value: false,
+                    source: Source::Default(format!(
+                        "Puppet Server's; {} does not set jruby-puppet.multithreaded",
+                        path.display()
+                    )),
+                },
+                Err((line, value)) => {
+                    return Err(SettingsError::Multithreaded { path, line, value });
+                }
+            },
+            None => Setting {
+                value: false,
+                source: Source::Default(format!(
+                    "Puppet Server's; no readable puppetserver.conf in {}",
+                    puppetserver_confd.value.display()
+                )),
+            },
         };
 
         Ok(Self {
@@ -289,6 +356,9 @@ impl Settings {
             puppet_addr,
             status_path: given.status_path.clone(),
             timeout: given.timeout.clone(),
+            pause_grace: given.pause_grace.clone(),
+            puppetserver_confd,
+            multithreaded,
             state_dir: given.state_dir.clone(),
             daemon: given.daemon.clone(),
         })
@@ -330,6 +400,17 @@ impl fmt::Display for Settings {
                 &self.status_path.source,
             ),
             ("timeout", timeout, &self.timeout.source),
+            (
+                "pause-grace",
+                duration::format_duration(self.pause_grace.value),
+                &self.pause_grace.source,
+            ),
+            path_row("puppetserver-confd", &self.puppetserver_confd),
+            (
+                "multithreaded",
+                self.multithreaded.value.to_string(),
+                &self.multithreaded.source,
+            ),
             path_row("state-dir", &self.state_dir),
         ];
         if let Some(daemon) = &self.daemon {
@@ -464,7 +545,7 @@ mod tests {
 
     const HOST: Host = Host {
         fqdn: &|| Ok("node1.example.com".into()),
-        webserver: &|_| None,
+        confd_file: &|_| None,
     };
 
     fn flag<T>(value: T) -> Option<Setting<T>> {
@@ -492,6 +573,8 @@ mod tests {
             puppet_addr: None,
             status_path: default(defaults::STATUS_PATH.into()),
             timeout: default(Duration::from_millis(1500)),
+            pause_grace: default(Duration::from_secs(60)),
+            puppetserver_confd: None,
             state_dir: default(defaults::STATE_DIR.into()),
             daemon: None,
         }
@@ -534,17 +617,80 @@ mod tests {
             ..nothing()
         };
         let with_web = Host {
-            webserver: &|_| {
-                Some(Webserver::parse(
-                    "/w.conf".into(),
-                    "ssl-host: 0.0.0.0\nssl-port: 8150\n",
-                ))
+            confd_file: &|path| {
+                (path == Path::new("/etc/puppet/puppetserver/conf.d/webserver.conf"))
+                    .then(|| "ssl-host: 0.0.0.0\nssl-port: 8150\n".into())
             },
             ..HOST
         };
         let s = Settings::resolve(&given, &with_web).unwrap();
         assert_eq!(s.puppet_addr.value, "127.0.0.1:8150".parse().unwrap());
-        assert!(s.puppet_addr.source.to_string().contains("/w.conf"));
+        assert!(
+            s.puppet_addr
+                .source
+                .to_string()
+                .contains("/etc/puppet/puppetserver/conf.d/webserver.conf"),
+            "{:?}",
+            s.puppet_addr.source
+        );
+        assert!(!s.multithreaded.value);
+    }
+
+    #[test]
+    fn puppetserver_conf_says_whether_the_jruby_is_multithreaded() {
+        let given = Given {
+            puppetserver_confd: flag("/srv/confd".into()),
+            ..nothing()
+        };
+        let host = |text: &'static str| -> Host {
+            let file: &'static dyn Fn(&Path) -> Option<String> =
+                Box::leak(Box::new(move |path: &Path| {
+                    (path == Path::new("/srv/confd/puppetserver.conf")).then(|| text.into())
+                }));
+            Host {
+                confd_file: file,
+                ..HOST
+            }
+        };
+        let conf = "jruby-puppet: {\n    ruby-load-path: [/usr/lib/puppetserver/ruby/vendor_ruby]\n    \
+                    # multithreaded: false\n    multithreaded: true\n    max-active-instances: 3\n}\n";
+        let s = Settings::resolve(&given, &host(conf)).unwrap();
+        assert!(s.multithreaded.value);
+        assert!(
+            s.multithreaded
+                .source
+                .to_string()
+                .contains("jruby-puppet.multithreaded in /srv/confd/puppetserver.conf"),
+            "{}",
+            s.multithreaded.source
+        );
+        let s = Settings::resolve(&given, &host("jruby-puppet.multithreaded = false\n")).unwrap();
+        assert!(!s.multithreaded.value);
+        let s =
+            Settings::resolve(&given, &host("http-client: {\n  multithreaded: true\n}\n")).unwrap();
+        assert!(!s.multithreaded.value, "another block's key");
+        let e = Settings::resolve(
+            &given,
+            &host("jruby-puppet: {\n  multithreaded: maybe\n}\n"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("/srv/confd/puppetserver.conf, line 2")
+                && e.contains("multithreaded = maybe")
+                && e.contains("write true or false"),
+            "{e}"
+        );
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert!(!s.multithreaded.value);
+        assert!(
+            s.multithreaded
+                .source
+                .to_string()
+                .contains("no readable puppetserver.conf in /srv/confd"),
+            "{}",
+            s.multithreaded.source
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -80,6 +80,8 @@ pub fn pool(size: u32, free: u32, borrowed: u32, waiting: u32, lock: &str) -> St
 /// What the stub saw.
 #[derive(Default, Debug)]
 pub struct Seen {
+    /// The JVM start time the status service reports (`start-time-ms`); 0: no such service.
+    pub jvm_start: AtomicU64,
     pub requests: AtomicUsize,
     pub connections: AtomicUsize,
     pub snis: Mutex<Vec<Option<String>>>,
@@ -286,7 +288,17 @@ fn stub_answer(
     let service = path.strip_prefix("/status/v1/services/");
     let current = behavior.lock().unwrap().clone();
     let reply_any = matches!(current, Behavior::Reply(..));
+    let jvm_start = seen.jvm_start.load(Ordering::SeqCst);
     match (current, service) {
+        (_, Some("status-service")) if jvm_start != 0 && !reply_any => json(
+            200,
+            serde_json::json!({
+                "service_version": "1.1.1", "service_status_version": 1, "detail_level": "debug",
+                "state": "running", "service_name": "status-service", "active_alerts": [],
+                "status": {"experimental": {"jvm-metrics": {"start-time-ms": jvm_start, "up-time-ms": 38489}}},
+            })
+            .to_string(),
+        ),
         (Behavior::Running, Some("jruby-metrics")) => json(200, captured_pool_service()),
         (Behavior::Pool(answer), Some("jruby-metrics")) => json(200, answer),
         (Behavior::Enterprise, Some("pe-jruby-metrics")) => json(

@@ -113,6 +113,9 @@ define pmcheck::haproxy (
       { 'balance' => 'leastconn' },
       { 'option' => 'httpchk' },
       { 'http-check' => ['disable-on-404', 'send-state'] },
+      # A connect refused before the checks act is retried on another server.
+      { 'retries' => '3' },
+      { 'option' => 'redispatch 1' },
       { 'timeout' => ["connect ${timeout_connect}", "server ${timeout_server}", "check ${timeout_check}"] },
     ],
   }

@@ -1,0 +1,316 @@
+//! Moments that hit every compile master at once (a code deploy's pool lock, a pool flush, a
+//! multithreaded JRuby's replacement): a pool that was ready since Puppet Server started is
+//! *paused*, answered OK at the floor weight for at most `--pause-grace`, never NOTREADY at
+//! once; a pool that was never ready since the last refused connection stays NOTREADY.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::*;
+use pmcheck::puppet::pool::Load;
+
+const FAST: &[&str] = &["--interval", "100ms", "--timeout", "1s"];
+const SOON: Duration = Duration::from_secs(10);
+const EMPTY: fn() -> Behavior = || Behavior::Pool(pool(2, 0, 0, 0, ":not-in-use"));
+const LOCKED: fn() -> Behavior = || Behavior::Pool(pool(2, 2, 0, 0, ":acquired"));
+
+fn daemon(s: &Setup, extra: &[&str]) -> Daemon {
+    let mut all = FAST.to_vec();
+    all.extend_from_slice(extra);
+    Daemon::start(&s.args(&all))
+}
+
+fn starts(text: &'static str) -> impl Fn(&Reply) -> bool {
+    move |a| a.body.starts_with(text)
+}
+
+/// The daemon's agent-check line: it writes one and closes.
+fn agent_line(addr: std::net::SocketAddr) -> String {
+    use std::io::Read as _;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(SOON)).unwrap();
+    let mut line = String::new();
+    stream
+        .read_to_string(&mut line)
+        .expect("a line, then close");
+    line
+}
+
+fn metric(d: &Daemon, series: &str) -> Option<String> {
+    let reply = request(
+        d.addr,
+        "GET /metrics HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
+    );
+    reply.body.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .map(str::to_owned)
+    })
+}
+
+#[test]
+fn a_flush_after_the_pool_was_ready_is_a_pause_at_the_floor_weight() {
+    let s = Setup::new(Behavior::Running);
+    s.stub
+        .seen
+        .jvm_start
+        .store(1_795_343_659_248, Ordering::SeqCst);
+    let d = daemon(&s, &["--agent-listen", "127.0.0.1:0"]);
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    assert_eq!(metric(&d, "pmcheck_paused").as_deref(), Some("0"));
+    s.stub.set(EMPTY());
+    let a = d.wait_for(
+        SOON,
+        "paused",
+        starts("OK - paused: JRuby pool refilling after a flush since "),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    let json = d.poll_json();
+    assert_eq!(json.load, Some(Load::Paused), "{json:?}");
+    assert_eq!(
+        json.weight, 10,
+        "every paused master at the floor: load stays spread"
+    );
+    let line = agent_line(d.agent_addr());
+    assert!(line.starts_with("up ready 10% #OK - paused: "), "{line}");
+    assert_eq!(metric(&d, "pmcheck_paused").as_deref(), Some("1"));
+    assert!(metric(&d, "pmcheck_pause_started_timestamp_seconds").is_some());
+    // Refilled: OK with the pool's own words, and no pause left.
+    s.stub.set(Behavior::Running);
+    d.wait_for(
+        SOON,
+        "OK again",
+        starts("OK - Puppet Server is running, 1 of 1"),
+    );
+    assert_eq!(metric(&d, "pmcheck_paused").as_deref(), Some("0"));
+    assert!(metric(&d, "pmcheck_pause_started_timestamp_seconds").is_none());
+}
+
+#[test]
+fn a_lock_shorter_than_the_grace_is_ok_and_a_longer_one_is_not_ready() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s, &["--pause-grace", "2s"]);
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    // Shorter: paused, then OK.
+    s.stub.set(LOCKED());
+    d.wait_for(
+        SOON,
+        "paused",
+        starts("OK - paused: JRuby pool locked since "),
+    );
+    s.stub.set(Behavior::Running);
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    // Longer: paused for the grace, then NOTREADY naming the grace.
+    s.stub.set(Behavior::Pool(pool(2, 2, 0, 0, ":ACQUIRED")));
+    let t0 = Instant::now();
+    d.wait_for(
+        SOON,
+        "paused",
+        starts("OK - paused: JRuby pool locked since "),
+    );
+    let a = d.wait_for(
+        SOON,
+        "NOTREADY after the grace",
+        starts("NOTREADY - paused: JRuby pool locked since "),
+    );
+    assert!(t0.elapsed() >= Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(a.status, 503);
+    assert!(a.body.contains(": longer than --pause-grace 2s"), "{a:?}");
+}
+
+#[test]
+fn a_lock_or_an_empty_pool_during_start_up_is_not_a_pause() {
+    let s = Setup::new(LOCKED());
+    let d = daemon(&s, &[]);
+    let a = d.wait_for(
+        SOON,
+        "NOTREADY",
+        starts("NOTREADY - Puppet Server's JRuby pool is locked"),
+    );
+    assert_eq!(a.status, 503);
+    s.stub.set(EMPTY());
+    d.wait_for(
+        SOON,
+        "NOTREADY",
+        starts("NOTREADY - Puppet Server has none of its 2 JRubies yet"),
+    );
+    d.wait_probes(3, SOON);
+    assert!(
+        d.poll().body.starts_with("NOTREADY"),
+        "never ready: never paused"
+    );
+}
+
+#[test]
+fn after_a_refused_connection_the_pool_must_be_ready_again_before_a_pause() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s, &[]);
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    let addr = s.stub.addr;
+    drop(s.stub);
+    d.wait_for(SOON, "refused", starts("DOWN - connection to"));
+    // A reload or a restart: the port opens on an empty pool; that is starting, not paused.
+    let back = Stub::start_on(addr, &s.ca, &s.ca, &[CERTNAME], EMPTY());
+    d.wait_for(
+        SOON,
+        "NOTREADY",
+        starts("NOTREADY - Puppet Server has none of its 2 JRubies yet"),
+    );
+    back.set(Behavior::Running);
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    back.set(EMPTY());
+    d.wait_for(SOON, "paused", starts("OK - paused: "));
+}
+
+#[test]
+fn another_jvm_than_the_one_that_was_ready_is_not_a_pause() {
+    let s = Setup::new(Behavior::Running);
+    s.stub.seen.jvm_start.store(1000, Ordering::SeqCst);
+    let d = daemon(&s, &[]);
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    // A restart between two probes (no refused connection seen): the start time tells.
+    s.stub.seen.jvm_start.store(2000, Ordering::SeqCst);
+    s.stub.set(EMPTY());
+    d.wait_for(
+        SOON,
+        "NOTREADY",
+        starts("NOTREADY - Puppet Server has none"),
+    );
+    d.wait_probes(3, SOON);
+    assert!(d.poll().body.starts_with("NOTREADY"));
+}
+
+#[test]
+fn no_grace_answers_a_flush_not_ready_at_once() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s, &["--pause-grace", "0s"]);
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    s.stub.set(EMPTY());
+    let a = d.wait_for(SOON, "NOTREADY", |a| {
+        !a.body.starts_with("OK - Puppet Server is running")
+    });
+    assert!(
+        a.body.starts_with("NOTREADY - Puppet Server has none"),
+        "{a:?}"
+    );
+}
+
+#[test]
+fn a_multithreaded_jruby_speaks_of_borrow_slots_and_its_replacement_is_a_pause() {
+    let confd = tempfile::tempdir().unwrap();
+    std::fs::write(
+        confd.path().join("puppetserver.conf"),
+        "jruby-puppet: {\n    multithreaded: true\n    max-active-instances: 3\n}\n",
+    )
+    .unwrap();
+    let captured = std::fs::read_to_string(fixture(
+        "puppetserver-7.9.5-multithreaded-services-debug.json",
+    ))
+    .unwrap();
+    let all: serde_json::Value = serde_json::from_str(&captured).unwrap();
+    let service = all["jruby-metrics"].to_string();
+    let s = Setup::new(Behavior::Pool(service.clone()));
+    let dir = confd.path().display().to_string();
+    let d = daemon(&s, &["--puppetserver-confd", &dir]);
+    d.wait_for(
+        SOON,
+        "borrow slots",
+        starts("OK - Puppet Server is running, 3 of 3 borrow slots free (one multithreaded JRuby)"),
+    );
+    assert_eq!(d.poll_json().weight, 100);
+    // Two compiles: the weight follows the free slots.
+    s.stub.set(Behavior::Pool(pool(3, 1, 2, 0, ":not-in-use")));
+    d.wait_for_json(SOON, "a third of the slots", |a| a.weight == 33);
+    // Replaced at max-requests-per-instance, with no lock event: a pause.
+    s.stub.set(Behavior::Pool(pool(3, 0, 0, 0, ":not-in-use")));
+    d.wait_for(
+        SOON,
+        "paused",
+        starts("OK - paused: the multithreaded JRuby being replaced since "),
+    );
+    let config = s.pmcheck(
+        "config",
+        &["--puppetserver-confd", &dir, "--puppet-conf", "/dev/null"],
+    );
+    let table = String::from_utf8_lossy(&config.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("multithreaded "))
+        .unwrap_or_default();
+    assert!(
+        row.contains(" true ") && row.contains("jruby-puppet.multithreaded in "),
+        "{table}"
+    );
+}
+
+#[test]
+fn numbers_that_cannot_be_true_make_the_pool_unreadable() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s, &[]);
+    d.wait_for(SOON, "OK", starts("OK"));
+    let cases = [
+        (pool(1, 100, 0, 0, ":not-in-use"), "100 of 1 JRubies free"),
+        (
+            pool(4, 4, 0, 0, ":not-in-use").replace(
+                "\"average-wait-time\":0",
+                "\"average-wait-time\":18446744073709551615",
+            ),
+            "an average wait of 18446744073709551615 ms (more than a day)",
+        ),
+        (
+            pool(4, 4, 0, 0, ":not-in-use")
+                .replace("\"average-wait-time\":0", "\"average-wait-time\":-5"),
+            "a time of -5 ms cannot be true",
+        ),
+        (
+            pool(4, 4, 0, 0, ":not-in-use")
+                .replace("\"num-free-jrubies\":4", "\"num-free-jrubies\":-1"),
+            "invalid value: integer `-1`",
+        ),
+    ];
+    for (answer, words) in cases {
+        assert!(answer.contains("jrubies"), "{answer}");
+        s.stub.set(Behavior::Pool(answer));
+        let a = d.wait_for(SOON, words, |a| a.body.contains(words));
+        assert_eq!(a.status, 503, "{a:?}");
+        assert!(
+            a.body
+                .starts_with("DOWN - Puppet Server's status answer (HTTP 200)"),
+            "{a:?}"
+        );
+        s.stub.set(Behavior::Running);
+        d.wait_for(SOON, "OK", starts("OK"));
+    }
+}
+
+/// One transient `service-not-found` must not blind the probe to the pool for good: it tries
+/// the pool service again every 30 probes, and at SIGHUP.
+#[test]
+fn the_fallback_to_the_simple_status_is_retried() {
+    let s = Setup::new(Behavior::Simple);
+    let d = daemon(&s, &[]);
+    d.wait_for(SOON, "OK without pool numbers", |a| {
+        a.body == "OK - Puppet Server is running\n"
+    });
+    s.stub.set(Behavior::Running);
+    d.wait_for(SOON, "the pool again after some probes", |a| {
+        a.body == "OK - Puppet Server is running, 1 of 1 JRubies free\n"
+    });
+    // And at SIGHUP, whatever the interval.
+    let s = Setup::new(Behavior::Simple);
+    let d = Daemon::start(&s.args(&["--interval", "1h", "--timeout", "1s"]));
+    d.wait_for(SOON, "OK without pool numbers", |a| {
+        a.body == "OK - Puppet Server is running\n"
+    });
+    s.stub.set(Behavior::Running);
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &d.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    d.wait_for(SOON, "the pool after SIGHUP", |a| {
+        a.body == "OK - Puppet Server is running, 1 of 1 JRubies free\n"
+    });
+}
