@@ -155,6 +155,8 @@ fn config_names_the_environment_variable_of_every_option() {
             "puppet-addr" => "127.0.0.1:8141".into(),
             "status-path" => "/status/v1/simple/master".into(),
             "timeout" => "2s".into(),
+            "pause-grace" => "45s".into(),
+            "puppetserver-confd" => file("confd"),
             "state-dir" => file("state"),
             "listen" => "127.0.0.1:9300,[::1]:9300".into(),
             "agent-listen" => "127.0.0.1:9301".into(),
@@ -169,7 +171,7 @@ fn config_names_the_environment_variable_of_every_option() {
         command.env(env, value);
         expected.push((long, env.to_string_lossy().into_owned()));
     }
-    assert!(expected.len() >= 17, "{expected:?}");
+    assert!(expected.len() >= 19, "{expected:?}");
     let mut shown = Vec::new();
     let out = command.output().unwrap();
     assert!(out.status.success(), "{out:?}");

@@ -108,7 +108,7 @@ impl Prober {
         }
     }
 
-    /// A prober for a single probe (`pmcheck check`), which has seen no earlier probe: a pool
+    /// A prober for a single probe (`pmcheck check`, inetd), which has seen no earlier probe: a pool
     /// locked or refilling in a JVM up for longer than `--pause-grace` counts as paused.
     pub fn once(target: ProbeTarget) -> Self {
         Self {
@@ -192,7 +192,7 @@ impl Prober {
                 match pool.capacity(new_hits) {
                     Capacity::Ready(load) => {
                         // Once per Puppet Server process: its JVM, to recognise it later.
-                        let jvm = if self.pauses.was_ready() {
+                        let jvm = if self.once || self.pauses.was_ready() {
                             None
                         } else {
                             self.jvm_start(&client).await

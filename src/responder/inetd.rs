@@ -43,7 +43,7 @@ pub async fn answer_one(
     match target {
         Ok(target) => {
             tokio::spawn(async move {
-                let report = Prober::new(target).probe().await;
+                let report = Prober::once(target).probe().await;
                 publish.send_replace(Some(Arc::new(report)));
             });
         }
