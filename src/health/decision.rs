@@ -3,9 +3,10 @@
 //! The rules, in order: a drain state that cannot be read is UNKNOWN (fail closed); a drain is
 //! DRAINED; no finished probe yet is STARTING (never healthy before a real check); a probe too
 //! old to trust is UNKNOWN; a probe that could not be made is UNKNOWN; a failed probe is DOWN;
-//! a Puppet Server that cannot compile yet is NOTREADY; otherwise OK, busy or not. Only OK
-//! answers 200: a busy node stays in the pool (taking it out would move its load onto the
-//! others until all fall over) and asks for less through the agent check's weight.
+//! a Puppet Server that cannot compile yet is NOTREADY; otherwise OK, busy, paused or not. Only
+//! OK answers 200: a busy node stays in the pool (taking it out would move its load onto the
+//! others until all fall over) and asks for less through the agent check's weight; a paused
+//! one ([`crate::puppet::pause`]) asks for the floor, as every other paused master does.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

@@ -6,8 +6,6 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::settings::puppet_conf::Layout;
-
 /// Why the host's FQDN (Puppet's default certname) cannot be told.
 #[derive(Debug, Error)]
 pub enum FqdnError {
@@ -29,14 +27,6 @@ pub struct Webserver {
     pub host: Option<IpAddr>,
     /// `ssl-port`.
     pub port: Option<u16>,
-}
-
-/// Puppet Server's conf.d of a layout, where webserver.conf and puppetserver.conf live.
-pub fn confd(layout: Layout) -> &'static str {
-    match layout {
-        Layout::Aio => "/etc/puppetlabs/puppetserver/conf.d",
-        Layout::Debian => "/etc/puppet/puppetserver/conf.d",
-    }
 }
 
 /// A file of Puppet Server's conf.d, if it can be read.

@@ -300,7 +300,7 @@ impl Settings {
             });
         }
         let puppetserver_confd = given.puppetserver_confd.clone().unwrap_or_else(|| Setting {
-            value: host::confd(conf.layout()).into(),
+            value: conf.layout().puppetserver_confd().into(),
             source: Source::Default(format!("Puppet Server's conf.d of the {}", conf.layout())),
         });
         let confd_file = |name: &str| {

@@ -79,6 +79,16 @@ pub enum Layout {
     Debian,
 }
 
+impl Layout {
+    /// Puppet Server's conf.d in this layout, where webserver.conf and puppetserver.conf live.
+    pub fn puppetserver_confd(self) -> &'static str {
+        match self {
+            Layout::Aio => "/etc/puppetlabs/puppetserver/conf.d",
+            Layout::Debian => "/etc/puppet/puppetserver/conf.d",
+        }
+    }
+}
+
 impl fmt::Display for Layout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
