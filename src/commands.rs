@@ -85,7 +85,14 @@ fn wait_exit(e: &WaitError) -> Exit {
 pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
     let quiet = matches!(cli.command, Command::Inetd(_)) && inetd::stderr_is_the_connection();
     if !quiet {
-        init_logging();
+        // A monitoring plugin prints its one line and nothing else on a healthy run: only
+        // warnings, unless RUST_LOG asks for more.
+        let level = if matches!(cli.command, Command::Check(_)) {
+            "warn"
+        } else {
+            "info"
+        };
+        init_logging(level);
     }
     let given = || Provenance::of(matches).given();
     let result = match cli.command {
@@ -234,9 +241,9 @@ impl<'a> Provenance<'a> {
     }
 }
 
-fn init_logging() {
+fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -269,7 +276,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     };
     let listeners = server::Listeners {
         http: listeners,
-        agent: bind::bind_each(&daemon.agent_listen.value)?,
+        agent: bind::bind_each(&daemon.agent_listen.value, "--agent-listen")?,
     };
     let notifier = systemd::Notifier::from_env();
     let rt = runtime(true)?;

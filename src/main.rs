@@ -17,6 +17,9 @@ fn main() -> ExitCode {
         Ok((cli, matches)) => pmcheck::run(cli, &matches).into(),
         Err(error) => {
             let _ = error.print();
+            if let Some(hint) = pmcheck::cli::env_hint(&error, &args) {
+                eprintln!("{hint}");
+            }
             Exit::for_usage(&error, &args).into()
         }
     }

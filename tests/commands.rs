@@ -45,6 +45,19 @@ fn check_says_ok_with_perfdata_on_one_line() {
     );
     assert!(line.trim_end().ends_with(" weight=100%;;;0;100"), "{line}");
     assert_eq!(line.lines().count(), 1);
+    // A plugin says its line and nothing else when all is well (no INFO about the identity).
+    let quiet = pmcheck()
+        .env_remove("RUST_LOG")
+        .arg("check")
+        .args(&a)
+        .output()
+        .unwrap();
+    assert_eq!(quiet.status.code(), Some(0), "{quiet:?}");
+    assert_eq!(
+        stderr(&quiet),
+        "",
+        "a healthy check writes nothing to stderr"
+    );
 }
 
 #[test]
@@ -315,8 +328,24 @@ fn a_listen_address_in_use_exits_69() {
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "{out:?}");
     assert!(
-        stderr(&out).contains(&format!("cannot listen on {addr}")),
+        stderr(&out).contains(&format!("cannot listen on {addr} (--listen)")),
         "{out:?}"
+    );
+    // The agent port's error names the agent port's option, not --listen.
+    let out = pmcheck()
+        .args(["serve", "--listen", "127.0.0.1:0", "--agent-listen", &addr])
+        .args(["--certname", "x", "--puppet-conf", "/dev/null"])
+        .args(["--state-dir", &dir.path().display().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("cannot listen on {addr} (--agent-listen)"))
+            && err.contains(
+                "pass another --agent-listen, PMCHECK_AGENT_LISTEN in /etc/default/pmcheck"
+            ),
+        "{err}"
     );
 }
 
@@ -384,6 +413,16 @@ fn drain_without_permission_names_the_directory_and_keeps_the_old_record() {
         "{out:?}"
     );
     assert!(stderr(&out).contains("Permission denied"), "{out:?}");
+    // The way out is who may write there; another --state-dir would split drains from the
+    // daemon, which reads only its own.
+    assert!(
+        stderr(&out).contains(&format!(
+            "run the command as root (sudo), or as user {} (they own {d}); another --state-dir \
+             would not help",
+            whoami()
+        )),
+        "{out:?}"
+    );
     assert_eq!(
         std::fs::read(state.join("drain")).unwrap(),
         before,
@@ -645,4 +684,27 @@ fn every_option_reads_its_environment_variable() {
             "{value} from {var}: {text}"
         );
     }
+}
+
+/// A bad value from the environment names its variable and the file the service reads it from.
+#[test]
+fn a_bad_value_from_the_environment_names_its_variable() {
+    let out = pmcheck()
+        .env("PMCHECK_INTERVAL", "5x")
+        .arg("config")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("PMCHECK_INTERVAL=5x") && err.contains("/etc/default/pmcheck"),
+        "{err}"
+    );
+    // Typed on the command line: clap's own message is the whole story.
+    let out = pmcheck()
+        .args(["config", "--interval", "5x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(!stderr(&out).contains("hint:"), "{}", stderr(&out));
 }

@@ -565,6 +565,25 @@ fn a_server_certificate_without_san_gets_a_precise_message() {
     assert!(a.body.contains("has no subjectAltName"), "{a:?}");
 }
 
+/// A certificate for other names says them as names, and where pmcheck's certname came from.
+#[test]
+fn a_server_certificate_for_another_name_names_both_and_the_certnames_source() {
+    let ca = Ca::new("names");
+    let files = HostFiles::new(&ca, "rsa.pkcs8.pem", "rsa.pkcs1.pem");
+    let stub = Stub::start(&ca, &["puppet", "puppet.example.com"], Behavior::Running);
+    let state = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&args(&files, stub.addr, state.path(), FAST));
+    let a = d.wait_for(SOON, "DOWN", is("DOWN"));
+    assert!(
+        a.body.contains(&format!(
+            "certificate is for puppet, puppet.example.com but pmcheck expects {CERTNAME} \
+             (the certname, from command line): set --certname"
+        )),
+        "{a:?}"
+    );
+    assert!(!a.body.contains("DnsName"), "{a:?}");
+}
+
 #[test]
 fn a_client_certificate_puppet_server_does_not_trust_is_down() {
     let s = Setup::new(Behavior::Running);

@@ -39,9 +39,14 @@ pub enum DrainError {
 /// How to get past a failed write or removal, by what the system said.
 fn fix_hint(e: &io::Error, dir: &Path) -> String {
     match e.kind() {
-        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => format!(
-            "; run the command as root (sudo) or as the user that owns {}, or choose another \
-             directory with --state-dir",
+        io::ErrorKind::PermissionDenied => format!(
+            "; run the command as root (sudo){}; another --state-dir would not help: the \
+             daemon reads only its own",
+            owners(dir)
+        ),
+        io::ErrorKind::ReadOnlyFilesystem => format!(
+            "; {} is on a read-only file system: remount it read-write, or give the daemon and \
+             the commands another --state-dir",
             dir.display()
         ),
         io::ErrorKind::IsADirectory | io::ErrorKind::DirectoryNotEmpty => format!(
@@ -50,6 +55,33 @@ fn fix_hint(e: &io::Error, dir: &Path) -> String {
         ),
         _ => "; choose another directory with --state-dir".to_owned(),
     }
+}
+
+/// ", or as user U or a member of group G (they own DIR)": who else may write the directory,
+/// from its owner, group and mode bits.
+fn owners(dir: &Path) -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = fs::metadata(dir) else {
+        return String::new();
+    };
+    let user = nix::unistd::User::from_uid(meta.uid().into())
+        .ok()
+        .flatten()
+        .map_or_else(|| meta.uid().to_string(), |u| u.name);
+    let group = nix::unistd::Group::from_gid(meta.gid().into())
+        .ok()
+        .flatten()
+        .map_or_else(|| meta.gid().to_string(), |g| g.name);
+    let group_writes = meta.mode() & 0o020 != 0;
+    format!(
+        ", or as user {user}{} (they own {})",
+        if group_writes {
+            format!(" or a member of group {group}")
+        } else {
+            String::new()
+        },
+        dir.display()
+    )
 }
 
 /// What one look at the drain file found: its stamp, for telling whether it changed since.

@@ -17,7 +17,9 @@ use crate::file_stamp::FileStamp;
 use crate::puppet::identity::IdentityFiles;
 use crate::puppet::pause::{Pause, PauseWatch};
 use crate::puppet::pool::{Capacity, Pool, Unready};
-use crate::puppet::probe_error::{Body, CannotProbe, ProbeError, TlsProblem, causes, undecodable};
+use crate::puppet::probe_error::{
+    Body, CannotProbe, ProbeError, TlsProblem, causes, plain_name, undecodable,
+};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::puppet::status_api::{
     JVM_STATUS_PATH, Seen, jvm_start_time, next_path, read_answer, server_timeout,
@@ -40,6 +42,9 @@ pub struct ProbeTarget {
     pub identity: IdentityFiles,
     /// The name verified in Puppet Server's certificate, sent as SNI and as Host.
     pub certname: String,
+    /// Where the certname came from, for the error when Puppet Server's certificate is for
+    /// another name.
+    pub certname_from: String,
     /// Where to connect, whatever the name.
     pub addr: SocketAddr,
     /// The status endpoint tried first.
@@ -62,6 +67,7 @@ impl ProbeTarget {
                 localcacert: settings.localcacert.value.clone(),
             },
             certname: settings.certname.value.clone(),
+            certname_from: settings.certname.source.to_string(),
             addr: settings.puppet_addr.value,
             status_path: settings.status_path.value.clone(),
             timeout: settings.timeout.value,
@@ -410,8 +416,9 @@ impl Prober {
                 presented,
                 ..
             }) => TlsProblem::WrongName {
-                presented: presented.clone(),
+                presented: presented.iter().map(|p| plain_name(p)).collect(),
                 certname: certname(),
+                certname_from: t.certname_from.clone(),
             },
             rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
                 TlsProblem::NotValidForName {

@@ -115,12 +115,18 @@ pub enum TlsProblem {
         certname: String,
     },
     /// The certificate names other hosts.
-    #[error("Puppet Server's certificate is for {} but pmcheck expects {certname}: set --certname", presented.join(", "))]
+    #[error(
+        "Puppet Server's certificate is for {} but pmcheck expects {certname} (the certname, \
+         from {certname_from}): set --certname, or certname in puppet.conf",
+        presented.join(", ")
+    )]
     WrongName {
-        /// The names in the certificate.
+        /// The names in the certificate, as names (`puppet`, not `DnsName("puppet")`).
         presented: Vec<String>,
         /// The name pmcheck expects.
         certname: String,
+        /// Where that name came from.
+        certname_from: String,
     },
     /// The certificate is not valid for the name (rustls gave no names).
     #[error("Puppet Server's certificate is not valid for {certname}: set --certname")]
@@ -249,4 +255,15 @@ pub(crate) fn undecodable(encoding: Option<&str>, body: &[u8]) -> Option<Body> {
         .iter()
         .any(|&b| b == 0 || (b < 0x20 && !b.is_ascii_whitespace()));
     binary.then_some(Body::Binary { len: body.len() })
+}
+
+/// A name from rustls's list of a certificate's names, as a person writes it: rustls gives
+/// each in its `Debug` form (`DnsName("puppet")`).
+pub(crate) fn plain_name(presented: &str) -> String {
+    match presented.split_once('(') {
+        Some((kind, rest)) if kind.chars().all(char::is_alphanumeric) && rest.ends_with(')') => {
+            rest.trim_end_matches(')').trim_matches('"').to_owned()
+        }
+        _ => presented.to_owned(),
+    }
 }

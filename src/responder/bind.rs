@@ -16,9 +16,13 @@ pub const DEFAULT_LISTEN_V6: SocketAddr =
 pub const DEFAULT_LISTEN_V4: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9200);
 #[derive(Debug, Error)]
-#[error("cannot listen on {addr}: {source}{hint}", hint = listen_hint(source))]
+#[error("cannot listen on {addr} ({flag}): {source}{hint}", hint = listen_hint(source, flag))]
 pub struct ListenError {
+    /// The address.
     pub addr: SocketAddr,
+    /// The option that asked for it: `--listen` or `--agent-listen`.
+    pub flag: &'static str,
+    /// What the kernel said.
     pub source: io::Error,
 }
 
@@ -32,41 +36,50 @@ impl ListenError {
     }
 }
 
-fn listen_hint(e: &io::Error) -> &'static str {
+fn listen_hint(e: &io::Error, flag: &str) -> String {
     match e.kind() {
-        io::ErrorKind::AddrInUse => {
-            " (another pmcheck, or the old xinetd service, already listens there: stop it or pass another --listen)"
-        }
-        io::ErrorKind::PermissionDenied => " (ports below 1024 need CAP_NET_BIND_SERVICE)",
-        _ => "",
+        io::ErrorKind::AddrInUse => format!(
+            " (another pmcheck, or the old xinetd service, already listens there: stop it or pass \
+             another {flag}, PMCHECK_{} in /etc/default/pmcheck)",
+            flag.trim_start_matches('-')
+                .replace('-', "_")
+                .to_uppercase()
+        ),
+        io::ErrorKind::PermissionDenied => " (ports below 1024 need CAP_NET_BIND_SERVICE)".into(),
+        _ => String::new(),
     }
 }
 
 /// Binds the listen addresses. Without any, `[::]:9200` accepting IPv4 too, or `0.0.0.0:9200`
 /// where the host has no IPv6.
 pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
+    const FLAG: &str = "--listen";
     if addrs.is_empty() {
-        return match bind_one(DEFAULT_LISTEN_V6) {
+        return match bind_one(DEFAULT_LISTEN_V6, FLAG) {
             Ok(listener) => Ok(vec![listener]),
             Err(e) if no_ipv6(&e.source) => {
                 tracing::warn!(
                     "no IPv6 on this host ({}); listening on {DEFAULT_LISTEN_V4} only",
                     e.source
                 );
-                Ok(vec![bind_one(DEFAULT_LISTEN_V4)?])
+                Ok(vec![bind_one(DEFAULT_LISTEN_V4, FLAG)?])
             }
             Err(e) => Err(e),
         };
     }
-    bind_each(addrs)
+    bind_each(addrs, FLAG)
 }
 
 /// Binds every address given, and nothing when none is. `[::]:PORT` falls back to
-/// `0.0.0.0:PORT` on a host without IPv6, so one packaged setting fits every host.
-pub fn bind_each(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
+/// `0.0.0.0:PORT` on a host without IPv6, so one packaged setting fits every host. `flag` is
+/// the option that named them, for the error.
+pub fn bind_each(
+    addrs: &[SocketAddr],
+    flag: &'static str,
+) -> Result<Vec<std::net::TcpListener>, ListenError> {
     addrs
         .iter()
-        .map(|addr| match bind_one(*addr) {
+        .map(|addr| match bind_one(*addr, flag) {
             Err(e)
                 if *addr == SocketAddr::new(DEFAULT_LISTEN_V6.ip(), addr.port())
                     && no_ipv6(&e.source) =>
@@ -76,7 +89,7 @@ pub fn bind_each(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, Lis
                     "no IPv6 on this host ({}); listening on {v4} instead of {addr}",
                     e.source
                 );
-                bind_one(v4)
+                bind_one(v4, flag)
             }
             other => other,
         })
@@ -89,8 +102,8 @@ fn no_ipv6(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::AddrNotAvailable || e.raw_os_error() == Some(EAFNOSUPPORT)
 }
 
-fn bind_one(addr: SocketAddr) -> Result<std::net::TcpListener, ListenError> {
-    let fail = |source| ListenError { addr, source };
+fn bind_one(addr: SocketAddr, flag: &'static str) -> Result<std::net::TcpListener, ListenError> {
+    let fail = |source| ListenError { addr, flag, source };
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
     if addr.is_ipv6() && addr.ip().is_unspecified() {
