@@ -24,7 +24,8 @@ use crate::settings::{defaults, parse_certname, parse_status_path};
     long_about = "pmcheck answers HAProxy's HTTP health checks (option httpchk) on port 9200. \
 It probes the local Puppet Server's status API over mutual TLS with the host's own Puppet \
 certificate and answers 200, or 503 with the reason. An operator drain record \
-(`pmcheck drain`) forces 503 so the node leaves the pool while Puppet keeps running."
+(`pmcheck drain`) forces 503 (or 404, as packaged for HAProxy's `http-check disable-on-404`) so the \
+node leaves the pool while Puppet keeps running."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -38,11 +39,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Answer exactly one poll on stdin/stdout (for xinetd or a systemd Accept=yes socket).
     Inetd(InetdArgs),
-    /// Probe Puppet Server once and print a monitoring-plugin line (exit 0 OK, 1 drained, 2 down, 3 unknown).
+    /// Probe Puppet Server once and print a monitoring-plugin line (exit 0 OK, 1 drained or paused, 2 down, 3 unknown).
     Check(CheckArgs),
     /// Print every resolved setting and where it came from.
     Config(ConfigArgs),
-    /// Take this node out of the load balancer pool (the daemon answers 503 DRAINED); with --wait, return once it is safe to stop Puppet Server.
+    /// Take this node out of the load balancer pool (the daemon answers DRAINED: 503, or 404 as packaged); with --wait, return once it is safe to stop Puppet Server.
     Drain(DrainArgs),
     /// Put this node back into the pool; with --wait, return once the load balancers took it back.
     Undrain(UndrainArgs),
@@ -157,8 +158,41 @@ pub struct DaemonArgs {
 #[derive(Debug, Clone, Args)]
 pub struct DrainedArgs {
     /// HTTP status of a drained answer: 503, or 404 for HAProxy's `http-check disable-on-404`, which shows a drain as NOLB instead of DOWN
-    #[arg(long, env = "PMCHECK_DRAINED_STATUS", value_name = "CODE", default_value = "503", value_parser = parse_drained_status)]
+    #[arg(long, env = "PMCHECK_DRAINED_STATUS", value_name = "CODE", default_value = "503", value_parser = DrainedStatus)]
     pub(crate) drained_status: u16,
+}
+
+/// `--drained-status`: its two values, which completions offer and help lists, and our own
+/// words when a value is neither.
+#[derive(Clone, Copy)]
+struct DrainedStatus;
+
+impl clap::builder::TypedValueParser for DrainedStatus {
+    type Value = u16;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<u16, clap::Error> {
+        clap::builder::StringValueParser::new()
+            .try_map(|text: String| parse_drained_status(&text))
+            .parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            [
+                clap::builder::PossibleValue::new("503").help("every load balancer: unhealthy"),
+                clap::builder::PossibleValue::new("404")
+                    .help("HAProxy with `http-check disable-on-404`: NOLB"),
+            ]
+            .into_iter(),
+        ))
+    }
 }
 
 /// 503 or 404: the two statuses a load balancer can read as "take it out".
@@ -207,7 +241,7 @@ pub struct ConfigArgs {
 /// How `--wait` and `cycle` wait: which daemon to ask, how long, how many polls.
 #[derive(Debug, Clone, Args)]
 pub struct WaitArgs {
-    /// With --wait and in cycle: give up waiting after this long (exit 75; a drain stays in place) [default: 10m]
+    /// With --wait and in cycle: give up waiting after this long (exit 75; what the command changed stays changed) [default: 10m]
     #[arg(long, env = "PMCHECK_MAX_WAIT", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) max_wait: Option<Duration>,
     /// Deprecated: the old name of --max-wait (and PMCHECK_WAIT_TIMEOUT of PMCHECK_MAX_WAIT); --max-wait wins when both are given
@@ -333,7 +367,7 @@ pub struct GenerateArgs {
 /// What `pmcheck generate` writes.
 #[derive(Debug, Subcommand)]
 pub enum Generate {
-    /// The pmcheck(1) man page, in roff
+    /// The pmcheck(1) man page, in roff; read it with `pmcheck generate man | man -l -`
     Man,
     /// A completion script for SHELL (bash, zsh, fish, elvish, powershell)
     Completions {

@@ -708,3 +708,76 @@ fn a_bad_value_from_the_environment_names_its_variable() {
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     assert!(!stderr(&out).contains("hint:"), "{}", stderr(&out));
 }
+
+/// Completions offer the values of a closed set, and each help says what its own flags do.
+#[test]
+fn completions_offer_closed_values_and_helps_say_what_their_flags_do() {
+    let out = pmcheck()
+        .args(["generate", "completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains(r#"compgen -W "503 404""#),
+        "--drained-status completes to its two values"
+    );
+    let help = |args: &[&str]| stdout(&pmcheck().args(args).output().unwrap());
+    let top = help(&["--help"]);
+    assert!(top.contains("forces 503 (or 404, as packaged"), "{top}");
+    let undrain = help(&["undrain", "--help"]);
+    assert!(!undrain.contains("a drain stays in place"), "{undrain}");
+    assert!(
+        undrain.contains("what the command changed stays changed"),
+        "{undrain}"
+    );
+    let serve = help(&["serve", "--help"]);
+    assert!(
+        serve.contains("- 404: HAProxy with `http-check disable-on-404`: NOLB"),
+        "{serve}"
+    );
+}
+
+/// The manual shows the waits and the cycle, and the file the service reads its settings from.
+#[test]
+fn the_manual_has_the_waits_the_cycle_and_the_defaults_file() {
+    let out = pmcheck().args(["generate", "man"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // roff writes a hyphen as `\-`
+    let page = stdout(&out).replace("\\-", "-");
+    let examples = page
+        .split(".SH EXAMPLES")
+        .nth(1)
+        .expect("an EXAMPLES section");
+    assert!(examples.contains("--wait"), "{examples}");
+    assert!(examples.contains("pmcheck cycle"), "{examples}");
+    let files = page
+        .split(".SH FILES")
+        .nth(1)
+        .and_then(|f| f.split(".SH").next())
+        .expect("a FILES section");
+    assert!(files.contains("/etc/default/pmcheck"), "{files}");
+    let have_man = std::process::Command::new("man")
+        .arg("--version")
+        .output()
+        .is_ok();
+    assert!(
+        have_man || std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true and man is missing: scripts/test installs man-db"
+    );
+    if have_man {
+        let shown = std::process::Command::new("sh")
+            .args(["-c", "\"$0\" generate man | man -l - | cat"])
+            .arg(bin())
+            .env("MANPAGER", "cat")
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&shown.stdout).contains("EXAMPLES"),
+            "the documented one-liner shows the page: {shown:?}"
+        );
+    } else {
+        eprintln!(
+            "!!!!!!!! man is not installed: the one-liner `pmcheck generate man | man -l -` was not run"
+        );
+    }
+}
