@@ -116,7 +116,7 @@ fn drained_down_and_busy_nodes_each_say_so() {
     let line = wait_line(addr, "drain", |l| l.contains("DRAINED"));
     assert!(
         line.starts_with(&format!(
-            "up drain #DRAINED - kernel upgrade (by {} since ",
+            "up drain #DRAINED - kernel upgrade (by {} ",
             whoami()
         )),
         "{line:?}"

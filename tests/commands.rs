@@ -67,7 +67,7 @@ fn check_says_warning_when_drained() {
     let warn = run("check", &a);
     assert_eq!(warn.status.code(), Some(1), "{warn:?}");
     assert!(
-        stdout(&warn).starts_with(&format!("PMCHECK WARNING - maint (by {} since ", whoami())),
+        stdout(&warn).starts_with(&format!("PMCHECK WARNING - maint (by {} ", whoami())),
         "{warn:?}"
     );
 }

@@ -10,7 +10,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState};
 use crate::health::drain::{Drain, DrainState};
@@ -99,7 +99,7 @@ impl<'a> Decision<'a> {
             ),
             (DrainState::Drained(d), _, _) => (
                 Verdict::Drained,
-                format!("{}; {}", d.describe(), puppet()).into(),
+                format!("{}; {}", d.summary(SystemTime::now()), puppet()).into(),
             ),
             (_, None, _) => (Verdict::Starting, NO_PROBE_YET.into()),
             (_, Some(_), Some(age)) if age > stale_after => (
@@ -416,7 +416,7 @@ mod tests {
         assert_eq!(v.verdict, Verdict::Drained);
         let text = v.text();
         assert!(
-            text.starts_with("DRAINED - upgrading (by alice since 2026-11-22T10:00:00Z)"),
+            text.starts_with("DRAINED - upgrading (by alice 2026-11-22T10:00Z)"),
             "{text}"
         );
         assert!(text.contains("Puppet Server is running"), "{text}");

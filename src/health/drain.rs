@@ -196,6 +196,32 @@ impl Drain {
         self.until.is_some_and(|until| until <= now)
     }
 
+    /// The reason first, then who and when in few characters (`kernel upgrade (by alice
+    /// 17:32Z-18:32Z)`): what the verdict's reason carries, because HAProxy shows only about
+    /// 100 characters of a check's info and the reason must survive.
+    pub fn summary(&self, now: SystemTime) -> String {
+        let Some(r) = &self.record else {
+            return self.describe();
+        };
+        let today = rfc3339_date(now);
+        let since = clock(&r.since, &today);
+        let mut s = format!("{} (by {} {since}", r.reason, r.by);
+        if let Some(until) = &r.until {
+            s.push('-');
+            s.push_str(&clock(until, r.since.get(..10).unwrap_or(&today)));
+        }
+        s.push(')');
+        if let Some(forced) = &r.forced {
+            s.push_str("; forced: ");
+            s.push_str(forced);
+        }
+        if let Some(problem) = &self.problem {
+            s.push_str("; ");
+            s.push_str(&problem.to_string());
+        }
+        s
+    }
+
     /// One phrase for people: the reason, who and since when.
     pub fn describe(&self) -> String {
         match &self.record {
@@ -223,6 +249,30 @@ impl Drain {
                     .map_or("unreadable".to_owned(), ToString::to_string)
             ),
         }
+    }
+}
+
+/// `YYYY-MM-DD` of `t`, in UTC.
+fn rfc3339_date(t: SystemTime) -> String {
+    let mut day = humantime::format_rfc3339_seconds(t).to_string();
+    day.truncate(10);
+    day
+}
+
+/// An RFC 3339 time in few characters: `17:32Z` on `day` (`17:32:05Z` when the seconds count),
+/// else `2026-11-20T17:32Z`; a time that does not parse, as written.
+fn clock(time: &str, day: &str) -> String {
+    let Ok(t) = humantime::parse_rfc3339_weak(time) else {
+        return time.to_owned();
+    };
+    let full = humantime::format_rfc3339_seconds(t).to_string();
+    let (date, rest) = full.split_at(10);
+    let hms = rest.trim_start_matches('T').trim_end_matches('Z');
+    let hm = hms.strip_suffix(":00").unwrap_or(hms);
+    if date == day {
+        format!("{hm}Z")
+    } else {
+        format!("{date}T{hm}Z")
     }
 }
 

@@ -439,7 +439,7 @@ mod tests {
         let now = at("2026-11-22T10:00:00Z");
         let record = DrainRecord::new("upgrade".into(), Some(Duration::from_secs(1800)), now);
         assert_eq!(record.since, "2026-11-22T10:00:00Z");
-        assert_eq!(record.until.as_deref(), Some("2026-11-22T10:30:00Z"));
+        assert_eq!(record.until.as_deref(), Some("2026-11-22T10:30:00.000Z"));
         file.write(&record).unwrap();
         let DrainState::Drained(drain) = file.state(at("2026-11-22T10:29:59Z")) else {
             panic!("drained before `until`");

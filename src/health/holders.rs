@@ -92,8 +92,8 @@ impl Holder {
             by: operator(),
             since: rfc3339(now),
             what: reason,
-            // Whole seconds are stored: round up, so that a drain never ends early.
-            until: lasting.map(|d| rfc3339(ceil_second(now + d))),
+            // To the millisecond, rounded up: `--for 3s` lasts 3 s, and never ends early.
+            until: lasting.map(|d| rfc3339_millis(ceil_milli(now + d))),
             process: None,
         }
     }
@@ -183,9 +183,15 @@ fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
-fn ceil_second(t: SystemTime) -> SystemTime {
+fn rfc3339_millis(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn ceil_milli(t: SystemTime) -> SystemTime {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) if d.subsec_nanos() > 0 => UNIX_EPOCH + Duration::from_secs(d.as_secs() + 1),
+        Ok(d) if d.subsec_nanos() % 1_000_000 > 0 => {
+            UNIX_EPOCH + Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX) + 1)
+        }
         _ => t,
     }
 }
@@ -212,5 +218,18 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         assert_eq!(start_of(pid), None, "reaped");
+    }
+
+    #[test]
+    fn a_drain_for_lasts_exactly_that_long_to_the_millisecond() {
+        let now = humantime::parse_rfc3339("2026-11-22T10:00:00.250Z").unwrap();
+        let d = Holder::drain("x".into(), Some(Duration::from_secs(3)), now);
+        assert_eq!(d.until.as_deref(), Some("2026-11-22T10:00:03.250Z"));
+        assert!(!d.expired_at(now + Duration::from_millis(2999)));
+        assert!(d.expired_at(now + Duration::from_secs(3)));
+        // Below a millisecond, rounded up: never early.
+        let now = now + Duration::from_micros(1);
+        let d = Holder::drain("x".into(), Some(Duration::from_secs(3)), now);
+        assert_eq!(d.until.as_deref(), Some("2026-11-22T10:00:03.251Z"));
     }
 }

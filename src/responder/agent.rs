@@ -193,11 +193,11 @@ mod tests {
             ),
             (
                 line_for(&drained, Some(&warm)),
-                "up drain #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is running, 4 of 4 JRu...\n",
+                "up drain #DRAINED - kernel upgrade (by alice 2026-11-22T10:00Z); Puppet Server is running, 4 of 4 JRubies free\n",
             ),
             (
                 line_for(&drained, Some(&refused())),
-                "up drain #DRAINED - kernel upgrade (by alice since 2026-11-22T10:00:00Z); Puppet Server is down: connection to...\n",
+                "up drain #DRAINED - kernel upgrade (by alice 2026-11-22T10:00Z); Puppet Server is down: connection to 127.0.0....\n",
             ),
             (
                 line_for(&none, Some(&refused())),
