@@ -190,14 +190,18 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Option<String>
     Err(LastServer(said))
 }
 
-/// Progress on stderr: one line rewritten in place on a terminal, plain lines otherwise (a
-/// line when the text changes, and every [`REPEAT`] when it does not).
+/// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
+/// never wider than the terminal; plain lines otherwise (a line when the text changes, and
+/// every [`REPEAT`] when it does not).
 struct Ticker {
     terminal: bool,
     shown: bool,
     last: String,
     last_at: Option<Instant>,
 }
+
+/// How often the line on a terminal is redrawn: the seconds it shows change no faster.
+const REDRAW: Duration = Duration::from_secs(1);
 
 impl Ticker {
     fn new() -> Self {
@@ -210,19 +214,51 @@ impl Ticker {
     }
 
     fn show(&mut self, waited: Duration, pending: &str) {
+        let width = terminal_size::terminal_size_of(std::io::stderr())
+            .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
+        let Some(text) = self.frame(Instant::now(), waited, pending, width) else {
+            return;
+        };
         let mut err = std::io::stderr().lock();
-        let line = format!("waiting {}: {pending}", seconds(waited));
         if self.terminal {
-            // The line is rewritten, so keep it to one terminal row.
-            let short: String = line.chars().take(200).collect();
-            let _ = write!(err, "\r\x1b[2K{short}");
+            let _ = write!(err, "\r\x1b[2K{text}");
             let _ = err.flush();
             self.shown = true;
-        } else if pending != self.last || self.last_at.is_none_or(|t| t.elapsed() >= REPEAT) {
-            let _ = writeln!(err, "{line}");
-            self.last = pending.to_owned();
-            self.last_at = Some(Instant::now());
+        } else {
+            let _ = writeln!(err, "{text}");
         }
+    }
+
+    /// What to write now, if anything: on a terminal, a line that fits `width` columns
+    /// (one short, so that the cursor does not wrap) once a [`REDRAW`] has passed.
+    fn frame(
+        &mut self,
+        now: Instant,
+        waited: Duration,
+        pending: &str,
+        width: usize,
+    ) -> Option<String> {
+        let line = format!("waiting {}: {pending}", seconds(waited));
+        let due = if self.terminal {
+            self.last_at.is_none_or(|t| now.duration_since(t) >= REDRAW)
+        } else {
+            pending != self.last || self.last_at.is_none_or(|t| now.duration_since(t) >= REPEAT)
+        };
+        if !due {
+            return None;
+        }
+        self.last = pending.to_owned();
+        self.last_at = Some(now);
+        if !self.terminal {
+            return Some(line);
+        }
+        let room = width.saturating_sub(1).max(20);
+        if line.chars().count() <= room {
+            return Some(line);
+        }
+        let mut short: String = line.chars().take(room - 3).collect();
+        short.push_str("...");
+        Some(short)
     }
 
     fn clear(&mut self) {
@@ -230,5 +266,60 @@ impl Ticker {
             let _ = write!(std::io::stderr(), "\r\x1b[2K");
             self.shown = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticker(terminal: bool) -> Ticker {
+        Ticker {
+            terminal,
+            shown: false,
+            last: String::new(),
+            last_at: None,
+        }
+    }
+
+    #[test]
+    fn on_a_terminal_the_line_fits_and_is_redrawn_once_a_second() {
+        let mut t = ticker(true);
+        let t0 = Instant::now();
+        let long = "lb 10.0.0.5 (lb1) still sends: 3 sessions; ".repeat(6);
+        let first = t
+            .frame(t0, Duration::ZERO, &long, 80)
+            .expect("drawn at once");
+        assert_eq!(first.chars().count(), 79, "{first}");
+        assert!(first.ends_with("..."), "{first}");
+        let quarter = Duration::from_millis(250);
+        assert_eq!(t.frame(t0 + quarter, quarter, "changed", 80), None);
+        assert_eq!(t.frame(t0 + quarter * 3, quarter * 3, "changed", 80), None);
+        let again = t.frame(t0 + REDRAW, REDRAW, "changed", 80).unwrap();
+        assert_eq!(again, "waiting 1.0s: changed");
+        // A narrow terminal still gets a useful line.
+        let narrow = t.frame(t0 + REDRAW * 2, REDRAW, &long, 10).unwrap();
+        assert_eq!(narrow.chars().count(), 20, "{narrow}");
+    }
+
+    #[test]
+    fn elsewhere_a_line_per_change_and_a_reminder() {
+        let mut t = ticker(false);
+        let t0 = Instant::now();
+        let long = "x".repeat(300);
+        assert_eq!(
+            t.frame(t0, Duration::ZERO, &long, 80).map(|l| l.len()),
+            Some(300 + "waiting 0.0s: ".len()),
+            "plain lines are whole"
+        );
+        assert_eq!(t.frame(t0 + REDRAW, REDRAW, &long, 80), None, "unchanged");
+        assert!(
+            t.frame(t0 + REDRAW, REDRAW, "other", 80).is_some(),
+            "changed"
+        );
+        assert!(
+            t.frame(t0 + REDRAW + REPEAT, REPEAT, "other", 80).is_some(),
+            "reminder"
+        );
     }
 }
