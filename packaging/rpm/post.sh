@@ -11,5 +11,10 @@ if [ -d /run/systemd/system ]; then
   if [ "$1" -eq 1 ]; then
     systemctl start pmcheck.service >/dev/null 2>&1 || :
   fi
+else
+  # A container or chroot: the unit is installed and enabled, but nothing started it.
+  echo "pmcheck: systemd is not running here, so pmcheck.service was installed but not" \
+    "(re)started: start it once systemd runs, or run pmcheck serve with the settings of" \
+    "/etc/sysconfig/pmcheck" >&2
 fi
 exit 0
