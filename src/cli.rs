@@ -230,6 +230,15 @@ pub struct CheckArgs {
 /// `pmcheck config`.
 #[derive(Debug, Args)]
 pub struct ConfigArgs {
+    /// Also check that every file the daemon reads can be read: by you, and when you are root, by the user the unit runs the daemon as (its User= and SupplementaryGroups=); exit 78 on any problem
+    #[arg(long)]
+    pub(crate) check: bool,
+    /// The service's environment file, read as systemd reads it; `none` for no file [default: /etc/default/pmcheck, else /etc/sysconfig/pmcheck]
+    #[arg(long, value_name = "PATH")]
+    pub(crate) env_file: Option<PathBuf>,
+    /// With --check as root: the unit whose User= and SupplementaryGroups= the daemon runs with [default: the installed pmcheck.service]
+    #[arg(long, value_name = "PATH")]
+    pub(crate) unit: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) daemon: DaemonArgs,
     #[command(flatten)]

@@ -1,19 +1,20 @@
 //! The subcommands: the one place that turns clap's structs into settings and errors into
 //! exit codes.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use clap::ArgMatches;
 use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory as _};
 use thiserror::Error;
 
-use crate::cli::{Cli, Command, CycleArgs, Generate, StatusArgs};
+use crate::cli::{Cli, Command, ConfigArgs, CycleArgs, Generate, StatusArgs};
 use crate::exit::Exit;
 use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::drain::{self, ChangeError, wait_settings};
 use crate::operator::wait::WaitError;
-use crate::operator::{check, daemon, manual, run_single_threaded, runtime, status};
+use crate::operator::{check, config, daemon, manual, run_single_threaded, runtime, status};
 use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
 use crate::responder::{inetd, server, signals, systemd};
@@ -40,6 +41,9 @@ pub enum Error {
     /// `cycle` stopped before the end.
     #[error(transparent)]
     Cycle(#[from] CycleError),
+    /// A value of the service's environment file is refused.
+    #[error(transparent)]
+    EnvFile(#[from] EnvFileError),
     /// Any other system error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -49,7 +53,7 @@ impl Error {
     /// How the command ends.
     pub fn exit(&self) -> Exit {
         match self {
-            Error::Settings(_) => Exit::Config,
+            Error::Settings(_) | Error::EnvFile(_) => Exit::Config,
             Error::Listen(e) => e.exit(),
             Error::Change(e) => match e {
                 ChangeError::Drain(_) => Exit::CantCreate,
@@ -113,12 +117,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
                 .map_err(Error::from)
         }
         Command::Check(_) => return check::check(&given()),
-        Command::Config(_) => Settings::resolve(&given(), &Host::REAL)
-            .map(|s| {
-                print!("{s}");
-                Exit::Ok
-            })
-            .map_err(Error::from),
+        Command::Config(args) => config_command(&args, matches),
         Command::Drain(args) => drain::drain(args).map(|()| Exit::Ok).map_err(Error::from),
         Command::Undrain(args) => drain::undrain(args).map(|()| Exit::Ok).map_err(Error::from),
         Command::Cycle(args) => cycle_command(args),
@@ -140,6 +139,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
 struct Provenance<'a> {
     matches: &'a ArgMatches,
     command: clap::Command,
+    /// Options whose value `config` took from the service's environment file, by id.
+    from_file: HashMap<String, Source>,
 }
 
 impl<'a> Provenance<'a> {
@@ -150,10 +151,12 @@ impl<'a> Provenance<'a> {
             Some((name, sub)) => Self {
                 command: cli.find_subcommand(name).cloned().unwrap_or(cli),
                 matches: sub,
+                from_file: HashMap::new(),
             },
             None => Self {
                 matches,
                 command: cli,
+                from_file: HashMap::new(),
             },
         }
     }
@@ -217,6 +220,9 @@ impl<'a> Provenance<'a> {
 
     /// Where the value of option `id` came from.
     fn source(&self, id: &str) -> Source {
+        if let Some(source) = self.from_file.get(id) {
+            return source.clone();
+        }
         match self.matches.value_source(id) {
             Some(ValueSource::EnvVariable) => Source::Env(self.env(id)),
             Some(ValueSource::DefaultValue) | None => Source::Default("built in".into()),
@@ -239,6 +245,81 @@ impl<'a> Provenance<'a> {
             .map(|var| var.to_string_lossy().into_owned())
             .unwrap_or_default()
     }
+}
+
+/// `pmcheck config`: the settings with the service's environment file under the process
+/// environment, as the unit gets them.
+fn config_command(args: &ConfigArgs, matches: &ArgMatches) -> Result<Exit, Error> {
+    let file = config::env_file(args.env_file.as_deref())?;
+    let Some(file) = file else {
+        let given = Provenance::of(matches).given();
+        return Ok(config::config(
+            &given,
+            None,
+            args.check,
+            args.unit.as_deref(),
+        )?);
+    };
+    // What the file sets, for options nobody gave on the command line or in the environment:
+    // parsed again with those values as flags, so that clap checks them as it checks flags.
+    let sub = Provenance::of(matches);
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut from_file = HashMap::new();
+    for arg in sub.command.get_arguments() {
+        let (Some(var), Some(long)) = (arg.get_env(), arg.get_long()) else {
+            continue;
+        };
+        let id = arg.get_id().as_str();
+        let var = var.to_string_lossy();
+        let given = matches!(
+            sub.matches.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        );
+        if let Some(value) = file.get(&var).filter(|_| !given) {
+            let flag = format!("--{long}={value}");
+            Cli::command()
+                .try_get_matches_from(["pmcheck", "config", &flag])
+                .map_err(|e| EnvFileError {
+                    path: file.path.clone(),
+                    var: var.to_string(),
+                    value: value.to_owned(),
+                    problem: e
+                        .to_string()
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .trim_start_matches("error: ")
+                        .to_owned(),
+                })?;
+            argv.push(flag.into());
+            from_file.insert(
+                id.to_owned(),
+                Source::EnvFile(Box::new((file.path.clone(), var.to_string()))),
+            );
+        }
+    }
+    let all = Cli::command()
+        .try_get_matches_from(argv)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut provenance = Provenance::of(&all);
+    provenance.from_file = from_file;
+    let given = provenance.given();
+    Ok(config::config(
+        &given,
+        Some(&file),
+        args.check,
+        args.unit.as_deref(),
+    )?)
+}
+
+/// A value of the service's environment file that the option it sets refuses.
+#[derive(Debug, Error)]
+#[error("{}: {var}={value}: {problem}; fix it in that file (`pmcheck serve --help` says what each takes)", path.display())]
+pub struct EnvFileError {
+    path: std::path::PathBuf,
+    var: String,
+    value: String,
+    problem: String,
 }
 
 fn init_logging(level: &str) {
@@ -379,6 +460,9 @@ mod tests {
         }
     }
 
+    /// `config`'s own options, which are not settings.
+    const CONFIG_ONLY: [&str; 3] = ["check", "env-file", "unit"];
+
     /// `config` must say "command line" for every option given there: an option renamed in clap
     /// but not in [`Provenance::given`] (or the table) fails here instead of reading "default".
     #[test]
@@ -390,7 +474,7 @@ mod tests {
         let longs: Vec<&str> = config
             .get_arguments()
             .filter_map(|arg| arg.get_long())
-            .filter(|long| *long != "help")
+            .filter(|long| *long != "help" && !CONFIG_ONLY.contains(long))
             .collect();
         let mut argv = vec!["pmcheck".to_owned(), "config".to_owned()];
         for long in &longs {
@@ -422,7 +506,9 @@ mod tests {
             let sub = cli.find_subcommand(name).unwrap();
             let mut longs: Vec<String> = sub
                 .get_arguments()
-                .filter_map(|arg| arg.get_long().map(str::to_owned))
+                .filter_map(|arg| arg.get_long())
+                .filter(|long| !CONFIG_ONLY.contains(long))
+                .map(str::to_owned)
                 .collect();
             longs.sort();
             longs

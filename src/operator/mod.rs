@@ -1,9 +1,11 @@
 //! What the operator runs and reads: `pmcheck status`, the waits of `drain --wait` and
 //! `undrain --wait`, `pmcheck cycle`, and the manual.
 
+pub mod access;
 pub mod assessment;
 pub mod check;
 pub mod command;
+pub mod config;
 pub mod cycle;
 pub mod daemon;
 pub mod drain;

@@ -4,6 +4,7 @@
 pub mod allow;
 pub mod daemon;
 pub mod duration;
+pub mod env_file;
 pub mod host;
 pub mod puppet_conf;
 
@@ -129,6 +130,9 @@ pub enum Source {
     Flag,
     /// Read from this environment variable (the one named in the option's clap definition).
     Env(String),
+    /// Read from the service's environment file (`/etc/default/pmcheck`): the file and the
+    /// variable (boxed: a rare source need not make every setting larger).
+    EnvFile(Box<(PathBuf, String)>),
     /// Read from puppet.conf.
     File {
         /// The puppet.conf file.
@@ -145,6 +149,7 @@ impl fmt::Display for Source {
         match self {
             Source::Flag => f.write_str("command line"),
             Source::Env(var) => write!(f, "environment {var}"),
+            Source::EnvFile(at) => write!(f, "{} {}", at.0.display(), at.1),
             Source::File { path, section } => write!(f, "{} [{section}]", path.display()),
             Source::Default(how) => write!(f, "default: {how}"),
         }

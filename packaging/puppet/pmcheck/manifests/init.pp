@@ -53,6 +53,12 @@
 #   PMCHECK_INTERVAL (`--interval`). Default: 1s.
 # @param timeout
 #   PMCHECK_TIMEOUT (`--timeout`): deadline of one probe. Default: 1500ms.
+# @param pause_grace
+#   PMCHECK_PAUSE_GRACE (`--pause-grace`): how long a JRuby pool paused by a code deploy's lock
+#   or a flush is answered OK at the floor weight; `0s`: NOTREADY at once. Default: 60s.
+# @param puppetserver_confd
+#   PMCHECK_PUPPETSERVER_CONFD (`--puppetserver-confd`): Puppet Server's conf.d (webserver.conf,
+#   puppetserver.conf). Default: that of the Puppet AIO or Debian layout.
 # @param puppet_conf
 #   PMCHECK_PUPPET_CONF (`--puppet-conf`). Default: the first that exists of
 #   /etc/puppetlabs/puppet/puppet.conf and /etc/puppet/puppet.conf.
@@ -89,6 +95,8 @@ class pmcheck (
   Optional[Pmcheck::DurationOrOff] $slow_start = undef,
   Optional[Pmcheck::Duration] $interval = undef,
   Optional[Pmcheck::Duration] $timeout = undef,
+  Optional[Pmcheck::DurationOrOff] $pause_grace = undef,
+  Optional[Stdlib::Unixpath] $puppetserver_confd = undef,
   Optional[Stdlib::Unixpath] $puppet_conf = undef,
   Optional[Pattern[/\A[A-Za-z0-9._-]+\z/]] $certname = undef,
   Optional[Stdlib::Unixpath] $hostcert = undef,
@@ -114,7 +122,7 @@ class pmcheck (
   }
 
   # Paths must stay free of whitespace and shell quoting: systemd and `. FILE` read them alike.
-  [$puppet_conf, $hostcert, $hostprivkey, $localcacert, $state_dir].each |$path| {
+  [$puppet_conf, $hostcert, $hostprivkey, $localcacert, $puppetserver_confd, $state_dir].each |$path| {
     if $path =~ String and $path !~ /\A[^\s'"`$\\]+\z/ {
       fail("pmcheck: ${path}: a path in the settings file cannot hold spaces, quotes, \$ or \\")
     }
@@ -138,6 +146,8 @@ class pmcheck (
     ['PMCHECK_HOSTPRIVKEY', $hostprivkey, 'hostprivkey from puppet.conf'],
     ['PMCHECK_LOCALCACERT', $localcacert, 'localcacert from puppet.conf'],
     ['PMCHECK_PUPPET_ADDR', $puppet_addr, "Puppet Server's webserver.conf, else 127.0.0.1:serverport"],
+    ['PMCHECK_PAUSE_GRACE', $pause_grace, '60s'],
+    ['PMCHECK_PUPPETSERVER_CONFD', $puppetserver_confd, "Puppet Server's conf.d of the AIO or Debian layout"],
     ['PMCHECK_STATUS_PATH', $status_path, '/status/v1/services/jruby-metrics'],
     ['PMCHECK_STATE_DIR', $state_dir, '/var/lib/pmcheck'],
     ['RUST_LOG', $log_level, 'info'],

@@ -1,0 +1,294 @@
+//! `pmcheck config --check`: can the daemon read every file it needs? As the user running the
+//! command, and, when that is root, as the unit runs the daemon (its `User=` and
+//! `SupplementaryGroups=`), judged from owners, groups and mode bits along each path, so that
+//! the message names the file or directory that blocks (`/var/lib/puppet`, 0750, not `ca.pem`).
+//! ACLs and security modules are not judged: the check for the running user also opens the file.
+
+use std::fmt::Write as _;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use nix::unistd::{Gid, Group, Uid, User};
+
+/// Where the unit is installed, the administrator's copy first.
+pub const UNIT_LOCATIONS: [&str; 3] = [
+    "/etc/systemd/system/pmcheck.service",
+    "/lib/systemd/system/pmcheck.service",
+    "/usr/lib/systemd/system/pmcheck.service",
+];
+
+/// Someone who reads the files: a user with its groups.
+#[derive(Debug, Clone)]
+pub struct Reader {
+    /// Who, in words (`you (alice)`, `the service (user pmcheck, groups pmcheck, puppet)`).
+    pub who: String,
+    uid: u32,
+    gids: Vec<u32>,
+    /// Open the file too: the check runs as this reader.
+    open: bool,
+}
+
+impl Reader {
+    /// The user running this command.
+    pub fn me() -> Self {
+        let uid = nix::unistd::getuid();
+        let name = user_name(uid.as_raw());
+        let mut gids: Vec<u32> = nix::unistd::getgroups()
+            .unwrap_or_default()
+            .into_iter()
+            .map(Gid::as_raw)
+            .collect();
+        gids.push(nix::unistd::getgid().as_raw());
+        Self {
+            who: format!("you ({name})"),
+            uid: uid.as_raw(),
+            gids,
+            open: true,
+        }
+    }
+
+    /// The daemon as `unit` runs it (`User=`, `SupplementaryGroups=`), or why it cannot be told.
+    pub fn unit(unit: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(unit)
+            .map_err(|e| format!("cannot read the unit {}: {e}", unit.display()))?;
+        let mut user = None;
+        let mut groups: Vec<String> = Vec::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if let Some(v) = line.strip_prefix("User=") {
+                user = Some(v.trim().to_owned());
+            } else if let Some(v) = line.strip_prefix("SupplementaryGroups=") {
+                if v.trim().is_empty() {
+                    groups.clear();
+                } else {
+                    groups.extend(v.split_whitespace().map(str::to_owned));
+                }
+            }
+        }
+        let user = user.ok_or_else(|| format!("{} sets no User=", unit.display()))?;
+        let account = User::from_name(&user)
+            .ok()
+            .flatten()
+            .ok_or_else(|| format!("user {user} of {} does not exist", unit.display()))?;
+        let mut gids = vec![account.gid.as_raw()];
+        let mut names = vec![group_name(account.gid.as_raw())];
+        for name in &groups {
+            let group = Group::from_name(name)
+                .ok()
+                .flatten()
+                .ok_or_else(|| format!("group {name} of {} does not exist", unit.display()))?;
+            gids.push(group.gid.as_raw());
+            names.push(name.clone());
+        }
+        Ok(Self {
+            who: format!(
+                "the service (user {user}, groups {}; {})",
+                names.join(", "),
+                unit.display()
+            ),
+            uid: account.uid.as_raw(),
+            gids,
+            open: false,
+        })
+    }
+
+    /// Whether this reader may read `path`: `Err` names what blocks it and how to fix it.
+    pub fn can_read(&self, path: &Path) -> Result<(), String> {
+        // Resolved where the checker may resolve it; else as written (the walk then finds
+        // the directory that stops the resolution).
+        let full = std::fs::canonicalize(path)
+            .or_else(|_| std::path::absolute(path))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut at = PathBuf::from("/");
+        let mut parts: Vec<&std::ffi::OsStr> = full.iter().skip(1).collect();
+        let file = parts.pop();
+        for part in parts {
+            at.push(part);
+            self.allowed(&at, 0o1, "enter")?;
+        }
+        if file.is_some() {
+            self.allowed(&full, 0o4, "read")?;
+        }
+        if self.open {
+            std::fs::File::open(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the mode bits of `path` give this reader `bit` (4 read, 1 search).
+    fn allowed(&self, path: &Path, bit: u32, what: &str) -> Result<(), String> {
+        if self.uid == 0 {
+            return Ok(());
+        }
+        let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mode = meta.mode();
+        let granted = if meta.uid() == self.uid {
+            (mode >> 6) & bit
+        } else if self.gids.contains(&meta.gid()) {
+            (mode >> 3) & bit
+        } else {
+            mode & bit
+        };
+        if granted != 0 {
+            return Ok(());
+        }
+        let group = group_name(meta.gid());
+        let mut why = format!(
+            "{} ({:04o} {}:{group}) does not let {} {what} it",
+            path.display(),
+            mode & 0o7777,
+            user_name(meta.uid()),
+            self.who
+        );
+        if (mode >> 3) & bit != 0 {
+            let _ = write!(
+                why,
+                ": add group {group} (SupplementaryGroups= in the unit, or usermod -aG {group})"
+            );
+        }
+        Err(why)
+    }
+}
+
+fn user_name(uid: u32) -> String {
+    User::from_uid(Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| uid.to_string(), |u| u.name)
+}
+
+fn group_name(gid: u32) -> String {
+    Group::from_gid(Gid::from_raw(gid))
+        .ok()
+        .flatten()
+        .map_or_else(|| gid.to_string(), |g| g.name)
+}
+
+/// One file the daemon reads: what it is, where, and whether it must exist.
+#[derive(Debug, Clone)]
+pub struct Needed {
+    /// The setting's name (`hostcert`, `webserver.conf`).
+    pub name: String,
+    /// The path.
+    pub path: PathBuf,
+    /// The daemon cannot work without it (a Puppet Server conf file may be absent: defaults).
+    pub required: bool,
+}
+
+/// Checks every needed file for every reader; prints one line per problem and a summary, and
+/// says whether all is well.
+pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
+    let mut problems = 0;
+    for n in needed {
+        let missing =
+            std::fs::metadata(&n.path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+        if missing {
+            if n.required {
+                problems += 1;
+                let _ = writeln!(
+                    out,
+                    "problem: {} {}: no such file",
+                    n.name,
+                    n.path.display()
+                );
+            } else {
+                let _ = writeln!(
+                    out,
+                    "note: {} {} does not exist: its defaults apply",
+                    n.name,
+                    n.path.display()
+                );
+            }
+            continue;
+        }
+        for r in readers {
+            if let Err(why) = r.can_read(&n.path) {
+                problems += 1;
+                let _ = writeln!(out, "problem: {} {}: {why}", n.name, n.path.display());
+            }
+        }
+    }
+    let who: Vec<&str> = readers.iter().map(|r| r.who.as_str()).collect();
+    if problems == 0 {
+        let _ = writeln!(
+            out,
+            "check: every file can be read by {}",
+            who.join(" and by ")
+        );
+    } else {
+        let _ = writeln!(out, "check: {problems} problem(s)");
+    }
+    problems == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    fn nobody() -> Reader {
+        Reader {
+            who: "nobody".into(),
+            uid: 65534,
+            gids: vec![65534],
+            open: false,
+        }
+    }
+
+    #[test]
+    fn the_directory_that_blocks_is_named_not_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let inner = dir.path().join("ssl");
+        std::fs::create_dir(&inner).unwrap();
+        let file = inner.join("ca.pem");
+        std::fs::write(&file, "x").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let why = nobody().can_read(&file).unwrap_err();
+        assert!(
+            why.starts_with(&format!(
+                "{} (0750 ",
+                inner.canonicalize().unwrap().display()
+            )),
+            "{why}"
+        );
+        assert!(
+            why.contains("does not let nobody enter it: add group "),
+            "{why}"
+        );
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(nobody().can_read(&file), Ok(()));
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let why = nobody().can_read(&file).unwrap_err();
+        assert!(
+            why.contains("(0600 ") && why.contains("does not let nobody read it"),
+            "{why}"
+        );
+        assert!(
+            !why.contains("add group"),
+            "the group may not read it either: {why}"
+        );
+    }
+
+    #[test]
+    fn a_missing_optional_file_is_a_note_and_a_missing_required_one_a_problem() {
+        let mut out = String::new();
+        let needed = [
+            Needed {
+                name: "webserver.conf".into(),
+                path: "/nonexistent/webserver.conf".into(),
+                required: false,
+            },
+            Needed {
+                name: "hostcert".into(),
+                path: "/nonexistent/cert.pem".into(),
+                required: true,
+            },
+        ];
+        assert!(!check(&needed, &[nobody()], &mut out));
+        assert!(out.contains("note: webserver.conf /nonexistent/webserver.conf does not exist"));
+        assert!(out.contains("problem: hostcert /nonexistent/cert.pem: no such file"));
+        assert!(out.ends_with("check: 1 problem(s)\n"), "{out}");
+    }
+}

@@ -1,0 +1,106 @@
+//! `pmcheck config`: every setting the daemon will use and where it came from, with the
+//! service's environment file read as systemd reads it; `--check` also checks that the daemon
+//! can read every file it needs.
+
+use std::path::{Path, PathBuf};
+
+use crate::exit::Exit;
+use crate::operator::access::{self, Needed, Reader, UNIT_LOCATIONS};
+use crate::settings::env_file::EnvFile;
+use crate::settings::{Given, Host, Settings, SettingsError};
+
+/// The environment file `config` reads: `--env-file PATH`, `none`, or the packaged location.
+pub fn env_file(given: Option<&Path>) -> std::io::Result<Option<EnvFile>> {
+    match given {
+        Some(path) if path == Path::new("none") => Ok(None),
+        Some(path) => EnvFile::load(path).map(Some).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("--env-file {}: {e}", path.display()))
+        }),
+        None => EnvFile::find().transpose(),
+    }
+}
+
+/// Prints the settings (and with `check`, what cannot be read); the exit says whether all is
+/// well.
+pub fn config(
+    given: &Given,
+    file: Option<&EnvFile>,
+    check: bool,
+    unit: Option<&Path>,
+) -> Result<Exit, SettingsError> {
+    let settings = Settings::resolve(given, &Host::REAL)?;
+    print!("{settings}");
+    if let Some(file) = file {
+        for (line, text) in &file.ignored {
+            println!(
+                "warning: {} line {line}: systemd ignores `{text}` (write VAR=value, no `export`)",
+                file.path.display()
+            );
+        }
+    }
+    // Settings read from Puppet Server's files fall back to defaults when a file cannot be
+    // read: say so, the fallback may be wrong (`--check` makes it an error).
+    for name in ["webserver.conf", "puppetserver.conf"] {
+        let path = settings.puppetserver_confd.value.join(name);
+        if let Err(e) = std::fs::read(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            println!(
+                "warning: cannot read {}: {e}; its settings were not applied (run `pmcheck config --check`)",
+                path.display()
+            );
+        }
+    }
+    if !check {
+        return Ok(Exit::Ok);
+    }
+    let mut readers = vec![Reader::me()];
+    let mut out = String::new();
+    if nix::unistd::getuid().is_root() {
+        let unit = unit.map(Path::to_owned).or_else(|| {
+            UNIT_LOCATIONS
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists())
+        });
+        match unit.map(|u| Reader::unit(&u)) {
+            Some(Ok(service)) => readers.push(service),
+            Some(Err(why)) => out.push_str(&format!("note: not checked as the service: {why}\n")),
+            None => out.push_str(
+                "note: no pmcheck.service installed: checked as you only (--unit names one)\n",
+            ),
+        }
+    }
+    let ok = access::check(&needed(&settings), &readers, &mut out);
+    print!("{out}");
+    Ok(if ok { Exit::Ok } else { Exit::Config })
+}
+
+/// The files the daemon reads.
+fn needed(s: &Settings) -> Vec<Needed> {
+    let need = |name: &str, path: &Path, required: bool| Needed {
+        name: name.to_owned(),
+        path: path.to_owned(),
+        required,
+    };
+    let mut files = Vec::new();
+    if let Some(conf) = &s.puppet_conf.value {
+        files.push(need("puppet.conf", conf, true));
+    }
+    files.extend([
+        need("hostcert", &s.hostcert.value, true),
+        need("hostprivkey", &s.hostprivkey.value, true),
+        need("localcacert", &s.localcacert.value, true),
+        need(
+            "webserver.conf",
+            &s.puppetserver_confd.value.join("webserver.conf"),
+            false,
+        ),
+        need(
+            "puppetserver.conf",
+            &s.puppetserver_confd.value.join("puppetserver.conf"),
+            false,
+        ),
+    ]);
+    files
+}
