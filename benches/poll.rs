@@ -66,6 +66,7 @@ fn health() -> (Node, Senders) {
             stale_after: Duration::from_secs(3600),
             drained_status: 503,
             slow_start: Duration::from_secs(60),
+            agent_check: true,
         },
         &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
         None,

@@ -61,7 +61,7 @@ impl Error {
                 ChangeError::LastServer(_) | ChangeError::Held(_) => Exit::Refused,
                 ChangeError::Io(_) => Exit::OsErr,
             },
-            Error::Status(_) => Exit::Warning,
+            Error::Status(e) => status_exit(e),
             Error::Systemd(_) | Error::Io(_) => Exit::OsErr,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
@@ -73,6 +73,14 @@ impl Error {
                 CycleError::Interrupted { .. } => Exit::Interrupted,
             },
         }
+    }
+}
+
+/// `status`: 69 when the daemon cannot be reached (as the waits), 64 for a bad --url.
+fn status_exit(e: &daemon::StatusError) -> Exit {
+    match e {
+        daemon::StatusError::Url { .. } => Exit::Usage,
+        _ => Exit::Unavailable,
     }
 }
 
@@ -408,7 +416,19 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
 }
 
 fn status_command(args: StatusArgs) -> Result<Exit, Error> {
-    let reply = run_single_threaded(daemon::ask(&args.url))??;
+    let reply = match run_single_threaded(daemon::ask(&args.url))? {
+        Ok(reply) => reply,
+        // A script reading --json gets JSON whatever happens, and the exit says which case.
+        Err(e) if args.json => {
+            let exit = status_exit(&e);
+            println!(
+                "{}",
+                serde_json::json!({"error": e.to_string(), "url": args.url, "exit": exit.code()})
+            );
+            return Ok(exit);
+        }
+        Err(e) => return Err(e.into()),
+    };
     if args.json {
         print!("{}", reply.body);
     } else {

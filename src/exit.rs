@@ -82,9 +82,9 @@ impl Exit {
                  Puppet Server; cycle: done"
             }
             Exit::Warning => {
-                "check: WARNING, drained while Puppet Server is healthy; status: the daemon does \
-                 not answer 200, or cannot be reached; cycle: the command failed (the node stays \
-                 drained)"
+                "check: WARNING, drained while Puppet Server is healthy, or its JRuby pool paused; \
+                 status: the daemon does not answer 200; cycle: the command failed (the node \
+                 stays drained)"
             }
             Exit::Critical => {
                 "check: CRITICAL, Puppet Server is down or not ready; cycle: Puppet Server did \
@@ -96,8 +96,8 @@ impl Exit {
             }
             Exit::Usage => "bad arguments (EX_USAGE); check exits 3 instead",
             Exit::Unavailable => {
-                "the listen address is taken or absent; --wait, cycle: the daemon cannot be \
-                 reached (EX_UNAVAILABLE)"
+                "the listen address is taken or absent; status, --wait, cycle: the daemon cannot \
+                 be reached (EX_UNAVAILABLE; status --json then prints {\"error\": ...})"
             }
             Exit::OsErr => "another system error: sockets, systemd, output (EX_OSERR)",
             Exit::CantCreate => "the drain record cannot be written or removed (EX_CANTCREAT)",
@@ -109,7 +109,10 @@ impl Exit {
                  traffic in its backend; undrain: refused, a running cycle holds the node; \
                  nothing was written (--force overrides) (EX_NOPERM)"
             }
-            Exit::Config => "a bad setting: puppet.conf, a value (EX_CONFIG)",
+            Exit::Config => {
+                "a bad setting: puppet.conf, a value, the environment file; config --check: a \
+                 file the daemon cannot read (EX_CONFIG)"
+            }
             Exit::Interrupted => "cycle was interrupted by a signal; the node stays drained",
         }
     }

@@ -618,6 +618,12 @@ fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
     let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem");
     let d = Daemon::start(&s.args(&["--interval", "100ms"]));
     d.wait_for(Duration::from_secs(10), "OK", |a| a.status == 200);
+    // A person with curl: listed apart from load balancers, by the client it names.
+    let curl = request(
+        d.addr,
+        "GET / HTTP/1.1\r\nHost: pmcheck\r\nUser-Agent: curl/8.1.2\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(curl.status, 200);
     let url = format!("http://{}/", d.addr);
     let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
@@ -632,15 +638,25 @@ fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
         stdout(&out).contains(
             "\npool:   warm: 1 of 1 JRubies free, 0 compiling, 0 waiting; average wait 0 ms, \
              borrow 0 ms; 0 refused at the queue limit, 0 borrow timeouts; lock not-in-use\n\
-             weight: 100% (HAProxy agent check)\n\
-             poller: "
+             weight: none sent: this daemon has no agent port (--agent-listen), so HAProxy uses \
+             its own weight\n\
+             others: 127.0.0.1"
         ),
         "{out:?}"
     );
-    // The test's own polls make it a poller (named `localhost` where reverse DNS says so).
-    assert!(stdout(&out).contains("127.0.0.1: HTTP: OK x"), "{out:?}");
+    // The test's own polls: a person or a script, not a load balancer (named `localhost`
+    // where reverse DNS says so).
+    assert!(stdout(&out).contains(" (curl, HTTP: OK x"), "{out:?}");
     assert!(
-        stdout(&out).ends_with(&format!("\nagents: no connection to {}\n", s.stub.addr)),
+        !stdout(&out).contains("\nlb:"),
+        "no load balancer polls: {out:?}"
+    );
+    assert!(stdout(&out).contains(") (people and scripts)\n"), "{out:?}");
+    assert!(
+        stdout(&out).ends_with(&format!(
+            "\nagents: no connection to {}\nnext:   serving: `pmcheck drain --reason ... --wait` takes it out for work\n",
+            s.stub.addr
+        )),
         "{out:?}"
     );
     s.pmcheck("drain", &["--reason", "why"]);
@@ -654,9 +670,24 @@ fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
     assert_eq!(answer.verdict, Verdict::Drained);
     assert_eq!(answer.drain.unwrap().reason.as_deref(), Some("why"));
     drop(d);
+    // Unreachable is not "not OK": 69, as the waits; --json still prints JSON.
     let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(69));
     assert!(stderr(&out).contains("cannot reach pmcheck at"), "{out:?}");
+    let out = pmcheck()
+        .args(["status", "--json", "--url", &url])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    let error: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        error["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("cannot reach pmcheck at")),
+        "{error}"
+    );
+    assert_eq!(error["url"], url.as_str());
+    assert_eq!(error["exit"], 69);
 }
 
 #[test]

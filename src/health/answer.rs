@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
+use crate::health::weight::WeightCause;
 use crate::puppet::pool::{Load, Pool};
 
 /// The whole answer to a poll.
@@ -31,6 +32,13 @@ pub struct Answer<'a> {
     /// The agent-check weight in percent: 100 for a warm idle node, less when busy, warming
     /// or ramping up after coming back, the floor when not OK.
     pub weight: u8,
+    /// Why the weight is what it is; absent from older daemons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_cause: Option<WeightCause>,
+    /// Whether the daemon answers HAProxy's agent check (`--agent-listen`), without which no
+    /// weight is sent: only in JSON answers to loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_check: Option<bool>,
     /// How loaded Puppet Server's JRuby pool is, when it can compile and reported it.
     pub load: Option<Load>,
     /// Puppet Server's JRuby pool as last reported; `None` when it gave no numbers.
@@ -83,6 +91,10 @@ pub struct PollerAnswer {
     /// twice: only regular pollers are waited for and none is ever pushed out of the table.
     #[serde(default)]
     pub regular: bool,
+    /// The client its latest HTTP poll named in `User-Agent` (`curl`); none for HAProxy, whose
+    /// checks send no such header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
     /// The latest `X-Haproxy-Server-State` it sent (`http-check send-state`), one per server
     /// line it checks this node for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

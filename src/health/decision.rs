@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState};
 use crate::health::drain::{Drain, DrainState};
 use crate::health::verdict::Verdict;
-use crate::health::weight::{FLOOR, Rejoin};
+use crate::health::weight::{FLOOR, Rejoin, WeightCause};
 use crate::puppet::pool::Load;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::settings::duration::format_duration;
@@ -32,6 +32,8 @@ pub struct Rules {
     pub drained_status: u16,
     /// How long a node that came back takes to ramp its weight up.
     pub slow_start: Duration,
+    /// The daemon answers HAProxy's agent check (`--agent-listen`): without it no weight is sent.
+    pub agent_check: bool,
 }
 
 impl Rules {
@@ -40,6 +42,7 @@ impl Rules {
         stale_after: Duration::MAX,
         drained_status: 503,
         slow_start: Duration::ZERO,
+        agent_check: false,
     };
 }
 
@@ -52,6 +55,8 @@ pub struct Decision<'a> {
     pub status: u16,
     /// The agent-check weight in percent ([`crate::health::weight`]).
     pub weight: u8,
+    /// Why the weight is what it is.
+    pub weight_cause: WeightCause,
     /// Why, in one line.
     pub reason: Cow<'a, str>,
     /// The drain state it was decided from.
@@ -133,14 +138,16 @@ impl<'a> Decision<'a> {
             probe.map(|p| &p.outcome),
             Some(ProbeOutcome::Healthy(Some(Load::Paused)))
         );
+        let (weight, weight_cause) = if paused {
+            (FLOOR, WeightCause::Paused)
+        } else {
+            rejoin.weigh(verdict, pool, now, rules.slow_start)
+        };
         Self {
             verdict,
             status,
-            weight: if paused {
-                FLOOR
-            } else {
-                rejoin.weight(verdict, pool, now, rules.slow_start)
-            },
+            weight,
+            weight_cause,
             reason,
             drain,
             probe,
@@ -178,6 +185,8 @@ impl<'a> Decision<'a> {
                 DrainState::NotDrained | DrainState::Unknown(_) => None,
             },
             weight: self.weight,
+            weight_cause: Some(self.weight_cause),
+            agent_check: None,
             load: match self.probe.map(|p| &p.outcome) {
                 Some(ProbeOutcome::Healthy(load)) => *load,
                 _ => None,
@@ -469,7 +478,7 @@ mod tests {
             "{\"verdict\":\"OK\",\"status\":200,\"reason\":\"Puppet Server is running\",\
              \"drain\":null,\"probe\":{\"ok\":true,\"outcome\":\"healthy\",\"detail\":\"running\",\"latency_ms\":12,\
              \"age_ms\":250,\"endpoint\":\"https://node:8140/status/v1/simple/server\"},\
-             \"weight\":100,\"load\":null,\"pool\":null}\n"
+             \"weight\":100,\"weight_cause\":{\"cause\":\"full\"},\"load\":null,\"pool\":null}\n"
         );
         assert_eq!(Answer::from_json(&json).unwrap(), v.answer());
     }

@@ -10,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
 use crate::health::verdict::Verdict;
 use crate::puppet::pool::Pool;
 
@@ -47,20 +49,62 @@ pub enum Rejoin {
     Since(Instant),
 }
 
+/// Why the weight is what it is, for the operator (`pmcheck status`, the JSON answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "cause", rename_all = "kebab-case")]
+pub enum WeightCause {
+    /// All of it: warm and idle, or no pool numbers to go by.
+    Full,
+    /// The pool's free share: busy or warming.
+    Pool,
+    /// The ramp after coming back, full in this long.
+    Ramp {
+        /// Milliseconds until the ramp reaches 100%.
+        full_in_ms: u64,
+    },
+    /// Paused: the floor, as every other paused master.
+    Paused,
+    /// Not OK: the floor (and a drain's agent line carries no weight at all).
+    NotOk,
+}
+
 impl Rejoin {
     /// The weight of an OK node with `pool`, `now`.
     pub fn weight(self, verdict: Verdict, pool: Option<&Pool>, now: Instant, over: Duration) -> u8 {
+        self.weigh(verdict, pool, now, over).0
+    }
+
+    /// The weight and why.
+    pub fn weigh(
+        self,
+        verdict: Verdict,
+        pool: Option<&Pool>,
+        now: Instant,
+        over: Duration,
+    ) -> (u8, WeightCause) {
         if verdict != Verdict::Ok {
-            return FLOOR;
+            return (FLOOR, WeightCause::NotOk);
         }
         let pool = pool.map_or(100, of_pool);
-        let ramp = match self {
-            Rejoin::Steady => 100,
+        let elapsed = match self {
+            Rejoin::Steady => over,
             // OK now, but the tracker has not seen it yet: the ramp starts now.
-            Rejoin::Out => ramp(Duration::ZERO, over),
-            Rejoin::Since(back) => ramp(now.saturating_duration_since(back), over),
+            Rejoin::Out => Duration::ZERO,
+            Rejoin::Since(back) => now.saturating_duration_since(back),
         };
-        pool.min(ramp).max(FLOOR)
+        let ramp = ramp(elapsed, over);
+        let weight = pool.min(ramp).max(FLOOR);
+        let cause = if ramp < 100 && ramp <= pool {
+            WeightCause::Ramp {
+                full_in_ms: u64::try_from(over.saturating_sub(elapsed).as_millis())
+                    .unwrap_or(u64::MAX),
+            }
+        } else if pool < 100 {
+            WeightCause::Pool
+        } else {
+            WeightCause::Full
+        };
+        (weight, cause)
     }
 }
 

@@ -5,9 +5,14 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::health::answer::Answer;
+use crate::health::answer::{Answer, PollerAnswer};
+use crate::health::lb_state::Health;
+use crate::health::verdict::Verdict;
+use crate::health::weight::WeightCause;
+use crate::operator::assessment::{Goal, Wait, assess, describe_told};
 use crate::operator::daemon::Reply;
 use crate::puppet::pool::Load;
+use crate::text::seconds;
 
 /// The host names of `addrs` from reverse DNS, for a person. An address whose lookup fails or
 /// takes longer than a second (all run at once) shows without one.
@@ -112,20 +117,34 @@ pub fn describe(reply: &Reply) -> String {
             pool.lock,
         );
     }
-    let _ = writeln!(out, "weight: {}% (HAProxy agent check)", answer.weight);
+    let _ = writeln!(out, "weight: {}", weight(&answer));
     let pollers = answer.pollers.as_deref().unwrap_or_default();
     let names = names(pollers.iter().map(|p| p.address));
-    for p in pollers {
-        let name = names
-            .get(&p.address)
-            .map(|n| format!("{n} "))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "poller: {name}{}: {}",
-            p.address,
-            crate::operator::assessment::describe_told(p, true)
-        );
+    let named = |p: &PollerAnswer| match names.get(&p.address) {
+        Some(name) => format!("{} ({name})", p.address),
+        None => p.address.to_string(),
+    };
+    // Load balancers poll at a steady rhythm; people and scripts (curl, pmcheck's own
+    // requests) do not, and are listed apart.
+    // (HAProxy's checks name no client; its agent checks come from nobody else.)
+    let is_lb = |p: &PollerAnswer| p.agent.is_some() || (p.regular && p.client.is_none());
+    for p in pollers.iter().filter(|p| is_lb(p)) {
+        let _ = writeln!(out, "lb:     {}: {}", named(p), load_balancer(p));
+    }
+    let others: Vec<String> = pollers
+        .iter()
+        .filter(|p| !is_lb(p))
+        .map(|p| {
+            let client = p
+                .client
+                .as_deref()
+                .map(|c| format!("{c}, "))
+                .unwrap_or_default();
+            format!("{} ({client}{})", named(p), describe_told(p, true))
+        })
+        .collect();
+    if !others.is_empty() {
+        let _ = writeln!(out, "others: {} (people and scripts)", others.join("; "));
     }
     if let Some(t) = &answer.traffic {
         let line = match (&t.problem, t.count()) {
@@ -145,5 +164,120 @@ pub fn describe(reply: &Reply) -> String {
         };
         let _ = writeln!(out, "agents: {line}");
     }
+    let _ = writeln!(out, "next:   {}", next_step(&answer));
     out
+}
+
+/// The weight with its cause.
+fn weight(answer: &Answer<'_>) -> String {
+    if answer.agent_check == Some(false) {
+        return "none sent: this daemon has no agent port (--agent-listen), so HAProxy uses its \
+                own weight"
+            .to_owned();
+    }
+    let w = answer.weight;
+    match answer.weight_cause {
+        _ if answer.verdict == Verdict::Drained => {
+            "none sent while drained: the agent line says `drain` and carries no weight".to_owned()
+        }
+        Some(WeightCause::NotOk) => {
+            format!("{w}%, the floor: {} is not OK", answer.verdict.as_str())
+        }
+        Some(WeightCause::Ramp { full_in_ms }) => format!(
+            "{w}%, ramping up after coming back (--slow-start): 100% in {}",
+            seconds(Duration::from_millis(full_in_ms))
+        ),
+        Some(WeightCause::Pool) => {
+            format!("{w}%: the share of Puppet Server's JRuby pool that is free")
+        }
+        Some(WeightCause::Paused) => format!("{w}%, the floor: the JRuby pool is paused"),
+        Some(WeightCause::Full) => format!("{w}%: all of the configured weight"),
+        None => format!("{w}% (HAProxy agent check)"),
+    }
+}
+
+/// What one load balancer did, from its own view when it sends it (`http-check send-state`).
+fn load_balancer(p: &PollerAnswer) -> String {
+    let told = describe_told(p, false);
+    if p.states.is_empty() {
+        return format!(
+            "{told}, last {} ago (it does not send its own view: add `http-check send-state`)",
+            seconds(Duration::from_millis(p.last_ms_ago))
+        );
+    }
+    let views: Vec<String> = p
+        .states
+        .iter()
+        .map(|st| match &st.seen {
+            Some(seen) => {
+                let node = if seen.node.is_empty() {
+                    String::new()
+                } else {
+                    format!(" on {}", seen.node)
+                };
+                let did = match seen.health {
+                    Health::Up if seen.counted() => "sends it agents".to_owned(),
+                    Health::Up => "keeps it out of the backend's weight (drain)".to_owned(),
+                    Health::Nolb => "took it out (NOLB): no new agents".to_owned(),
+                    Health::Down => "took it out (DOWN)".to_owned(),
+                    Health::NoCheck => "does not check it".to_owned(),
+                };
+                let sessions = match seen.scur {
+                    0 => "no session left".to_owned(),
+                    n => format!("still {n} session(s)"),
+                };
+                format!(
+                    "{}/{}{node} {did}, {sessions}; told {} for {} (as of {} ago)",
+                    seen.backend,
+                    seen.server,
+                    st.told.as_str(),
+                    seconds(Duration::from_millis(st.since_ms_ago)),
+                    seconds(Duration::from_millis(st.last_ms_ago)),
+                )
+            }
+            None => format!(
+                "sent a state pmcheck cannot read ({})",
+                st.malformed.as_deref().unwrap_or("malformed")
+            ),
+        })
+        .collect();
+    format!("{}; {told}", views.join("; "))
+}
+
+/// What to do next, in one line: the predicate of `drain --wait` decides "safe".
+fn next_step(answer: &Answer<'_>) -> String {
+    let how = Wait {
+        url: String::new(),
+        max_wait: Duration::ZERO,
+        polls: 3,
+        lb_interval: Duration::from_secs(2),
+        drain_file: None,
+    };
+    match answer.verdict {
+        Verdict::Drained => {
+            let a = assess(Goal::Drained, answer, &how, Duration::ZERO);
+            if a.pending.is_empty() {
+                "drained and every load balancer has acted: safe to stop Puppet Server; \
+                 `pmcheck undrain` puts it back"
+                    .to_owned()
+            } else {
+                format!(
+                    "drained, not yet safe to stop Puppet Server ({}); `pmcheck drain --wait` \
+                     returns when it is; `pmcheck undrain` puts it back",
+                    a.pending.join("; ")
+                )
+            }
+        }
+        Verdict::Ok => {
+            "serving: `pmcheck drain --reason ... --wait` takes it out for work".to_owned()
+        }
+        Verdict::Starting => "wait for the first probe (a second or two)".to_owned(),
+        Verdict::Down | Verdict::NotReady => {
+            "Puppet Server cannot take agents: see the probe line; `journalctl -u puppetserver`"
+                .to_owned()
+        }
+        Verdict::Unknown => {
+            "pmcheck cannot tell: fix what the reason names (`pmcheck config --check`)".to_owned()
+        }
+    }
 }

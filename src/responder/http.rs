@@ -56,6 +56,7 @@ impl Node {
                     via: Via::Http,
                     verdict: decision.verdict,
                     state,
+                    client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
                 },
                 now,
                 own,
@@ -70,6 +71,7 @@ impl Node {
                 );
                 answer.traffic = self.agents.latest().map(|t| (*t).clone());
                 answer.drain_file = Some(self.drain_file.clone());
+                answer.agent_check = Some(self.rules.agent_check);
                 return respond_with(decision, method, answer.to_json(), true);
             }
             respond(decision, method, headers)

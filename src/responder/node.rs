@@ -89,6 +89,7 @@ impl Node {
                 via: Via::Agent,
                 verdict: decision.verdict,
                 state: None,
+                client: None,
             };
             self.count(poll, now, false);
             agent::line(decision)

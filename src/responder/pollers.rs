@@ -131,6 +131,8 @@ pub struct Poller {
     pub agent: Option<Told>,
     /// The latest load-balancer state header its HTTP checks sent, one per server line.
     pub states: [Option<StateSeen>; STATES],
+    /// The client its latest HTTP poll named (`User-Agent`); `None` for HAProxy's checks.
+    pub client: Option<ClientName>,
 }
 
 impl Poller {
@@ -151,6 +153,40 @@ pub struct Poll<'a> {
     pub verdict: Verdict,
     /// Its `X-Haproxy-Server-State` header, if it sent one.
     pub state: Option<&'a [u8]>,
+    /// Its `User-Agent` header, if it sent one: HAProxy's checks send none, curl does.
+    pub client: Option<&'a [u8]>,
+}
+
+/// A client's name, the product token of its `User-Agent` (`curl`), kept without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientName {
+    bytes: [u8; 15],
+    len: u8,
+}
+
+impl ClientName {
+    /// The product token of `user_agent`: up to `/` or a space, printable ASCII, at most 15
+    /// bytes; `None` when there is none.
+    pub fn of(user_agent: &[u8]) -> Option<Self> {
+        let token = user_agent
+            .iter()
+            .take_while(|&&b| b != b'/' && b.is_ascii_graphic())
+            .take(15);
+        let mut name = Self {
+            bytes: [0; 15],
+            len: 0,
+        };
+        for (slot, &b) in name.bytes.iter_mut().zip(token) {
+            *slot = b;
+            name.len += 1;
+        }
+        (name.len > 0).then_some(name)
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("?")
+    }
 }
 
 #[derive(Debug)]
@@ -222,6 +258,7 @@ impl Pollers {
                 http: None,
                 agent: None,
                 states: [None; STATES],
+                client: None,
             });
             pollers.len() - 1
         };
@@ -234,6 +271,9 @@ impl Pollers {
         };
         poller.last = poller.last.max(now);
         poller.polls = poller.polls.saturating_add(1);
+        if poll.via == Via::Http {
+            poller.client = poll.client.and_then(ClientName::of);
+        }
         // A check without the header leaves the last one in place: an operator's curl may
         // come from the load balancer's host. Its age tells the waits when it is stale.
         if let Some(header) = poll.state {
@@ -324,6 +364,7 @@ impl Pollers {
                 http: told(p.http),
                 agent: told(p.agent),
                 regular: p.regular(now),
+                client: p.client.map(|c| c.as_str().to_owned()),
                 states: p
                     .states
                     .iter()
@@ -366,6 +407,7 @@ mod tests {
             via,
             verdict,
             state: None,
+            client: None,
         };
         pollers.record(poll, now);
     }
@@ -508,6 +550,7 @@ mod tests {
                 via: Via::Http,
                 verdict: Verdict::Drained,
                 state,
+                client: None,
             }
         }
         let m1 = b"NOLB; name=bk/m1; node=lb1; weight=100/100; scur=2/5; qcur=0";
@@ -611,5 +654,41 @@ mod tests {
         // A new poller takes the place of the gone one.
         record(&pollers, ip(3), Via::Http, Verdict::Ok, later);
         assert_eq!(pollers.table.lock().unwrap().pollers.len(), 2);
+    }
+
+    #[test]
+    fn a_client_is_named_by_its_user_agent_product_without_allocating() {
+        assert_eq!(
+            ClientName::of(b"curl/8.1.2").map(|c| c.as_str().to_owned()),
+            Some("curl".into())
+        );
+        assert_eq!(
+            ClientName::of(b"pmcheck/0.1.0 (status)").map(|c| c.as_str().to_owned()),
+            Some("pmcheck".into())
+        );
+        assert_eq!(
+            ClientName::of(b"Mozilla-with-a-very-long-name/5.0").map(|c| c.as_str().to_owned()),
+            Some("Mozilla-with-a-".into()),
+            "at most 15 bytes"
+        );
+        assert_eq!(ClientName::of(b""), None);
+        assert_eq!(ClientName::of(b"/1.0"), None);
+        let pollers = Pollers::new();
+        let now = Instant::now();
+        let poll = |client: Option<&'static [u8]>| Poll {
+            address: ip(9),
+            via: Via::Http,
+            verdict: Verdict::Ok,
+            state: None,
+            client,
+        };
+        pollers.record(poll(Some(b"curl/8.1.2")), now);
+        assert_eq!(pollers.answer(now)[0].client.as_deref(), Some("curl"));
+        pollers.record(poll(None), now);
+        assert_eq!(
+            pollers.answer(now)[0].client,
+            None,
+            "the latest poll decides"
+        );
     }
 }

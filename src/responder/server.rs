@@ -59,6 +59,7 @@ pub async fn serve(
         stale_after: 2 * (interval + timeout),
         drained_status: daemon.drained_status.value,
         slow_start: daemon.slow_start.value,
+        agent_check: !daemon.agent_listen.value.is_empty(),
     };
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
     let health = Arc::new(Node::new(
