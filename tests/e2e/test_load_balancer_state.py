@@ -93,6 +93,25 @@ def run(pm, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return pm.run(*args, timeout=timeout)
 
 
+# what `pmcheck status` says a load balancer did, by `show stat`'s srv_op_state
+STATUS_WORDS = {"2": "sends it agents", "3": "took it out (NOLB): no new agents", "0": "took it out (DOWN)"}
+
+
+def status_matches(pm, h: st.HAProxy, backend: str, d: st.PmcheckServe, server: str):
+    """`pmcheck status` of ``d`` says, of ``server``, what `show stat` shows, read before and
+    after it (retried until HAProxy held still across the read); its lines then."""
+    before = {s["svname"]: s for s in h.servers(backend)}
+    cp = run(pm, "status", "--url", d.url)
+    after = {s["svname"]: s for s in h.servers(backend)}
+    if before[server]["srv_op_state"] != after[server]["srv_op_state"]:
+        return None
+    s = after[server]
+    said = [line for line in cp.stdout.splitlines() if line.startswith("lb:") and f"{backend}/{server}" in line]
+    sessions = "no session left" if s["scur"] == "0" else f"still {s['scur']} session(s)"
+    want = f" {STATUS_WORDS[s['srv_op_state']]}, {sessions};"
+    return (said, cp.stdout) if said and want in said[0] else None
+
+
 @pytest.mark.usefixtures("puppetserver")
 def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_haproxy, testdir):
     assert "http-check send-state" in shipped_haproxy
@@ -120,6 +139,12 @@ def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_hap
         )
         print(f"[e2e] {srv}: pmcheck recorded {ours}, show stat {theirs}")
         record(f"send-state of {srv} as pmcheck records it = show stat (UP)", f"{ours}")
+    # ... and `pmcheck status` says it in words, with the next step
+    (said, shown), _ = st.wait_until(
+        "status says m1 = show stat", lambda: status_matches(pmcheck, h, backend, a, m1), 15
+    )
+    assert "next:   serving:" in shown, shown
+    record("pmcheck status of a serving node, as HAProxy shows it", said[0])
 
     with Watch(h, backend) as watch:
         # 2. drain A: HAProxy takes m1 out; the record still agrees
@@ -131,6 +156,12 @@ def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_hap
         )
         assert ours[0] == "NOLB", ours
         record("send-state of a drained server as pmcheck records it = show stat", f"{ours}")
+        (said, shown), _ = st.wait_until(
+            "status says m1 NOLB = show stat", lambda: status_matches(pmcheck, h, backend, a, m1), 15
+        )
+        assert "took it out (NOLB)" in said[0], said
+        assert "weight: none sent while drained" in shown, shown
+        record("pmcheck status of a drained node, as HAProxy shows it", said[0])
 
         # 3. B is now the last server taking agents: drain refuses, --force drains and says so
         st.wait_until(
