@@ -106,7 +106,9 @@ def status_matches(pm, h: st.HAProxy, backend: str, d: st.PmcheckServe, server: 
     if before[server]["srv_op_state"] != after[server]["srv_op_state"]:
         return None
     s = after[server]
-    said = [line for line in cp.stdout.splitlines() if line.startswith("lb:") and f"{backend}/{server}" in line]
+    said = [
+        line for line in cp.stdout.splitlines() if line.startswith("lb:") and f"{backend}/{server}" in line
+    ]
     sessions = "no session left" if s["scur"] == "0" else f"still {s['scur']} session(s)"
     want = f" {STATUS_WORDS[s['srv_op_state']]}, {sessions};"
     return (said, cp.stdout) if said and want in said[0] else None
