@@ -314,3 +314,37 @@ fn the_fallback_to_the_simple_status_is_retried() {
         a.body == "OK - Puppet Server is running, 1 of 1 JRubies free\n"
     });
 }
+
+/// Puppet Enterprise's file sync locks the pool (`pe-jruby-metrics`) at each code deploy, on
+/// every compiler at once: a pause. (Answers made by hand from the open-source ones: PE could
+/// not be run here.)
+#[test]
+fn a_puppet_enterprise_code_deploy_lock_is_a_pause() {
+    let s = Setup::new(Behavior::EnterprisePool(pool(4, 4, 0, 0, ":not-in-use")));
+    let d = daemon(&s, &[]);
+    d.wait_for(
+        SOON,
+        "OK",
+        starts("OK - Puppet Server is running, 4 of 4 JRubies free"),
+    );
+    d.wait_for_log(
+        SOON,
+        "using /status/v1/services/pe-jruby-metrics from now on",
+    );
+    s.stub
+        .set(Behavior::EnterprisePool(pool(4, 4, 0, 0, ":acquired")));
+    let a = d.wait_for(
+        SOON,
+        "paused",
+        starts("OK - paused: JRuby pool locked since "),
+    );
+    assert_eq!(a.status, 200);
+    assert_eq!(d.poll_json().weight, 10);
+    s.stub
+        .set(Behavior::EnterprisePool(pool(4, 4, 0, 0, ":not-in-use")));
+    d.wait_for(
+        SOON,
+        "OK again",
+        starts("OK - Puppet Server is running, 4 of 4"),
+    );
+}

@@ -30,6 +30,9 @@ pub enum Behavior {
     Simple,
     /// Puppet Enterprise: the pool service is `pe-jruby-metrics`.
     Enterprise,
+    /// Puppet Enterprise's pool service answering this (see [`pool`]): made by hand from the
+    /// open-source answer, as PE could not be run here.
+    EnterprisePool(String),
     /// Any status and body, with a content type.
     Reply(u16, &'static str, &'static str),
     /// Accept the TCP connection, or a request on an open one, and never say a word.
@@ -301,12 +304,20 @@ fn stub_answer(
         ),
         (Behavior::Running, Some("jruby-metrics")) => json(200, captured_pool_service()),
         (Behavior::Pool(answer), Some("jruby-metrics")) => json(200, answer),
+        (Behavior::EnterprisePool(answer), Some("pe-jruby-metrics")) => {
+            json(200, answer.replace("\"jruby-metrics\"", "\"pe-jruby-metrics\""))
+        }
         (Behavior::Enterprise, Some("pe-jruby-metrics")) => json(
             200,
             captured_pool_service().replace("\"jruby-metrics\"", "\"pe-jruby-metrics\""),
         ),
         (_, Some(service)) if !reply_any => not_found(service),
-        (Behavior::Running | Behavior::Simple | Behavior::Enterprise | Behavior::Pool(_), None)
+        (Behavior::Running
+            | Behavior::Simple
+            | Behavior::Enterprise
+            | Behavior::EnterprisePool(_)
+            | Behavior::Pool(_),
+            None,)
             if path.starts_with("/status/v1/simple") =>
         {
             reply(200, "running")
