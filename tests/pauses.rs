@@ -348,3 +348,38 @@ fn a_puppet_enterprise_code_deploy_lock_is_a_pause() {
         starts("OK - Puppet Server is running, 4 of 4"),
     );
 }
+
+/// A refill can keep Puppet Server's status API from answering for seconds (measured on the
+/// real 7.9.5 on 2 cores): no answer within the deadline during a pause keeps the pause, for
+/// the same grace; without a pause, it is DOWN as always.
+#[test]
+fn no_answer_during_a_pause_keeps_the_pause_within_the_grace() {
+    let s = Setup::new(Behavior::Running);
+    let d = Daemon::start(&s.args(&[
+        "--interval",
+        "100ms",
+        "--timeout",
+        "300ms",
+        "--pause-grace",
+        "3s",
+    ]));
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    s.stub.set(EMPTY());
+    d.wait_for(
+        SOON,
+        "paused",
+        starts("OK - paused: JRuby pool refilling after a flush"),
+    );
+    s.stub.set(Behavior::Hang);
+    let a = d.wait_for(SOON, "still paused, slow", |a| {
+        a.body
+            .contains("; Puppet Server's status API is slow to answer meanwhile")
+    });
+    assert_eq!(a.status, 200, "{a:?}");
+    let a = d.wait_for(
+        SOON,
+        "NOTREADY past the grace",
+        starts("NOTREADY - paused: "),
+    );
+    assert!(a.body.contains("longer than --pause-grace 3s"), "{a:?}");
+}

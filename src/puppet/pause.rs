@@ -37,6 +37,9 @@ pub struct Pause {
     pub lasted: Duration,
     /// One multithreaded JRuby, whose replacement is the refill.
     pub multithreaded: bool,
+    /// The latest probe got no answer within its deadline: Puppet Server is busy making
+    /// JRubies (measured: a refill can stall the status API for seconds on a small machine).
+    pub unanswered: bool,
 }
 
 impl Pause {
@@ -49,8 +52,13 @@ impl Pause {
         };
         let since = humantime::format_rfc3339_seconds(self.since).to_string();
         let clock = since.get(11..).unwrap_or(&since);
+        let slow = if self.unanswered {
+            "; Puppet Server's status API is slow to answer meanwhile"
+        } else {
+            ""
+        };
         format!(
-            "paused: {what} since {clock} ({})",
+            "paused: {what} since {clock} ({}){slow}",
             format_duration(Duration::from_secs(self.lasted.as_secs()))
         )
     }
@@ -62,8 +70,9 @@ pub struct PauseWatch {
     grace: Duration,
     /// Ready since the last sign of a (re)start; with the JVM's start time then, when known.
     ready: Option<Option<u64>>,
-    /// The pause under way: when it began, on both clocks, and what holds it.
-    paused: Option<(Instant, SystemTime, PauseCause)>,
+    /// The pause under way: when it began, on both clocks, what holds it, and whether the
+    /// JRuby is multithreaded.
+    paused: Option<(Instant, SystemTime, PauseCause, bool)>,
 }
 
 impl PauseWatch {
@@ -131,12 +140,30 @@ impl PauseWatch {
             self.restarted();
             return Err(why);
         }
-        let (began, since, _) = *self.paused.get_or_insert((now, wall, cause));
+        let under = *self.paused.get_or_insert((now, wall, cause, multithreaded));
+        self.judge(under, now, false)
+    }
+
+    /// No answer within the probe's deadline while a pause is under way: the pause goes on
+    /// (Puppet Server is busy making JRubies), within the same grace. `None` when no pause is
+    /// under way: then a timeout is what it always was.
+    pub fn unanswered(&mut self, now: Instant) -> Option<Result<Pause, Unready>> {
+        let under = self.paused?;
+        Some(self.judge(under, now, true))
+    }
+
+    fn judge(
+        &self,
+        (began, since, cause, multithreaded): (Instant, SystemTime, PauseCause, bool),
+        now: Instant,
+        unanswered: bool,
+    ) -> Result<Pause, Unready> {
         let pause = Pause {
             cause,
             since,
             lasted: now.saturating_duration_since(began),
             multithreaded,
+            unanswered,
         };
         if pause.lasted > self.grace {
             return Err(Unready::PausedTooLong {
@@ -281,5 +308,29 @@ mod tests {
             Err(mt),
             "--pause-grace 0s: NOTREADY at once"
         );
+    }
+
+    #[test]
+    fn no_answer_during_a_pause_keeps_it_within_the_grace() {
+        let mut w = PauseWatch::new(GRACE);
+        let t0 = Instant::now();
+        assert_eq!(
+            w.unanswered(t0),
+            None,
+            "no pause: a timeout stays a timeout"
+        );
+        w.ready(None);
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(43201);
+        w.unready(empty(), None, t0, wall).unwrap();
+        let p = w.unanswered(t0 + Duration::from_secs(2)).unwrap().unwrap();
+        assert_eq!(
+            p.describe(),
+            "paused: JRuby pool refilling after a flush since 12:00:01Z (2s); Puppet Server's \
+             status API is slow to answer meanwhile"
+        );
+        assert!(matches!(
+            w.unanswered(t0 + GRACE + Duration::from_secs(1)),
+            Some(Err(Unready::PausedTooLong { .. }))
+        ));
     }
 }

@@ -77,10 +77,11 @@ impl ProbeTarget {
     }
 }
 
-/// What one attempt found: an outcome with the pool it read, or a pause.
+/// What one attempt found: an outcome with the pool it read, or a pause (with the pool, when
+/// Puppet Server answered).
 enum Found {
     Outcome(ProbeOutcome, Option<Pool>),
-    Paused(Pool, Pause),
+    Paused(Option<Pool>, Pause),
 }
 
 /// Probes one Puppet Server, rebuilding its TLS client whenever the certificate, key or CA
@@ -146,13 +147,18 @@ impl Prober {
         let started = Instant::now();
         let found = match tokio::time::timeout(self.target.timeout, self.attempt()).await {
             Ok(found) => found,
-            Err(_) => Found::Outcome(
-                ProbeOutcome::Unhealthy(ProbeError::Timeout {
-                    addr: self.target.addr,
-                    after: self.target.timeout,
-                }),
-                None,
-            ),
+            Err(_) => match self.pauses.unanswered(Instant::now()) {
+                // A refill can keep the status API from answering for seconds.
+                Some(Ok(pause)) => Found::Paused(None, pause),
+                Some(Err(why)) => Found::Outcome(ProbeOutcome::NotReady(why), None),
+                None => Found::Outcome(
+                    ProbeOutcome::Unhealthy(ProbeError::Timeout {
+                        addr: self.target.addr,
+                        after: self.target.timeout,
+                    }),
+                    None,
+                ),
+            },
         };
         let endpoint = Some(self.endpoint());
         match found {
@@ -261,7 +267,7 @@ impl Prober {
             .pauses
             .unready(why, jvm, Instant::now(), SystemTime::now())
         {
-            Ok(pause) => Found::Paused(pool, pause),
+            Ok(pause) => Found::Paused(Some(pool), pause),
             Err(why) => Found::Outcome(ProbeOutcome::NotReady(why), Some(pool)),
         }
     }

@@ -57,10 +57,15 @@ impl ProbeReport {
     }
 
     /// A report of a paused pool: the pause's words are its detail.
-    pub fn paused(pool: Pool, pause: Pause, latency: Duration, endpoint: Option<String>) -> Self {
+    pub fn paused(
+        pool: Option<Pool>,
+        pause: Pause,
+        latency: Duration,
+        endpoint: Option<String>,
+    ) -> Self {
         let mut report = Self::with_pool(
             ProbeOutcome::Healthy(Some(Load::Paused)),
-            Some(pool),
+            pool,
             latency,
             endpoint,
         );

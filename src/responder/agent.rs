@@ -164,12 +164,13 @@ mod tests {
         let mut locked_pool = pool(4, 0, 0);
         locked_pool.lock = "acquired".into();
         let paused = ProbeReport::paused(
-            locked_pool,
+            Some(locked_pool),
             crate::puppet::pause::Pause {
                 cause: crate::puppet::pause::PauseCause::Locked,
                 since: std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(43201),
                 lasted: Duration::from_secs(3),
                 multithreaded: false,
+                unanswered: false,
             },
             Duration::from_millis(3),
             None,
