@@ -383,3 +383,34 @@ fn no_answer_during_a_pause_keeps_the_pause_within_the_grace() {
     );
     assert!(a.body.contains("longer than --pause-grace 3s"), "{a:?}");
 }
+
+/// A lock says when it was taken: one held since long before pmcheck looked is no moment.
+#[test]
+fn a_lock_taken_long_ago_is_not_ready_at_once() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s, &[]);
+    d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
+    let long_ago =
+        humantime::format_rfc3339_millis(std::time::SystemTime::now() - Duration::from_secs(600))
+            .to_string();
+    s.stub.set(Behavior::Pool(pool_changed(
+        2,
+        2,
+        0,
+        0,
+        ":acquired",
+        &long_ago,
+    )));
+    let a = d.wait_for(SOON, "NOTREADY", |a| {
+        !a.body.starts_with("OK - Puppet Server")
+    });
+    assert!(
+        a.body
+            .starts_with("NOTREADY - paused: JRuby pool locked since "),
+        "{a:?}"
+    );
+    assert!(
+        a.body.contains("(10m): longer than --pause-grace 1m"),
+        "{a:?}"
+    );
+}

@@ -356,7 +356,14 @@ fn a_puppet_server_that_cannot_compile_yet_is_not_ready() {
             "NOTREADY - Puppet Server answered 404: it is still starting",
         ),
         (
-            Behavior::Pool(pool(2, 2, 0, 0, ":acquired")),
+            Behavior::Pool(pool_changed(
+                2,
+                2,
+                0,
+                0,
+                ":acquired",
+                "2026-11-22T10:34:55.412Z",
+            )),
             "NOTREADY - Puppet Server's JRuby pool is locked since 2026-11-22T10:34:55.412Z",
         ),
         (

@@ -140,7 +140,21 @@ impl PauseWatch {
             self.restarted();
             return Err(why);
         }
-        let under = *self.paused.get_or_insert((now, wall, cause, multithreaded));
+        // A lock says when it was taken: the pause began then (a one-shot `check` of a lock
+        // held for an hour must not call it new), never later than now.
+        let taken = match &why {
+            Unready::Locked { since: Some(since) } => humantime::parse_rfc3339_weak(since)
+                .ok()
+                .filter(|t| *t <= wall),
+            _ => None,
+        };
+        let under = *self.paused.get_or_insert_with(|| match taken {
+            Some(t) => {
+                let ago = wall.duration_since(t).unwrap_or_default();
+                (now.checked_sub(ago).unwrap_or(now), t, cause, multithreaded)
+            }
+            None => (now, wall, cause, multithreaded),
+        });
         self.judge(under, now, false)
     }
 
@@ -332,5 +346,37 @@ mod tests {
             w.unanswered(t0 + GRACE + Duration::from_secs(1)),
             Some(Err(Unready::PausedTooLong { .. }))
         ));
+    }
+
+    #[test]
+    fn a_lock_began_when_puppet_server_says_it_was_taken() {
+        let mut w = PauseWatch::new(GRACE);
+        w.ready(None);
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(43210);
+        let locked_at = |t: &str| Unready::Locked {
+            since: Some(t.to_owned()),
+        };
+        let now = Instant::now();
+        let p = w
+            .unready(locked_at("1970-01-01T12:00:01.500Z"), None, now, wall)
+            .unwrap();
+        assert_eq!(
+            p.describe(),
+            "paused: JRuby pool locked since 12:00:01Z (8s)"
+        );
+        // Held for longer than the grace before anyone looked: not a moment.
+        let mut w = PauseWatch::new(GRACE);
+        w.ready(None);
+        assert!(matches!(
+            w.unready(locked_at("1970-01-01T11:00:00Z"), None, now, wall),
+            Err(Unready::PausedTooLong { .. })
+        ));
+        // A time in the future (clocks apart) counts from now.
+        let mut w = PauseWatch::new(GRACE);
+        w.ready(None);
+        let p = w
+            .unready(locked_at("1970-01-01T13:00:00Z"), None, now, wall)
+            .unwrap();
+        assert_eq!(p.lasted, Duration::ZERO);
     }
 }

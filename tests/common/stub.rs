@@ -52,8 +52,22 @@ pub fn captured_pool_service() -> String {
 }
 
 /// A pool service answer with these numbers: `size` instances, `free` idle, `borrowed`
-/// compiling, `waiting` queued, the lock in `lock` (`:not-in-use`, `:requested`, `:acquired`).
+/// compiling, `waiting` queued, the lock in `lock` (`:not-in-use`, `:requested`, `:acquired`),
+/// its last change now (as when the lock was just taken).
 pub fn pool(size: u32, free: u32, borrowed: u32, waiting: u32, lock: &str) -> String {
+    let changed = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+    pool_changed(size, free, borrowed, waiting, lock, &changed)
+}
+
+/// [`pool`] with the lock's last change at `changed` (RFC 3339).
+pub fn pool_changed(
+    size: u32,
+    free: u32,
+    borrowed: u32,
+    waiting: u32,
+    lock: &str,
+    changed: &str,
+) -> String {
     let instance = serde_json::json!({"reason": {"request": {"uri": "/puppet/v3/catalog/agent"}}, "time": 0, "duration-millis": 900});
     serde_json::json!({
         "service_version": "7.9.5",
@@ -61,7 +75,7 @@ pub fn pool(size: u32, free: u32, borrowed: u32, waiting: u32, lock: &str) -> St
         "detail_level": "debug",
         "state": "running",
         "status": {"experimental": {
-            "jruby-pool-lock-status": {"current-state": lock, "last-change-time": "2026-11-22T10:34:55.412Z"},
+            "jruby-pool-lock-status": {"current-state": lock, "last-change-time": changed},
             "metrics": {
                 "num-jrubies": size,
                 "num-free-jrubies": free,
