@@ -116,3 +116,14 @@ class PmcheckServe:
     def stop(self) -> None:
         if self.proc is not None:
             stop_pid(self.proc, "pmcheck serve", term_timeout=10)
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def restart(self, extra: list[str] | None = None, timeout: float = 20) -> None:
+        """Stopped by its PID and started again on the same port (a load balancer's config names
+        it), with ``extra`` instead of its flags when given."""
+        self.stop()
+        if extra is not None:
+            self.extra = list(extra)
+        self.start(timeout)

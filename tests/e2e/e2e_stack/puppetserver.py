@@ -111,6 +111,21 @@ def master_tuning() -> Tuning:
 # --------------------------------------------------------------------------
 # configuration files
 
+# auth.conf: the first rule (``allow_admin_api``); the shipped file has no rule for the admin
+# API, so its last one, `puppetlabs deny all`, answers 403
+ADMIN_RULE = """
+    {{
+        # added by tests/e2e/e2e_stack/puppetserver.py: the suite may flush the JRuby pool
+        match-request: {{
+            path: "/puppet-admin-api/v1/jruby-pool"
+            type: path
+            method: delete
+        }}
+        allow: [{names}]
+        sort-order: 400
+        name: "pmcheck e2e jruby pool flush"
+    }},"""
+
 LOGBACK = """<configuration scan="false">
     <appender name="STDOUT" class="ch.qos.logback.core.ConsoleAppender">
         <encoder>
@@ -255,17 +270,15 @@ class PuppetServer:
         (self.dir / "request-logging.xml").write_text(REQUEST_LOGGING.format(access_log=self.access_log))
         text = _hocon_set(text, "access-log-config", str(self.dir / "request-logging.xml"))
         web.write_text(text)
-        ps = self.confd / "puppetserver.conf"
-        text = ps.read_text()
+        text = (self.confd / "puppetserver.conf").read_text()
         dirs = {"server-run-dir": self.rundir}
         if self.own:
             dirs |= {"server-conf-dir": self.confdir, "server-code-dir": self.codedir}
             dirs |= {"server-var-dir": self.vardir, "server-log-dir": self.logdir}
         for key, value in dirs.items():
             text = _hocon_set(text, key, str(value))
-        for key, value in self.tuning.jruby.items():
-            text = _jruby_set(text, key, value)
-        ps.write_text(text)
+        self._puppetserver_conf = text  # before the tuning: retune() starts from it again
+        self._write_tuning()
         _log_to_workdir(self.confd, self.dir)
         if self.own:
             self._write_bootstrap()
@@ -281,6 +294,36 @@ class PuppetServer:
         self.access_log.touch()
         _chown_puppet(self.access_log)
         self.spec_file.write_text(json.dumps(self.spec(), indent=2))
+
+    def _write_tuning(self) -> None:
+        text = self._puppetserver_conf
+        for key, value in self.tuning.jruby.items():
+            text = _jruby_set(text, key, value)
+        (self.confd / "puppetserver.conf").write_text(text)
+
+    def retune(self, tuning: Tuning) -> None:
+        """Another ``Tuning`` (JVM options, jruby-puppet settings) for the next start; the server
+        must be stopped."""
+        if self.running():
+            raise StackError(f"Puppet Server {self.name} runs: stop it before changing its tuning")
+        self.tuning, self.java_args, self.instances = tuning, tuning.java_args.split(), tuning.instances
+        self._write_tuning()
+        self.spec_file.write_text(json.dumps(self.spec(), indent=2))
+
+    def allow_admin_api(self, certnames: Iterable[str]) -> None:
+        """auth.conf lets ``certnames`` flush the JRuby pool (``DELETE
+        /puppet-admin-api/v1/jruby-pool``), which the shipped rules refuse to anyone with 403: a
+        rule of its own, first in the list. Takes effect at the next start."""
+        auth = self.confd / "auth.conf"
+        names = ", ".join(json.dumps(n) for n in certnames)
+        text, n = re.subn(
+            r"(?m)^(\s*rules\s*:\s*\[)[ \t]*$",
+            lambda m: m[1] + ADMIN_RULE.format(names=names),
+            auth.read_text(),
+        )
+        if n != 1:
+            raise StackError(f"expected exactly one `rules: [` line in {auth}, found {n}")
+        auth.write_text(text)
 
     def _write_puppet_conf(self) -> None:
         self.confdir.mkdir(mode=0o755)
@@ -393,6 +436,16 @@ class PuppetServer:
     def ctl_argv(self, action: str) -> list[str]:
         """The command line of puppetserver_ctl.py ACTION (start, stop, restart) for this server."""
         return [sys.executable, str(CTL), action, str(self.spec_file)]
+
+    def flush_pool(self, admin: Identity, timeout: float = 30) -> TLSReply:
+        """``DELETE /puppet-admin-api/v1/jruby-pool`` with ``admin``'s certificate (see
+        ``allow_admin_api``), the server verified as its certname against ``admin``'s CA bundle:
+        Puppet Server answers 204 at once and replaces every JRuby instance behind it."""
+        ctx = tls_context(str(admin.localcacert), str(admin.hostcert), str(admin.hostprivkey))
+        return https_request(
+            PUPPET_PORT, self.ident.certname, ctx, "/puppet-admin-api/v1/jruby-pool", method="DELETE",
+            host=self.host, timeout=timeout,
+        )  # fmt: skip
 
     def pool(self) -> dict | None:
         """The JRuby pool as it reports it (``status.experimental.metrics`` of ``jruby-metrics``),
