@@ -4,6 +4,14 @@ One real Puppet Server for the whole session (it takes tens of seconds to start)
 and per test: pmcheck daemons, HAProxy and xinetd instances, each in the session's
 temp dir and each stopped by its PID when the test ends, pass or fail.
 
+The fleet tests (marked ``fleet(N)``: test_fleet_moments.py, test_rolling_restart.py) share one
+two-master stack for the whole session (``fleet``: two JVMs, their pmchecks, one HAProxy on
+127.0.0.1:8140), started by the first of them and stopped by PID at the session's end. They run
+after every other test (the session's Puppet Server, also on 127.0.0.1:8140, is then stopped
+once), in the order of their N; each says what it needs with ``fleet.ensure(...)``, which
+changes only what differs (restarts a master another test left stopped, retunes one, restarts
+the pmchecks with other flags).
+
 A component that cannot run here (not root, program missing, port 8140 taken by
 someone else) skips the test with a loud reason -- except under CI=true, where it
 fails: CI must never turn green by skipping the real stack.
@@ -29,6 +37,8 @@ STRICT = os.environ.get("CI") == "true"
 TIMINGS: list[tuple[str, str]] = []
 # the session's Puppet Server once started, so that a test needing 127.0.0.1:8140 can stop it
 SESSION_SERVERS: list[st.PuppetServer] = []
+# the fleet tests' stack once made: a test needing the session's Puppet Server stops it
+FLEETS: list[st.Fleet] = []
 
 
 def record(name: str, value: str) -> None:
@@ -59,6 +69,21 @@ def _interrupt(signum, _frame):
 def pytest_configure(config):
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
+    config.addinivalue_line(
+        "markers",
+        "fleet(order): runs on the session's two-master stack, after every other test, by order",
+    )
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The fleet tests last (their stack holds 127.0.0.1:8140, where the session's Puppet Server
+    listens), in the order their marks give; the others keep theirs."""
+
+    def key(item):
+        mark = item.get_closest_marker("fleet")
+        return (1, mark.args[0]) if mark else (0, 0)
+
+    items.sort(key=key)
 
 
 # ---------------------------------------------------------------------------
@@ -160,6 +185,14 @@ def puppetserver(request, puppetserver_session):
     """The session's Puppet Server, running (a previous failed test may have left it stopped)."""
     ps = puppetserver_session
     add_log(request, "Puppet Server", ps.log)
+    for f in FLEETS:  # only when tests run out of their order: the fleet's HAProxy holds :8140
+        if f.haproxy_running():
+            t0 = time.monotonic()
+            f.stop()
+            record(
+                "fleet stopped (127.0.0.1:8140 is the session Puppet Server's)",
+                f"{time.monotonic() - t0:.1f}s",
+            )
     if not ps.running():
         took = ps.start()
         record("Puppet Server restart (recovering from an earlier test)", f"{took:.1f}s")
@@ -265,11 +298,10 @@ def shipped_xinetd() -> str:
 
 
 # ---------------------------------------------------------------------------
-# several compile masters behind one load balancer (test_rolling_restart.py)
+# several compile masters behind one load balancer (the fleet tests)
 
 
-@pytest.fixture
-def loopback_8140():
+def _free_loopback_8140() -> str:
     """127.0.0.1:8140 free for a load balancer's frontend: the session's Puppet Server, which
     listens there, is stopped if this run started it (the `puppetserver` fixture starts it again
     for any test after). Anything else listening there skips the test (fails under CI=true)."""
@@ -282,38 +314,6 @@ def loopback_8140():
     if st.port_accepts(st.PUPPET_PORT):
         unavailable(f"something else listens on 127.0.0.1:{st.PUPPET_PORT}: stop it")
     return f"{st.LOOPBACK}:{st.PUPPET_PORT}"
-
-
-@pytest.fixture
-def compile_masters(request, testdir):
-    """Factory: compile_masters(name, host, certname, ca, **kw) -> a PuppetServer.master (prepared,
-    not started) in the test's dir. Whatever happens, every master's JVM is stopped at the end by
-    the PID in its pidfile (and any JVM of its that a cut-off restart left without one)."""
-    _require_root_and("java", "setpriv", "puppetserver", "openssl", "puppet")
-    if not os.path.exists(st.PUPPETSERVER_JAR):
-        unavailable(f"{st.PUPPETSERVER_JAR} missing: install the puppetserver package")
-    made: list[st.PuppetServer] = []
-
-    def make(name: str, host: str, certname: str, ca: bool, **kw) -> st.PuppetServer:
-        if st.port_accepts(st.PUPPET_PORT, host):
-            unavailable(f"something already listens on {host}:{st.PUPPET_PORT}: stop it")
-        m = st.PuppetServer.master(testdir / f"master-{name}", name, host, certname, ca, **kw)
-        add_log(request, f"Puppet Server {name}", m.log)
-        made.append(m)
-        return m
-
-    yield make
-    errors = []
-    for m in made:
-        try:
-            m.stop()
-        except Exception as e:  # noqa: BLE001 - stop the others, then report
-            errors.append(f"{m.name}: {e!r}")
-        strays = st.stop_strays(str(m.confd))
-        if strays:
-            errors.append(f"{m.name}: killed JVM(s) {strays} that had no pidfile")
-    if errors:
-        raise st.StackError("stopping the compile masters: " + "; ".join(errors))
 
 
 @pytest.fixture
@@ -333,3 +333,33 @@ def agent_loops():
     yield make
     for loop in loops:
         loop.kill()
+
+
+@pytest.fixture(scope="session")
+def fleet_session(workdir, pmcheck_bin, shipped_haproxy):
+    """The two-master stack, made (not started) once; stopped by PID at the session's end."""
+    _require_root_and("java", "setpriv", "puppetserver", "openssl", "puppet", "haproxy")
+    if not os.path.exists(st.PUPPETSERVER_JAR):
+        unavailable(f"{st.PUPPETSERVER_JAR} missing: install the puppetserver package")
+    f = st.Fleet(workdir / "fleet", pmcheck_bin, shipped_haproxy, note=record)
+    FLEETS.append(f)
+    try:
+        yield f
+    finally:
+        f.stop()
+
+
+@pytest.fixture
+def fleet(request, fleet_session):
+    """The session's two-master stack (e2e_stack/fleet.py), whatever state the last test left it
+    in: a test says what it needs with ``fleet.ensure(...)`` (which starts the stack the first
+    time). The addresses it needs must be free of anyone else's servers."""
+    f = fleet_session
+    if not f.haproxy_running():
+        _free_loopback_8140()
+    for m in f.masters.values():
+        if not m.running() and st.port_accepts(st.PUPPET_PORT, m.host):
+            unavailable(f"something else listens on {m.host}:{st.PUPPET_PORT}: stop it")
+    for name, path in f.logs():
+        add_log(request, name, path)
+    return f

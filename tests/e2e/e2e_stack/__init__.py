@@ -17,11 +17,31 @@ One module per component; this package re-exports what the tests and scripts/dem
     xinetd        xinetd and the shipped service file
     prometheus    Prometheus and its HTTP API
     agents        real `puppet agent` runs and loops
+    fleet         two compile masters behind one HAProxy (the fleet tests, scripts/soak), its watchers
     stubs         stand-ins for pmcheck's check and agent ports
 """
 
 from .agents import ENVIRONMENTS, AgentLoop, AgentRunRecord, agent_run, slow_environment
 from .clients import Reply, TLSReply, http_request, https_request, raw_http, tls_context
+from .fleet import (
+    ADMIN_CERTNAME,
+    COMPILE_SECONDS,
+    Cycle,
+    Fleet,
+    HAProxyWatch,
+    NodeWatch,
+    Said,
+    compile_in_flight,
+    errors_of,
+    others_take_agents,
+    plain_tcp_check,
+    rss_mib,
+    run_cycle,
+    run_times,
+    serving,
+    sessions_ended,
+    start_agent_loops,
+)
 from .haproxy import (
     HAProxy,
     is_down_503,
@@ -61,6 +81,8 @@ from .stubs import AgentLineStub, HttpStatusStub
 from .xinetd import Xinetd, ensure_system_user, render_xinetd, xinetd_attrs
 
 __all__ = [
+    "ADMIN_CERTNAME",
+    "COMPILE_SECONDS",
     "ENVIRONMENTS",
     "LB_NAME",
     "LOOPBACK",
@@ -69,15 +91,20 @@ __all__ = [
     "AgentLineStub",
     "AgentLoop",
     "AgentRunRecord",
+    "Cycle",
+    "Fleet",
     "HAProxy",
+    "HAProxyWatch",
     "HttpStatusStub",
     "Identity",
+    "NodeWatch",
     "Pmcheck",
     "PmcheckServe",
     "Prometheus",
     "PuppetServer",
     "PuppetSettings",
     "Reply",
+    "Said",
     "Sampler",
     "StackError",
     "TLSReply",
@@ -86,7 +113,9 @@ __all__ = [
     "agent_run",
     "ca_sign",
     "clean_env",
+    "compile_in_flight",
     "ensure_system_user",
+    "errors_of",
     "free_port",
     "http_request",
     "https_request",
@@ -95,13 +124,21 @@ __all__ = [
     "is_up_checked",
     "master_tuning",
     "missing_packages",
+    "others_take_agents",
+    "plain_tcp_check",
     "port_accepts",
     "puppet_settings",
     "raw_http",
     "render_haproxy",
     "render_xinetd",
+    "rss_mib",
+    "run_cycle",
+    "run_times",
+    "serving",
     "session_tuning",
+    "sessions_ended",
     "slow_environment",
+    "start_agent_loops",
     "status_check",
     "stop_pid",
     "stop_strays",
