@@ -101,6 +101,7 @@ class Fleet:
         self.backend = ""
         self.srv: dict[str, str] = {}  # master name: its HAProxy server name
         self.prepared = False
+        self._confd_flag: bool | None = None
 
     # -- one-off preparation: certificates and auth.conf
 
@@ -134,9 +135,24 @@ class Fleet:
             "--hostprivkey", str(m.ident.hostprivkey),
             "--localcacert", str(m.ident.localcacert),
             "--puppet-addr", m.addr,
-            "--puppetserver-confd", str(m.confd),
+            *(["--puppetserver-confd", str(m.confd)] if self._knows_confd() else []),
             *self.serve_flags,
         ]  # fmt: skip
+
+    def _knows_confd(self) -> bool:
+        """This pmcheck reads the master's own conf.d (--puppetserver-confd: where it listens,
+        whether its JRuby is multithreaded); an older one reads the host's, which does not
+        matter to a master that is not multithreaded."""
+        if self._confd_flag is None:
+            help_text = subprocess.run(
+                [self.pm.binary, "serve", "--help"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env=clean_env(),
+            ).stdout
+            self._confd_flag = "--puppetserver-confd" in help_text
+        return self._confd_flag
 
     def state_dir(self, name: str) -> Path:
         return self.dir / f"state-{name}"
