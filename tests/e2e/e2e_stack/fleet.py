@@ -475,7 +475,7 @@ class Said:
 
     @property
     def paused(self) -> bool:
-        return self.load == "paused" or self.reason.startswith("OK - paused: ")
+        return self.load == "paused" or self.reason.startswith("paused: ")
 
 
 @dataclass
@@ -503,6 +503,8 @@ class NodeWatch(Sampler):
         self.fleet, self.names = fleet, list(names)
         self.said: dict[str, list[Said]] = {n: [] for n in self.names}
         self.pools: dict[str, list[PoolSample]] = {n: [] for n in self.names}
+        # the plain-text answer (what HAProxy's HTTP check reads) at the first pause seen
+        self.paused_body: dict[str, str] = {}
 
     def sample(self) -> None:
         for name in self.names:
@@ -510,10 +512,14 @@ class NodeWatch(Sampler):
             if serve is not None:
                 try:
                     a = serve.get(headers={"User-Agent": USER_AGENT, "Accept": "application/json"}).json()
-                    self.said[name].append(
-                        Said(time.monotonic(), a["verdict"], a.get("load"), a.get("weight"), a.get("reason", ""),
-                             a.get("pool"))
+                    said = Said(
+                        time.monotonic(), a["verdict"], a.get("load"), a.get("weight"), a.get("reason", ""),
+                        a.get("pool"),
                     )  # fmt: skip
+                    self.said[name].append(said)
+                    if said.paused and name not in self.paused_body:
+                        r = serve.get(headers={"User-Agent": USER_AGENT})
+                        self.paused_body[name] = f"{r.status} {r.body.strip()}"
                 except (OSError, ValueError, KeyError):
                     pass
             p = self.fleet.masters[name].pool()

@@ -334,6 +334,10 @@ class PuppetServer:
             f"[main]\ncertname = {self.ident.certname}\nssldir = {self.ident.ssldir}\n"
             # only `puppetserver ca setup` makes keys from this; 2048 bits take a second, not five
             "keylength = 2048\n"
+            # no module of the host's (/usr/share/puppet/modules may hold stdlib, concat...): the
+            # agents have no plugins to sync, and a run borrows a JRuby a handful of times, not
+            # hundreds (one per plugin file)
+            f"basemodulepath = {self.codedir}/modules\n"
             f"[server]\ncadir = {self.cadir}\n"
         )
 
