@@ -50,8 +50,8 @@ class FlushMoment:
 
     runs: list[st.AgentRunRecord]  # every run of the test
     judged: list[st.AgentRunRecord]  # those under way in [t_flush, t_end]
-    sent: dict[str, tuple[float, int]]  # master: (when its DELETE was sent, status)
-    refill: dict[str, tuple[float, float] | None]  # master: (pool seen empty, an instance again)
+    sent: dict[str, st.Flush]  # master: its flush
+    refill: dict[str, float | None]  # master: seconds from its DELETE until its log said refilled
     t_flush: float
     t_back: float  # both pools refilled and HAProxy had both UP
     t_end: float
@@ -63,19 +63,14 @@ class FlushMoment:
         return [r for r in self.judged if not r.ok]
 
     def spread(self) -> float:
-        times = [t for t, _ in self.sent.values()]
+        times = [f.t for f in self.sent.values()]
         return max(times) - min(times)
 
     def refill_text(self) -> str:
-        out = []
-        for name, r in self.refill.items():
-            sent = self.sent[name][0]
-            out.append(
-                f"{name}: no refill seen"
-                if r is None
-                else f"{name}: empty +{r[0] - sent:.1f}s, an instance again +{r[1] - sent:.1f}s after its flush"
-            )
-        return "; ".join(out)
+        return "; ".join(
+            f"{n}: {'no refill logged' if r is None else f'refilled {r:.1f}s after its DELETE'}"
+            for n, r in self.refill.items()
+        )
 
 
 def failures(runs: list[st.AgentRunRecord]) -> str:
@@ -118,8 +113,8 @@ def flush_both_under_agents(fleet: st.Fleet, agent_loops, testdir, environment: 
                 t_flush = time.monotonic()
                 sent = fleet.flush_at_once()
                 st.wait_until(
-                    "both pools to have an instance again, and HAProxy both servers UP",
-                    lambda: all(node.refill(n, t_flush) for n in fleet.masters)
+                    "both pools refilled (their logs say), and HAProxy both servers UP",
+                    lambda: all(fleet.refilled(f) is not None for f in sent.values())
                     and all(fleet.up(n) for n in fleet.masters),
                     180, interval=0.2,
                 )  # fmt: skip
@@ -137,7 +132,7 @@ def flush_both_under_agents(fleet: st.Fleet, agent_loops, testdir, environment: 
                 loop.kill()
     all_runs = runs()
     judged = [r for r in all_runs if r.overlaps(t_flush, t_end)]
-    refill = {n: node.refill(n, t_flush) for n in fleet.masters}
+    refill = {n: fleet.refilled(f) for n, f in sent.items()}
     return FlushMoment(all_runs, judged, sent, refill, t_flush, t_back, t_end, ha, node)
 
 
@@ -150,7 +145,7 @@ def record_moment(label: str, fleet: st.Fleet, fm: FlushMoment) -> None:
     )
     record(
         f"{label}: the two DELETEs",
-        f"{', '.join(f'{n} {s}' for n, (_, s) in fm.sent.items())}, sent {fm.spread() * 1000:.0f} ms apart",
+        f"{', '.join(f'{n} {f.status}' for n, f in fm.sent.items())}, sent {fm.spread() * 1000:.0f} ms apart",
     )
     record(f"{label}: pools refilled", fm.refill_text())
     worst = fm.ha.worst(fm.t_flush, fm.t_end)
@@ -180,7 +175,7 @@ def test_both_pools_flushed_at_once_leave_a_server_up(fleet, agent_loops, testdi
     fm = flush_both_under_agents(fleet, agent_loops, testdir, "pmcheck_e2e_flush")
     record_moment("flush", fleet, fm)
 
-    assert all(status == 204 for _, status in fm.sent.values()), f"the admin API refused a flush: {fm.sent}"
+    assert all(f.status == 204 for f in fm.sent.values()), f"the admin API refused a flush: {fm.sent}"
     assert fm.spread() < 0.1, f"the two flushes were {fm.spread():.3f}s apart"
     missing = [n for n, r in fm.refill.items() if r is None]
     assert not missing, f"no flush seen in the pool of {missing}: {fm.refill_text()}"
@@ -217,7 +212,7 @@ def test_flush_baseline_without_pause_takes_servers_out(fleet, agent_loops, test
     fm = flush_both_under_agents(fleet, agent_loops, testdir, "pmcheck_e2e_flush_baseline")
     record_moment("flush baseline (--pause-grace 0s)", fleet, fm)
 
-    assert all(status == 204 for _, status in fm.sent.values()), f"the admin API refused a flush: {fm.sent}"
+    assert all(f.status == 204 for f in fm.sent.values()), f"the admin API refused a flush: {fm.sent}"
     for name in fleet.masters:
         said = fm.node.answers(name, fm.t_flush, fm.t_end)
         assert not any(s.paused for s in said), f"pmcheck of {name} paused with --pause-grace 0s"

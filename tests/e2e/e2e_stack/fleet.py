@@ -50,6 +50,22 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TCPLOG = re.compile(r" (\S+)/(\S+) (-?\d+)/(-?\d+)/(\+?-?\d+) (\+?\d+) (\S\S) ")
 
 
+# Puppet Server's log: a line's time, and the line that ends a flush of a (non-multithreaded) pool
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) ")
+REFILLED = "Finished draining and refilling pool."
+
+
+@dataclass
+class Flush:
+    """One admin-API flush of a master's pool."""
+
+    master: str
+    t: float  # time.monotonic() when the DELETE was sent
+    wall: float  # time.time() then
+    status: int
+    log_offset: int  # the master's log size before it
+
+
 def serving(s: dict[str, str]) -> bool:
     """HAProxy sends new connections to the server: UP, or UP while going down (``UP 1/3``);
     NOLB, DRAIN, MAINT and DOWN (also ``DOWN 1/3`` on its way up) take none."""
@@ -296,22 +312,37 @@ class Fleet:
 
     # -- moments
 
-    def flush_at_once(self, names: Iterable[str] = ("a", "b")) -> dict[str, tuple[float, int]]:
+    def flush_at_once(self, names: Iterable[str] = ("a", "b")) -> dict[str, Flush]:
         """Flush these masters' JRuby pools through the admin API at the same moment (a thread
-        each, released together); for each, when its DELETE was sent and the status."""
+        each, released together): for each, when its DELETE was sent and what it answered."""
         names = list(names)
         barrier = threading.Barrier(len(names))
-        out: dict[str, tuple[float, int]] = {}
+        out: dict[str, Flush] = {}
 
         def flush(name: str) -> None:
+            m = self.masters[name]
+            offset = m.log.stat().st_size
             barrier.wait(timeout=10)
-            t = time.monotonic()
-            out[name] = (t, self.masters[name].flush_pool(self.admin).status)
+            t, wall = time.monotonic(), time.time()
+            out[name] = Flush(name, t, wall, m.flush_pool(self.admin).status, offset)
 
         with ThreadPoolExecutor(len(names)) as pool:
             for f in [pool.submit(flush, n) for n in names]:
                 f.result()
         return out
+
+    def refilled(self, flush: Flush) -> float | None:
+        """Seconds from the DELETE until the master logged its pool refilled ("Finished draining
+        and refilling pool."), None until it has. Its log, not its status API: that may not answer
+        while the new instance is made, and a quick refill falls between two polls."""
+        with open(self.masters[flush.master].log, "rb") as log:
+            log.seek(flush.log_offset)
+            text = log.read().decode("utf-8", "replace")
+        for line in text.splitlines():
+            m = LOG_TIME.match(line)
+            if m and REFILLED in line:
+                return datetime.strptime(m[1], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() - flush.wall
+        return None
 
     def reload(self, name: str) -> None:
         """`kill -HUP` of the master's JVM, as `systemctl reload puppetserver` does."""
@@ -478,23 +509,9 @@ class Said:
         return self.load == "paused" or self.reason.startswith("paused: ")
 
 
-@dataclass
-class PoolSample:
-    t: float
-    free: int
-    borrowed: int
-    waiting: int
-    size: int
-
-    @property
-    def empty(self) -> bool:
-        """No instance: none free, none compiling (a flush under way)."""
-        return self.free == 0 and self.borrowed == 0
-
-
 class NodeWatch(Sampler):
-    """Every 0.2 s: what each pmcheck answers (its JSON) and each master's JRuby pool as Puppet
-    Server reports it (num-free-jrubies, borrowed-instances, requested-instances)."""
+    """Every 0.2 s: what each pmcheck answers (its JSON; and its plain-text answer at the first
+    pause seen)."""
 
     every = 0.2
 
@@ -502,7 +519,6 @@ class NodeWatch(Sampler):
         super().__init__("node watch")
         self.fleet, self.names = fleet, list(names)
         self.said: dict[str, list[Said]] = {n: [] for n in self.names}
-        self.pools: dict[str, list[PoolSample]] = {n: [] for n in self.names}
         # the plain-text answer (what HAProxy's HTTP check reads) at the first pause seen
         self.paused_body: dict[str, str] = {}
 
@@ -521,15 +537,6 @@ class NodeWatch(Sampler):
                         r = serve.get(headers={"User-Agent": USER_AGENT})
                         self.paused_body[name] = f"{r.status} {r.body.strip()}"
                 except (OSError, ValueError, KeyError):
-                    pass
-            p = self.fleet.masters[name].pool()
-            if p is not None:
-                try:
-                    self.pools[name].append(
-                        PoolSample(time.monotonic(), p["num-free-jrubies"], len(p["borrowed-instances"]),
-                                   len(p["requested-instances"]), p["num-jrubies"])
-                    )  # fmt: skip
-                except (KeyError, TypeError):
                     pass
 
     def answers(self, name: str, t0: float, t1: float) -> list[Said]:
@@ -562,19 +569,6 @@ class NodeWatch(Sampler):
         if began is not None:
             out.append((began, last))
         return out
-
-    def refill(self, name: str, since: float) -> tuple[float, float] | None:
-        """When the pool of ``name`` was first seen empty after ``since``, and when it next had an
-        instance again (free or compiling); None until both happened."""
-        emptied = None
-        for p in self.pools[name]:
-            if p.t < since:
-                continue
-            if emptied is None and p.empty:
-                emptied = p.t
-            elif emptied is not None and not p.empty:
-                return emptied, p.t
-        return None
 
 
 # --------------------------------------------------------------------------
