@@ -483,6 +483,16 @@ class HAProxyWatch(Sampler):
             longest, total = max(longest, stretch), total + stretch
         return Worst(len(rows), fewest, fewest_at, zero, longest, total)
 
+    def time_in(self, server: str, t0: float, t1: float) -> dict[str, float]:
+        """Seconds between t0 and t1 that HAProxy showed the server in each status."""
+        rows = self.between(t0, t1)
+        out: dict[str, float] = {}
+        for (t, servers), (t_next, _) in zip(rows, rows[1:], strict=False):
+            if server in servers:
+                status = servers[server]["status"]
+                out[status] = out.get(status, 0.0) + t_next - t
+        return out
+
     def out_of_service(self, server: str, t0: float, t1: float) -> float:
         """Seconds between t0 and t1 during which HAProxy sent the server nothing new."""
         rows = self.between(t0, t1)
