@@ -81,8 +81,8 @@ def failures(runs: list[st.AgentRunRecord]) -> str:
 
 def flush_both_under_agents(fleet: st.Fleet, agent_loops, testdir, environment: str) -> FlushMoment:
     """Agents running; once a compile is under way, both pools flushed at the same moment; then
-    until both pools have an instance again, HAProxy has both servers UP, MARGIN more seconds, and
-    every run begun by then has ended."""
+    until both masters logged their pool refilled, HAProxy has both servers UP, MARGIN more
+    seconds, and every run begun by then has ended."""
     assert fleet.h is not None
     with fleet.slow_environment(environment) as env:
         loops = [agent_loops(*args) for args in fleet.agent_loop_args(testdir, environment=env)]
