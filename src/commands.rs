@@ -283,7 +283,8 @@ fn config_command(args: &ConfigArgs, matches: &ArgMatches) -> Result<Exit, Error
             sub.matches.value_source(id),
             Some(ValueSource::CommandLine | ValueSource::EnvVariable)
         );
-        if let Some(value) = file.get(&var).filter(|_| !given) {
+        // An empty value is no value, as for the daemon (clap reads an empty variable so).
+        if let Some(value) = file.get(&var).filter(|v| !given && !v.is_empty()) {
             let flag = format!("--{long}={value}");
             Cli::command()
                 .try_get_matches_from(["pmcheck", "config", &flag])

@@ -821,7 +821,7 @@ fn config_reads_the_environment_file_as_systemd_does_and_the_environment_wins() 
     let file = dir.path().join("pmcheck");
     std::fs::write(
         &file,
-        "# settings\nPMCHECK_INTERVAL=5s\nPMCHECK_DRAINED_STATUS=\"404\"\nexport PMCHECK_SLOW_START=1s\n",
+        "# settings\nPMCHECK_INTERVAL=5s\nPMCHECK_DRAINED_STATUS=\"404\"\nexport PMCHECK_SLOW_START=1s\nPMCHECK_LISTEN=\n",
     )
     .unwrap();
     let f = file.display().to_string();
@@ -854,6 +854,10 @@ fn config_reads_the_environment_file_as_systemd_does_and_the_environment_wins() 
     assert!(
         row(&out, "slow-start").contains("(default: built in)"),
         "{out:?}"
+    );
+    assert!(
+        row(&out, "listen").contains("(default: built in)"),
+        "an empty value is unset: {out:?}"
     );
     assert!(
         stdout(&out).contains(&format!(
