@@ -145,20 +145,24 @@ impl Prober {
     /// One probe, never longer than the target's timeout.
     pub async fn probe(&mut self) -> ProbeReport {
         let started = Instant::now();
+        // The deadline is kept twice, by this timeout and by the HTTP client's own: either
+        // may fire first, and both mean the same.
         let found = match tokio::time::timeout(self.target.timeout, self.attempt()).await {
+            Ok(Found::Outcome(ProbeOutcome::Unhealthy(ProbeError::Timeout { .. }), _)) | Err(_) => {
+                match self.pauses.unanswered(Instant::now()) {
+                    // A refill can keep the status API from answering for seconds.
+                    Some(Ok(pause)) => Found::Paused(None, pause),
+                    Some(Err(why)) => Found::Outcome(ProbeOutcome::NotReady(why), None),
+                    None => Found::Outcome(
+                        ProbeOutcome::Unhealthy(ProbeError::Timeout {
+                            addr: self.target.addr,
+                            after: self.target.timeout,
+                        }),
+                        None,
+                    ),
+                }
+            }
             Ok(found) => found,
-            Err(_) => match self.pauses.unanswered(Instant::now()) {
-                // A refill can keep the status API from answering for seconds.
-                Some(Ok(pause)) => Found::Paused(None, pause),
-                Some(Err(why)) => Found::Outcome(ProbeOutcome::NotReady(why), None),
-                None => Found::Outcome(
-                    ProbeOutcome::Unhealthy(ProbeError::Timeout {
-                        addr: self.target.addr,
-                        after: self.target.timeout,
-                    }),
-                    None,
-                ),
-            },
         };
         let endpoint = Some(self.endpoint());
         match found {
