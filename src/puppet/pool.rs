@@ -213,6 +213,10 @@ impl Pool {
     fn impossible(&self) -> Option<String> {
         const DAY_MS: u64 = 24 * 3600 * 1000;
         let size = self.size;
+        // The average is a floating-point moving average: rounding leaves it an ulp or two
+        // outside 0..=size (`1.0000000000000002` of 1, seen on 7.9.5 after a restart), which
+        // is no reason to call the pool unreadable.
+        let slack = AVERAGE_ROUNDING * f64::from(size.max(1));
         if self.free > size {
             Some(format!("{} of {size} JRubies free", self.free))
         } else if self.borrowed > size {
@@ -227,7 +231,7 @@ impl Pool {
                 "an average compile of {} ms (more than a day)",
                 self.average_borrow_ms
             ))
-        } else if !(0.0..=f64::from(size)).contains(&self.average_free) {
+        } else if !(-slack..=f64::from(size) + slack).contains(&self.average_free) {
             Some(format!(
                 "an average of {} of {size} JRubies free",
                 self.average_free
@@ -237,6 +241,10 @@ impl Pool {
         }
     }
 }
+
+/// How far Puppet Server's average of free JRubies may stray outside the pool's size by
+/// floating-point rounding, per instance.
+const AVERAGE_ROUNDING: f64 = 1e-9;
 
 /// A `jruby-metrics` (or `pe-jruby-metrics`) service status, as Puppet Server sends it.
 #[derive(Debug, Deserialize)]
@@ -321,7 +329,10 @@ impl ServiceStatus {
         };
         match pool.impossible() {
             Some(what) => Err(format!("the JRuby pool's numbers cannot be true: {what}")),
-            None => Ok(Some(pool)),
+            None => Ok(Some(Pool {
+                average_free: pool.average_free.clamp(0.0, f64::from(pool.size)),
+                ..pool
+            })),
         }
     }
 }
@@ -465,5 +476,30 @@ mod tests {
         let status: ServiceStatus =
             serde_json::from_str(r#"{"state":"running","status":{}}"#).unwrap();
         assert_eq!(status.pool(), Ok(None));
+    }
+
+    /// Seen on 7.9.5 just after a restart: the moving average rounds to an ulp above the
+    /// size. That is the size; a whole instance more is not.
+    #[test]
+    fn an_average_off_by_rounding_is_the_size_and_beyond_it_unreadable() {
+        let answer = |average: &str| {
+            let text = format!(
+                r#"{{"state":"running","status":{{"experimental":{{"metrics":{{
+                "num-jrubies":1,"num-free-jrubies":1,"average-free-jrubies":{average}}}}}}}}}"#
+            );
+            serde_json::from_str::<ServiceStatus>(&text).unwrap().pool()
+        };
+        let p = answer("1.0000000000000002").unwrap().unwrap();
+        assert_eq!(p.average_free, 1.0);
+        let p = answer("-1e-17").unwrap().unwrap();
+        assert_eq!(p.average_free, 0.0);
+        assert_eq!(
+            answer("1.5"),
+            Err(
+                "the JRuby pool's numbers cannot be true: an average of 1.5 of 1 JRubies free"
+                    .into()
+            )
+        );
+        assert!(answer("-0.5").is_err());
     }
 }
