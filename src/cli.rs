@@ -335,7 +335,7 @@ pub struct CycleArgs {
     /// Why, for the drain record [default: pmcheck cycle: COMMAND]
     #[arg(long, env = "PMCHECK_REASON", value_name = "TEXT", value_parser = crate::health::drain::parse_reason)]
     pub(crate) reason: Option<String>,
-    /// Run even when a load balancer says this node is the only server taking traffic in its backend (the drain record notes it)
+    /// Run even when a load balancer says this node is the only server taking traffic in its backend (the drain record notes it), or, once drained, that no server is left for agents
     #[arg(long)]
     pub(crate) force: bool,
     /// On SIGINT, SIGTERM or SIGHUP the command's process group gets the same signal and SIGTERM, and SIGKILL after this long (or at a second signal)

@@ -66,7 +66,7 @@ impl Error {
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
                 CycleError::Drain(_) => Exit::CantCreate,
-                CycleError::LastServer(_) => Exit::Refused,
+                CycleError::LastServer(_) | CycleError::EmptyBackend { .. } => Exit::Refused,
                 e if e.not_healthy() => Exit::Critical,
                 CycleError::Wait { source, .. } => wait_exit(source),
                 CycleError::Command { .. } | CycleError::Released { .. } => Exit::Warning,

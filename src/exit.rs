@@ -30,8 +30,8 @@ pub enum Exit {
     /// EX_TEMPFAIL: `--wait` or a wait of `cycle` timed out.
     TempFail,
     /// EX_NOPERM: `drain` or `cycle` refused: a load balancer says this node is the last
-    /// server taking traffic in its backend; `undrain` refused: a running cycle holds the node
-    /// (`--force` overrides).
+    /// server taking traffic in its backend (or, for a drained cycle, that none is left);
+    /// `undrain` refused: a running cycle holds the node (`--force` overrides).
     Refused,
     /// EX_CONFIG: a setting is wrong (puppet.conf, a value).
     Config,
@@ -106,8 +106,9 @@ impl Exit {
             }
             Exit::Refused => {
                 "drain, cycle: refused, a load balancer says this node is the only server taking \
-                 traffic in its backend; undrain: refused, a running cycle holds the node; \
-                 nothing was written (--force overrides) (EX_NOPERM)"
+                 traffic in its backend (cycle, once drained: that none is left; it let go and \
+                 ran nothing); undrain: refused, a running cycle holds the node; nothing was \
+                 written (--force overrides) (EX_NOPERM)"
             }
             Exit::Config => {
                 "a bad setting: puppet.conf, a value, the environment file; config --check: a \

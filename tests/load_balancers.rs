@@ -291,6 +291,58 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
+/// Drained, with no server left in the backend for agents.
+const EMPTY: &str =
+    "NOLB; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/0; scur=0/0; qcur=0";
+
+/// The other master falls out while a cycle drains this one: at the point of no return the
+/// cycle gives the node back and runs nothing (77), since running the command would leave
+/// agents no master at all; `--force` runs it anyway.
+#[test]
+fn a_cycle_gives_the_node_back_when_the_backend_emptied_while_it_drained() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(polling(&d, 50));
+    lb.send_state(Some(UP));
+    until_regular_or_polled(&d, &lb);
+    let marker = s.state.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let cycle = |extra: &[&str]| {
+        let mut args = vec!["--url".to_owned(), url(&d)];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        args.extend(["--", "sh", "-c", &touch].map(str::to_owned));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Running::start(&s, "cycle", &args)
+    };
+
+    let run = cycle(&[]);
+    d.wait_for(SOON, "the cycle's drain", |r| r.body.starts_with("DRAINED"));
+    lb.send_state(Some(EMPTY));
+    let out = run.finish(SOON);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{stderr}");
+    assert!(
+        stderr.contains("before the command: load balancer 127.0.0.2 (lb1) says no server takes new agents in backend bk (weight 100 of 0); running it now would leave agents no compile master at all, so this cycle let go (removed "),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the cycle ran its command");
+    assert!(record(&s).is_none(), "the node was not given back");
+    d.wait_for(SOON, "the node back", |r| r.body.starts_with("OK"));
+
+    lb.send_state(Some(UP));
+    let run = cycle(&["--force"]);
+    d.wait_for(SOON, "the cycle's drain", |r| r.body.starts_with("DRAINED"));
+    lb.send_state(Some(EMPTY));
+    let deadline = Instant::now() + SOON;
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "--force did not run the command");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    lb.send_state(Some(UP));
+    let out = run.finish(SOON);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
 /// Without a daemon `drain` cannot check, and says so, but drains.
 #[test]
 fn drain_without_a_daemon_says_it_could_not_check_and_drains() {

@@ -337,8 +337,47 @@ fn judge_by_states(
 /// backend: draining it would leave that backend empty. Read from regular pollers' latest
 /// `X-Haproxy-Server-State` (up to one check interval old).
 pub fn last_server(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
-    let least = least_silence(how);
     let mut found = Vec::new();
+    each_recent_state(answer, how, |p, lb, agent_drained| {
+        if lb.last_serving() && !agent_drained {
+            found.push(format!(
+                "{} says {} is the only server taking new agents in backend {} (weight {} of {})",
+                who_with(p, lb),
+                lb.server,
+                lb.backend,
+                lb.weight,
+                lb.total_weight
+            ));
+        }
+    });
+    found
+}
+
+/// The load balancers that say no server at all takes new agents in this node's backend (a
+/// total weight of 0): taking this node down now would leave agents nothing to come back to.
+pub fn empty_backend(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
+    let mut found = Vec::new();
+    each_recent_state(answer, how, |p, lb, _| {
+        if lb.total_weight == 0 {
+            found.push(format!(
+                "{} says no server takes new agents in backend {} (weight {} of 0)",
+                who_with(p, lb),
+                lb.backend,
+                lb.weight
+            ));
+        }
+    });
+    found
+}
+
+/// Each regular poller's recent word on this node (up to one check interval old), with whether
+/// the agent check told it DRAINED since.
+fn each_recent_state(
+    answer: &Answer<'_>,
+    how: &Wait,
+    mut visit: impl FnMut(&PollerAnswer, &LbState, bool),
+) {
+    let least = least_silence(how);
     for p in answer.pollers.iter().flatten() {
         let limit = silence_limit(p, least);
         if !p.regular || Duration::from_millis(p.last_ms_ago) > limit {
@@ -349,20 +388,11 @@ pub fn last_server(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
             let agent_drained = p
                 .agent
                 .is_some_and(|t| t.told == Verdict::Drained && t.since_ms_ago > s.last_ms_ago);
-            let recent = Duration::from_millis(s.last_ms_ago) <= limit;
-            if recent && lb.last_serving() && !agent_drained {
-                found.push(format!(
-                    "{} says {} is the only server taking new agents in backend {} (weight {} of {})",
-                    who_with(p, lb),
-                    lb.server,
-                    lb.backend,
-                    lb.weight,
-                    lb.total_weight
-                ));
+            if Duration::from_millis(s.last_ms_ago) <= limit {
+                visit(p, lb, agent_drained);
             }
         }
     }
-    found
 }
 
 /// The load balancer by address.

@@ -32,7 +32,8 @@ pub struct Cycle {
     pub reason: String,
     /// The daemon, and how long each wait may take.
     pub wait: Wait,
-    /// Drain even when a load balancer says this node is the last server taking traffic.
+    /// Drain even when a load balancer says this node is the last server taking traffic, and
+    /// run the command even when one has no server left for agents.
     pub force: bool,
     /// How long the command's processes get after a signal is passed on, before SIGKILL.
     pub kill_after: Duration,
@@ -83,6 +84,19 @@ pub enum CycleError {
     /// A load balancer says this node is the last server taking traffic: nothing was done.
     #[error("nothing done: {0}")]
     LastServer(#[from] LastServer),
+    /// Drained, a load balancer has no server left for agents (another master fell out
+    /// meanwhile): the cycle let go of the node instead of running the command.
+    #[error(
+        "before the command: {said}; running it now would leave agents no compile master at \
+         all, so this cycle let go ({left}) and ran nothing. Bring another compile master \
+         back first, or pass --force"
+    )]
+    EmptyBackend {
+        /// What the load balancers said.
+        said: String,
+        /// What letting go did.
+        left: String,
+    },
     /// A wait for the drain, Puppet Server's health or the undrain timed out.
     #[error("{step}: {source}{left}")]
     Wait {
@@ -187,6 +201,14 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     step(Step::WaitDrained, t, &done.summary);
     for warning in &done.warnings {
         eprintln!("pmcheck cycle: warning: {warning}");
+    }
+    // The point of no return. The last-server guard looked before the drain; if another
+    // master fell out since, this node is the one agents could still have: give it back.
+    if !cycle.force
+        && let Some(said) = wait::empty_backend_now(&cycle.wait).await
+    {
+        let left = let_go(&file)?.describe(&file);
+        return Err(CycleError::EmptyBackend { said, left });
     }
 
     // 3. the command
@@ -433,6 +455,7 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
         CycleError::NoDaemon(_)
         | CycleError::Drain(_)
         | CycleError::LastServer(_)
+        | CycleError::EmptyBackend { .. }
         | CycleError::Released { .. } => return,
     };
     // The cause is the point: shorten the operator's reason, never the cause.

@@ -14,7 +14,7 @@ use thiserror::Error;
 
 use crate::health::answer::Answer;
 use crate::health::verdict::Verdict;
-use crate::operator::assessment::{Goal, Wait, assess, last_server};
+use crate::operator::assessment::{Goal, Wait, assess, empty_backend, last_server};
 use crate::operator::daemon::{self, OtherFile, StatusError, other_file};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
@@ -188,6 +188,15 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Option<String>
         return Ok(Some(said));
     }
     Err(LastServer(said))
+}
+
+/// After a drain: what the load balancers that have no server left for agents say (joined), or
+/// `None` when none says so or the daemon cannot be asked now (the wait just heard it).
+pub async fn empty_backend_now(how: &Wait) -> Option<String> {
+    let reply = daemon::ask(&how.url).await.ok()?;
+    let answer = Answer::from_json(&reply.body).ok()?;
+    let empty = empty_backend(&answer, how);
+    (!empty.is_empty()).then(|| empty.join("; "))
 }
 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
