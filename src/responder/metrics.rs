@@ -632,7 +632,10 @@ mod tests {
             for pair in set.split(',') {
                 let key = pair.split_once('=').map_or(pair, |(k, _)| k);
                 assert!(
-                    ["verdict", "kind", "cause", "le", "state", "version"].contains(&key),
+                    [
+                        "verdict", "kind", "cause", "le", "state", "version", "action"
+                    ]
+                    .contains(&key),
                     "a label outside the fixed set: {pair}"
                 );
             }
