@@ -364,6 +364,12 @@ pub struct StatusArgs {
     /// Print the daemon's JSON answer as it is
     #[arg(long, env = "PMCHECK_JSON")]
     pub(crate) json: bool,
+    /// Show the last N drain events (who drained what, when) from the state directory's event
+    /// log instead of asking the daemon (root or group pmcheck)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) history: Option<u16>,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
 }
 
 /// `pmcheck generate`.

@@ -14,7 +14,9 @@ use crate::exit::Exit;
 use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::drain::{self, ChangeError, wait_settings};
 use crate::operator::wait::WaitError;
-use crate::operator::{check, config, daemon, manual, run_single_threaded, runtime, status};
+use crate::operator::{
+    check, config, daemon, history, manual, run_single_threaded, runtime, status,
+};
 use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
 use crate::responder::{inetd, server, signals, systemd};
@@ -44,6 +46,9 @@ pub enum Error {
     /// A value of the service's environment file is refused.
     #[error(transparent)]
     EnvFile(#[from] EnvFileError),
+    /// `status --history`: the event log cannot be read.
+    #[error(transparent)]
+    History(#[from] history::HistoryError),
     /// Any other system error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -62,7 +67,7 @@ impl Error {
                 ChangeError::Io(_) => Exit::OsErr,
             },
             Error::Status(e) => status_exit(e),
-            Error::Systemd(_) | Error::Io(_) => Exit::OsErr,
+            Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
                 CycleError::Drain(_) => Exit::CantCreate,
@@ -417,6 +422,10 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
 }
 
 fn status_command(args: StatusArgs) -> Result<Exit, Error> {
+    if let Some(n) = args.history {
+        history::show(&args.state.state_dir, n.into(), args.json)?;
+        return Ok(Exit::Ok);
+    }
     let reply = match run_single_threaded(daemon::ask(&args.url))? {
         Ok(reply) => reply,
         // A script reading --json gets JSON whatever happens, and the exit says which case.

@@ -57,6 +57,7 @@ pub mod commands;
 pub mod exit;
 pub mod file_stamp;
 pub mod health;
+pub mod journal;
 pub(crate) mod operator;
 pub mod puppet;
 pub mod responder;

@@ -274,6 +274,24 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
     assert_eq!(out.status.code(), Some(77), "{}", text(&out.stderr));
     assert!(!marker.exists(), "the cycle ran its command");
     assert!(record(&s).is_none());
+    // Each refusal is one event in the drain event log, naming the load balancer.
+    let log = std::fs::read_to_string(s.state.path().join("drain-events.log")).unwrap();
+    let refused: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(refused.len(), 2, "{log}");
+    for event in &refused {
+        assert_eq!(event["action"], "refused", "{log}");
+        let reason = event["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("says m2 is the only server"), "{log}");
+    }
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("upgrade; ")
+    );
 
     let out = s.pmcheck(
         "drain",

@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use crate::file_stamp::FileStamp;
 use crate::health::drain::{Drain, DrainRecord, DrainState, RECORD_LIMIT, Unreadable};
+use crate::health::drain_log::{DrainLog, Event, LogError};
 
 /// Why `drain` or `undrain` could not change the record.
 #[derive(Debug, Error)]
@@ -366,9 +367,23 @@ impl DrainFile {
         &self,
         change: impl FnOnce(Option<Drain>) -> (Change, T),
     ) -> Result<T, DrainError> {
+        self.update_logged(|current| {
+            let (change, result) = change(current);
+            (change, Vec::new(), result)
+        })
+        .map(|(result, _)| result)
+    }
+
+    /// [`DrainFile::update`], appending the events `change` returns to the event log in the
+    /// same critical section once the change is made. A failed append does not undo the
+    /// change (the record is what keeps agents away): it comes back for the caller to say.
+    pub fn update_logged<T>(
+        &self,
+        change: impl FnOnce(Option<Drain>) -> (Change, Vec<Event>, T),
+    ) -> Result<(T, Vec<LogError>), DrainError> {
         let _lock = lock(self)?;
         self.sweep_leftovers();
-        let (change, result) = change(self.current());
+        let (change, events, result) = change(self.current());
         match change {
             Change::Keep => {}
             Change::Write(record) => self.write(&record)?,
@@ -376,7 +391,19 @@ impl DrainFile {
                 self.remove()?;
             }
         }
-        Ok(result)
+        Ok((result, self.append(&events)))
+    }
+
+    /// Appends `events` to the event log under the state directory's lock: for what is logged
+    /// without changing the record (a refused drain, an expiry the daemon saw).
+    pub fn log(&self, events: &[Event]) -> Result<Vec<LogError>, DrainError> {
+        let _lock = lock(self)?;
+        Ok(self.append(events))
+    }
+
+    fn append(&self, events: &[Event]) -> Vec<LogError> {
+        let log = DrainLog::new(&self.dir);
+        events.iter().filter_map(|e| log.append(e).err()).collect()
     }
 }
 

@@ -152,7 +152,7 @@ impl Holder {
 /// Who drains, from the system's user database (NSS), not from variables anyone can set: the
 /// real user, and the person behind sudo when that is credible (we run as root, and sudo's
 /// SUDO_USER and SUDO_UID name the same account).
-fn operator() -> String {
+pub(crate) fn operator() -> String {
     let uid = nix::unistd::getuid();
     let me = user_name(uid);
     if !uid.is_root() {

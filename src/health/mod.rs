@@ -4,7 +4,9 @@
 pub mod answer;
 pub mod decision;
 pub mod drain;
+pub mod drain_audit;
 pub mod drain_file;
+pub mod drain_log;
 pub mod drain_watch;
 pub mod holders;
 pub mod lb_state;

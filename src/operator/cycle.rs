@@ -17,10 +17,12 @@ use thiserror::Error;
 use crate::health::answer::Answer;
 use crate::health::drain::{DrainRecord, REASON_LIMIT};
 use crate::health::drain_file::{Change, DrainError, DrainFile};
+use crate::health::drain_log::{Action, Event};
 use crate::health::holders::Holder;
 use crate::operator::assessment::{Goal, Wait};
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon;
+use crate::operator::drain::{log_refused, say_lost};
 use crate::operator::wait::{self, LastServer, WaitError};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
@@ -302,10 +304,16 @@ async fn hold(cycle: &Cycle, file: &DrainFile) -> Result<(Holder, String), Cycle
     let forced = if drained {
         None
     } else {
-        wait::guard_last_server(&cycle.wait, cycle.force).await?
+        match wait::guard_last_server(&cycle.wait, cycle.force).await {
+            Ok(forced) => forced,
+            Err(refused) => {
+                log_refused(file, &cycle.reason, &refused);
+                return Err(refused.into());
+            }
+        }
     };
     let me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
-    let found = file.update(|current| {
+    let (found, lost) = file.update_logged(|current| {
         let now = SystemTime::now();
         let mut held: Vec<Holder> = (current.as_ref())
             .and_then(|d| d.record.as_ref())
@@ -316,10 +324,15 @@ async fn hold(cycle: &Cycle, file: &DrainFile) -> Result<(Holder, String), Cycle
         held.push(me.clone());
         let forced = forced.or_else(|| current.and_then(|d| d.record).and_then(|r| r.forced));
         match DrainRecord::held_by(held, forced) {
-            Some(record) => (Change::Write(record), found),
-            None => (Change::Keep, found),
+            Some(record) => (
+                Change::Write(record),
+                vec![Event::of(Action::CycleDrain, &me, now)],
+                found,
+            ),
+            None => (Change::Keep, Vec::new(), found),
         }
     })?;
+    say_lost(lost);
     let detail = if found.is_empty() {
         format!("drained: {} (by {} since {})", me.what, me.by, me.since)
     } else {
@@ -335,23 +348,26 @@ async fn hold(cycle: &Cycle, file: &DrainFile) -> Result<(Holder, String), Cycle
 /// Step 5: takes this cycle's hold out of the record, removing the record when no holder is
 /// left.
 fn let_go(file: &DrainFile) -> Result<LetGo, DrainError> {
-    file.update(|current| {
+    let (let_go, lost) = file.update_logged(|current| {
         let Some(record) = current.and_then(|d| d.record) else {
-            return (Change::Keep, LetGo::Gone);
+            return (Change::Keep, Vec::new(), LetGo::Gone);
         };
         let now = SystemTime::now();
         let held = record.holders();
-        if !held.iter().any(Holder::is_me) {
-            return (Change::Keep, LetGo::NotMine(held));
-        }
+        let Some(me) = held.iter().find(|h| h.is_me()).cloned() else {
+            return (Change::Keep, Vec::new(), LetGo::NotMine(held));
+        };
+        let events = vec![Event::of(Action::CycleUndrain, &me, now)];
         let rest: Vec<Holder> = (held.into_iter())
             .filter(|h| !h.is_me() && !h.expired_at(now))
             .collect();
         match DrainRecord::held_by(rest.clone(), record.forced) {
-            None => (Change::Remove, LetGo::Undrained),
-            Some(record) => (Change::Write(record), LetGo::StillHeld(rest)),
+            None => (Change::Remove, events, LetGo::Undrained),
+            Some(record) => (Change::Write(record), events, LetGo::StillHeld(rest)),
         }
-    })
+    })?;
+    say_lost(lost);
+    Ok(let_go)
 }
 
 impl LetGo {
@@ -467,14 +483,22 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
         .collect();
     let keep = REASON_LIMIT - why.chars().count();
     let what: String = me.what.chars().take(keep).chain(why.chars()).collect();
-    let updated = file.update(|current| {
+    let updated = file.update_logged(|current| {
         let Some(record) = current.and_then(|d| d.record) else {
-            return (Change::Keep, false);
+            return (Change::Keep, Vec::new(), false);
         };
         let mut held = record.holders();
         let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
-            return (Change::Keep, false);
+            return (Change::Keep, Vec::new(), false);
         };
+        let event = Event::of(
+            Action::CycleStopped,
+            &Holder {
+                what: what.clone(),
+                ..mine.clone()
+            },
+            SystemTime::now(),
+        );
         *mine = Holder {
             kind: crate::health::holders::Kind::StoppedCycle,
             what: what.clone(),
@@ -482,13 +506,13 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
             ..mine.clone()
         };
         match DrainRecord::held_by(held, record.forced) {
-            Some(record) => (Change::Write(record), true),
-            None => (Change::Keep, false),
+            Some(record) => (Change::Write(record), vec![event], true),
+            None => (Change::Keep, Vec::new(), false),
         }
     });
     match updated {
-        Ok(true) => {}
-        Ok(false) => eprintln!(
+        Ok((true, lost)) => say_lost(lost),
+        Ok((false, _)) => eprintln!(
             "pmcheck cycle: the drain record does not hold this cycle any more; left as it is: {}",
             file.path().display()
         ),

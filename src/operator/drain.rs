@@ -10,6 +10,7 @@ use thiserror::Error;
 use crate::cli::{DrainArgs, StateArgs, UndrainArgs, WaitArgs};
 use crate::health::drain::{Drain, DrainRecord};
 use crate::health::drain_file::{Change, DrainError, DrainFile};
+use crate::health::drain_log::{Action, Event, LogError};
 use crate::health::holders::{Holder, Kind};
 use crate::operator::assessment::{Goal, Wait};
 use crate::operator::daemon;
@@ -44,10 +45,16 @@ pub enum ChangeError {
 /// waits until it is safe to stop Puppet Server.
 pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
     let how = wait_settings(&args.waiting, &args.state);
-    let forced = run_single_threaded(wait::guard_last_server(&how, args.force))??;
     let file = DrainFile::new(&args.state.state_dir);
+    let forced = match run_single_threaded(wait::guard_last_server(&how, args.force))? {
+        Ok(forced) => forced,
+        Err(refused) => {
+            log_refused(&file, &args.reason, &refused);
+            return Err(refused.into());
+        }
+    };
     let mine = Holder::drain(args.reason, args.for_, SystemTime::now());
-    let (previous, others) = file.update(|current| {
+    let ((previous, others), lost) = file.update_logged(|current| {
         let now = SystemTime::now();
         let mut held: Vec<Holder> = (current.as_ref())
             .and_then(|d| d.record.as_ref())
@@ -57,10 +64,15 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
         let others = held.clone();
         held.push(mine.clone());
         match DrainRecord::held_by(held, forced) {
-            Some(record) => (Change::Write(record), (current, others)),
-            None => (Change::Keep, (current, others)),
+            Some(record) => (
+                Change::Write(record),
+                vec![Event::of(Action::Drain, &mine, now)],
+                (current, others),
+            ),
+            None => (Change::Keep, Vec::new(), (current, others)),
         }
     })?;
+    say_lost(lost);
     let mut out = std::io::stdout().lock();
     if let Some(previous) = previous.filter(|p| {
         p.record
@@ -153,9 +165,9 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
     let state = args.state;
     let file = DrainFile::new(&state.state_dir);
     let force = args.force;
-    let outcome = file.update(|current| {
+    let (outcome, lost) = file.update_logged(|current| {
         let Some(drain) = current else {
-            return (Change::Keep, Undrain::NotDrained);
+            return (Change::Keep, Vec::new(), Undrain::NotDrained);
         };
         let held = drain
             .record
@@ -164,10 +176,16 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
             .unwrap_or_default();
         let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
         if !running.is_empty() && !force {
-            return (Change::Keep, Undrain::Held(running));
+            return (Change::Keep, Vec::new(), Undrain::Held(running));
         }
-        (Change::Remove, Undrain::Removed(drain, held))
+        let now = SystemTime::now();
+        let events = match held.iter().find(|h| h.kind == Kind::Drain).or(held.first()) {
+            Some(holder) => vec![Event::of(Action::Undrain, holder, now)],
+            None => vec![Event::bare(Action::Undrain, now)],
+        };
+        (Change::Remove, events, Undrain::Removed(drain, held))
     })?;
+    say_lost(lost);
     match outcome {
         Undrain::NotDrained => println!(
             "not drained: there is no {}; nothing to do",
@@ -204,6 +222,22 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
         }
     }
     Ok(())
+}
+
+/// Says on stderr which events the log lost: never silently.
+pub(crate) fn say_lost(lost: Vec<LogError>) {
+    for e in lost {
+        eprintln!("pmcheck: warning: {e}");
+    }
+}
+
+/// Logs a drain the last-server guard refused, saying on stderr when that fails.
+pub(crate) fn log_refused(file: &DrainFile, reason: &str, refused: &LastServer) {
+    let event = Event::refused(reason, &refused.0, SystemTime::now());
+    match file.log(&[event]) {
+        Ok(lost) => say_lost(lost),
+        Err(e) => eprintln!("pmcheck: warning: the refused drain was not logged: {e}"),
+    }
 }
 
 /// What `undrain` found.

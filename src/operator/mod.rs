@@ -9,6 +9,7 @@ pub mod config;
 pub mod cycle;
 pub mod daemon;
 pub mod drain;
+pub mod history;
 pub mod manual;
 pub mod status;
 pub mod wait;

@@ -10,6 +10,7 @@
 //! rewrites the few lines where the two formats differ.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -23,6 +24,8 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::health::drain::DrainState;
+use crate::health::drain_audit::EventCounts;
+use crate::health::drain_log::Action;
 use crate::health::verdict::Verdict;
 use crate::puppet::pool::Pool;
 use crate::puppet::probe_error::ProbeError;
@@ -124,6 +127,8 @@ pub struct Metrics {
     failures: [AtomicU64; Cause::ALL.len()],
     /// How long each probe that reached the network took.
     probe_seconds: Histogram,
+    /// Drain events read from the event log, by action (counted by the log's reader).
+    pub drain_events: Arc<EventCounts>,
 }
 
 impl Default for Metrics {
@@ -139,6 +144,7 @@ impl Metrics {
             polls: Default::default(),
             failures: Default::default(),
             probe_seconds: Histogram::new(PROBE_BUCKETS),
+            drain_events: Arc::default(),
         }
     }
 
@@ -181,6 +187,7 @@ impl Metrics {
                 .map(|row| row.each_ref().map(|n| n.load(Ordering::Relaxed))),
             failures: self.failures.each_ref().map(|n| n.load(Ordering::Relaxed)),
             probe_seconds: self.probe_seconds.clone(),
+            drain_events: self.drain_events.each(),
         };
         let mut registry = Registry::with_prefix(PREFIX);
         registry.register_collector(Box::new(scrape));
@@ -228,6 +235,7 @@ struct Scrape {
     polls: [[u64; Verdict::ALL.len()]; 2],
     failures: [u64; Cause::ALL.len()],
     probe_seconds: Histogram,
+    drain_events: [(Action, u64); Action::ALL.len()],
 }
 
 impl Collector for Scrape {
@@ -239,6 +247,16 @@ impl Collector for Scrape {
             None,
             MetricType::Info,
         )?)?;
+
+        let mut family = out.encode_descriptor(
+            "drain_events",
+            "Drain events (drain, undrain, expire, cycle steps, refused drains) the daemon read from the state directory's event log since it started",
+            None,
+            MetricType::Counter,
+        )?;
+        for (action, n) in self.drain_events {
+            ConstCounter::new(n).encode(family.encode_family(&[("action", action.as_str())])?)?;
+        }
 
         let mut family = out.encode_descriptor(
             "verdict",
@@ -614,7 +632,10 @@ mod tests {
             for pair in set.split(',') {
                 let key = pair.split_once('=').map_or(pair, |(k, _)| k);
                 assert!(
-                    ["verdict", "kind", "cause", "le", "state", "version"].contains(&key),
+                    [
+                        "verdict", "kind", "cause", "le", "state", "version", "action"
+                    ]
+                    .contains(&key),
                     "a label outside the fixed set: {pair}"
                 );
             }

@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::health::decision::{Decision, Rules};
 use crate::health::drain::DrainState;
+use crate::health::drain_audit;
 use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch::{self, Drains, Watcher};
 use crate::health::verdict::Verdict;
@@ -62,6 +63,7 @@ pub async fn serve(
         agent_check: !daemon.agent_listen.value.is_empty(),
     };
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
+    let audited = drains.clone();
     let health = Arc::new(Node::new(
         Feeds {
             drain: drains,
@@ -120,6 +122,14 @@ pub async fn serve(
         reload.clone(),
         closed(stopped.clone()),
     ));
+    if let Some(metrics) = &health.metrics {
+        tasks.spawn(drain_audit::run(
+            drain_file.clone(),
+            audited,
+            Arc::clone(&metrics.drain_events),
+            closed(stopped.clone()),
+        ));
+    }
     tasks.spawn(track_rejoin(
         Arc::clone(&health),
         publish_rejoin,

@@ -1,0 +1,519 @@
+//! The drain event log, `STATE_DIR/drain-events.log`: who drained what, when. One JSON object
+//! per line, appended by whoever changes the drain record, in the same critical section (the
+//! flock of the state directory), so the log and the record never disagree on order.
+//!
+//! Each event is one `write(2)` of a whole line of at most [`LINE_LIMIT`] bytes with `O_APPEND`;
+//! a short write (a full disk) is cut back off, so readers only ever see whole lines. At
+//! [`ROTATE_AT`] bytes the log becomes `drain-events.log.1` (one old file kept). The file is
+//! mode 0660 with the state directory's group (`pmcheck`): the root-run commands and the
+//! daemon both append, nobody else reads.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use nix::fcntl::OFlag;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::health::holders::{Holder, Kind};
+
+/// The log's name in the state directory.
+pub const LOG_NAME: &str = "drain-events.log";
+/// The one old log kept after a rotation.
+pub const OLD_NAME: &str = "drain-events.log.1";
+/// The longest line written: a reason is at most 256 characters, so an event fits with room.
+pub const LINE_LIMIT: usize = 4096;
+/// The size at which the log is rotated: two files of 1 MiB hold thousands of events.
+pub const ROTATE_AT: u64 = 1 << 20;
+/// The log's mode: the owner and the group (`pmcheck`) read and append, nobody else.
+pub const MODE: u32 = 0o660;
+
+/// What happened to the drain record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// `pmcheck drain`.
+    Drain,
+    /// `pmcheck undrain`.
+    Undrain,
+    /// A `drain --for` lapsed (written by the daemon when it sees it).
+    Expire,
+    /// `pmcheck cycle` took hold of the node.
+    CycleDrain,
+    /// `pmcheck cycle` let go of the node.
+    CycleUndrain,
+    /// `pmcheck cycle` stopped with its command failed: the node stays drained.
+    CycleStopped,
+    /// A drain refused by the last-server guard.
+    Refused,
+}
+
+impl Action {
+    /// Every action: the metric's fixed label values.
+    pub const ALL: [Action; 7] = [
+        Action::Drain,
+        Action::Undrain,
+        Action::Expire,
+        Action::CycleDrain,
+        Action::CycleUndrain,
+        Action::CycleStopped,
+        Action::Refused,
+    ];
+
+    /// The action's name, as in the log, the metric and the journal.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Drain => "drain",
+            Action::Undrain => "undrain",
+            Action::Expire => "expire",
+            Action::CycleDrain => "cycle_drain",
+            Action::CycleUndrain => "cycle_undrain",
+            Action::CycleStopped => "cycle_stopped",
+            Action::Refused => "refused",
+        }
+    }
+}
+
+/// One line of the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// When it happened (RFC 3339, UTC).
+    pub at: String,
+    /// What happened.
+    pub action: Action,
+    /// Who did it (`alice via sudo`; `pmcheck` for an expiry the daemon saw).
+    pub who: String,
+    /// The drain's reason, the cycle's command, or why a drain was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Since when the holder held the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// The end of a `drain --for`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// The holder concerned (`drain`, `cycle pid 123`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+}
+
+impl Event {
+    /// `action` of `holder`, now, by whoever runs this process.
+    pub fn of(action: Action, holder: &Holder, now: SystemTime) -> Self {
+        Self {
+            at: humantime::format_rfc3339_seconds(now).to_string(),
+            action,
+            who: crate::health::holders::operator(),
+            reason: Some(holder.what.clone()),
+            since: Some(holder.since.clone()),
+            until: holder.until.clone(),
+            holder: Some(match (holder.kind, &holder.process) {
+                (Kind::Drain, _) => "drain".to_owned(),
+                (_, Some(p)) => format!("cycle pid {}", p.pid),
+                (_, None) => "cycle".to_owned(),
+            }),
+        }
+    }
+
+    /// `action` when the record names no holder (written by hand).
+    pub fn bare(action: Action, now: SystemTime) -> Self {
+        Self {
+            at: humantime::format_rfc3339_seconds(now).to_string(),
+            action,
+            who: crate::health::holders::operator(),
+            reason: None,
+            since: None,
+            until: None,
+            holder: None,
+        }
+    }
+
+    /// A drain refused by the last-server guard: `why` says which load balancer refused it.
+    pub fn refused(reason: &str, why: &str, now: SystemTime) -> Self {
+        Self {
+            at: humantime::format_rfc3339_seconds(now).to_string(),
+            action: Action::Refused,
+            who: crate::health::holders::operator(),
+            reason: Some(format!(
+                "{}; {}",
+                crate::text::one_line(reason, 256),
+                crate::text::one_line(why, 1024)
+            )),
+            since: None,
+            until: None,
+            holder: None,
+        }
+    }
+
+    /// The event on one line for a person.
+    pub fn describe(&self) -> String {
+        let mut line = format!("{} {} by {}", self.at, self.action.as_str(), self.who);
+        if let Some(holder) = &self.holder {
+            line.push_str(&format!(" ({holder})"));
+        }
+        if let Some(reason) = &self.reason {
+            line.push_str(&format!(": {reason}"));
+        }
+        if let Some(since) = &self.since {
+            line.push_str(&format!(" since {since}"));
+        }
+        if let Some(until) = &self.until {
+            line.push_str(&format!(" until {until}"));
+        }
+        crate::text::one_line(&line, LINE_LIMIT).into_owned()
+    }
+
+    /// The event as one line of JSON with its newline, at most [`LINE_LIMIT`] bytes: a reason
+    /// too long for it (only a hand-made one can be) is cut.
+    fn line(&self) -> Vec<u8> {
+        let mut event = self.clone();
+        loop {
+            let mut json = serde_json::to_vec(&event).unwrap_or_default();
+            json.push(b'\n');
+            let over = json.len().saturating_sub(LINE_LIMIT);
+            let Some(reason) = event.reason.as_mut().filter(|_| over > 0) else {
+                return json;
+            };
+            let keep = reason.len().saturating_sub(over + 8);
+            let cut = (0..=keep).rev().find(|&i| reason.is_char_boundary(i));
+            reason.truncate(cut.unwrap_or(0));
+            reason.push('…');
+        }
+    }
+}
+
+/// Why an event could not be appended: the event is lost (the drain record was still changed).
+#[derive(Debug, Error)]
+#[error("the drain event log {path} did not record this {action} event (it is lost; the drain record itself was changed): {source}{hint}", action = action.as_str(), hint = hint(source, path))]
+pub struct LogError {
+    /// The log.
+    pub path: PathBuf,
+    /// The event's action.
+    pub action: Action,
+    /// What the system said.
+    pub source: io::Error,
+}
+
+fn hint(e: &io::Error, path: &Path) -> String {
+    let dir = path.parent().unwrap_or(Path::new("/")).display();
+    match e.raw_os_error() {
+        Some(code) if code == nix::errno::Errno::ENOSPC as i32 => {
+            format!("; the file system of {dir} is full: free space there")
+        }
+        Some(code) if code == nix::errno::Errno::EFBIG as i32 => {
+            format!("; a file size limit stops the write: raise it (ulimit -f) or free {dir}")
+        }
+        _ if e.kind() == io::ErrorKind::PermissionDenied => format!(
+            "; run the command as root, or give {} group pmcheck and mode 0660",
+            path.display()
+        ),
+        _ => String::new(),
+    }
+}
+
+/// The event log of one state directory.
+#[derive(Debug, Clone)]
+pub struct DrainLog {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl DrainLog {
+    /// The log in `state_dir`.
+    pub fn new(state_dir: &Path) -> Self {
+        Self {
+            dir: state_dir.to_owned(),
+            path: state_dir.join(LOG_NAME),
+        }
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `event`. The caller holds the state directory's lock (rotation renames).
+    pub fn append(&self, event: &Event) -> Result<(), LogError> {
+        let fail = |source| LogError {
+            path: self.path.clone(),
+            action: event.action,
+            source,
+        };
+        let line = event.line();
+        self.rotate(line.len() as u64).map_err(fail)?;
+        let mut file = self.open().map_err(fail)?;
+        let start = file.metadata().map_err(fail)?.len();
+        let error = match file.write(&line) {
+            Ok(n) if n == line.len() => return Ok(()),
+            // Only part of the line went (a full disk, a size limit): the rest says why.
+            Ok(n) => match file.write(&line[n..]) {
+                Ok(_) => io::Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32),
+                Err(e) => e,
+            },
+            Err(e) => e,
+        };
+        // Take back what went, so that the next event starts a line of its own.
+        let _ = file.set_len(start);
+        Err(fail(error))
+    }
+
+    /// Renames the log to [`OLD_NAME`] when `more` bytes would take it past [`ROTATE_AT`].
+    fn rotate(&self, more: u64) -> io::Result<()> {
+        match fs::symlink_metadata(&self.path) {
+            Ok(meta) if meta.len() + more > ROTATE_AT => {
+                fs::rename(&self.path, self.dir.join(OLD_NAME))
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Opens for appending without following links, creating it 0660 with the state
+    /// directory's group (whoever creates it, the other side can still append).
+    fn open(&self) -> io::Result<File> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(MODE)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+            .open(&self.path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::other("not a regular file: remove it"));
+        }
+        let dir_gid = fs::metadata(&self.dir)?.gid();
+        if meta.gid() != dir_gid && meta.uid() == nix::unistd::geteuid().as_raw() {
+            // Best effort: only the owner (or root) may; the other side then still appends
+            // through the group when it made the file.
+            let _ = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
+        }
+        if meta.mode() & 0o777 != MODE && meta.uid() == nix::unistd::geteuid().as_raw() {
+            file.set_permissions(fs::Permissions::from_mode(MODE))?;
+        }
+        Ok(file)
+    }
+
+    /// The last `n` events, oldest first, from the log and the old log after it. Reads only the
+    /// tail (at most `n` lines' worth); lines that are not events are left out.
+    pub fn tail(&self, n: usize) -> io::Result<Vec<Event>> {
+        let mut events = tail_of(&self.path, n)?;
+        if events.len() < n {
+            let mut older = tail_of(&self.dir.join(OLD_NAME), n - events.len())?;
+            older.append(&mut events);
+            events = older;
+        }
+        Ok(events)
+    }
+}
+
+/// The last `n` events of one file; none when it does not exist.
+fn tail_of(path: &Path, n: usize) -> io::Result<Vec<Event>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut file = match OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    let want = (n as u64)
+        .saturating_mul(LINE_LIMIT as u64)
+        .min(ROTATE_AT * 2);
+    let start = len.saturating_sub(want);
+    file.seek(SeekFrom::Start(start))?;
+    let mut bytes = Vec::new();
+    file.take(want).read_to_end(&mut bytes)?;
+    // Unless reading from the start, the first line may be cut: drop it.
+    let whole = if start > 0 {
+        bytes
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(&[][..], |i| &bytes[i + 1..])
+    } else {
+        &bytes[..]
+    };
+    let events: Vec<Event> = parse(whole).0;
+    let skip = events.len().saturating_sub(n);
+    Ok(events.into_iter().skip(skip).collect())
+}
+
+/// The events in `bytes` (whole lines only), and how many lines were not events.
+pub fn parse(bytes: &[u8]) -> (Vec<Event>, usize) {
+    let mut bad = 0;
+    let events = bytes
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .filter_map(|line| {
+            let event = serde_json::from_slice(line).ok();
+            bad += usize::from(event.is_none());
+            event
+        })
+        .collect();
+    (events, bad)
+}
+
+/// Follows the log for the daemon: the events appended since the last read, across a rotation.
+#[derive(Debug)]
+pub struct Follower {
+    log: DrainLog,
+    /// The inode and the offset read up to; `None` before the first read.
+    at: Option<(u64, u64)>,
+}
+
+/// What one read of the log brought.
+#[derive(Debug, Default)]
+pub struct News {
+    /// The new events.
+    pub events: Vec<Event>,
+    /// Lines that were not events (written by hand, or damaged).
+    pub unreadable: usize,
+}
+
+impl Follower {
+    /// Follows `log` from its end now: events from before the daemon started are not news.
+    pub fn new(log: DrainLog) -> Self {
+        let at = fs::metadata(log.path()).ok().map(|m| (m.ino(), m.len()));
+        Self {
+            log,
+            at: Some(at.unwrap_or((0, 0))),
+        }
+    }
+
+    /// The events appended since the last call, at most 1 MiB a call.
+    pub fn read(&mut self) -> io::Result<News> {
+        let mut news = News::default();
+        let now = match fs::metadata(self.log.path()) {
+            Ok(meta) => (meta.ino(), meta.len()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(news),
+            Err(e) => return Err(e),
+        };
+        let (ino, offset) = self.at.unwrap_or((0, 0));
+        if ino != now.0 && ino != 0 {
+            // Rotated: the rest of the old file first, if it is the one we read.
+            let old = self.log.dir.join(OLD_NAME);
+            if fs::metadata(&old).is_ok_and(|m| m.ino() == ino) {
+                self.take(&old, offset, &mut news)?;
+            }
+        }
+        let from = if ino == now.0 && offset <= now.1 {
+            offset
+        } else {
+            0
+        };
+        let read = self.take(self.log.path(), from, &mut news)?;
+        self.at = Some((now.0, from + read));
+        Ok(news)
+    }
+
+    /// Reads the whole lines of `path` from `offset`; returns the bytes consumed.
+    fn take(&self, path: &Path, offset: u64, news: &mut News) -> io::Result<u64> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+            .open(path)?;
+        file.seek(SeekFrom::Start(offset))?;
+        let mut bytes = Vec::new();
+        file.take(ROTATE_AT).read_to_end(&mut bytes)?;
+        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let (mut events, bad) = parse(&bytes[..end]);
+        news.events.append(&mut events);
+        news.unreadable += bad;
+        Ok(end as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn event(reason: &str) -> Event {
+        let holder = Holder::drain(
+            reason.into(),
+            Some(Duration::from_secs(60)),
+            SystemTime::now(),
+        );
+        Event::of(Action::Drain, &holder, SystemTime::now())
+    }
+
+    #[test]
+    fn events_round_trip_and_the_tail_reads_the_last_n() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = DrainLog::new(dir.path());
+        assert!(log.tail(5).unwrap().is_empty(), "no log: no events");
+        for i in 0..10 {
+            log.append(&event(&format!("r{i}"))).unwrap();
+        }
+        let tail = log.tail(3).unwrap();
+        let reasons: Vec<_> = tail.iter().filter_map(|e| e.reason.as_deref()).collect();
+        assert_eq!(reasons, ["r7", "r8", "r9"]);
+        assert_eq!(tail[0].holder.as_deref(), Some("drain"));
+        assert!(tail[0].until.is_some());
+        let mode = fs::metadata(log.path()).unwrap().mode() & 0o777;
+        assert_eq!(mode, MODE);
+    }
+
+    #[test]
+    fn a_line_never_passes_the_limit() {
+        let mut e = event("x");
+        e.reason = Some("é".repeat(LINE_LIMIT));
+        let line = e.line();
+        assert!(line.len() <= LINE_LIMIT, "{}", line.len());
+        assert!(serde_json::from_slice::<Event>(&line).is_ok());
+    }
+
+    #[test]
+    fn the_log_rotates_at_its_size_and_the_tail_spans_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = DrainLog::new(dir.path());
+        let one = event("x").line().len() as u64;
+        let fit = ROTATE_AT / one;
+        fs::write(log.path(), vec![b'\n'; (ROTATE_AT - fit * one) as usize]).unwrap();
+        for _ in 0..fit {
+            log.append(&event("x")).unwrap();
+        }
+        assert!(!dir.path().join(OLD_NAME).exists(), "not past the size yet");
+        log.append(&event("after")).unwrap();
+        assert!(fs::metadata(dir.path().join(OLD_NAME)).unwrap().len() <= ROTATE_AT);
+        assert_eq!(fs::metadata(log.path()).unwrap().len(), one + 4);
+        let tail = log.tail(2).unwrap();
+        assert_eq!(tail[0].reason.as_deref(), Some("x"));
+        assert_eq!(tail[1].reason.as_deref(), Some("after"));
+    }
+
+    #[test]
+    fn the_follower_sees_new_events_once_across_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = DrainLog::new(dir.path());
+        log.append(&event("before")).unwrap();
+        let mut follower = Follower::new(log.clone());
+        assert!(follower.read().unwrap().events.is_empty(), "old news");
+        log.append(&event("a")).unwrap();
+        let mut f = OpenOptions::new().append(true).open(log.path()).unwrap();
+        f.write_all(b"not json\n{\"half").unwrap();
+        let news = follower.read().unwrap();
+        assert_eq!(news.events.len(), 1);
+        assert_eq!(news.unreadable, 1);
+        f.write_all(b"\"\n").unwrap();
+        fs::rename(log.path(), dir.path().join(OLD_NAME)).unwrap();
+        log.append(&event("b")).unwrap();
+        let news = follower.read().unwrap();
+        let reasons: Vec<_> = news
+            .events
+            .iter()
+            .filter_map(|e| e.reason.as_deref())
+            .collect();
+        assert_eq!(reasons, ["b"]);
+        assert_eq!(news.unreadable, 1, "the rest of the old file, then the new");
+        assert!(follower.read().unwrap().events.is_empty());
+    }
+}

@@ -1,0 +1,234 @@
+//! The drain event log (`STATE_DIR/drain-events.log`): every drain, undrain, `--for` expiry
+//! and cycle step appends one whole line, concurrent commands never mix their lines, a full
+//! disk is said and the drain still happens, only root and the state directory's group read
+//! it, and the daemon counts what it reads in `pmcheck_drain_events_total{action}`.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::time::{Duration, Instant};
+
+use common::operator::*;
+use common::*;
+
+fn log(s: &Setup) -> std::path::PathBuf {
+    s.state.path().join("drain-events.log")
+}
+
+/// The log's events, every line of which must be one JSON object.
+fn events(s: &Setup) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(log(s)).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: a broken line {l:?}")))
+        .collect()
+}
+
+fn actions(s: &Setup) -> Vec<String> {
+    events(s)
+        .iter()
+        .map(|e| e["action"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn scrape(d: &Daemon) -> String {
+    request(
+        d.addr,
+        "GET /metrics HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
+    )
+    .body
+}
+
+fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+#[test]
+fn every_action_appends_one_event_and_the_daemon_counts_them() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let url = url(&d);
+    let ok = |out: std::process::Output| {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    };
+    ok(s.pmcheck("drain", &["--url", &url, "--reason", "kernel 6.1"]));
+    assert_eq!(actions(&s), ["drain"]);
+    ok(s.pmcheck("undrain", &["--url", &url]));
+    assert_eq!(actions(&s), ["drain", "undrain"]);
+    ok(s.pmcheck("undrain", &["--url", &url]));
+    assert_eq!(
+        actions(&s),
+        ["drain", "undrain"],
+        "nothing undrained, nothing logged"
+    );
+    ok(s.pmcheck(
+        "drain",
+        &["--url", &url, "--for", "1s", "--reason", "brief"],
+    ));
+    // The daemon sees the --for end and logs it, once.
+    let deadline = Instant::now() + SOON;
+    while actions(&s).len() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "no expiry logged: {:?}",
+            actions(&s)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    ok(s.pmcheck("undrain", &["--url", &url]));
+    let cycle = Running::start(
+        &s,
+        "cycle",
+        &["--url", &url, "--lb-interval", "100ms", "--", "true"],
+    );
+    let out = cycle.finish(SOON);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        actions(&s),
+        [
+            "drain",
+            "undrain",
+            "drain",
+            "expire",
+            "undrain",
+            "cycle_drain",
+            "cycle_undrain"
+        ]
+    );
+    let all = events(&s);
+    assert_eq!(all[0]["reason"], "kernel 6.1");
+    assert_eq!(all[0]["holder"], "drain");
+    assert_eq!(all[3]["reason"], "brief");
+    assert!(all[3]["until"].is_string(), "{}", all[3]);
+    assert!(all[5]["holder"].as_str().unwrap().starts_with("cycle pid "));
+
+    let deadline = Instant::now() + SOON;
+    loop {
+        let metrics = scrape(&d);
+        let want = [
+            "pmcheck_drain_events_total{action=\"drain\"} 2",
+            "pmcheck_drain_events_total{action=\"undrain\"} 2",
+            "pmcheck_drain_events_total{action=\"expire\"} 1",
+            "pmcheck_drain_events_total{action=\"cycle_undrain\"} 1",
+            "pmcheck_drain_events_total{action=\"refused\"} 0",
+        ];
+        if want.iter().all(|w| metrics.contains(w)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.wait_for_log(SOON, "drain event: ");
+    assert!(d.logged("action=\"cycle_drain\"") + d.logged("action=cycle_drain") >= 1);
+
+    let out = s.pmcheck("status", &["--history", "3"]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(shown.lines().count(), 3, "{shown}");
+    assert!(
+        shown.lines().next().unwrap().contains(" undrain by "),
+        "{shown}"
+    );
+    let out = s.pmcheck("status", &["--history", "2", "--json"]);
+    let json: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json.len(), 2);
+    assert_eq!(json[1]["action"], "cycle_undrain");
+}
+
+#[test]
+fn concurrent_drains_leave_whole_lines() {
+    let s = Setup::new(Behavior::Running);
+    let nowhere = format!("http://{}/", closed_port());
+    let running: Vec<Running> = (0..8)
+        .map(|i| {
+            Running::start(
+                &s,
+                "drain",
+                &["--url", &nowhere, "--reason", &format!("reason {i}")],
+            )
+        })
+        .collect();
+    for r in running {
+        let out = r.finish(SOON);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    }
+    let all = events(&s);
+    assert_eq!(all.len(), 8, "one whole line each");
+    let mut reasons: Vec<_> = all.iter().map(|e| e["reason"].to_string()).collect();
+    reasons.sort();
+    reasons.dedup();
+    assert_eq!(reasons.len(), 8);
+}
+
+#[test]
+fn a_full_disk_loses_the_event_says_so_and_still_drains() {
+    let s = Setup::new(Behavior::Running);
+    let nowhere = format!("http://{}/", closed_port());
+    // A file size limit stands in for a full disk: the log (already 4000 bytes) cannot grow,
+    // the new drain record (a few hundred bytes) can be written. SIGXFSZ is ignored, as the
+    // write then fails with EFBIG instead of ending the process.
+    std::fs::write(log(&s), "\n".repeat(4000)).unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-c", "trap '' XFSZ; exec prlimit --fsize=4050 \"$@\"", "sh"])
+        .arg(bin())
+        .args(["drain", "--state-dir"])
+        .arg(s.state.path())
+        .args(["--url", &nowhere, "--reason", "kernel"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "the drain happens: {stderr}");
+    assert!(record(&s).is_some(), "the record is written");
+    assert!(
+        stderr.contains("did not record this drain event (it is lost")
+            && stderr.contains("ulimit -f"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(log(&s)).unwrap(),
+        "\n".repeat(4000).into_bytes(),
+        "no half line left behind"
+    );
+}
+
+#[test]
+fn only_root_and_the_state_directorys_group_read_the_log() {
+    if !running_as_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs the tests as root"
+        );
+        eprintln!("SKIPPED: needs root to give the state directory another group");
+        return;
+    }
+    let s = Setup::new(Behavior::Running);
+    let nowhere = format!("http://{}/", closed_port());
+    std::os::unix::fs::chown(s.state.path(), None, Some(65534)).unwrap();
+    let out = s.pmcheck("drain", &["--url", &nowhere, "--reason", "kernel"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let meta = std::fs::metadata(log(&s)).unwrap();
+    assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, 65534));
+    let history_as = |gid: &str| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", &format!("--regid={gid}"), "--clear-groups"])
+            .arg(bin())
+            .args(["status", "--history", "5", "--state-dir"])
+            .arg(s.state.path())
+            .env_clear()
+            .output()
+            .unwrap()
+    };
+    let out = history_as("65534");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("drain by "),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = history_as("65533");
+    let stderr = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr.contains("only root and the group pmcheck read it"),
+        "{stderr}"
+    );
+}
