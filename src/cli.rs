@@ -73,6 +73,9 @@ pub struct PuppetArgs {
     /// CA certificate(s) that must have signed Puppet Server's certificate [default: puppet.conf localcacert]
     #[arg(long, env = "PMCHECK_LOCALCACERT", value_name = "PATH")]
     pub(crate) localcacert: Option<PathBuf>,
+    /// The CRL whose nextUpdate is watched (check, /metrics) [default: ssl-crl-path of Puppet Server's webserver.conf, else puppet.conf hostcrl]
+    #[arg(long, env = "PMCHECK_HOSTCRL", value_name = "PATH")]
+    pub(crate) hostcrl: Option<PathBuf>,
     /// Where to connect [default: ssl-host:ssl-port of Puppet Server's webserver.conf (127.0.0.1 for a wildcard host), else 127.0.0.1:<serverport from puppet.conf, else 8140>]
     #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
     pub(crate) puppet_addr: Option<String>,
@@ -221,6 +224,12 @@ pub struct InetdArgs {
 /// `pmcheck check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
+    /// WARNING when hostcert, a CA certificate of localcacert, or the CRL's nextUpdate falls due within this long (or a file cannot be read); the HTTP verdict never changes for it
+    #[arg(long, env = "PMCHECK_WARN_EXPIRY", value_name = "DURATION", value_parser = parse_duration, default_value = "30d")]
+    pub(crate) warn_expiry: Duration,
+    /// CRITICAL when one falls due within this long, or is past it
+    #[arg(long, env = "PMCHECK_CRIT_EXPIRY", value_name = "DURATION", value_parser = parse_duration, default_value = "7d")]
+    pub(crate) crit_expiry: Duration,
     #[command(flatten)]
     pub(crate) puppet: PuppetArgs,
     #[command(flatten)]

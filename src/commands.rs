@@ -129,7 +129,9 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
                 .map(|()| Exit::Ok)
                 .map_err(Error::from)
         }
-        Command::Check(_) => return check::check(&given()),
+        Command::Check(args) => {
+            return check::check(&given(), args.warn_expiry, args.crit_expiry);
+        }
         Command::Config(args) => config_command(&args, matches),
         Command::Drain(args) => drain::drain(args).map(|()| Exit::Ok).map_err(Error::from),
         Command::Undrain(args) => drain::undrain(args).map(|()| Exit::Ok).map_err(Error::from),
@@ -181,6 +183,7 @@ impl<'a> Provenance<'a> {
             hostcert: self.get("hostcert"),
             hostprivkey: self.get("hostprivkey"),
             localcacert: self.get("localcacert"),
+            hostcrl: self.get("hostcrl"),
             puppet_addr: self.get("puppet_addr"),
             status_path: self.must("status_path"),
             timeout: self.must("timeout"),
@@ -471,7 +474,7 @@ mod tests {
         match long {
             "puppet-conf" => file("puppet.conf"),
             "certname" => "node1.example.com".into(),
-            "hostcert" | "hostprivkey" | "localcacert" => file(&format!("{long}.pem")),
+            "hostcert" | "hostprivkey" | "localcacert" | "hostcrl" => file(&format!("{long}.pem")),
             "puppet-addr" => "127.0.0.1:8141".into(),
             "status-path" => "/status/v1/simple/master".into(),
             "timeout" => "2s".into(),

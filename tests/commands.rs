@@ -43,7 +43,12 @@ fn check_says_ok_with_perfdata_on_one_line() {
         line.contains("s;;;0 jrubies_free=1;;;0;1 jrubies_borrowed=0;;;0;1 jrubies_waiting=0;;;0 "),
         "{line}"
     );
-    assert!(line.trim_end().ends_with(" weight=100%;;;0;100"), "{line}");
+    // Then the days left of the certificates (the test CA's last 2,000 years: no warning).
+    assert!(
+        line.contains(" weight=100%;;;0;100 hostcert_days="),
+        "{line}"
+    );
+    assert!(line.contains(";30:;7: localcacert_days="), "{line}");
     assert_eq!(line.lines().count(), 1);
     // A plugin says its line and nothing else when all is well (no INFO about the identity).
     let quiet = pmcheck()
@@ -164,7 +169,7 @@ fn config_names_the_environment_variable_of_every_option() {
         let value = match long {
             "puppet-conf" => file("puppet.conf"),
             "certname" => "node1.example.com".into(),
-            "hostcert" | "hostprivkey" | "localcacert" => file("x.pem"),
+            "hostcert" | "hostprivkey" | "localcacert" | "hostcrl" => file("x.pem"),
             "puppet-addr" => "127.0.0.1:8141".into(),
             "status-path" => "/status/v1/simple/master".into(),
             "timeout" => "2s".into(),

@@ -1,6 +1,6 @@
 //! `pmcheck check`: one probe and the drain record, as a monitoring plugin's line and exit code.
 
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::exit::Exit;
 use crate::health::decision::{Decision, Rules};
@@ -8,15 +8,17 @@ use crate::health::drain_file::DrainFile;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::operator::run_single_threaded;
+use crate::puppet::expiry::{Expiries, Severity};
 use crate::puppet::pool::Load;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::report::ProbeOutcome;
 use crate::settings::{Given, Host, Settings};
 
-/// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, or the JRuby pool paused
-/// while Puppet Server is healthy), 2 CRITICAL (Puppet unhealthy), 3 UNKNOWN (bad settings,
-/// unreadable drain state).
-pub fn check(given: &Given) -> Exit {
+/// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, the JRuby pool paused
+/// while Puppet Server is healthy, or a certificate or the CRL due within `warn`), 2 CRITICAL
+/// (Puppet unhealthy, or one due within `crit` or past), 3 UNKNOWN (bad settings, unreadable
+/// drain state). The worst wins, and the line names each problem.
+pub fn check(given: &Given, warn: Duration, crit: Duration) -> Exit {
     let settings = match Settings::resolve(given, &Host::REAL) {
         Ok(s) => s,
         Err(e) => {
@@ -51,12 +53,33 @@ pub fn check(given: &Given) -> Exit {
         }
         _ => ("OK", Exit::Ok),
     };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let expiry = Expiries::read(
+        &settings.hostcert.value,
+        &settings.localcacert.value,
+        &settings.hostcrl.value,
+    )
+    .judge(now, warn, crit);
+    let (label, code) = match (code, expiry.severity) {
+        (Exit::Unknown, _) => (label, code),
+        (_, Severity::Critical) => ("CRITICAL", Exit::Critical),
+        (Exit::Ok, Severity::Warning) => ("WARNING", Exit::Warning),
+        _ => (label, code),
+    };
     let mut perfdata = format!("time={:.3}s;;;0", report.latency.as_secs_f64());
     if let Some(pool) = &report.pool {
         perfdata.push(' ');
         perfdata.push_str(&pool_perfdata(pool, decision.weight));
     }
-    println!("PMCHECK {label} - {} | {perfdata}", decision.reason);
+    perfdata.push_str(&expiry.perfdata);
+    let mut text = decision.reason.to_string();
+    for problem in &expiry.problems {
+        text.push_str("; ");
+        text.push_str(problem);
+    }
+    println!("PMCHECK {label} - {text} | {perfdata}");
     code
 }
 

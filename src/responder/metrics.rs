@@ -27,6 +27,7 @@ use crate::health::drain::DrainState;
 use crate::health::drain_audit::EventCounts;
 use crate::health::drain_log::Action;
 use crate::health::verdict::Verdict;
+use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::pool::Pool;
 use crate::puppet::probe_error::ProbeError;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
@@ -129,6 +130,8 @@ pub struct Metrics {
     probe_seconds: Histogram,
     /// Drain events read from the event log, by action (counted by the log's reader).
     pub drain_events: Arc<EventCounts>,
+    /// The certificates' and the CRL's dates, kept by their reader.
+    pub expiries: Arc<expiry::Latest>,
 }
 
 impl Default for Metrics {
@@ -145,6 +148,7 @@ impl Metrics {
             failures: Default::default(),
             probe_seconds: Histogram::new(PROBE_BUCKETS),
             drain_events: Arc::default(),
+            expiries: Arc::default(),
         }
     }
 
@@ -188,6 +192,7 @@ impl Metrics {
             failures: self.failures.each_ref().map(|n| n.load(Ordering::Relaxed)),
             probe_seconds: self.probe_seconds.clone(),
             drain_events: self.drain_events.each(),
+            expiries: self.expiries.read().ok().and_then(|e| e.clone()),
         };
         let mut registry = Registry::with_prefix(PREFIX);
         registry.register_collector(Box::new(scrape));
@@ -236,6 +241,7 @@ struct Scrape {
     failures: [u64; Cause::ALL.len()],
     probe_seconds: Histogram,
     drain_events: [(Action, u64); Action::ALL.len()],
+    expiries: Option<Arc<Expiries>>,
 }
 
 impl Collector for Scrape {
@@ -359,8 +365,47 @@ impl Collector for Scrape {
         if let Some(pool) = &self.pool {
             encode_pool(&mut out, pool)?;
         }
+        if let Some(expiries) = &self.expiries {
+            encode_expiries(&mut out, expiries)?;
+        }
         Ok(())
     }
+}
+
+/// The certificates' `notAfter` (the earliest per file and position) and the CRL's dates.
+fn encode_expiries(out: &mut DescriptorEncoder, e: &Expiries) -> Result<(), std::fmt::Error> {
+    let earliest = e.earliest();
+    if !earliest.is_empty() {
+        let mut family = out.encode_descriptor(
+            "certificate_expiry_timestamp",
+            "notAfter of the certificates pmcheck's TLS rests on (file: hostcert, localcacert; position: leaf, intermediate, root; the earliest where a file holds several of one position)",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+        )?;
+        for (file, position, end) in earliest {
+            let labels = [("file", file.as_str()), ("position", position.as_str())];
+            ConstGauge::new(end).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    if let Some(crl) = &e.crl {
+        gauge(
+            out,
+            "crl_this_update_timestamp",
+            "thisUpdate of the CRL Puppet Server checks agents against (hostcrl, or webserver.conf's ssl-crl-path)",
+            Some(&Unit::Seconds),
+            crl.this_update,
+        )?;
+        if let Some(next) = crl.next_update {
+            gauge(
+                out,
+                "crl_next_update_timestamp",
+                "nextUpdate of that CRL: past it, agents' and Puppet's own CRL checks fail",
+                Some(&Unit::Seconds),
+                next,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Puppet Server's JRuby pool from the latest probe, under `pmcheck_puppetserver_jruby_`.

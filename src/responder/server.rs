@@ -17,6 +17,7 @@ use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch::{self, Drains, Watcher};
 use crate::health::verdict::Verdict;
 use crate::health::weight::{Rejoin, Tracker};
+use crate::puppet::expiry;
 use crate::puppet::probe::{self, ProbeTarget, Prober};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::responder::listener::{Guard, Listener, closed};
@@ -127,6 +128,18 @@ pub async fn serve(
             drain_file.clone(),
             audited,
             Arc::clone(&metrics.drain_events),
+            closed(stopped.clone()),
+        ));
+    }
+    if let Some(metrics) = &health.metrics {
+        let files = expiry::Files {
+            hostcert: settings.hostcert.value.clone(),
+            localcacert: settings.localcacert.value.clone(),
+            hostcrl: settings.hostcrl.value.clone(),
+        };
+        tasks.spawn(expiry::refresh(
+            files,
+            Arc::clone(&metrics.expiries),
             closed(stopped.clone()),
         ));
     }

@@ -27,6 +27,9 @@ pub struct Webserver {
     pub host: Option<IpAddr>,
     /// `ssl-port`.
     pub port: Option<u16>,
+    /// `ssl-crl-path`: the CRL Puppet Server itself checks agents against (a compile master
+    /// with the CA disabled points it at the CA's CRL copy).
+    pub crl_path: Option<PathBuf>,
 }
 
 /// A file of Puppet Server's conf.d, if it can be read.
@@ -49,6 +52,9 @@ impl Webserver {
         Self {
             host: scalar("ssl-host").and_then(|h| h.parse().ok()),
             port: scalar("ssl-port").and_then(|p| p.parse().ok()),
+            crl_path: scalar("ssl-crl-path")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
             path,
         }
     }

@@ -179,6 +179,8 @@ pub struct Given {
     pub hostprivkey: Option<Setting<PathBuf>>,
     /// `--localcacert`.
     pub localcacert: Option<Setting<PathBuf>>,
+    /// `--hostcrl`.
+    pub hostcrl: Option<Setting<PathBuf>>,
     /// `--puppet-addr`, resolved here (a name is looked up once, at start).
     pub puppet_addr: Option<Setting<String>>,
     /// `--status-path`.
@@ -210,6 +212,9 @@ pub struct Settings {
     pub hostprivkey: Setting<PathBuf>,
     /// The Puppet CA certificate(s).
     pub localcacert: Setting<PathBuf>,
+    /// The CRL whose dates are watched: webserver.conf's `ssl-crl-path` (what Puppet Server
+    /// checks agents against), else puppet.conf's `hostcrl`.
+    pub hostcrl: Setting<PathBuf>,
     /// Where Puppet Server listens.
     pub puppet_addr: Setting<SocketAddr>,
     /// The status endpoint.
@@ -279,6 +284,7 @@ impl Settings {
             ("hostcert", path_text(given.hostcert.as_ref())),
             ("hostprivkey", path_text(given.hostprivkey.as_ref())),
             ("localcacert", path_text(given.localcacert.as_ref())),
+            ("hostcrl", path_text(given.hostcrl.as_ref())),
         ];
         for (name, setting) in overrides {
             if let Some(Setting { value, source }) = setting {
@@ -312,15 +318,24 @@ impl Settings {
             let path = puppetserver_confd.value.join(name);
             (host.confd_file)(&path).map(|text| (path, text))
         };
+        let webserver =
+            confd_file("webserver.conf").map(|(path, text)| Webserver::parse(path, &text));
+        let crl_path = webserver
+            .as_ref()
+            .and_then(|w| Some((w.crl_path.clone()?, w)));
+        let hostcrl = match crl_path.filter(|_| given.hostcrl.is_none()) {
+            Some((crl, web)) => Setting {
+                value: crl,
+                source: Source::Default(format!("ssl-crl-path in {}", web.path.display())),
+            },
+            None => path("hostcrl")?,
+        };
         let puppet_addr = match &given.puppet_addr {
             Some(Setting { value, source }) => Setting {
                 value: parse_addr(value)?,
                 source: source.clone(),
             },
-            None => default_puppet_addr(
-                confd_file("webserver.conf").map(|(path, text)| Webserver::parse(path, &text)),
-                &string("serverport")?,
-            )?,
+            None => default_puppet_addr(webserver, &string("serverport")?)?,
         };
         let multithreaded = match confd_file("puppetserver.conf") {
             Some((path, text)) => match multithreaded(&text) {
@@ -356,6 +371,7 @@ impl Settings {
             hostcert: path("hostcert")?,
             hostprivkey: path("hostprivkey")?,
             localcacert: path("localcacert")?,
+            hostcrl,
             puppet_conf,
             certname,
             puppet_addr,
@@ -394,6 +410,7 @@ impl fmt::Display for Settings {
             path_row("hostcert", &self.hostcert),
             path_row("hostprivkey", &self.hostprivkey),
             path_row("localcacert", &self.localcacert),
+            path_row("hostcrl", &self.hostcrl),
             (
                 "puppet-addr",
                 self.puppet_addr.value.to_string(),
@@ -575,6 +592,7 @@ mod tests {
             hostcert: None,
             hostprivkey: None,
             localcacert: None,
+            hostcrl: None,
             puppet_addr: None,
             status_path: default(defaults::STATUS_PATH.into()),
             timeout: default(Duration::from_millis(1500)),

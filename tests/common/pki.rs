@@ -31,6 +31,11 @@ impl Ca {
         self.issuer.pem()
     }
 
+    /// The CA's key and certificate, to sign what a test makes itself.
+    pub fn issuer(&self) -> &CertifiedIssuer<'static, KeyPair> {
+        &self.issuer
+    }
+
     /// A certificate for `key`, with `sans` as subjectAltNames (none, like pre-6.15.2 Puppet CAs).
     pub fn issue(&self, cn: &str, sans: &[&str], key: &KeyPair) -> String {
         let mut params =

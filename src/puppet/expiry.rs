@@ -1,0 +1,369 @@
+//! When the files Puppet's TLS rests on stop being valid: this host's certificate
+//! (`hostcert`), the CA chain (`localcacert`) and the CRL Puppet Server checks agents against
+//! (`hostcrl`). Read for the operator (`check`, `/metrics`), never for the verdict: an expired
+//! certificate already fails the probe, and taking every master out for a warning would be the
+//! cascade pmcheck exists to prevent.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, CertificateRevocationListDer};
+use x509_parser::prelude::{FromDer, X509Certificate};
+use x509_parser::revocation_list::CertificateRevocationList;
+
+/// Which file: the `file` label of the metrics, and the name `check` gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum File {
+    /// This host's certificate (and any chain appended to it).
+    Hostcert,
+    /// The Puppet CA's certificate(s).
+    Localcacert,
+    /// The CRL.
+    Hostcrl,
+}
+
+impl File {
+    /// The label value, as puppet.conf names the setting.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            File::Hostcert => "hostcert",
+            File::Localcacert => "localcacert",
+            File::Hostcrl => "hostcrl",
+        }
+    }
+}
+
+/// Where a certificate sits in its chain: the `position` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Position {
+    /// The first certificate of `hostcert`: this host's own.
+    Leaf,
+    /// A CA certificate signed by another.
+    Intermediate,
+    /// A self-signed CA certificate.
+    Root,
+}
+
+impl Position {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Position::Leaf => "leaf",
+            Position::Intermediate => "intermediate",
+            Position::Root => "root",
+        }
+    }
+}
+
+/// One certificate's end of validity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertEnd {
+    /// The file it is in.
+    pub file: File,
+    /// Its place in the chain.
+    pub position: Position,
+    /// Its subject, as `CN=...` (one safe line).
+    pub subject: String,
+    /// `notAfter`, in seconds since the epoch.
+    pub not_after: i64,
+}
+
+/// The CRL's dates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrlDates {
+    /// The issuer of the CRL with the earliest `nextUpdate` (a file may hold one per CA).
+    pub issuer: String,
+    /// That CRL's `thisUpdate`, in seconds since the epoch.
+    pub this_update: i64,
+    /// That CRL's `nextUpdate`; a CRL without one never goes stale.
+    pub next_update: Option<i64>,
+}
+
+/// What the three files say, read at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expiries {
+    /// Every certificate of `hostcert` and `localcacert`.
+    pub certs: Vec<CertEnd>,
+    /// The CRL's dates, when it was read.
+    pub crl: Option<CrlDates>,
+    /// Files that could not be read or parsed, in words. A missing CRL is not one: Puppet runs
+    /// without (`certificate_revocation = false`).
+    pub unreadable: Vec<String>,
+}
+
+impl Expiries {
+    /// Reads the files; what cannot be read is said in `unreadable`, never an error.
+    pub fn read(hostcert: &Path, localcacert: &Path, hostcrl: &Path) -> Self {
+        let mut out = Expiries::default();
+        for (file, path) in [(File::Hostcert, hostcert), (File::Localcacert, localcacert)] {
+            match certificates(file, path) {
+                Ok(certs) => out.certs.extend(certs),
+                Err(why) => out.unreadable.push(why),
+            }
+        }
+        match crl(hostcrl) {
+            Ok(dates) => out.crl = dates,
+            Err(why) => out.unreadable.push(why),
+        }
+        out
+    }
+
+    /// The earliest `notAfter` of each (file, position) present, for the metrics.
+    pub fn earliest(&self) -> Vec<(File, Position, i64)> {
+        let mut out: Vec<(File, Position, i64)> = Vec::new();
+        for c in &self.certs {
+            match out
+                .iter_mut()
+                .find(|(f, p, _)| *f == c.file && *p == c.position)
+            {
+                Some(entry) => entry.2 = entry.2.min(c.not_after),
+                None => out.push((c.file, c.position, c.not_after)),
+            }
+        }
+        out
+    }
+
+    /// The worst of the dates against the thresholds, with each problem named and the days
+    /// left per file as monitoring-plugin performance data.
+    pub fn judge(&self, now: i64, warn: Duration, crit: Duration) -> Judgement {
+        let mut j = Judgement::default();
+        let mut note = |severity: Severity, what: String| {
+            j.severity = j.severity.max(severity);
+            j.problems.push(what);
+        };
+        let severity_of = |end: i64| {
+            let left = end - now;
+            if left <= secs(crit) {
+                Severity::Critical
+            } else if left <= secs(warn) {
+                Severity::Warning
+            } else {
+                Severity::Ok
+            }
+        };
+        for c in &self.certs {
+            let severity = severity_of(c.not_after);
+            if severity != Severity::Ok {
+                note(
+                    severity,
+                    format!(
+                        "{} {} ({}) {}",
+                        c.file.as_str(),
+                        c.subject,
+                        c.position.as_str(),
+                        ends("expires", c.not_after, now)
+                    ),
+                );
+            }
+        }
+        if let Some(crl) = &self.crl
+            && let Some(next) = crl.next_update
+        {
+            let severity = severity_of(next);
+            if severity != Severity::Ok {
+                note(
+                    severity,
+                    format!(
+                        "hostcrl of {} {}",
+                        crl.issuer,
+                        ends("is due for its nextUpdate", next, now)
+                    ),
+                );
+            }
+        }
+        for why in &self.unreadable {
+            note(Severity::Warning, why.clone());
+        }
+        let days = |end: i64| (end - now) as f64 / 86_400.0;
+        let (w, c) = (secs(warn) as f64 / 86_400.0, secs(crit) as f64 / 86_400.0);
+        for file in [File::Hostcert, File::Localcacert] {
+            if let Some(end) = self
+                .certs
+                .iter()
+                .filter(|e| e.file == file)
+                .map(|e| e.not_after)
+                .min()
+            {
+                let _ = write!(
+                    j.perfdata,
+                    " {}_days={:.1};{w}:;{c}:",
+                    file.as_str(),
+                    days(end)
+                );
+            }
+        }
+        if let Some(next) = self.crl.as_ref().and_then(|c| c.next_update) {
+            let _ = write!(j.perfdata, " hostcrl_days={:.1};{w}:;{c}:", days(next));
+        }
+        j
+    }
+}
+
+/// A monitoring plugin's state, worst last.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    /// Nothing due.
+    #[default]
+    Ok,
+    /// Due within `--warn-expiry`, or a file that cannot be read.
+    Warning,
+    /// Due within `--crit-expiry`, or past.
+    Critical,
+}
+
+/// What [`Expiries::judge`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Judgement {
+    /// The worst state.
+    pub severity: Severity,
+    /// Each problem, in words.
+    pub problems: Vec<String>,
+    /// ` hostcert_days=20.0;30:;7:` and so on, each with a leading space.
+    pub perfdata: String,
+}
+
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// `expires 2026-12-14T10:00:00Z (in 20 days)`, or `expired ... (3 days ago)`.
+fn ends(verb: &str, end: i64, now: i64) -> String {
+    let date = timestamp(end);
+    let left = end - now;
+    if left > 0 {
+        format!("{verb} {date} (in {})", days_text(left))
+    } else if verb == "expires" {
+        format!("expired {date} ({} ago)", days_text(-left))
+    } else {
+        format!("is past its nextUpdate {date} ({} ago)", days_text(-left))
+    }
+}
+
+fn days_text(seconds: i64) -> String {
+    let days = seconds / 86_400;
+    match days {
+        0 => format!("{} hours", seconds / 3600),
+        1 => "1 day".into(),
+        n => format!("{n} days"),
+    }
+}
+
+/// Seconds since the epoch as RFC 3339 UTC.
+pub fn timestamp(seconds: i64) -> String {
+    match u64::try_from(seconds) {
+        Ok(s) => humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(s))
+            .to_string(),
+        Err(_) => format!("{seconds} s since the epoch"),
+    }
+}
+
+fn certificates(file: File, path: &Path) -> Result<Vec<CertEnd>, String> {
+    let what = || format!("{} {}", file.as_str(), path.display());
+    let ders = CertificateDer::pem_file_iter(path)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{} cannot be read: {e}", what()))?;
+    if ders.is_empty() {
+        return Err(format!("{} holds no PEM certificate", what()));
+    }
+    let mut out = Vec::with_capacity(ders.len());
+    for (i, der) in ders.iter().enumerate() {
+        let (_, cert) = X509Certificate::from_der(der)
+            .map_err(|e| format!("{} certificate {}: not X.509: {e}", what(), i + 1))?;
+        let self_signed = cert.subject() == cert.issuer();
+        let position = match (file, i) {
+            (File::Hostcert, 0) => Position::Leaf,
+            _ if self_signed => Position::Root,
+            _ => Position::Intermediate,
+        };
+        out.push(CertEnd {
+            file,
+            position,
+            subject: crate::text::one_line(&cert.subject().to_string(), 200).into_owned(),
+            not_after: cert.validity().not_after.timestamp(),
+        });
+    }
+    Ok(out)
+}
+
+fn crl(path: &Path) -> Result<Option<CrlDates>, String> {
+    let what = || format!("hostcrl {}", path.display());
+    if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(None);
+    }
+    let ders = CertificateRevocationListDer::pem_file_iter(path)
+        .and_then(|crls| crls.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{} cannot be read: {e}", what()))?;
+    let mut earliest: Option<CrlDates> = None;
+    for (i, der) in ders.iter().enumerate() {
+        let (_, list) = CertificateRevocationList::from_der(der)
+            .map_err(|e| format!("{} CRL {}: not an X.509 CRL: {e}", what(), i + 1))?;
+        let dates = CrlDates {
+            issuer: crate::text::one_line(&list.issuer().to_string(), 200).into_owned(),
+            this_update: list.last_update().timestamp(),
+            next_update: list.next_update().map(|t| t.timestamp()),
+        };
+        let sooner = match (&earliest, dates.next_update) {
+            (None, _) => true,
+            (Some(e), Some(next)) => e.next_update.is_none_or(|n| next < n),
+            (Some(_), None) => false,
+        };
+        if sooner {
+            earliest = Some(dates);
+        }
+    }
+    earliest
+        .map(Some)
+        .ok_or_else(|| format!("{} holds no PEM CRL", what()))
+}
+
+/// The three paths, as settings name them.
+#[derive(Debug, Clone)]
+pub struct Files {
+    /// `hostcert`.
+    pub hostcert: PathBuf,
+    /// `localcacert`.
+    pub localcacert: PathBuf,
+    /// `hostcrl` (or webserver.conf's `ssl-crl-path`).
+    pub hostcrl: PathBuf,
+}
+
+impl Files {
+    /// Reads them now.
+    pub fn read(&self) -> Expiries {
+        Expiries::read(&self.hostcert, &self.localcacert, &self.hostcrl)
+    }
+}
+
+/// The latest dates, shared with the scrape.
+pub type Latest = std::sync::RwLock<Option<std::sync::Arc<Expiries>>>;
+
+/// How often the daemon re-reads the files: they change a few times a year (renewal, a new
+/// CRL), and a scrape then shows the new dates within this.
+pub const REFRESH: Duration = Duration::from_secs(60);
+
+/// The daemon's reader: the dates now and every [`REFRESH`], off the async workers, until
+/// `shutdown`.
+pub async fn refresh(
+    files: Files,
+    latest: std::sync::Arc<Latest>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let reading = files.clone();
+        if let Ok(now) = tokio::task::spawn_blocking(move || reading.read()).await {
+            for why in &now.unreadable {
+                tracing::debug!("certificate dates: {why}");
+            }
+            if let Ok(mut slot) = latest.write() {
+                *slot = Some(std::sync::Arc::new(now));
+            }
+        }
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = tokio::time::sleep(REFRESH) => {}
+        }
+    }
+}
