@@ -10,6 +10,8 @@ the `puppetserver` fixture starts it again for anything else.
 
 from __future__ import annotations
 
+import datetime
+import os
 import subprocess
 import time
 
@@ -28,11 +30,47 @@ def promtool_check_metrics(serve: st.PmcheckServe, state: str) -> None:
     assert lint.returncode == 0 and not said, f"promtool on the {state} scrape: {said}\n{scrape.body}"
 
 
+def openssl_date(*args: str) -> int:
+    """`openssl x509 -enddate` / `openssl crl -nextupdate`: `notAfter=Nov 20 10:00:00 2031 GMT`."""
+    out = subprocess.run(["openssl", *args, "-noout"], capture_output=True, text=True, timeout=30, check=True)
+    text = out.stdout.strip().split("=", 1)[1]
+    when = datetime.datetime.strptime(text, "%b %d %H:%M:%S %Y %Z")
+    return int(when.replace(tzinfo=datetime.UTC).timestamp())
+
+
+def certificate_dates_match_openssl(pmcheck: st.Pmcheck, serve: st.PmcheckServe) -> None:
+    """The real Puppet Server's certificates and CRL, as pmcheck's /metrics dates them, are
+    the dates openssl reads from the files `pmcheck config` names."""
+    config = pmcheck.run("config")
+    assert config.returncode == 0, config.stderr
+    paths = {line.split()[0]: line.split()[1] for line in config.stdout.splitlines() if line.split()}
+    want = {
+        'pmcheck_certificate_expiry_timestamp_seconds{file="hostcert",position="leaf"}': openssl_date(
+            "x509", "-enddate", "-in", paths["hostcert"]
+        ),
+    }
+    with open(paths["localcacert"]) as f:
+        if f.read().count("BEGIN CERTIFICATE") == 1:
+            series = 'pmcheck_certificate_expiry_timestamp_seconds{file="localcacert",position="root"}'
+            want[series] = openssl_date("x509", "-enddate", "-in", paths["localcacert"])
+    crl = paths["hostcrl"]
+    assert os.path.exists(crl), f"the real master's CRL {crl} (from `pmcheck config`) is missing"
+    want["pmcheck_crl_next_update_timestamp_seconds"] = openssl_date("crl", "-nextupdate", "-in", crl)
+    got = {}
+    for line in serve.get("/metrics").body.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in want:
+            got[name] = int(float(value))
+    assert got == want, f"pmcheck's dates {got} are not openssl's {want}"
+    record("certificate dates, as openssl reads them", ", ".join(f"{k} {v}" for k, v in want.items()))
+
+
 def test_prometheus_follows_a_drain_and_a_stop(pmcheck, puppetserver, prometheus, testdir):
     state = testdir / "state"
     serve = pmcheck.serve(state, "--interval", "500ms")
     serve.wait_verdict(200)
     promtool_check_metrics(serve, "healthy")
+    certificate_dates_match_openssl(pmcheck, serve)
     prom = prometheus(serve.listen)
 
     def wait(what: str, promql: str, pred, timeout: float = 30) -> float:
@@ -51,11 +89,16 @@ def test_prometheus_follows_a_drain_and_a_stop(pmcheck, puppetserver, prometheus
     record("Prometheus: Puppet Server's pool", f"size {size}, free {free:.0f}")
     groups = prom.api("rules")["groups"]
     rules = sorted((r["name"], r["health"]) for g in groups for r in g["rules"])
-    names = ["PmcheckDrainedTooLong"] * 2 + [
-        "PmcheckNoHealthyCompileMaster",
-        "PmcheckPoolSaturated",
-        "PmcheckProbeFailing",
-    ]
+    names = (
+        ["PmcheckCertificateExpiresSoon"] * 2
+        + ["PmcheckCrlStale"]
+        + ["PmcheckDrainedTooLong"] * 2
+        + [
+            "PmcheckNoHealthyCompileMaster",
+            "PmcheckPoolSaturated",
+            "PmcheckProbeFailing",
+        ]
+    )
     assert rules == [(name, "ok") for name in names], rules
 
     # a drain: DRAINED and drained in Prometheus, with the drain's start
