@@ -658,10 +658,16 @@ fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
     );
     assert!(stdout(&out).contains(") (people and scripts)\n"), "{out:?}");
     assert!(
-        stdout(&out).ends_with(&format!(
-            "\nagents: no connection to {}\nnext:   serving: `pmcheck drain --reason ... --wait` takes it out for work\n",
+        stdout(&out).contains(&format!(
+            "\nagents: no connection to {}\ncerts:  hostcert CN={CERTNAME} (leaf) until ",
             s.stub.addr
         )),
+        "{out:?}"
+    );
+    assert!(
+        stdout(&out).ends_with(
+            "\nnext:   serving: `pmcheck drain --reason ... --wait` takes it out for work\n"
+        ),
         "{out:?}"
     );
     s.pmcheck("drain", &["--reason", "why"]);

@@ -291,6 +291,35 @@ fn the_metrics_carry_the_dates_and_the_verdict_does_not_change() {
         std::thread::sleep(std::time::Duration::from_millis(20));
         body = scrape();
     }
+
+    // The operator's view: status in words, and the JSON with the days left.
+    let url = format!("http://{}/", d.addr);
+    let out = s.pmcheck("status", &["--url", &url]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let certs = text
+        .lines()
+        .find(|l| l.starts_with("certs:  "))
+        .unwrap_or_default();
+    let leaf = format!(
+        "hostcert CN={CERTNAME} (leaf) until {}, in 3.0 days",
+        humantime_date(leaf_end)
+    );
+    assert!(certs.contains(&leaf), "{leaf} in {text}");
+    assert!(
+        certs.contains("localcacert CN=Puppet Intermediate CA (intermediate) until "),
+        "{text}"
+    );
+    assert!(certs.contains("due for its nextUpdate "), "{text}");
+    let out = s.pmcheck("status", &["--url", &url, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let certs = &json["certificates"];
+    assert_eq!(certs["crl"]["days_left"], 6.0, "{json}");
+    assert_eq!(
+        certs["crl"]["next_update"].as_str(),
+        Some(humantime_date(next).as_str()),
+        "{json}"
+    );
+    assert_eq!(certs["certs"][0]["position"], "leaf", "{json}");
 }
 
 fn label(line: &str) -> &str {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
+use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::pool::{Load, Pool};
 
 /// The whole answer to a poll.
@@ -61,6 +62,77 @@ pub struct Answer<'a> {
     /// loopback, and only when there were any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unrecorded: Option<UnrecordedAnswer>,
+    /// The certificates' and the CRL's dates, as the daemon last read them: only in JSON
+    /// answers to loopback, from a daemon that serves /metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates: Option<CertificatesAnswer>,
+}
+
+/// When the files Puppet's TLS rests on stop being valid ([`crate::puppet::expiry`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CertificatesAnswer {
+    /// Every certificate of hostcert and localcacert.
+    pub certs: Vec<CertAnswer>,
+    /// The CRL, when one was read.
+    pub crl: Option<CrlAnswer>,
+    /// Files that could not be read, in words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
+}
+
+/// One certificate's end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CertAnswer {
+    /// `hostcert` or `localcacert`.
+    pub file: String,
+    /// `leaf`, `intermediate` or `root`.
+    pub position: String,
+    /// `CN=...`.
+    pub subject: String,
+    /// `notAfter`, RFC 3339.
+    pub not_after: String,
+    /// Days until then (negative: past).
+    pub days_left: f64,
+}
+
+/// The CRL's dates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CrlAnswer {
+    /// Its issuer.
+    pub issuer: String,
+    /// `thisUpdate`, RFC 3339.
+    pub this_update: String,
+    /// `nextUpdate`, RFC 3339, when it has one.
+    pub next_update: Option<String>,
+    /// Days until `nextUpdate` (negative: past).
+    pub days_left: Option<f64>,
+}
+
+impl CertificatesAnswer {
+    /// The dates read, with the days left at `now` (seconds since the epoch).
+    pub fn of(e: &Expiries, now: i64) -> Self {
+        let days = |end: i64| ((end - now) as f64 / 86_400.0 * 10.0).round() / 10.0;
+        Self {
+            certs: e
+                .certs
+                .iter()
+                .map(|c| CertAnswer {
+                    file: c.file.as_str().to_owned(),
+                    position: c.position.as_str().to_owned(),
+                    subject: c.subject.clone(),
+                    not_after: expiry::timestamp(c.not_after),
+                    days_left: days(c.not_after),
+                })
+                .collect(),
+            crl: e.crl.as_ref().map(|c| CrlAnswer {
+                issuer: c.issuer.clone(),
+                this_update: expiry::timestamp(c.this_update),
+                next_update: c.next_update.map(expiry::timestamp),
+                days_left: c.next_update.map(days),
+            }),
+            unreadable: e.unreadable.clone(),
+        }
+    }
 }
 
 /// Polls that no poller entry holds ([`crate::responder::pollers`]).

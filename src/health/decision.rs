@@ -197,6 +197,7 @@ impl<'a> Decision<'a> {
             listening_ms: None,
             drain_file: None,
             unrecorded: None,
+            certificates: None,
             probe: match self.probe {
                 Some(p) => ProbeAnswer {
                     ok: p.outcome.is_healthy(),

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::health::answer::{Answer, PollerAnswer};
+use crate::health::answer::{Answer, CertificatesAnswer, PollerAnswer};
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
@@ -164,8 +164,49 @@ pub fn describe(reply: &Reply) -> String {
         };
         let _ = writeln!(out, "agents: {line}");
     }
+    if let Some(c) = &answer.certificates {
+        let _ = writeln!(out, "certs:  {}", certificates(c));
+    }
     let _ = writeln!(out, "next:   {}", next_step(&answer));
     out
+}
+
+/// Each certificate's end and the CRL's nextUpdate, with the days left.
+fn certificates(c: &CertificatesAnswer) -> String {
+    let mut parts: Vec<String> = c
+        .certs
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} ({}) until {}, {}",
+                e.file,
+                e.subject,
+                e.position,
+                e.not_after,
+                days_left(e.days_left)
+            )
+        })
+        .collect();
+    if let Some(crl) = &c.crl {
+        parts.push(match (&crl.next_update, crl.days_left) {
+            (Some(next), Some(days)) => format!(
+                "hostcrl of {} due for its nextUpdate {next}, {}",
+                crl.issuer,
+                days_left(days)
+            ),
+            _ => format!("hostcrl of {} (no nextUpdate)", crl.issuer),
+        });
+    }
+    parts.extend(c.unreadable.iter().cloned());
+    parts.join("; ")
+}
+
+fn days_left(days: f64) -> String {
+    if days < 0.0 {
+        format!("PAST by {:.1} days", -days)
+    } else {
+        format!("in {days:.1} days")
+    }
 }
 
 /// The weight with its cause.

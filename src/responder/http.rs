@@ -11,6 +11,7 @@ use hyper::ext::ReasonPhrase;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
+use crate::health::answer::CertificatesAnswer;
 use crate::health::decision::Decision;
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
@@ -72,6 +73,7 @@ impl Node {
                 answer.traffic = self.agents.latest().map(|t| (*t).clone());
                 answer.drain_file = Some(self.drain_file.clone());
                 answer.agent_check = Some(self.rules.agent_check);
+                answer.certificates = self.certificates();
                 return respond_with(decision, method, answer.to_json(), true);
             }
             respond(decision, method, headers)
@@ -116,6 +118,16 @@ impl Node {
             Bytes::from(body),
             method,
         )
+    }
+
+    /// The certificates' dates as last read, for the operator's JSON (none in inetd mode).
+    fn certificates(&self) -> Option<CertificatesAnswer> {
+        let metrics = self.metrics.as_ref()?;
+        let latest = metrics.expiries.read().ok()?.clone()?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        Some(CertificatesAnswer::of(&latest, now))
     }
 }
 
