@@ -431,3 +431,35 @@ pub fn env_hint(error: &clap::Error, args: &[String]) -> Option<String> {
         value.to_string_lossy()
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The packaged settings file is where operators find settings: a new PMCHECK_* of
+    /// `serve` missing from it is a setting nobody knows about (the Puppet module's own check
+    /// catches it too, but only in the slow package run).
+    #[test]
+    fn every_setting_of_serve_is_in_the_packaged_file() {
+        let packaged = include_str!("../packaging/defaults/pmcheck");
+        let cli = Cli::command();
+        let serve = cli
+            .find_subcommand("serve")
+            .expect("pmcheck has a serve subcommand");
+        let missing: Vec<String> = serve
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .map(|v| v.to_string_lossy().into_owned())
+            .filter(|var| {
+                !packaged
+                    .lines()
+                    .any(|l| l.trim_start_matches('#').starts_with(&format!("{var}=")))
+            })
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in packaging/defaults/pmcheck: {missing:?}"
+        );
+    }
+}

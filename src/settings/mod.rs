@@ -659,6 +659,43 @@ mod tests {
         assert!(!s.multithreaded.value);
     }
 
+    /// The CRL watched is the one Puppet Server checks agents against (webserver.conf's
+    /// `ssl-crl-path`), else puppet.conf's `hostcrl`; `--hostcrl` beats both.
+    #[test]
+    fn the_crl_is_puppet_servers_own_else_puppet_confs() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[main]\nssldir = /ssl\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf),
+            ..nothing()
+        };
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert_eq!(s.hostcrl.value, Path::new("/ssl/crl.pem"));
+        let with_crl = Host {
+            confd_file: &|path| {
+                path.ends_with("webserver.conf").then(|| {
+                    "webserver: {\n    ssl-port: 8140\n    ssl-crl-path: /etc/puppet/ca/crl.pem\n}\n"
+                        .into()
+                })
+            },
+            ..HOST
+        };
+        let s = Settings::resolve(&given, &with_crl).unwrap();
+        assert_eq!(s.hostcrl.value, Path::new("/etc/puppet/ca/crl.pem"));
+        assert!(
+            s.hostcrl.source.to_string().contains("ssl-crl-path in "),
+            "{:?}",
+            s.hostcrl.source
+        );
+        let flagged = Given {
+            hostcrl: flag("/mine/crl.pem".into()),
+            ..given
+        };
+        let s = Settings::resolve(&flagged, &with_crl).unwrap();
+        assert_eq!(s.hostcrl.value, Path::new("/mine/crl.pem"));
+    }
+
     #[test]
     fn puppetserver_conf_says_whether_the_jruby_is_multithreaded() {
         let given = Given {

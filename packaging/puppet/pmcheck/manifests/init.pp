@@ -70,6 +70,9 @@
 #   PMCHECK_HOSTPRIVKEY (`--hostprivkey`). Default: hostprivkey from puppet.conf.
 # @param localcacert
 #   PMCHECK_LOCALCACERT (`--localcacert`). Default: localcacert from puppet.conf.
+# @param hostcrl
+#   PMCHECK_HOSTCRL (`--hostcrl`): the CRL whose nextUpdate check and /metrics watch.
+#   Default: ssl-crl-path of Puppet Server's webserver.conf, else hostcrl from puppet.conf.
 # @param puppet_addr
 #   PMCHECK_PUPPET_ADDR (`--puppet-addr`). Default: from Puppet Server's webserver.conf, else
 #   127.0.0.1 and serverport from puppet.conf, else 127.0.0.1:8140.
@@ -102,6 +105,7 @@ class pmcheck (
   Optional[Stdlib::Unixpath] $hostcert = undef,
   Optional[Stdlib::Unixpath] $hostprivkey = undef,
   Optional[Stdlib::Unixpath] $localcacert = undef,
+  Optional[Stdlib::Unixpath] $hostcrl = undef,
   Optional[Pmcheck::HostPort] $puppet_addr = undef,
   Optional[Pattern[/\A\/[^\s'"`$\\]*\z/]] $status_path = undef,
   Optional[Stdlib::Unixpath] $state_dir = undef,
@@ -122,7 +126,7 @@ class pmcheck (
   }
 
   # Paths must stay free of whitespace and shell quoting: systemd and `. FILE` read them alike.
-  [$puppet_conf, $hostcert, $hostprivkey, $localcacert, $puppetserver_confd, $state_dir].each |$path| {
+  [$puppet_conf, $hostcert, $hostprivkey, $localcacert, $hostcrl, $puppetserver_confd, $state_dir].each |$path| {
     if $path =~ String and $path !~ /\A[^\s'"`$\\]+\z/ {
       fail("pmcheck: ${path}: a path in the settings file cannot hold spaces, quotes, \$ or \\")
     }
@@ -145,6 +149,7 @@ class pmcheck (
     ['PMCHECK_HOSTCERT', $hostcert, 'hostcert from puppet.conf'],
     ['PMCHECK_HOSTPRIVKEY', $hostprivkey, 'hostprivkey from puppet.conf'],
     ['PMCHECK_LOCALCACERT', $localcacert, 'localcacert from puppet.conf'],
+    ['PMCHECK_HOSTCRL', $hostcrl, "Puppet Server's ssl-crl-path, else hostcrl from puppet.conf"],
     ['PMCHECK_PUPPET_ADDR', $puppet_addr, "Puppet Server's webserver.conf, else 127.0.0.1:serverport"],
     ['PMCHECK_PAUSE_GRACE', $pause_grace, '60s'],
     ['PMCHECK_PUPPETSERVER_CONFD', $puppetserver_confd, "Puppet Server's conf.d of the AIO or Debian layout"],
