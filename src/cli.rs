@@ -153,6 +153,16 @@ pub struct DaemonArgs {
     /// After Puppet Server comes back (a restart, a reload, an undrain), ramp the agent-check weight from 10% to 100% over this long; 0s turns it off
     #[arg(long, env = "PMCHECK_SLOW_START", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::SLOW_START)]
     pub(crate) slow_start: Duration,
+    /// Show the deploy record (.r10k-deploy.json: commit, success, time) of this environment in status, the JSON and /metrics, never in the verdict (repeatable; in the environment, comma-separated; at most 16)
+    #[arg(
+        long,
+        env = "PMCHECK_CODE_ENVIRONMENT",
+        value_name = "NAME",
+        value_delimiter = ',',
+        default_value = defaults::CODE_ENVIRONMENT,
+        value_parser = parse_environment
+    )]
+    pub(crate) code_environment: Vec<String>,
     #[command(flatten)]
     pub(crate) drained: DrainedArgs,
 }
@@ -199,6 +209,24 @@ impl clap::builder::TypedValueParser for DrainedStatus {
 }
 
 /// 503 or 404: the two statuses a load balancer can read as "take it out".
+/// A Puppet environment's name: lowercase letters, digits and underscores, as Puppet allows.
+fn parse_environment(text: &str) -> Result<String, String> {
+    let name = text.trim();
+    if !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        Ok(name.to_owned())
+    } else {
+        Err(format!(
+            "`{text}` is not a Puppet environment name: lowercase letters, digits and \
+             underscores, at most 64 (production, feature_x)"
+        ))
+    }
+}
+
 fn parse_drained_status(text: &str) -> Result<u16, String> {
     match text.trim() {
         "503" => Ok(503),

@@ -206,6 +206,7 @@ impl<'a> Provenance<'a> {
             max_connections_per_source: self.must("max_connections_per_source"),
             slow_start: self.must("slow_start"),
             drained_status: self.must("drained_status"),
+            code_environments: self.many("code_environment"),
         })
     }
 
@@ -489,6 +490,7 @@ mod tests {
             "max-connections-per-source" => "10".into(),
             "slow-start" => "30s".into(),
             "drained-status" => "404".into(),
+            "code-environment" => "staging".into(),
             other => panic!("no sample value for --{other}: add one to this test"),
         }
     }

@@ -60,6 +60,7 @@ pub mod health;
 pub mod journal;
 pub(crate) mod operator;
 pub mod puppet;
+pub mod reading;
 pub mod responder;
 pub mod settings;
 pub(crate) mod text;

@@ -184,6 +184,7 @@ fn config_names_the_environment_variable_of_every_option() {
             "max-connections-per-source" => "10".into(),
             "slow-start" => "0s".into(),
             "drained-status" => "404".into(),
+            "code-environment" => "production,feature_x".into(),
             other => panic!("no sample value for --{other}: add one to this test"),
         };
         command.env(env, value);

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
+use crate::puppet::code::{Deployment, Found};
 use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::pool::{Load, Pool};
 
@@ -66,6 +67,85 @@ pub struct Answer<'a> {
     /// answers to loopback, from a daemon that serves /metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificates: Option<CertificatesAnswer>,
+    /// The deploy records of `--code-environment`, as the daemon last read them: only in JSON
+    /// answers to loopback, from a daemon that serves /metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<Vec<CodeAnswer>>,
+}
+
+/// One environment's deploy record ([`crate::puppet::code`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeAnswer {
+    /// The environment.
+    pub environment: String,
+    /// `deployed`, `failed` (`deploy_success` false), `no_environment` (no directory on the
+    /// environmentpath), `no_record` or `unreadable`.
+    pub state: String,
+    /// The record's path (where it would be, for `no_record`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// `signature`: the commit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// `started_at`, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// `finished_at`, RFC 3339.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    /// Seconds since `finished_at`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_seconds: Option<i64>,
+    /// Why the record is unreadable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+impl CodeAnswer {
+    /// Each deployment read, with its age at `now` (seconds since the epoch).
+    pub fn of(deployments: &[Deployment], now: i64) -> Vec<Self> {
+        deployments
+            .iter()
+            .map(|d| {
+                let mut answer = CodeAnswer {
+                    environment: d.environment.clone(),
+                    state: String::new(),
+                    path: None,
+                    commit: None,
+                    started_at: None,
+                    finished_at: None,
+                    age_seconds: None,
+                    why: None,
+                };
+                let shown = |p: &std::path::Path| Some(p.display().to_string());
+                match &d.found {
+                    Found::Record { path, record } => {
+                        answer.state = match record.success {
+                            Some(false) => "failed",
+                            _ => "deployed",
+                        }
+                        .into();
+                        answer.path = shown(path);
+                        answer.commit.clone_from(&record.commit);
+                        answer.started_at = record.started_at.map(expiry::timestamp);
+                        answer.finished_at = record.finished_at.map(expiry::timestamp);
+                        answer.age_seconds = record.finished_at.map(|t| now - t);
+                    }
+                    Found::NoEnvironment => answer.state = "no_environment".into(),
+                    Found::NoRecord { path } => {
+                        answer.state = "no_record".into();
+                        answer.path = shown(path);
+                    }
+                    Found::Unreadable { path, why } => {
+                        answer.state = "unreadable".into();
+                        answer.path = shown(path);
+                        answer.why = Some(why.clone());
+                    }
+                }
+                answer
+            })
+            .collect()
+    }
 }
 
 /// When the files Puppet's TLS rests on stop being valid ([`crate::puppet::expiry`]).

@@ -198,6 +198,7 @@ impl<'a> Decision<'a> {
             drain_file: None,
             unrecorded: None,
             certificates: None,
+            code: None,
             probe: match self.probe {
                 Some(p) => ProbeAnswer {
                     ok: p.outcome.is_healthy(),

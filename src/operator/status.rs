@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::health::answer::{Answer, CertificatesAnswer, PollerAnswer};
+use crate::health::answer::{Answer, CertificatesAnswer, CodeAnswer, PollerAnswer};
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
@@ -167,6 +167,9 @@ pub fn describe(reply: &Reply) -> String {
     if let Some(c) = &answer.certificates {
         let _ = writeln!(out, "certs:  {}", certificates(c));
     }
+    if let Some(code) = answer.code.as_deref().filter(|c| !c.is_empty()) {
+        let _ = writeln!(out, "code:   {}", deployments(code));
+    }
     let _ = writeln!(out, "next:   {}", next_step(&answer));
     out
 }
@@ -199,6 +202,54 @@ fn certificates(c: &CertificatesAnswer) -> String {
     }
     parts.extend(c.unreadable.iter().cloned());
     parts.join("; ")
+}
+
+/// Each environment's deploy: commit, when, and whether it succeeded; or why none is shown.
+fn deployments(code: &[CodeAnswer]) -> String {
+    let path = |c: &CodeAnswer| c.path.as_deref().unwrap_or("?").to_owned();
+    let parts: Vec<String> = code
+        .iter()
+        .map(|c| {
+            let env = &c.environment;
+            match c.state.as_str() {
+                "deployed" | "failed" => {
+                    let commit = c
+                        .commit
+                        .as_deref()
+                        .map_or("(no commit)", |s| &s[..s.len().min(12)]);
+                    let when = match (&c.finished_at, c.age_seconds) {
+                        (Some(at), Some(age)) => format!(" {at} ({} ago)", age_words(age)),
+                        _ => String::new(),
+                    };
+                    let failed = if c.state == "failed" {
+                        ", FAILED (deploy_success false: older code may be live)"
+                    } else {
+                        ""
+                    };
+                    format!("{env} {commit} deployed{when}{failed}")
+                }
+                "no_environment" => format!("{env}: no such environment on the environmentpath"),
+                "no_record" => format!("{env}: no deploy record ({} is absent)", path(c)),
+                _ => format!(
+                    "{env}: deploy record {} unreadable: {}",
+                    path(c),
+                    c.why.as_deref().unwrap_or("?")
+                ),
+            }
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// An age in whole seconds, minutes or hours, as far as it matters: `40s`, `11m`, `1day 3h`.
+fn age_words(age: i64) -> String {
+    let secs = age.max(0).unsigned_abs();
+    let unit = match secs {
+        0..60 => 1,
+        60..86_400 => 60,
+        _ => 3_600,
+    };
+    humantime::format_duration(Duration::from_secs(secs / unit * unit)).to_string()
 }
 
 fn days_left(days: f64) -> String {

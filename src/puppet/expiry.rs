@@ -337,33 +337,19 @@ impl Files {
 }
 
 /// The latest dates, shared with the scrape.
-pub type Latest = std::sync::RwLock<Option<std::sync::Arc<Expiries>>>;
+pub type Latest = crate::reading::Latest<Expiries>;
 
 /// How often the daemon re-reads the files: they change a few times a year (renewal, a new
 /// CRL), and a scrape then shows the new dates within this.
 pub const REFRESH: Duration = Duration::from_secs(60);
 
-/// The daemon's reader: the dates now and every [`REFRESH`], off the async workers, until
-/// `shutdown`.
-pub async fn refresh(
-    files: Files,
-    latest: std::sync::Arc<Latest>,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    loop {
-        let reading = files.clone();
-        if let Ok(now) = tokio::task::spawn_blocking(move || reading.read()).await {
-            for why in &now.unreadable {
-                tracing::debug!("certificate dates: {why}");
-            }
-            if let Ok(mut slot) = latest.write() {
-                *slot = Some(std::sync::Arc::new(now));
-            }
+impl Files {
+    /// Reads them now, logging what cannot be read (the daemon's reader, every [`REFRESH`]).
+    pub fn read_logged(&self) -> Expiries {
+        let now = self.read();
+        for why in &now.unreadable {
+            tracing::debug!("certificate dates: {why}");
         }
-        tokio::select! {
-            () = &mut shutdown => return,
-            () = tokio::time::sleep(REFRESH) => {}
-        }
+        now
     }
 }

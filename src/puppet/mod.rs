@@ -1,6 +1,7 @@
 //! The local Puppet Server, as this host sees it: its TLS identity, the probe, and the agent
 //! connections it serves.
 
+pub mod code;
 pub mod expiry;
 pub mod identity;
 pub mod pause;

@@ -11,7 +11,7 @@ use hyper::ext::ReasonPhrase;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
-use crate::health::answer::CertificatesAnswer;
+use crate::health::answer::{CertificatesAnswer, CodeAnswer};
 use crate::health::decision::Decision;
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
@@ -74,6 +74,7 @@ impl Node {
                 answer.drain_file = Some(self.drain_file.clone());
                 answer.agent_check = Some(self.rules.agent_check);
                 answer.certificates = self.certificates();
+                answer.code = self.code();
                 return respond_with(decision, method, answer.to_json(), true);
             }
             respond(decision, method, headers)
@@ -124,11 +125,22 @@ impl Node {
     fn certificates(&self) -> Option<CertificatesAnswer> {
         let metrics = self.metrics.as_ref()?;
         let latest = metrics.expiries.read().ok()?.clone()?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        Some(CertificatesAnswer::of(&latest, now))
+        Some(CertificatesAnswer::of(&latest, epoch_now()))
     }
+
+    /// The deploy records as last read, for the operator's JSON (none in inetd mode).
+    fn code(&self) -> Option<Vec<CodeAnswer>> {
+        let metrics = self.metrics.as_ref()?;
+        let latest = metrics.code.read().ok()?.clone()?;
+        Some(CodeAnswer::of(&latest, epoch_now()))
+    }
+}
+
+/// Now, in seconds since the epoch.
+fn epoch_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// A JSON request from this host: the operator's, whose answer also lists the pollers and

@@ -27,10 +27,12 @@ use crate::health::drain::DrainState;
 use crate::health::drain_audit::EventCounts;
 use crate::health::drain_log::Action;
 use crate::health::verdict::Verdict;
+use crate::puppet::code::{Deployment, Found, Record};
 use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::pool::Pool;
 use crate::puppet::probe_error::ProbeError;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
+use crate::reading::Latest;
 use crate::responder::pollers::Via;
 
 /// The `Content-Type` of an OpenMetrics scrape.
@@ -132,6 +134,8 @@ pub struct Metrics {
     pub drain_events: Arc<EventCounts>,
     /// The certificates' and the CRL's dates, kept by their reader.
     pub expiries: Arc<expiry::Latest>,
+    /// The deploy records of `--code-environment`, kept by their reader.
+    pub code: Arc<Latest<Vec<Deployment>>>,
 }
 
 impl Default for Metrics {
@@ -149,6 +153,7 @@ impl Metrics {
             probe_seconds: Histogram::new(PROBE_BUCKETS),
             drain_events: Arc::default(),
             expiries: Arc::default(),
+            code: Arc::default(),
         }
     }
 
@@ -193,6 +198,7 @@ impl Metrics {
             probe_seconds: self.probe_seconds.clone(),
             drain_events: self.drain_events.each(),
             expiries: self.expiries.read().ok().and_then(|e| e.clone()),
+            code: self.code.read().ok().and_then(|c| c.clone()),
         };
         let mut registry = Registry::with_prefix(PREFIX);
         registry.register_collector(Box::new(scrape));
@@ -242,6 +248,7 @@ struct Scrape {
     probe_seconds: Histogram,
     drain_events: [(Action, u64); Action::ALL.len()],
     expiries: Option<Arc<Expiries>>,
+    code: Option<Arc<Vec<Deployment>>>,
 }
 
 impl Collector for Scrape {
@@ -368,6 +375,9 @@ impl Collector for Scrape {
         if let Some(expiries) = &self.expiries {
             encode_expiries(&mut out, expiries)?;
         }
+        if let Some(code) = &self.code {
+            encode_code(&mut out, code)?;
+        }
         Ok(())
     }
 }
@@ -403,6 +413,73 @@ fn encode_expiries(out: &mut DescriptorEncoder, e: &Expiries) -> Result<(), std:
                 Some(&Unit::Seconds),
                 next,
             )?;
+        }
+    }
+    Ok(())
+}
+
+/// The deploy records read: an environment without a readable record has no series. The
+/// `commit` label is the one open-ended label value of pmcheck's metrics: one series per
+/// environment at a time, for Prometheus to compare the masters (`PmcheckCodeDiverged`).
+fn encode_code(
+    out: &mut DescriptorEncoder,
+    deployments: &[Deployment],
+) -> Result<(), std::fmt::Error> {
+    let records: Vec<(&str, &Record)> = deployments
+        .iter()
+        .filter_map(|d| match &d.found {
+            Found::Record { record, .. } => Some((d.environment.as_str(), record)),
+            _ => None,
+        })
+        .collect();
+    let series = |pick: fn(&Record) -> Option<i64>| -> Vec<(&str, i64)> {
+        records
+            .iter()
+            .filter_map(|(env, r)| Some((*env, pick(r)?)))
+            .collect()
+    };
+    /// A gauge family of one value per environment.
+    struct PerEnvironment<'a> {
+        name: &'a str,
+        help: &'a str,
+        unit: Option<&'a Unit>,
+        values: Vec<(&'a str, i64)>,
+    }
+    let families = [
+        PerEnvironment {
+            name: "code_deployed_timestamp",
+            help: "When the environment's last deploy finished (finished_at of its .r10k-deploy.json)",
+            unit: Some(&Unit::Seconds),
+            values: series(|r| r.finished_at),
+        },
+        PerEnvironment {
+            name: "code_deploy_success",
+            help: "Whether the environment's last deploy succeeded (deploy_success of its .r10k-deploy.json); after a failed one it may hold older or partly deployed modules",
+            unit: None,
+            values: series(|r| r.success.map(i64::from)),
+        },
+    ];
+    for f in families.into_iter().filter(|f| !f.values.is_empty()) {
+        let mut family = out.encode_descriptor(f.name, f.help, f.unit, MetricType::Gauge)?;
+        for (environment, value) in f.values {
+            ConstGauge::new(value)
+                .encode(family.encode_family(&[("environment", environment)])?)?;
+        }
+    }
+    let commits: Vec<(&str, &str)> = records
+        .iter()
+        .filter_map(|(env, r)| Some((*env, r.commit.as_deref()?)))
+        .collect();
+    if !commits.is_empty() {
+        let mut family = out.encode_descriptor(
+            "code",
+            "The commit each environment holds (signature of its .r10k-deploy.json)",
+            None,
+            MetricType::Info,
+        )?;
+        for (environment, commit) in commits {
+            Info::new([("commit", commit)])
+                .encode(family.encode_family(&[("environment", environment)])?)?;
         }
     }
     Ok(())

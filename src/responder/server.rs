@@ -17,9 +17,10 @@ use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch::{self, Drains, Watcher};
 use crate::health::verdict::Verdict;
 use crate::health::weight::{Rejoin, Tracker};
-use crate::puppet::expiry;
 use crate::puppet::probe::{self, ProbeTarget, Prober};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
+use crate::puppet::{code, expiry};
+use crate::reading;
 use crate::responder::listener::{Guard, Listener, closed};
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
@@ -130,16 +131,25 @@ pub async fn serve(
             Arc::clone(&metrics.drain_events),
             closed(stopped.clone()),
         ));
-    }
-    if let Some(metrics) = &health.metrics {
         let files = expiry::Files {
             hostcert: settings.hostcert.value.clone(),
             localcacert: settings.localcacert.value.clone(),
             hostcrl: settings.hostcrl.value.clone(),
         };
-        tasks.spawn(expiry::refresh(
-            files,
+        tasks.spawn(reading::refresh(
+            expiry::REFRESH,
+            move || files.read_logged(),
             Arc::clone(&metrics.expiries),
+            closed(stopped.clone()),
+        ));
+        let environments = code::Environments {
+            environmentpath: settings.environmentpath.value.clone(),
+            names: daemon.code_environments.value.clone(),
+        };
+        tasks.spawn(reading::refresh(
+            code::REFRESH,
+            move || environments.read(),
+            Arc::clone(&metrics.code),
             closed(stopped.clone()),
         ));
     }

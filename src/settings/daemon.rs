@@ -28,6 +28,8 @@ pub struct Daemon {
     pub slow_start: Setting<Duration>,
     /// `--drained-status`: 503, or 404 for `http-check disable-on-404`.
     pub drained_status: Setting<u16>,
+    /// `--code-environment`: the environments whose deploy records are shown.
+    pub code_environments: Setting<Vec<String>>,
 }
 
 impl Daemon {
@@ -95,6 +97,11 @@ impl Daemon {
                 "drained-status",
                 self.drained_status.value.to_string(),
                 &self.drained_status.source,
+            ),
+            (
+                "code-environment",
+                self.code_environments.value.join(","),
+                &self.code_environments.source,
             ),
         ]
     }

@@ -40,6 +40,11 @@ pub mod defaults {
     /// longer than a deploy's lock or a flush's refill (seconds), far shorter than Puppet
     /// Server's `borrow-timeout` (20 minutes), which bounds how long requests wait meanwhile.
     pub const PAUSE_GRACE: &str = "60s";
+    /// The environment whose deploy record is shown.
+    pub const CODE_ENVIRONMENT: &str = "production";
+    /// At most this many environments are read (`--code-environment`): each is a label value
+    /// of the metrics, and a scrape stays small.
+    pub const MAX_CODE_ENVIRONMENTS: usize = 16;
 }
 
 /// Why the settings cannot be resolved. Each names the setting and what to write instead.
@@ -78,6 +83,19 @@ pub enum SettingsError {
         /// The value found.
         value: String,
         /// Where it was found.
+        source_: Source,
+    },
+    /// `--code-environment` names more environments than a scrape carries.
+    #[error(
+        "--code-environment ({source_}): {count} environments; at most {max}: name the ones \
+         agents use"
+    )]
+    CodeEnvironments {
+        /// How many were named.
+        count: usize,
+        /// The most allowed.
+        max: usize,
+        /// Where they came from.
         source_: Source,
     },
     /// puppetserver.conf's `jruby-puppet.multithreaded` is not a boolean.
@@ -215,6 +233,9 @@ pub struct Settings {
     /// The CRL whose dates are watched: webserver.conf's `ssl-crl-path` (what Puppet Server
     /// checks agents against), else puppet.conf's `hostcrl`.
     pub hostcrl: Setting<PathBuf>,
+    /// puppet.conf's `environmentpath`: where the deploy records of `--code-environment` are
+    /// (directories separated by `:`).
+    pub environmentpath: Setting<String>,
     /// Where Puppet Server listens.
     pub puppet_addr: Setting<SocketAddr>,
     /// The status endpoint.
@@ -303,6 +324,18 @@ impl Settings {
             })
         };
 
+        let mut daemon = given.daemon.clone();
+        if let Some(envs) = daemon.as_mut().map(|d| &mut d.code_environments) {
+            let mut seen = std::collections::HashSet::new();
+            envs.value.retain(|name| seen.insert(name.clone()));
+            if envs.value.len() > defaults::MAX_CODE_ENVIRONMENTS {
+                return Err(SettingsError::CodeEnvironments {
+                    count: envs.value.len(),
+                    max: defaults::MAX_CODE_ENVIRONMENTS,
+                    source_: envs.source.clone(),
+                });
+            }
+        }
         let certname = string("certname")?;
         if parse_certname(&certname.value).is_err() {
             return Err(SettingsError::Certname {
@@ -372,6 +405,7 @@ impl Settings {
             hostprivkey: path("hostprivkey")?,
             localcacert: path("localcacert")?,
             hostcrl,
+            environmentpath: string("environmentpath")?,
             puppet_conf,
             certname,
             puppet_addr,
@@ -381,7 +415,7 @@ impl Settings {
             puppetserver_confd,
             multithreaded,
             state_dir: given.state_dir.clone(),
-            daemon: given.daemon.clone(),
+            daemon,
         })
     }
 }
@@ -411,6 +445,11 @@ impl fmt::Display for Settings {
             path_row("hostprivkey", &self.hostprivkey),
             path_row("localcacert", &self.localcacert),
             path_row("hostcrl", &self.hostcrl),
+            (
+                "environmentpath",
+                self.environmentpath.value.clone(),
+                &self.environmentpath.source,
+            ),
             (
                 "puppet-addr",
                 self.puppet_addr.value.to_string(),

@@ -273,6 +273,7 @@ impl<'a> Resolver<'a> {
             "hostpubkey" => "$publickeydir/$certname.pem".into(),
             "localcacert" => "$certdir/ca.pem".into(),
             "hostcrl" => "$ssldir/crl.pem".into(),
+            "environmentpath" => "$codedir/environments".into(),
             "serverport" | "masterport" => "8140".into(),
             "certname" => {
                 let fqdn = (self.fqdn)().map_err(PuppetConfError::Certname)?;

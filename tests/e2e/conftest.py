@@ -274,7 +274,7 @@ def prometheus(request, testdir):
         if shutil.which(program) is None:
             unavailable(f"{program} is not installed (scripts/e2e installs Debian's prometheus with apt-get)")
 
-    def make(target: str) -> st.Prometheus:
+    def make(target: str | list[str]) -> st.Prometheus:
         p = st.Prometheus(testdir, target, REPO / "packaging" / "prometheus" / "pmcheck-alerts.yml")
         add_log(request, "prometheus", p.log)
         started.append(p)

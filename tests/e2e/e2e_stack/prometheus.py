@@ -1,5 +1,5 @@
-"""Debian's Prometheus server, scraping one pmcheck with the shipped alert rules, asked through its
-HTTP API."""
+"""Debian's Prometheus server, scraping pmcheck (one or several) with the shipped alert rules, asked
+through its HTTP API."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .clients import Reply, http_request
 from .proc import LOOPBACK, StackError, clean_env, free_port, stop_pid, tail, wait_until
 
 PROMETHEUS_CONFIG = """\
-# written by tests/e2e/e2e_stack/prometheus.py: a throwaway Prometheus scraping one pmcheck
+# written by tests/e2e/e2e_stack/prometheus.py: a throwaway Prometheus scraping pmcheck
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -21,20 +21,24 @@ rule_files:
 scrape_configs:
   - job_name: pmcheck
     static_configs:
-      - targets: ["{target}"]
+      - targets: [{targets}]
 """
 
 
 class Prometheus:
-    """Debian's Prometheus server on a free loopback port, scraping ``target`` every second with
-    the shipped alert rules; its data in the test's dir. Stopped by PID."""
+    """Debian's Prometheus server on a free loopback port, scraping ``target`` (one address, or
+    several: the masters of one job) every second with the shipped alert rules; its data in the
+    test's dir. Stopped by PID."""
 
-    def __init__(self, workdir: Path, target: str, rules: Path):
+    def __init__(self, workdir: Path, target: str | list[str], rules: Path):
         self.dir = workdir / "prometheus"
         self.dir.mkdir(mode=0o755, exist_ok=True)
         self.cfg = self.dir / "prometheus.yml"
         self.log = self.dir / "prometheus.log"
-        self.cfg.write_text(PROMETHEUS_CONFIG.format(rules=rules, target=target))
+        targets = [target] if isinstance(target, str) else target
+        self.cfg.write_text(
+            PROMETHEUS_CONFIG.format(rules=rules, targets=", ".join(f'"{t}"' for t in targets))
+        )
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -85,6 +89,10 @@ class Prometheus:
         if len(samples) > 1:
             raise StackError(f"{promql} selects {len(samples)} series")
         return samples[0] if samples else None
+
+    def alerts(self, name: str) -> list[dict]:
+        """The alerts named ``name``, pending or firing: each with its ``labels`` and ``state``."""
+        return [a for a in self.api("alerts")["alerts"] if a["labels"].get("alertname") == name]
 
     def stop(self) -> None:
         if self.proc is not None:

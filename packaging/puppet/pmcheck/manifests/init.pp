@@ -59,6 +59,9 @@
 # @param puppetserver_confd
 #   PMCHECK_PUPPETSERVER_CONFD (`--puppetserver-confd`): Puppet Server's conf.d (webserver.conf,
 #   puppetserver.conf). Default: that of the Puppet AIO or Debian layout.
+# @param code_environment
+#   PMCHECK_CODE_ENVIRONMENT (`--code-environment`): the environments whose deploy record
+#   (.r10k-deploy.json) is shown and exported, at most 16. Default: production.
 # @param puppet_conf
 #   PMCHECK_PUPPET_CONF (`--puppet-conf`). Default: the first that exists of
 #   /etc/puppetlabs/puppet/puppet.conf and /etc/puppet/puppet.conf.
@@ -100,6 +103,7 @@ class pmcheck (
   Optional[Pmcheck::Duration] $timeout = undef,
   Optional[Pmcheck::DurationOrOff] $pause_grace = undef,
   Optional[Stdlib::Unixpath] $puppetserver_confd = undef,
+  Optional[Array[Pattern[/\A[a-z0-9_]{1,64}\z/], 1, 16]] $code_environment = undef,
   Optional[Stdlib::Unixpath] $puppet_conf = undef,
   Optional[Pattern[/\A[A-Za-z0-9._-]+\z/]] $certname = undef,
   Optional[Stdlib::Unixpath] $hostcert = undef,
@@ -152,6 +156,7 @@ class pmcheck (
     ['PMCHECK_HOSTCRL', $hostcrl, "Puppet Server's ssl-crl-path, else hostcrl from puppet.conf"],
     ['PMCHECK_PUPPET_ADDR', $puppet_addr, "Puppet Server's webserver.conf, else 127.0.0.1:serverport"],
     ['PMCHECK_PAUSE_GRACE', $pause_grace, '60s'],
+    ['PMCHECK_CODE_ENVIRONMENT', $code_environment, 'production'],
     ['PMCHECK_PUPPETSERVER_CONFD', $puppetserver_confd, "Puppet Server's conf.d of the AIO or Debian layout"],
     ['PMCHECK_STATUS_PATH', $status_path, '/status/v1/services/jruby-metrics'],
     ['PMCHECK_STATE_DIR', $state_dir, '/var/lib/pmcheck'],
