@@ -16,6 +16,8 @@
 //!   background     drain_watch::run   drain record (inotify, 250 ms, SIGHUP) -> Feeds.drain
 //!                  probe::run         Prober (TLS as this host) every interval -> Feeds.latest
 //!                  track_rejoin       Decision on each change -> Feeds.rejoin, verdict log
+//!                  reading::refresh   certificate dates every minute -> Metrics.expiries
+//!                  code::refresh      deploy records every 10 s, PE file sync -> Metrics.code
 //!   per listener   Listener::run      accept -> --allow -> Connections::admit (may shed one)
 //!   per poll       node::Node::decide(Feeds, now) -> health::decision::Decision
 //!                  http: Node::answer -> 200/503 (or 404 drained) + reason, text or JSON

@@ -122,6 +122,18 @@ fn each_environments_record_is_shown_and_what_is_not_a_record_is_said() {
             .contains("not r10k's JSON deploy record")
     );
     assert!(by("huge").why.unwrap().contains("larger than 1024 KiB"));
+    assert!(
+        code.iter().all(|c| c.file_sync_status.is_none()),
+        "open source has no file sync: {code:?}"
+    );
+    assert_eq!(
+        s.stub
+            .seen
+            .file_sync_requests
+            .load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "asked once at start (404), then once a minute"
+    );
 
     // status says it in words.
     let url = format!("http://{}/", d.addr);
@@ -199,4 +211,57 @@ fn at_most_16_environments_and_each_a_puppet_name() {
         said.contains("`Feature-X` is not a Puppet environment name"),
         "{said}"
     );
+}
+
+/// Puppet Enterprise: the file sync client's status beside each record (the stub answers a
+/// hand-made fixture, as PE could not be run here).
+#[test]
+fn on_puppet_enterprise_file_syncs_commit_is_shown_beside_the_record() {
+    let s = Setup::new(Behavior::Enterprise);
+    let root = tempfile::tempdir().unwrap();
+    let envs = root.path().join("environments");
+    deploy(
+        &envs.join("production"),
+        &r10k_record("production", "aaaa1111", true),
+    );
+    std::fs::create_dir_all(envs.join("staging")).unwrap();
+    let d = Daemon::start(&args_with_environmentpath(
+        &s,
+        root.path(),
+        &envs.display().to_string(),
+        &["--code-environment", "production,staging,dev"],
+    ));
+    let answer = d.wait_for_json(SOON, "OK with the deploy records", |a| {
+        a.status == 200 && a.code.is_some()
+    });
+    let code = answer.code.unwrap();
+    let production = &code[0];
+    assert_eq!(production.commit.as_deref(), Some("aaaa1111"));
+    assert_eq!(production.file_sync_status.as_deref(), Some("ok"));
+    assert_eq!(
+        production.file_sync_commit.as_deref(),
+        Some("0a1b2c3d4e5f60718293a4b5c6d7e8f901234567")
+    );
+    assert_eq!(code[1].file_sync_status.as_deref(), Some("failed"));
+    assert_eq!(
+        code[2].file_sync_status.as_deref(),
+        Some("none"),
+        "{code:?}"
+    );
+
+    let url = format!("http://{}/", d.addr);
+    let out = s.pmcheck("status", &["--url", &url]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    for part in [
+        "production aaaa1111 deployed 2026-11-24T11:40:32Z (",
+        ", file sync ok 0a1b2c3d4e5f",
+        "staging: no deploy record (",
+        "), file sync failed 89abcdef0123",
+    ] {
+        assert!(text.contains(part), "{part:?} in {text}");
+    }
+    // The file sync commit is file sync's own: never the metrics' commit.
+    let body = scrape(&d);
+    assert!(body.contains("commit=\"aaaa1111\""), "{body}");
+    assert!(!body.contains("0a1b2c3d"), "{body}");
 }

@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
-use crate::puppet::code::{Deployment, Found};
+use crate::puppet::code::{Found, Reading};
 use crate::puppet::expiry::{self, Expiries};
+use crate::puppet::file_sync::FileSync;
 use crate::puppet::pool::{Load, Pool};
 
 /// The whole answer to a poll.
@@ -99,12 +100,21 @@ pub struct CodeAnswer {
     /// Why the record is unreadable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// Puppet Enterprise's file sync: its `status` for this environment (`ok`, what went
+    /// wrong, or `unreadable: ...`); absent without a file sync client (open source).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_sync_status: Option<String>,
+    /// File sync's own commit for this environment (not the control repository's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_sync_commit: Option<String>,
 }
 
 impl CodeAnswer {
-    /// Each deployment read, with its age at `now` (seconds since the epoch).
-    pub fn of(deployments: &[Deployment], now: i64) -> Vec<Self> {
-        deployments
+    /// Each deployment read, with its age at `now` (seconds since the epoch) and what file
+    /// sync says of it.
+    pub fn of(reading: &Reading, now: i64) -> Vec<Self> {
+        reading
+            .deployments
             .iter()
             .map(|d| {
                 let mut answer = CodeAnswer {
@@ -116,7 +126,21 @@ impl CodeAnswer {
                     finished_at: None,
                     age_seconds: None,
                     why: None,
+                    file_sync_status: None,
+                    file_sync_commit: None,
                 };
+                match &reading.file_sync {
+                    FileSync::Unreadable(why) => {
+                        answer.file_sync_status = Some(format!("unreadable: {why}"));
+                    }
+                    sync => {
+                        if let Some(synced) = sync.of(&d.environment) {
+                            answer.file_sync_status =
+                                Some(synced.status.clone().unwrap_or_else(|| "none".into()));
+                            answer.file_sync_commit.clone_from(&synced.commit);
+                        }
+                    }
+                }
                 let shown = |p: &std::path::Path| Some(p.display().to_string());
                 match &d.found {
                     Found::Record { path, record } => {

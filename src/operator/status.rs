@@ -216,7 +216,7 @@ fn deployments(code: &[CodeAnswer]) -> String {
                     let commit = c
                         .commit
                         .as_deref()
-                        .map_or("(no commit)", |s| &s[..s.len().min(12)]);
+                        .map_or_else(|| "(no commit)".into(), short);
                     let when = match (&c.finished_at, c.age_seconds) {
                         (Some(at), Some(age)) => format!(" {at} ({} ago)", age_words(age)),
                         _ => String::new(),
@@ -226,10 +226,17 @@ fn deployments(code: &[CodeAnswer]) -> String {
                     } else {
                         ""
                     };
-                    format!("{env} {commit} deployed{when}{failed}")
+                    format!("{env} {commit} deployed{when}{failed}{}", file_sync(c))
                 }
-                "no_environment" => format!("{env}: no such environment on the environmentpath"),
-                "no_record" => format!("{env}: no deploy record ({} is absent)", path(c)),
+                "no_environment" => format!(
+                    "{env}: no such environment on the environmentpath{}",
+                    file_sync(c)
+                ),
+                "no_record" => format!(
+                    "{env}: no deploy record ({} is absent){}",
+                    path(c),
+                    file_sync(c)
+                ),
                 _ => format!(
                     "{env}: deploy record {} unreadable: {}",
                     path(c),
@@ -239,6 +246,22 @@ fn deployments(code: &[CodeAnswer]) -> String {
         })
         .collect();
     parts.join("; ")
+}
+
+/// A commit's first 12 characters, as git abbreviates it in words.
+fn short(commit: &str) -> String {
+    commit.chars().take(12).collect()
+}
+
+/// What Puppet Enterprise's file sync says of the environment, when it says anything.
+fn file_sync(c: &CodeAnswer) -> String {
+    match (&c.file_sync_status, &c.file_sync_commit) {
+        (Some(status), Some(commit)) => {
+            format!(", file sync {status} {}", short(commit))
+        }
+        (Some(status), None) => format!(", file sync {status}"),
+        _ => String::new(),
+    }
 }
 
 /// An age in whole seconds, minutes or hours, as far as it matters: `40s`, `11m`, `1day 3h`.

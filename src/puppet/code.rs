@@ -20,6 +20,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Deserialize;
 
+use crate::puppet::file_sync::{self, FileSync};
+use crate::puppet::probe::Prober;
+use crate::reading::Latest;
+
 /// The record's file name in an environment's directory.
 pub const RECORD: &str = ".r10k-deploy.json";
 
@@ -31,6 +35,56 @@ const MAX_COMMIT: usize = 64;
 
 /// How often the daemon re-reads the records: a deploy shows in a scrape within this.
 pub const REFRESH: Duration = Duration::from_secs(10);
+
+/// Puppet Server is asked for its file sync client's status every this many re-reads (a
+/// minute): an HTTPS request, where a record is a small file.
+const FILE_SYNC_EVERY: u32 = 6;
+
+/// One reading: the records, and what file sync says (Puppet Enterprise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    /// Each `--code-environment`'s record.
+    pub deployments: Vec<Deployment>,
+    /// Puppet Server's file sync client.
+    pub file_sync: FileSync,
+}
+
+/// The daemon's reader: the records now and every [`REFRESH`] (off the async workers), and
+/// Puppet Server's file sync status every minute, until `shutdown`. A Puppet Server that has
+/// never shown a file sync client and cannot be reached still has none (open source stays
+/// silent while it restarts).
+pub async fn refresh(
+    environments: Environments,
+    mut puppet: Prober,
+    latest: std::sync::Arc<Latest<Reading>>,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let mut file_sync = FileSync::Absent;
+    for round in 0u32.. {
+        let reading = environments.clone();
+        let deployments = tokio::task::spawn_blocking(move || reading.read())
+            .await
+            .unwrap_or_default();
+        if round % FILE_SYNC_EVERY == 0 {
+            file_sync = match puppet.service_status(file_sync::SERVICE).await {
+                Ok((status, body)) => file_sync::read(status, &body, &environments.names),
+                Err(_) if file_sync == FileSync::Absent => FileSync::Absent,
+                Err(why) => FileSync::Unreadable(why),
+            };
+        }
+        if let Ok(mut slot) = latest.write() {
+            *slot = Some(std::sync::Arc::new(Reading {
+                deployments,
+                file_sync: file_sync.clone(),
+            }));
+        }
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = tokio::time::sleep(REFRESH) => {}
+        }
+    }
+}
 
 /// What one environment's directory says about its deploy.
 #[derive(Debug, Clone, PartialEq, Eq)]

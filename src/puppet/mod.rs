@@ -3,6 +3,7 @@
 
 pub mod code;
 pub mod expiry;
+pub mod file_sync;
 pub mod identity;
 pub mod pause;
 pub mod pool;

@@ -99,6 +99,8 @@ pub struct Prober {
     /// One probe without history (`pmcheck check`): a JVM up for longer than the grace is
     /// presumed to have had its pool ready before.
     once: bool,
+    /// Asks other services only ([`Prober::aside`]): its identity loads are not news.
+    aside: bool,
 }
 
 impl Prober {
@@ -112,6 +114,16 @@ impl Prober {
             queue_limit_hits: None,
             on_fallback: 0,
             once: false,
+            aside: false,
+        }
+    }
+
+    /// A client of Puppet Server beside the probe, for other services' status
+    /// ([`Prober::service_status`]): the probe's log line for each identity load stays one.
+    pub fn aside(target: ProbeTarget) -> Self {
+        Self {
+            aside: true,
+            ..Self::new(target)
         }
     }
 
@@ -281,6 +293,38 @@ impl Prober {
         self.on_fallback = 0;
     }
 
+    /// Another service's status (`?level=debug`), with this host's identity: Puppet
+    /// Enterprise's file sync client, for the operator. The HTTP status and at most 64 KiB of
+    /// the body; what failed, in words.
+    pub async fn service_status(&mut self, service: &str) -> Result<(u16, Vec<u8>), String> {
+        const LIMIT: usize = 64 * 1024;
+        let client = self.client().await.map_err(|e| e.to_string())?;
+        let url = format!(
+            "https://{}:{}/status/v1/services/{service}?level=debug&timeout={}",
+            self.target.certname,
+            self.target.addr.port(),
+            server_timeout(self.target.timeout)
+        );
+        let mut response = client
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| self.classify(e).to_string())?;
+        let status = response.status().as_u16();
+        let mut body = Vec::new();
+        while body.len() <= LIMIT {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) => return Ok((status, body)),
+                Err(e) => return Err(self.classify(e).to_string()),
+            }
+        }
+        Err(format!(
+            "{service}'s status is larger than {} KiB",
+            LIMIT / 1024
+        ))
+    }
+
     /// The JVM's start time (status-service, `?level=debug`); `None` when Puppet Server does
     /// not say it: then the refused connection alone tells a restart.
     async fn jvm_start(&self, client: &reqwest::Client) -> Option<u64> {
@@ -325,14 +369,19 @@ impl Prober {
             .user_agent(concat!("pmcheck/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(CannotProbe::Client)?;
-        // Once at start and once per renewal: worth a line.
+        // Once at start and once per renewal: worth a line, from the probe's own client.
         let identity = &self.target.identity;
-        tracing::info!(
+        let loaded = format!(
             "loaded the TLS identity: hostcert {}, hostprivkey {}, localcacert {}",
             identity.hostcert.display(),
             identity.hostprivkey.display(),
             identity.localcacert.display()
         );
+        if self.aside {
+            tracing::debug!("{loaded} (for other services' status)");
+        } else {
+            tracing::info!("{loaded}");
+        }
         self.client = Some((stamps, client.clone()));
         Ok(client)
     }

@@ -27,7 +27,7 @@ use crate::health::drain::DrainState;
 use crate::health::drain_audit::EventCounts;
 use crate::health::drain_log::Action;
 use crate::health::verdict::Verdict;
-use crate::puppet::code::{Deployment, Found, Record};
+use crate::puppet::code::{self, Deployment, Found, Record};
 use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::pool::Pool;
 use crate::puppet::probe_error::ProbeError;
@@ -135,7 +135,7 @@ pub struct Metrics {
     /// The certificates' and the CRL's dates, kept by their reader.
     pub expiries: Arc<expiry::Latest>,
     /// The deploy records of `--code-environment`, kept by their reader.
-    pub code: Arc<Latest<Vec<Deployment>>>,
+    pub code: Arc<Latest<code::Reading>>,
 }
 
 impl Default for Metrics {
@@ -248,7 +248,7 @@ struct Scrape {
     probe_seconds: Histogram,
     drain_events: [(Action, u64); Action::ALL.len()],
     expiries: Option<Arc<Expiries>>,
-    code: Option<Arc<Vec<Deployment>>>,
+    code: Option<Arc<code::Reading>>,
 }
 
 impl Collector for Scrape {
@@ -376,7 +376,7 @@ impl Collector for Scrape {
             encode_expiries(&mut out, expiries)?;
         }
         if let Some(code) = &self.code {
-            encode_code(&mut out, code)?;
+            encode_code(&mut out, &code.deployments)?;
         }
         Ok(())
     }

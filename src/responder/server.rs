@@ -146,9 +146,9 @@ pub async fn serve(
             environmentpath: settings.environmentpath.value.clone(),
             names: daemon.code_environments.value.clone(),
         };
-        tasks.spawn(reading::refresh(
-            code::REFRESH,
-            move || environments.read(),
+        tasks.spawn(code::refresh(
+            environments,
+            Prober::aside(ProbeTarget::of(settings)),
             Arc::clone(&metrics.code),
             closed(stopped.clone()),
         ));

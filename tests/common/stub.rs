@@ -99,7 +99,10 @@ pub fn pool_changed(
 pub struct Seen {
     /// The JVM start time the status service reports (`start-time-ms`); 0: no such service.
     pub jvm_start: AtomicU64,
+    /// Requests of the probe: every one but the file sync client's status, which the daemon
+    /// asks aside once a minute (counted in `file_sync_requests`).
     pub requests: AtomicUsize,
+    pub file_sync_requests: AtomicUsize,
     pub connections: AtomicUsize,
     pub snis: Mutex<Vec<Option<String>>>,
     pub requests_log: Mutex<Vec<(String, String, Option<String>)>>,
@@ -258,17 +261,24 @@ fn stub_answer(
     seen: &Seen,
     behavior: &Mutex<Behavior>,
 ) -> Response<Full<Bytes>> {
-    seen.requests.fetch_add(1, Ordering::SeqCst);
+    if req.uri().path() == "/status/v1/services/file-sync-client-service" {
+        seen.file_sync_requests.fetch_add(1, Ordering::SeqCst);
+    } else {
+        seen.requests.fetch_add(1, Ordering::SeqCst);
+    }
     let host = req
         .headers()
         .get("host")
         .and_then(|h| h.to_str().ok())
         .map(str::to_owned);
-    seen.requests_log.lock().unwrap().push((
-        req.method().to_string(),
-        req.uri().to_string(),
-        host.clone(),
-    ));
+    let probe = !req.uri().path().ends_with("/file-sync-client-service");
+    seen.requests_log.lock().unwrap().extend(probe.then(|| {
+        (
+            req.method().to_string(),
+            req.uri().to_string(),
+            host.clone(),
+        )
+    }));
     let reply = |status: u16, body: &'static str| {
         Response::builder()
             .status(status)
@@ -325,6 +335,13 @@ fn stub_answer(
             200,
             captured_pool_service().replace("\"jruby-metrics\"", "\"pe-jruby-metrics\""),
         ),
+        // Made by hand: Puppet Enterprise could not be run here.
+        (Behavior::Enterprise | Behavior::EnterprisePool(_), Some("file-sync-client-service")) => {
+            json(
+                200,
+                std::fs::read_to_string(fixture("pe-file-sync-client-service-debug.json")).unwrap(),
+            )
+        }
         (_, Some(service)) if !reply_any => not_found(service),
         (Behavior::Running
             | Behavior::Simple
