@@ -334,16 +334,7 @@ impl Files {
     pub fn read(&self) -> Expiries {
         Expiries::read(&self.hostcert, &self.localcacert, &self.hostcrl)
     }
-}
 
-/// The latest dates, shared with the scrape.
-pub type Latest = crate::reading::Latest<Expiries>;
-
-/// How often the daemon re-reads the files: they change a few times a year (renewal, a new
-/// CRL), and a scrape then shows the new dates within this.
-pub const REFRESH: Duration = Duration::from_secs(60);
-
-impl Files {
     /// Reads them now, logging what cannot be read (the daemon's reader, every [`REFRESH`]).
     pub fn read_logged(&self) -> Expiries {
         let now = self.read();
@@ -353,3 +344,10 @@ impl Files {
         now
     }
 }
+
+/// The latest dates, shared with the scrape.
+pub type Latest = crate::reading::Latest<Expiries>;
+
+/// How often the daemon re-reads the files: they change a few times a year (renewal, a new
+/// CRL), and a scrape then shows the new dates within this.
+pub const REFRESH: Duration = Duration::from_secs(60);

@@ -405,7 +405,12 @@ impl Settings {
             hostprivkey: path("hostprivkey")?,
             localcacert: path("localcacert")?,
             hostcrl,
-            environmentpath: string("environmentpath")?,
+            // Shown, never needed to answer a poll: one that cannot be resolved shows no
+            // environment, and `pmcheck config` says why.
+            environmentpath: string("environmentpath").unwrap_or_else(|e| Setting {
+                value: String::new(),
+                source: Source::Default(format!("cannot be resolved: {e}")),
+            }),
             puppet_conf,
             certname,
             puppet_addr,
@@ -733,6 +738,36 @@ mod tests {
         };
         let s = Settings::resolve(&flagged, &with_crl).unwrap();
         assert_eq!(s.hostcrl.value, Path::new("/mine/crl.pem"));
+    }
+
+    /// Puppet's default environmentpath is `$codedir/environments`; puppet.conf's wins; one
+    /// that cannot be resolved is shown as such, and the rest still resolves.
+    #[test]
+    fn the_environmentpath_is_puppets() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[main]\ncodedir = /code\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf.clone()),
+            ..nothing()
+        };
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert_eq!(s.environmentpath.value, "/code/environments");
+        std::fs::write(&conf, "[server]\nenvironmentpath = /a:$codedir/b\n").unwrap();
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert!(s.environmentpath.value.starts_with("/a:/etc/"), "{s:?}");
+        assert!(s.environmentpath.value.ends_with("/code/b"), "{s:?}");
+        std::fs::write(&conf, "[server]\nenvironmentpath = $nosuchsetting/x\n").unwrap();
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert_eq!(s.environmentpath.value, "");
+        assert!(
+            s.environmentpath
+                .source
+                .to_string()
+                .contains("cannot be resolved"),
+            "{:?}",
+            s.environmentpath.source
+        );
     }
 
     #[test]
