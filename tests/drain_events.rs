@@ -15,21 +15,6 @@ fn log(s: &Setup) -> std::path::PathBuf {
     s.state.path().join("drain-events.log")
 }
 
-/// The log's events, every line of which must be one JSON object.
-fn events(s: &Setup) -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(log(s)).unwrap_or_default();
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: a broken line {l:?}")))
-        .collect()
-}
-
-fn actions(s: &Setup) -> Vec<String> {
-    events(s)
-        .iter()
-        .map(|e| e["action"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
 fn scrape(d: &Daemon) -> String {
     request(
         d.addr,
@@ -51,12 +36,12 @@ fn every_action_appends_one_event_and_the_daemon_counts_them() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     };
     ok(s.pmcheck("drain", &["--url", &url, "--reason", "kernel 6.1"]));
-    assert_eq!(actions(&s), ["drain"]);
+    assert_eq!(logged_actions(&s), ["drain"]);
     ok(s.pmcheck("undrain", &["--url", &url]));
-    assert_eq!(actions(&s), ["drain", "undrain"]);
+    assert_eq!(logged_actions(&s), ["drain", "undrain"]);
     ok(s.pmcheck("undrain", &["--url", &url]));
     assert_eq!(
-        actions(&s),
+        logged_actions(&s),
         ["drain", "undrain"],
         "nothing undrained, nothing logged"
     );
@@ -66,11 +51,11 @@ fn every_action_appends_one_event_and_the_daemon_counts_them() {
     ));
     // The daemon sees the --for end and logs it, once.
     let deadline = Instant::now() + SOON;
-    while actions(&s).len() < 4 {
+    while logged_actions(&s).len() < 4 {
         assert!(
             Instant::now() < deadline,
             "no expiry logged: {:?}",
-            actions(&s)
+            logged_actions(&s)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -83,7 +68,7 @@ fn every_action_appends_one_event_and_the_daemon_counts_them() {
     let out = cycle.finish(SOON);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
-        actions(&s),
+        logged_actions(&s),
         [
             "drain",
             "undrain",
@@ -94,7 +79,7 @@ fn every_action_appends_one_event_and_the_daemon_counts_them() {
             "cycle_undrain"
         ]
     );
-    let all = events(&s);
+    let all = logged_events(&s);
     assert_eq!(all[0]["reason"], "kernel 6.1");
     assert_eq!(all[0]["holder"], "drain");
     assert_eq!(all[3]["reason"], "brief");
@@ -151,7 +136,7 @@ fn concurrent_drains_leave_whole_lines() {
         let out = r.finish(SOON);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     }
-    let all = events(&s);
+    let all = logged_events(&s);
     assert_eq!(all.len(), 8, "one whole line each");
     let mut reasons: Vec<_> = all.iter().map(|e| e["reason"].to_string()).collect();
     reasons.sort();

@@ -275,16 +275,11 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
     assert!(!marker.exists(), "the cycle ran its command");
     assert!(record(&s).is_none());
     // Each refusal is one event in the drain event log, naming the load balancer.
-    let log = std::fs::read_to_string(s.state.path().join("drain-events.log")).unwrap();
-    let refused: Vec<serde_json::Value> = log
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(refused.len(), 2, "{log}");
+    let refused = logged_events(&s);
+    assert_eq!(logged_actions(&s), ["refused", "refused"], "{refused:?}");
     for event in &refused {
-        assert_eq!(event["action"], "refused", "{log}");
         let reason = event["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("says m2 is the only server"), "{log}");
+        assert!(reason.contains("says m2 is the only server"), "{refused:?}");
     }
     assert!(
         refused[0]["reason"]
@@ -346,6 +341,18 @@ fn a_cycle_gives_the_node_back_when_the_backend_emptied_while_it_drained() {
     assert!(!marker.exists(), "the cycle ran its command");
     assert!(record(&s).is_none(), "the node was not given back");
     d.wait_for(SOON, "the node back", |r| r.body.starts_with("OK"));
+    // The trail: the cycle's hold, the refusal naming the load balancer, the hold let go.
+    let events = logged_events(&s);
+    assert_eq!(
+        logged_actions(&s),
+        ["cycle_drain", "refused", "cycle_undrain"],
+        "{events:?}"
+    );
+    let reason = events[1]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("load balancer 127.0.0.2 (lb1) says no server takes new agents"),
+        "{events:?}"
+    );
 
     lb.send_state(Some(UP));
     let run = cycle(&["--force"]);

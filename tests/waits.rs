@@ -288,14 +288,17 @@ fn cycle_keeps_the_node_drained_and_says_why_when_the_command_fails() {
         "pmcheck cycle: sh -c 'exit 3'; cycle stopped: the command exited with 3"
     );
     // The drain event log: the hold, then the stop with its cause (no undrain).
-    let log = std::fs::read_to_string(s.state.path().join("drain-events.log")).unwrap();
-    let events: Vec<serde_json::Value> = log
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let actions: Vec<&str> = events.iter().filter_map(|e| e["action"].as_str()).collect();
-    assert_eq!(actions, ["cycle_drain", "cycle_stopped"], "{log}");
-    assert_eq!(events[1]["reason"].as_str(), Some(reason.as_str()), "{log}");
+    let events = logged_events(&s);
+    assert_eq!(
+        logged_actions(&s),
+        ["cycle_drain", "cycle_stopped"],
+        "{events:?}"
+    );
+    assert_eq!(
+        events[1]["reason"].as_str(),
+        Some(reason.as_str()),
+        "{events:?}"
+    );
 }
 
 #[test]

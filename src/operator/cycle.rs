@@ -209,6 +209,8 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     if !cycle.force
         && let Some(said) = wait::empty_backend_now(&cycle.wait).await
     {
+        // The trail says why the hold goes: the command was refused, as a drain would be.
+        log_refused(&file, &cycle.reason, &LastServer(said.clone()));
         let left = let_go(&file)?.describe(&file);
         return Err(CycleError::EmptyBackend { said, left });
     }

@@ -113,6 +113,23 @@ pub fn record(s: &Setup) -> Option<serde_json::Value> {
     Some(serde_json::from_slice(&bytes).expect("a JSON record"))
 }
 
+/// The drain event log's events, every line of which must be one JSON object; none when
+/// there is no log.
+pub fn logged_events(s: &Setup) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(s.state.path().join("drain-events.log")).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: a broken line {l:?}")))
+        .collect()
+}
+
+/// The logged events' actions, in order.
+pub fn logged_actions(s: &Setup) -> Vec<String> {
+    logged_events(s)
+        .iter()
+        .map(|e| e["action"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// A port nothing listens on.
 pub fn closed_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
