@@ -7,8 +7,9 @@ mod common;
 
 use std::path::Path;
 
-use common::operator::SOON;
+use common::operator::{SOON, text, url};
 use common::*;
+use pmcheck::health::answer::CodeAnswer;
 use pmcheck::health::verdict::Verdict;
 
 /// The record r10k 3.15 wrote (tests/fixtures/r10k-deploy.json), for this environment.
@@ -28,19 +29,29 @@ fn deploy(dir: &Path, record: &str) {
     std::fs::write(dir.join(".r10k-deploy.json"), record).unwrap();
 }
 
-/// The settings options with a puppet.conf whose environmentpath is `path`.
-fn args_with_environmentpath(
-    s: &Setup,
-    conf_dir: &Path,
-    path: &str,
-    extra: &[&str],
-) -> Vec<String> {
+/// A daemon reading `envs` on `path` (its puppet.conf's environmentpath, written in
+/// `conf_dir`), once it answers OK with the records: never a 503 for code.
+fn serve(s: &Setup, conf_dir: &Path, path: &str, envs: &str) -> (Daemon, Vec<CodeAnswer>) {
     let conf = conf_dir.join("puppet.conf");
     std::fs::write(&conf, format!("[server]\nenvironmentpath = {path}\n")).unwrap();
-    let mut args = s.args(extra);
+    let mut args = s.args(&["--code-environment", envs]);
     let at = args.iter().position(|a| a == "--puppet-conf").unwrap();
     args[at + 1] = conf.display().to_string();
-    args
+    let d = Daemon::start(&args);
+    let answer = d.wait_for_json(SOON, "OK with the deploy records", |a| {
+        a.status == 200 && a.code.is_some()
+    });
+    assert_eq!(
+        answer.verdict,
+        Verdict::Ok,
+        "never a 503 for code: {answer:?}"
+    );
+    (d, answer.code.unwrap())
+}
+
+/// `pmcheck status`'s words for the daemon.
+fn status(s: &Setup, d: &Daemon) -> String {
+    text(&s.pmcheck("status", &["--url", &url(d)]).stdout)
 }
 
 fn scrape(d: &Daemon) -> String {
@@ -80,21 +91,7 @@ fn each_environments_record_is_shown_and_what_is_not_a_record_is_said() {
     std::os::unix::fs::symlink(root.path().join("versions/v7"), second.join("linked")).unwrap();
     let path = format!("{}:{}", first.display(), second.display());
     let envs = "production,failed,hand_made,broken,huge,linked,ghost";
-    let d = Daemon::start(&args_with_environmentpath(
-        &s,
-        root.path(),
-        &path,
-        &["--code-environment", envs],
-    ));
-    let answer = d.wait_for_json(SOON, "OK with the deploy records", |a| {
-        a.status == 200 && a.code.is_some()
-    });
-    assert_eq!(
-        answer.verdict,
-        Verdict::Ok,
-        "never a 503 for code: {answer:?}"
-    );
-    let code = answer.code.unwrap();
+    let (d, code) = serve(&s, root.path(), &path, envs);
     let by = |env: &str| code.iter().find(|c| c.environment == env).unwrap().clone();
     assert_eq!(code.len(), 7, "{code:?}");
 
@@ -136,9 +133,7 @@ fn each_environments_record_is_shown_and_what_is_not_a_record_is_said() {
     );
 
     // status says it in words.
-    let url = format!("http://{}/", d.addr);
-    let out = s.pmcheck("status", &["--url", &url]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = status(&s, &d);
     let line = text
         .lines()
         .find(|l| l.starts_with("code:   "))
@@ -225,16 +220,12 @@ fn on_puppet_enterprise_file_syncs_commit_is_shown_beside_the_record() {
         &r10k_record("production", "aaaa1111", true),
     );
     std::fs::create_dir_all(envs.join("staging")).unwrap();
-    let d = Daemon::start(&args_with_environmentpath(
+    let (d, code) = serve(
         &s,
         root.path(),
         &envs.display().to_string(),
-        &["--code-environment", "production,staging,dev"],
-    ));
-    let answer = d.wait_for_json(SOON, "OK with the deploy records", |a| {
-        a.status == 200 && a.code.is_some()
-    });
-    let code = answer.code.unwrap();
+        "production,staging,dev",
+    );
     let production = &code[0];
     assert_eq!(production.commit.as_deref(), Some("aaaa1111"));
     assert_eq!(production.file_sync_status.as_deref(), Some("ok"));
@@ -249,9 +240,7 @@ fn on_puppet_enterprise_file_syncs_commit_is_shown_beside_the_record() {
         "{code:?}"
     );
 
-    let url = format!("http://{}/", d.addr);
-    let out = s.pmcheck("status", &["--url", &url]);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let text = status(&s, &d);
     for part in [
         "production aaaa1111 deployed 2026-11-24T11:40:32Z (",
         ", file sync ok 0a1b2c3d4e5f",

@@ -1,6 +1,6 @@
 //! `pmcheck check`: one probe and the drain record, as a monitoring plugin's line and exit code.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::exit::Exit;
 use crate::health::decision::{Decision, Rules};
@@ -8,7 +8,7 @@ use crate::health::drain_file::DrainFile;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::operator::run_single_threaded;
-use crate::puppet::expiry::{Expiries, Severity};
+use crate::puppet::expiry::{self, Expiries, Severity};
 use crate::puppet::pool::Load;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::report::ProbeOutcome;
@@ -53,9 +53,7 @@ pub fn check(given: &Given, warn: Duration, crit: Duration) -> Exit {
         }
         _ => ("OK", Exit::Ok),
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let now = expiry::now();
     let expiry = Expiries::read(
         &settings.hostcert.value,
         &settings.localcacert.value,

@@ -250,6 +250,13 @@ fn days_text(seconds: i64) -> String {
     }
 }
 
+/// Now, in seconds since the epoch: what the dates are compared with.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 /// Seconds since the epoch as RFC 3339 UTC.
 pub fn timestamp(seconds: i64) -> String {
     match u64::try_from(seconds) {

@@ -299,41 +299,58 @@ impl Prober {
     pub async fn service_status(&mut self, service: &str) -> Result<(u16, Vec<u8>), String> {
         const LIMIT: usize = 64 * 1024;
         let client = self.client().await.map_err(|e| e.to_string())?;
-        let url = format!(
-            "https://{}:{}/status/v1/services/{service}?level=debug&timeout={}",
-            self.target.certname,
-            self.target.addr.port(),
-            server_timeout(self.target.timeout)
-        );
+        let url = self.debug_status_url(&format!("/status/v1/services/{service}"));
         let mut response = client
             .get(&url)
             .send()
             .await
             .map_err(|e| self.classify(e).to_string())?;
         let status = response.status().as_u16();
+        let body = self
+            .body(&mut response, LIMIT)
+            .await
+            .map_err(|e| e.to_string())?;
+        if body.len() > LIMIT {
+            return Err(format!(
+                "{service}'s status is larger than {} KiB",
+                LIMIT / 1024
+            ));
+        }
+        Ok((status, body))
+    }
+
+    /// A status service's URL at `?level=debug`, with Puppet Server's own deadline below ours.
+    fn debug_status_url(&self, path: &str) -> String {
+        format!(
+            "https://{}:{}{path}?level=debug&timeout={}",
+            self.target.certname,
+            self.target.addr.port(),
+            server_timeout(self.target.timeout)
+        )
+    }
+
+    /// The body, read until it ends or holds more than `limit` bytes (the caller truncates or
+    /// refuses): a Puppet Server gone wrong cannot make pmcheck hold an endless answer.
+    async fn body(
+        &self,
+        response: &mut reqwest::Response,
+        limit: usize,
+    ) -> Result<Vec<u8>, ProbeError> {
         let mut body = Vec::new();
-        while body.len() <= LIMIT {
+        while body.len() <= limit {
             match response.chunk().await {
                 Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-                Ok(None) => return Ok((status, body)),
-                Err(e) => return Err(self.classify(e).to_string()),
+                Ok(None) => break,
+                Err(e) => return Err(self.classify(e)),
             }
         }
-        Err(format!(
-            "{service}'s status is larger than {} KiB",
-            LIMIT / 1024
-        ))
+        Ok(body)
     }
 
     /// The JVM's start time (status-service, `?level=debug`); `None` when Puppet Server does
     /// not say it: then the refused connection alone tells a restart.
     async fn jvm_start(&self, client: &reqwest::Client) -> Option<u64> {
-        let url = format!(
-            "https://{}:{}{JVM_STATUS_PATH}?level=debug&timeout={}",
-            self.target.certname,
-            self.target.addr.port(),
-            server_timeout(self.target.timeout)
-        );
+        let url = self.debug_status_url(JVM_STATUS_PATH);
         let response = client.get(&url).send().await.ok()?;
         if !response.status().is_success() {
             return None;
@@ -409,14 +426,7 @@ impl Prober {
             .get(reqwest::header::CONTENT_ENCODING)
             .and_then(|v| v.to_str().ok())
             .map(|v| text::one_line(v, 20).into_owned());
-        let mut body = Vec::new();
-        while body.len() < BODY_LIMIT {
-            match response.chunk().await {
-                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-                Ok(None) => break,
-                Err(e) => return Err(self.classify(e)),
-            }
-        }
+        let mut body = self.body(&mut response, BODY_LIMIT).await?;
         body.truncate(BODY_LIMIT);
         if let Some(body) = undecodable(encoding.as_deref(), &body) {
             return Err(ProbeError::Status { status, body });

@@ -15,6 +15,7 @@ use crate::health::answer::{CertificatesAnswer, CodeAnswer};
 use crate::health::decision::Decision;
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
+use crate::puppet::expiry;
 use crate::responder::metrics::{self, Now};
 use crate::responder::node::Node;
 use crate::responder::pollers::{Poll, Via};
@@ -125,22 +126,15 @@ impl Node {
     fn certificates(&self) -> Option<CertificatesAnswer> {
         let metrics = self.metrics.as_ref()?;
         let latest = metrics.expiries.read().ok()?.clone()?;
-        Some(CertificatesAnswer::of(&latest, epoch_now()))
+        Some(CertificatesAnswer::of(&latest, expiry::now()))
     }
 
     /// The deploy records as last read, for the operator's JSON (none in inetd mode).
     fn code(&self) -> Option<Vec<CodeAnswer>> {
         let metrics = self.metrics.as_ref()?;
         let latest = metrics.code.read().ok()?.clone()?;
-        Some(CodeAnswer::of(&latest, epoch_now()))
+        Some(CodeAnswer::of(&latest, expiry::now()))
     }
-}
-
-/// Now, in seconds since the epoch.
-fn epoch_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// A JSON request from this host: the operator's, whose answer also lists the pollers and
