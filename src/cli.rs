@@ -271,7 +271,7 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub(crate) check: bool,
     /// The service's environment file, read as systemd reads it; `none` for no file [default: /etc/default/pmcheck, else /etc/sysconfig/pmcheck]
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, env = "PMCHECK_ENV_FILE", value_name = "PATH")]
     pub(crate) env_file: Option<PathBuf>,
     /// With --check as root: the unit whose User= and SupplementaryGroups= the daemon runs with [default: the installed pmcheck.service]
     #[arg(long, value_name = "PATH")]

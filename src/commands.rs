@@ -521,6 +521,7 @@ mod tests {
         let given = Provenance::of(&matches).given();
         let host = Host {
             fqdn: &|| Err(crate::settings::host::FqdnError::Empty),
+            exists: &|_| false,
             confd_file: &|_| None,
         };
         let table = Settings::resolve(&given, &host).unwrap().to_string();

@@ -169,29 +169,13 @@ fn each_environments_record_is_shown_and_what_is_not_a_record_is_said() {
 fn at_most_16_environments_and_each_a_puppet_name() {
     let s = Setup::new(Behavior::Running);
     let sixteen: Vec<String> = (0..16).map(|i| format!("env_{i}")).collect();
-    let out = s.pmcheck(
-        "config",
-        &[
-            "--code-environment",
-            &sixteen.join(","),
-            "--puppet-conf",
-            "/dev/null",
-        ],
-    );
+    let out = s.pmcheck("config", &["--code-environment", &sixteen.join(",")]);
     assert!(out.status.success(), "{out:?}");
     let table = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(table.contains(&sixteen.join(",")), "{table}");
 
     let seventeen = format!("{},env_16", sixteen.join(","));
-    let out = s.pmcheck(
-        "config",
-        &[
-            "--code-environment",
-            &seventeen,
-            "--puppet-conf",
-            "/dev/null",
-        ],
-    );
+    let out = s.pmcheck("config", &["--code-environment", &seventeen]);
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "{out:?}");
     assert!(

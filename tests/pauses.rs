@@ -230,10 +230,7 @@ fn a_multithreaded_jruby_speaks_of_borrow_slots_and_its_replacement_is_a_pause()
         "paused",
         starts("OK - paused: the multithreaded JRuby being replaced since "),
     );
-    let config = s.pmcheck(
-        "config",
-        &["--puppetserver-confd", &dir, "--puppet-conf", "/dev/null"],
-    );
+    let config = s.pmcheck("config", &["--puppetserver-confd", &dir]);
     let table = String::from_utf8_lossy(&config.stdout);
     let row = table
         .lines()

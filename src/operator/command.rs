@@ -50,6 +50,11 @@ pub async fn run_command(
     if first != Signal::SIGTERM {
         let _ = killpg(group, Signal::SIGTERM);
     }
+    // Said at once: the operator who pressed Ctrl-C learns that a second one kills.
+    eprintln!(
+        "pmcheck cycle: {first}: stopping the command's processes; SIGKILL after {} or at a second signal",
+        format_duration(kill_after)
+    );
     tokio::select! {
         () = group_gone(group, &mut child) => return Err(None),
         () = tokio::time::sleep(kill_after) => {

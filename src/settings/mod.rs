@@ -125,10 +125,13 @@ pub enum AddrProblem {
     NoAddress,
 }
 
-/// What the host says where the configuration files are silent; tests pass their own.
+/// What the host says where the configuration files are silent; tests pass their own, so
+/// that no test depends on what the machine running it has installed.
 pub struct Host {
     /// The FQDN, asked only when nothing sets the certname.
     pub fqdn: &'static dyn Fn() -> Result<String, FqdnError>,
+    /// Whether a path exists: which puppet.conf is installed, and which layout's confdir.
+    pub exists: &'static dyn Fn(&Path) -> bool,
     /// A file of Puppet Server's conf.d (webserver.conf, puppetserver.conf), if readable.
     pub confd_file: &'static dyn Fn(&Path) -> Option<String>,
 }
@@ -137,6 +140,7 @@ impl Host {
     /// This machine.
     pub const REAL: Host = Host {
         fqdn: &host::fqdn,
+        exists: &|path| path.exists(),
         confd_file: &host::read_confd_file,
     };
 }
@@ -274,7 +278,7 @@ impl Settings {
                     },
                 )
             }
-            None => match puppet_conf::find_default() {
+            None => match puppet_conf::find_default(host.exists) {
                 Some(path) => (
                     PuppetConf::load(&path)?,
                     Setting {
@@ -299,7 +303,8 @@ impl Settings {
         };
 
         // Given, else puppet.conf, else Puppet's default: the resolver holds all three.
-        let mut resolver = Resolver::new(&conf, host.fqdn);
+        let layout = conf.layout(host.exists);
+        let mut resolver = Resolver::new(&conf, layout, host.fqdn);
         let overrides = [
             ("certname", given.certname.clone()),
             ("hostcert", path_text(given.hostcert.as_ref())),
@@ -344,8 +349,8 @@ impl Settings {
             });
         }
         let puppetserver_confd = given.puppetserver_confd.clone().unwrap_or_else(|| Setting {
-            value: conf.layout().puppetserver_confd().into(),
-            source: Source::Default(format!("Puppet Server's conf.d of the {}", conf.layout())),
+            value: layout.puppetserver_confd().into(),
+            source: Source::Default(format!("Puppet Server's conf.d of the {layout}")),
         });
         let confd_file = |name: &str| {
             let path = puppetserver_confd.value.join(name);
@@ -609,9 +614,17 @@ mod tests {
     use super::*;
     use std::path::Path;
 
+    /// A host with no Puppet installed: whatever the machine running the tests has.
     const HOST: Host = Host {
         fqdn: &|| Ok("node1.example.com".into()),
+        exists: &|_| false,
         confd_file: &|_| None,
+    };
+
+    /// A host with Debian's Puppet packages (confdir /etc/puppet).
+    const DEBIAN: Host = Host {
+        exists: &|path| path == Path::new("/etc/puppet"),
+        ..HOST
     };
 
     fn flag<T>(value: T) -> Option<Setting<T>> {
@@ -688,7 +701,7 @@ mod tests {
                 (path == Path::new("/etc/puppet/puppetserver/conf.d/webserver.conf"))
                     .then(|| "ssl-host: 0.0.0.0\nssl-port: 8150\n".into())
             },
-            ..HOST
+            ..DEBIAN
         };
         let s = Settings::resolve(&given, &with_web).unwrap();
         assert_eq!(s.puppet_addr.value, "127.0.0.1:8150".parse().unwrap());
@@ -755,8 +768,12 @@ mod tests {
         assert_eq!(s.environmentpath.value, "/code/environments");
         std::fs::write(&conf, "[server]\nenvironmentpath = /a:$codedir/b\n").unwrap();
         let s = Settings::resolve(&given, &HOST).unwrap();
-        assert!(s.environmentpath.value.starts_with("/a:/etc/"), "{s:?}");
-        assert!(s.environmentpath.value.ends_with("/code/b"), "{s:?}");
+        assert_eq!(
+            s.environmentpath.value, "/a:/etc/puppetlabs/code/b",
+            "{s:?}"
+        );
+        let s = Settings::resolve(&given, &DEBIAN).unwrap();
+        assert_eq!(s.environmentpath.value, "/a:/etc/puppet/code/b", "{s:?}");
         std::fs::write(&conf, "[server]\nenvironmentpath = $nosuchsetting/x\n").unwrap();
         let s = Settings::resolve(&given, &HOST).unwrap();
         assert_eq!(s.environmentpath.value, "");

@@ -177,12 +177,13 @@ impl PuppetConf {
 
     /// The layout whose defaults apply: the one the file belongs to, or for a file elsewhere
     /// (or none) the installed one, as Puppet keeps its confdir whatever `--config` says.
-    pub fn layout(&self) -> Layout {
+    /// `installed` answers whether a confdir exists on this host (the `Host` seam).
+    pub fn layout(&self, installed: &dyn Fn(&Path) -> bool) -> Layout {
         match &self.path {
             Some(p) if p.starts_with("/etc/puppetlabs") => Layout::Aio,
             Some(p) if p.starts_with("/etc/puppet") => Layout::Debian,
-            _ if Path::new("/etc/puppetlabs/puppet").is_dir() => Layout::Aio,
-            _ if Path::new("/etc/puppet").is_dir() => Layout::Debian,
+            _ if installed(Path::new("/etc/puppetlabs/puppet")) => Layout::Aio,
+            _ if installed(Path::new("/etc/puppet")) => Layout::Debian,
             _ => Layout::Aio,
         }
     }
@@ -200,15 +201,22 @@ fn strip_metadata(value: &str) -> &str {
 /// Puppet's defaults for the layout.
 pub struct Resolver<'a> {
     conf: &'a PuppetConf,
+    layout: Layout,
     overrides: HashMap<&'static str, (String, Source)>,
     fqdn: &'a dyn Fn() -> Result<String, FqdnError>,
 }
 
 impl<'a> Resolver<'a> {
-    /// `fqdn` is asked only when the certname is needed and nothing sets it.
-    pub fn new(conf: &'a PuppetConf, fqdn: &'a dyn Fn() -> Result<String, FqdnError>) -> Self {
+    /// `layout` gives the defaults where `conf` is silent; `fqdn` is asked only when the
+    /// certname is needed and nothing sets it.
+    pub fn new(
+        conf: &'a PuppetConf,
+        layout: Layout,
+        fqdn: &'a dyn Fn() -> Result<String, FqdnError>,
+    ) -> Self {
         Self {
             conf,
+            layout,
             overrides: HashMap::new(),
             fqdn,
         }
@@ -248,7 +256,7 @@ impl<'a> Resolver<'a> {
     }
 
     fn default(&self, name: &str) -> Result<(String, Source), PuppetConfError> {
-        let layout = self.conf.layout();
+        let layout = self.layout;
         let debian = layout == Layout::Debian;
         let value: String = match name {
             "confdir" if debian => "/etc/puppet".into(),
@@ -349,9 +357,10 @@ impl<'a> Resolver<'a> {
     }
 }
 
-/// The first puppet.conf that exists, as Puppet's own packages would have installed it.
-pub fn find_default() -> Option<PathBuf> {
-    CANDIDATES.iter().map(PathBuf::from).find(|p| p.exists())
+/// The first puppet.conf that `exists` on this host, as Puppet's own packages would have
+/// installed it.
+pub fn find_default(exists: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
+    CANDIDATES.iter().map(PathBuf::from).find(|p| exists(p))
 }
 
 #[cfg(test)]
@@ -365,6 +374,10 @@ mod tests {
 
     fn no_fqdn() -> Result<String, FqdnError> {
         Ok("node1.example.com".into())
+    }
+
+    fn nothing_installed(_: &Path) -> bool {
+        false
     }
 
     #[test]
@@ -412,8 +425,8 @@ mod tests {
     #[test]
     fn debian_layout_defaults() {
         let c = conf("/etc/puppet/puppet.conf", "[main]\n");
-        assert_eq!(c.layout(), Layout::Debian);
-        let r = Resolver::new(&c, &no_fqdn);
+        assert_eq!(c.layout(&nothing_installed), Layout::Debian);
+        let r = Resolver::new(&c, Layout::Debian, &no_fqdn);
         assert_eq!(r.resolve("ssldir").unwrap().0, "/var/lib/puppet/ssl");
         assert_eq!(r.resolve("vardir").unwrap().0, "/var/cache/puppet");
         assert_eq!(
@@ -434,8 +447,8 @@ mod tests {
     #[test]
     fn aio_layout_defaults() {
         let c = conf("/etc/puppetlabs/puppet/puppet.conf", "");
-        assert_eq!(c.layout(), Layout::Aio);
-        let r = Resolver::new(&c, &no_fqdn);
+        assert_eq!(c.layout(&nothing_installed), Layout::Aio);
+        let r = Resolver::new(&c, Layout::Aio, &no_fqdn);
         assert_eq!(r.resolve("ssldir").unwrap().0, "/etc/puppetlabs/puppet/ssl");
         assert_eq!(
             r.resolve("localcacert").unwrap().0,
@@ -448,12 +461,28 @@ mod tests {
     #[test]
     fn a_puppet_conf_elsewhere_keeps_the_installed_confdir_as_puppet_does() {
         let c = conf("/tmp/elsewhere/puppet.conf", "");
-        let r = Resolver::new(&c, &no_fqdn);
-        let confdir = r.resolve("confdir").unwrap().0;
-        assert!(
-            confdir == "/etc/puppet" || confdir == "/etc/puppetlabs/puppet",
-            "{confdir}: `puppet --config /tmp/elsewhere/puppet.conf` keeps its confdir"
+        let debian_installed = |p: &Path| p == Path::new("/etc/puppet");
+        let aio_installed = |p: &Path| p.starts_with("/etc/puppet");
+        assert_eq!(c.layout(&debian_installed), Layout::Debian);
+        assert_eq!(c.layout(&aio_installed), Layout::Aio, "AIO first");
+        assert_eq!(
+            c.layout(&nothing_installed),
+            Layout::Aio,
+            "Puppet's own default"
         );
+        for layout in [Layout::Debian, Layout::Aio] {
+            let r = Resolver::new(&c, layout, &no_fqdn);
+            let confdir = r.resolve("confdir").unwrap().0;
+            let want = match layout {
+                Layout::Debian => "/etc/puppet",
+                Layout::Aio => "/etc/puppetlabs/puppet",
+            };
+            assert_eq!(
+                confdir, want,
+                "`puppet --config /tmp/elsewhere/puppet.conf` keeps its confdir"
+            );
+        }
+        let r = Resolver::new(&c, Layout::Aio, &no_fqdn);
         let (_, source) = r.resolve("hostcert").unwrap();
         assert_eq!(
             source,
@@ -468,7 +497,7 @@ mod tests {
             "/etc/puppetlabs/puppet/puppet.conf",
             "[main]\nvardir = /v\nssldir = $vardir/ssl\ncertname = fromfile\n[server]\nhostcert = ${certdir}/x-$certname.pem\nmasterport = 8141\n",
         );
-        let mut r = Resolver::new(&c, &no_fqdn);
+        let mut r = Resolver::new(&c, Layout::Aio, &no_fqdn);
         assert_eq!(
             r.resolve("hostcert").unwrap().0,
             "/v/ssl/certs/x-fromfile.pem"
@@ -496,7 +525,7 @@ mod tests {
             "/x/puppet.conf",
             "[main]\nhostcert = $nosuch/cert.pem\nssldir = $certdir\n",
         );
-        let r = Resolver::new(&c, &no_fqdn);
+        let r = Resolver::new(&c, Layout::Aio, &no_fqdn);
         let text = r.resolve("hostcert").unwrap_err().to_string();
         assert!(
             text.contains("hostcert") && text.contains("$nosuch"),
@@ -510,7 +539,7 @@ mod tests {
     fn certname_lookup_failure_says_how_to_fix_it() {
         let c = conf("/x/puppet.conf", "");
         let failing = || Err(FqdnError::Empty);
-        let r = Resolver::new(&c, &failing);
+        let r = Resolver::new(&c, Layout::Aio, &failing);
         let text = r.resolve("hostcert").unwrap_err().to_string();
         assert_eq!(
             text,

@@ -45,14 +45,46 @@ pub fn exited_within(child: &mut Child, within: Duration) -> Option<std::process
     }
 }
 
-/// The pmcheck binary, with a clean environment.
+/// The pmcheck binary, with a clean environment, on a host with nothing of Puppet installed:
+/// see [`no_puppet`]. A test's own flags and variables beat these.
 pub fn pmcheck() -> Command {
+    let host = no_puppet();
     let mut command = Command::new(bin());
     command
         .env_clear()
         .env("USER", "tester")
-        .env("RUST_LOG", "info");
+        .env("RUST_LOG", "info")
+        .env("PMCHECK_PUPPET_CONF", host.join("puppet.conf"))
+        .env(
+            "PMCHECK_PUPPETSERVER_CONFD",
+            host.join("puppetserver/conf.d"),
+        )
+        .env("PMCHECK_ENV_FILE", "none");
     command
+}
+
+/// A host with nothing of Puppet installed, for every process a test starts, whatever the
+/// machine running the tests has: a puppet.conf that puts each of Puppet's directories under
+/// this directory, and an empty conf.d of Puppet Server. Without it, a default would come from
+/// the machine's own /etc/puppet or /etc/puppetlabs (the in-process tests fake the same with
+/// `settings::Host`), and a test would pass or fail by what the machine has installed.
+pub fn no_puppet() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("no-puppet");
+    let confd = dir.join("puppetserver/conf.d");
+    std::fs::create_dir_all(&confd).unwrap();
+    let conf: String = ["confdir", "vardir", "ssldir", "codedir", "logdir", "rundir"]
+        .iter()
+        .fold("[main]\n".to_owned(), |conf, name| {
+            conf + &format!("{name} = {}/{name}\n", dir.display())
+        });
+    let path = dir.join("puppet.conf");
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(conf.as_str()) {
+        // Tests run in parallel processes: each writes the same text aside, then renames.
+        let aside = dir.join(format!("puppet.conf.{}", std::process::id()));
+        std::fs::write(&aside, &conf).unwrap();
+        std::fs::rename(&aside, &path).unwrap();
+    }
+    dir
 }
 
 /// A running `pmcheck serve`, killed (by PID) and reaped on drop, also when a test fails.

@@ -87,7 +87,7 @@ pub fn args(files: &HostFiles, stub: SocketAddr, state: &Path, extra: &[&str]) -
         "--state-dir".into(),
         state.display().to_string(),
         "--puppet-conf".into(),
-        "/dev/null".into(),
+        no_puppet().join("puppet.conf").display().to_string(),
     ]);
     args.extend(extra.iter().map(|s| s.to_string()));
     args

@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Child, Output, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -34,8 +35,17 @@ pub fn quiet_poll(d: &Daemon) -> Reply {
     request(d.addr, poll)
 }
 
-/// A child pmcheck, killed by PID on drop if it is still running.
-pub struct Running(pub Child);
+/// A child pmcheck, killed by PID on drop if it is still running; its stderr is read as it
+/// comes, so a test can wait for a line (more than once) and still get all of it at the end.
+pub struct Running(pub Child, Option<Stderr>);
+
+/// The lines a child wrote to stderr so far, and whether it has closed it.
+type Lines = Arc<(Mutex<(Vec<String>, bool)>, Condvar)>;
+
+pub struct Stderr {
+    lines: Lines,
+    reader: std::thread::JoinHandle<()>,
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -47,7 +57,7 @@ impl Drop for Running {
 impl Running {
     /// Runs `pmcheck COMMAND --state-dir STATE ARGS...`.
     pub fn start(s: &Setup, command: &str, args: &[&str]) -> Self {
-        let child = pmcheck()
+        let mut child = pmcheck()
             .arg(command)
             .args(["--state-dir", &s.state.path().display().to_string()])
             .args(args)
@@ -56,28 +66,38 @@ impl Running {
             .stderr(Stdio::piped())
             .spawn()
             .expect("pmcheck runs");
-        Self(child)
+        let stderr = child.stderr.take().expect("piped stderr");
+        let lines: Lines = Arc::new((Mutex::new((Vec::new(), false)), Condvar::new()));
+        let shared = Arc::clone(&lines);
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                shared.0.lock().unwrap().0.push(line);
+                shared.1.notify_all();
+            }
+            shared.0.lock().unwrap().1 = true;
+            shared.1.notify_all();
+        });
+        Self(child, Some(Stderr { lines, reader }))
     }
 
-    /// Reads stderr until a line contains `needle`; returns the lines read.
+    /// Waits until a line of stderr contains `needle` (at most [`SOON`]); returns the lines
+    /// up to that one.
     pub fn stderr_until(&mut self, needle: &str) -> Vec<String> {
-        let stderr = self.0.stderr.take().expect("piped stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let wanted = needle.to_owned();
-        std::thread::spawn(move || {
-            let mut seen = Vec::new();
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let found = line.contains(&wanted);
-                seen.push(line);
-                if found {
-                    let _ = tx.send(seen.clone());
-                }
+        let (lock, changed) = &*self.1.as_ref().expect("stderr is read").lines;
+        let deadline = Instant::now() + SOON;
+        let mut seen = lock.lock().unwrap();
+        loop {
+            if let Some(at) = seen.0.iter().position(|l| l.contains(needle)) {
+                return seen.0[..=at].to_vec();
             }
-            let _ = tx.send(seen);
-        });
-        let seen = rx.recv_timeout(SOON).expect("pmcheck wrote to stderr");
-        assert!(seen.last().is_some_and(|l| l.contains(needle)), "{seen:?}");
-        seen
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !seen.1 && !left.is_zero(),
+                "no line with {needle:?} on stderr: {:?}",
+                seen.0
+            );
+            seen = changed.wait_timeout(seen, left).unwrap().0;
+        }
     }
 
     /// Waits for the exit, at most `within`.
@@ -85,12 +105,17 @@ impl Running {
         let status = exited_within(&mut self.0, within)
             .unwrap_or_else(|| panic!("pmcheck still runs after {within:?}"));
         let mut stdout = String::new();
-        let mut stderr = String::new();
         if let Some(mut out) = self.0.stdout.take() {
             let _ = out.read_to_string(&mut stdout);
         }
-        if let Some(mut err) = self.0.stderr.take() {
-            let _ = err.read_to_string(&mut stderr);
+        // The reader ends with the pipe: once every process that holds it has exited.
+        let mut stderr = String::new();
+        if let Some(Stderr { lines, reader }) = self.1.take() {
+            let _ = reader.join();
+            for line in &lines.0.lock().unwrap().0 {
+                stderr.push_str(line);
+                stderr.push('\n');
+            }
         }
         Output {
             status,
