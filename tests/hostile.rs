@@ -478,3 +478,46 @@ fn allow_closes_other_sources_before_reading_a_byte() {
         d.log.lock().unwrap()
     );
 }
+
+/// Anyone who can open the state directory (0755) could hold a `flock` of it: on e5ddf73 a
+/// shared one by user nobody blocked every drain, the emergency one too, forever. Changes
+/// now lock `STATE_DIR/lock` (0660, the directory's group): a lock of the directory blocks
+/// nothing, and a lock held by whoever can open the file bounds the wait and names them.
+#[test]
+fn a_lock_of_the_state_directory_blocks_no_drain_and_a_held_lock_is_named() {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::os::unix::fs::MetadataExt as _;
+    let s = Setup::new(Behavior::Running);
+    let state = s.state.path().display().to_string();
+    let dir = std::fs::File::open(s.state.path()).unwrap();
+    let dir_lock = Flock::lock(dir, FlockArg::LockShared).unwrap();
+    let out = pmcheck_within(
+        SOON,
+        &["drain", "--reason", "emergency", "--state-dir", &state],
+    );
+    assert!(out.status.success(), "{out:?}");
+    drop(dir_lock);
+    let lock = s.state.path().join("lock");
+    assert_eq!(std::fs::metadata(&lock).unwrap().mode() & 0o777, 0o660);
+
+    let held = Flock::lock(std::fs::File::open(&lock).unwrap(), FlockArg::LockExclusive).unwrap();
+    let out = pmcheck_within(Duration::from_secs(30), &["undrain", "--state-dir", &state]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        err.contains(&format!("{} is held by ", lock.display()))
+            && err.contains("was not released within 10s"),
+        "{err}"
+    );
+    if std::fs::read_to_string("/proc/locks").is_ok_and(|l| l.contains("FLOCK")) {
+        assert!(
+            err.contains(&format!("PID {} (", std::process::id())),
+            "{err}"
+        );
+    }
+    drop(held);
+    assert!(
+        s.state.path().join("drain").exists(),
+        "the record is unchanged"
+    );
+}

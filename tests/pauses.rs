@@ -411,3 +411,145 @@ fn a_lock_taken_long_ago_is_not_ready_at_once() {
         "{a:?}"
     );
 }
+
+/// `inetd` and `check` answer from one probe with no history: a pause is granted only from
+/// the start Puppet Server gives (a lock's `last-change-time`), never "since now", which
+/// would be new at every poll. The audit of e5ddf73: an empty pool in a JVM up for an hour
+/// answered `200 OK - paused ... (0s)` to every inetd poll for 68 s, and `check` WARNING.
+#[test]
+fn one_shot_modes_grant_no_pause_whose_start_they_cannot_prove() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let s = Setup::new(EMPTY());
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let ms = hour_ago.duration_since(std::time::UNIX_EPOCH).unwrap();
+    s.stub
+        .seen
+        .jvm_start
+        .store(ms.as_millis() as u64, Ordering::SeqCst);
+    let inetd = || -> Reply {
+        let mut child = pmcheck()
+            .arg("inetd")
+            .args(s.args(&[]))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n").unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        parse_answer(&String::from_utf8_lossy(&out.stdout))
+    };
+    let check = || {
+        let out = pmcheck().arg("check").args(s.args(&[])).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let ago = |secs: u64| {
+        humantime::format_rfc3339_millis(std::time::SystemTime::now() - Duration::from_secs(secs))
+            .to_string()
+    };
+
+    // A refill, and a lock whose time cannot be read: nothing says when they began.
+    for (what, behavior) in [
+        ("an empty pool", EMPTY()),
+        (
+            "a lock without a time",
+            Behavior::Pool(pool_changed(2, 2, 0, 0, ":acquired", "not a time")),
+        ),
+    ] {
+        s.stub.set(behavior);
+        for _ in 0..2 {
+            let a = inetd();
+            assert_eq!(a.status, 503, "{what}: {a:?}");
+            assert!(a.body.starts_with("NOTREADY - "), "{what}: {a:?}");
+            assert!(!a.body.contains("paused"), "{what}: {a:?}");
+        }
+        let (code, text) = check();
+        assert_eq!(code, Some(2), "{what}: {text}");
+        assert!(text.starts_with("PMCHECK CRITICAL"), "{what}: {text}");
+    }
+
+    // A lock taken 5 s ago is a pause of 5 s, within the grace; one taken 10 min ago is not.
+    s.stub.set(Behavior::Pool(pool_changed(
+        2,
+        2,
+        0,
+        0,
+        ":acquired",
+        &ago(5),
+    )));
+    let a = inetd();
+    assert_eq!(a.status, 200, "{a:?}");
+    assert!(
+        a.body.starts_with("OK - paused: JRuby pool locked since "),
+        "{a:?}"
+    );
+    let (code, text) = check();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("paused"), "{text}");
+    s.stub.set(Behavior::Pool(pool_changed(
+        2,
+        2,
+        0,
+        0,
+        ":acquired",
+        &ago(600),
+    )));
+    let a = inetd();
+    assert_eq!(a.status, 503, "{a:?}");
+    assert!(
+        a.body.contains("(10m): longer than --pause-grace 1m"),
+        "{a:?}"
+    );
+}
+
+/// A Puppet Server that reported its pool since it started and then answers
+/// `service-not-found` for it is not `running` without numbers: on e5ddf73 one such answer
+/// fell back to the simple status and answered 200 for 30 probes, an empty pool too, and a
+/// fresh grace began when the pool came back. Now it is NOTREADY, or a pause under way goes
+/// on within the same grace.
+#[test]
+fn a_pool_service_that_goes_away_is_not_ready_and_spends_the_grace() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s, &["--pause-grace", "2s"]);
+    d.wait_for(
+        SOON,
+        "the pool",
+        starts("OK - Puppet Server is running, 1 of 1"),
+    );
+    s.stub.set(Behavior::Simple);
+    let a = d.wait_for(SOON, "not running without numbers", |a| {
+        !a.body.starts_with("OK - Puppet Server is running, 1 of 1")
+    });
+    assert_eq!(a.status, 503, "{a:?}");
+    assert!(
+        a.body.starts_with(
+            "NOTREADY - Puppet Server no longer reports its JRuby pool (/status/v1/services/jruby-metrics: service not found)"
+        ),
+        "{a:?}"
+    );
+    d.wait_probes(3, SOON);
+    assert_eq!(d.poll().status, 503, "no fallback to a 200 without numbers");
+
+    // A flush under way, then the pool service gone: the same pause, the same grace.
+    s.stub.set(Behavior::Running);
+    d.wait_for(
+        SOON,
+        "the pool again",
+        starts("OK - Puppet Server is running, 1 of 1"),
+    );
+    s.stub.set(EMPTY());
+    d.wait_for(SOON, "paused", starts("OK - paused: JRuby pool refilling"));
+    s.stub.set(Behavior::Simple);
+    let a = d.wait_for(SOON, "past the grace", starts("NOTREADY"));
+    assert!(
+        a.body.contains("refilling after a flush since ")
+            && a.body.contains(": longer than --pause-grace 2s"),
+        "{a:?}"
+    );
+}

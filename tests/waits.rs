@@ -663,3 +663,30 @@ fn a_wait_on_a_record_the_daemon_does_not_watch_fails_at_once() {
     );
     assert!(!marker.exists());
 }
+
+/// The command is done when its process group is: a job it left in the background (`job &`)
+/// is waited for before the node returns. On e5ddf73 the cycle undrained at the leader's exit,
+/// and the node answered 200 while the job ran.
+#[test]
+fn a_cycle_waits_for_the_processes_its_command_left_in_its_group() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let done = s.state.path().join("job-done");
+    // The job's output goes elsewhere: the test's own pipe must not be what keeps it waiting.
+    let script = format!(
+        "(sleep 1; echo done > {}) >/dev/null 2>&1 & exit 0",
+        done.display()
+    );
+    let out = s.pmcheck("cycle", &["--url", &url(&d), "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        done.exists(),
+        "the cycle ended (and undrained) while its command's job still ran: {out:?}"
+    );
+    assert!(
+        text(&out.stderr)
+            .contains("the command exited with 0; waiting for the processes it left in its group"),
+        "{out:?}"
+    );
+    assert!(record(&s).is_none(), "undrained once the job ended");
+}

@@ -1,6 +1,6 @@
 //! The drain record on disk: `STATE_DIR/drain`, read with every refusal of what is not a small
 //! regular file, written atomically (a reader sees the old record or the new one, never half),
-//! and changed only under an exclusive `flock` of the state directory.
+//! and changed only under the state directory's lock ([`crate::health::drain_lock`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::fcntl::{Flock, OFlag};
 use thiserror::Error;
 
 use crate::file_stamp::FileStamp;
 use crate::health::drain::{Drain, DrainRecord, DrainState, RECORD_LIMIT, Unreadable};
+use crate::health::drain_lock::{self, LockError};
 use crate::health::drain_log::{DrainLog, Event, LogError};
 
 /// Why `drain` or `undrain` could not change the record.
@@ -27,6 +28,10 @@ pub enum DrainError {
         /// What the system said.
         source: io::Error,
     },
+    /// Another process held the state directory's lock for the whole wait; nothing was
+    /// changed.
+    #[error("cannot change the drain record: {0}")]
+    Locked(#[source] LockError),
     /// Removing the record failed.
     #[error("cannot remove the drain record {path}: {source}{hint}", hint = fix_hint(source, path.parent().unwrap_or(Path::new("/"))))]
     Remove {
@@ -407,15 +412,17 @@ impl DrainFile {
     }
 }
 
-/// An exclusive `flock` of the state directory, released when dropped.
+/// The state directory's lock ([`drain_lock`]), released when dropped.
 fn lock(file: &DrainFile) -> Result<Flock<File>, DrainError> {
     let fail = |source| DrainError::Write {
         dir: file.dir().to_path_buf(),
         source,
     };
     file.create_dir().map_err(fail)?;
-    let dir = File::open(file.dir()).map_err(fail)?;
-    Flock::lock(dir, FlockArg::LockExclusive).map_err(|(_, errno)| fail(errno.into()))
+    drain_lock::acquire(file.dir(), drain_lock::WAIT).map_err(|e| match e {
+        LockError::Open(source) => fail(source),
+        held @ LockError::Held { .. } => DrainError::Locked(held),
+    })
 }
 
 #[cfg(test)]

@@ -171,7 +171,8 @@ pub(crate) fn operator() -> String {
     }
 }
 
-fn user_name(uid: nix::unistd::Uid) -> String {
+/// The user database's name for `uid`, else `uid N`.
+pub(crate) fn user_name(uid: nix::unistd::Uid) -> String {
     match nix::unistd::User::from_uid(uid) {
         Ok(Some(user)) => user.name,
         _ => format!("uid {uid}"),

@@ -41,7 +41,19 @@ pub async fn run_command(
     };
     let first = tokio::select! {
         status = child.wait() => {
-            return status.map_err(|e| Some(format!("cannot be waited for: {e}")));
+            let status = status.map_err(|e| Some(format!("cannot be waited for: {e}")))?;
+            // What the command left running in its group is the command's too (`job &`): the
+            // node must not return while it runs.
+            if killpg(group, None).is_ok() {
+                eprintln!(
+                    "pmcheck cycle: the command {}; waiting for the processes it left in its group",
+                    exited(status)
+                );
+            }
+            tokio::select! {
+                () = group_gone(group, &mut child) => return Ok(status),
+                signal = signals.next() => signal,
+            }
         }
         signal = signals.next() => signal,
     };

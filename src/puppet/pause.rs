@@ -64,6 +64,19 @@ impl Pause {
     }
 }
 
+/// When Puppet Server says the pause began: a lock's `last-change-time`, if it parses and is
+/// not in the future. Nothing says when a refill began. A probe with no history (`check`,
+/// inetd) grants a pause only from this: "since now" would be new at every poll, and a pool
+/// that stays empty would be answered OK forever.
+pub fn began(why: &Unready, wall: SystemTime) -> Option<SystemTime> {
+    match why {
+        Unready::Locked { since: Some(since) } => humantime::parse_rfc3339_weak(since)
+            .ok()
+            .filter(|t| *t <= wall),
+        _ => None,
+    }
+}
+
 /// Follows the pool from probe to probe to tell a pause from a start.
 #[derive(Debug)]
 pub struct PauseWatch {
@@ -142,12 +155,7 @@ impl PauseWatch {
         }
         // A lock says when it was taken: the pause began then (a one-shot `check` of a lock
         // held for an hour must not call it new), never later than now.
-        let taken = match &why {
-            Unready::Locked { since: Some(since) } => humantime::parse_rfc3339_weak(since)
-                .ok()
-                .filter(|t| *t <= wall),
-            _ => None,
-        };
+        let taken = began(&why, wall);
         let under = *self.paused.get_or_insert_with(|| match taken {
             Some(t) => {
                 let ago = wall.duration_since(t).unwrap_or_default();
@@ -156,6 +164,13 @@ impl PauseWatch {
             None => (now, wall, cause, multithreaded),
         });
         self.judge(under, now, false)
+    }
+
+    /// The pool's status is missing while a pause is under way: the pause goes on, within
+    /// the same grace (the time does not start again). `None` when no pause is under way.
+    pub fn continued(&mut self, now: Instant) -> Option<Result<Pause, Unready>> {
+        let under = self.paused?;
+        Some(self.judge(under, now, false))
     }
 
     /// No answer within the probe's deadline while a pause is under way: the pause goes on

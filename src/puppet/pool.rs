@@ -77,6 +77,12 @@ pub enum Unready {
         /// One multithreaded JRuby: `size` counts its borrow slots.
         multithreaded: bool,
     },
+    /// The pool's status service is gone (`service-not-found`) from a Puppet Server that
+    /// reported its pool since it started: nothing says it can compile.
+    Unreported {
+        /// The status path that answered `service-not-found`.
+        path: String,
+    },
     /// Paused for longer than `--pause-grace`: no longer a moment.
     PausedTooLong {
         /// The pause in words.
@@ -107,6 +113,11 @@ impl fmt::Display for Unready {
             Unready::NoInstance { size, .. } => write!(
                 f,
                 "Puppet Server has none of its {size} JRubies yet: nothing compiles"
+            ),
+            Unready::Unreported { path } => write!(
+                f,
+                "Puppet Server no longer reports its JRuby pool ({path}: service not found), \
+                 though it did since it started"
             ),
             Unready::PausedTooLong { pause, grace } => {
                 write!(f, "{pause}: longer than --pause-grace {grace}")

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::file_stamp::FileStamp;
 use crate::puppet::identity::IdentityFiles;
-use crate::puppet::pause::{Pause, PauseWatch};
+use crate::puppet::pause::{self, Pause, PauseWatch};
 use crate::puppet::pool::{Capacity, Pool, Unready};
 use crate::puppet::probe_error::{
     Body, CannotProbe, ProbeError, TlsProblem, causes, plain_name, undecodable,
@@ -128,7 +128,8 @@ impl Prober {
     }
 
     /// A prober for a single probe (`pmcheck check`, inetd), which has seen no earlier probe: a pool
-    /// locked or refilling in a JVM up for longer than `--pause-grace` counts as paused.
+    /// locked in a JVM up for longer than `--pause-grace` counts as paused, from the lock's own
+    /// time; a refill, or a lock that does not say when it was taken, does not.
     pub fn once(target: ProbeTarget) -> Self {
         Self {
             once: true,
@@ -200,6 +201,14 @@ impl Prober {
         }
         let answered = loop {
             match self.get(&client).await {
+                // A server that reported its pool since it started does not lose the pool
+                // service for good: no fallback (a `running` without numbers would be 200
+                // for an empty pool), the pool is unreported.
+                Ok(Seen::NotFound)
+                    if self.pauses.was_ready() && self.path == self.target.status_path =>
+                {
+                    return self.unreported();
+                }
                 // The status service's own 404: no such service or status route here.
                 Ok(Seen::NotFound) if let Some(next) = next_path(&self.path) => {
                     tracing::info!(
@@ -261,8 +270,25 @@ impl Prober {
         }
     }
 
+    /// The pool's status service is gone: a pause under way goes on within its grace, else
+    /// the node cannot compile as far as anyone can tell.
+    fn unreported(&mut self) -> Found {
+        let why = Unready::Unreported {
+            path: self.path.clone(),
+        };
+        match self.pauses.continued(Instant::now()) {
+            Some(Ok(pause)) => Found::Paused(None, pause),
+            Some(Err(too_long)) => Found::Outcome(ProbeOutcome::NotReady(too_long), None),
+            None => Found::Outcome(ProbeOutcome::NotReady(why), None),
+        }
+    }
+
     /// A pool that cannot compile: paused, when it was ready since this process started.
     async fn unready(&mut self, client: &reqwest::Client, why: Unready, pool: Pool) -> Found {
+        // One probe has no history: no pause whose start Puppet Server does not give.
+        if self.once && pause::began(&why, SystemTime::now()).is_none() {
+            return Found::Outcome(ProbeOutcome::NotReady(why), Some(pool));
+        }
         if self.once && !self.pauses.was_ready() {
             let up = |start: &u64| {
                 let started = SystemTime::UNIX_EPOCH + Duration::from_millis(*start);

@@ -1,0 +1,199 @@
+//! The lock every change of the drain record is made under: `STATE_DIR/lock`, a file that only
+//! its owner and the state directory's group can open (0660), so that no other local user can
+//! hold it. A lock of the directory itself could be taken by anyone who can open the
+//! directory: on e5ddf73 a shared `flock` by user nobody blocked every drain, the emergency one
+//! too. The wait for it is bounded and names who holds it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg, OFlag};
+use thiserror::Error;
+
+use crate::settings::duration::format_duration;
+
+/// The lock file's name in the state directory.
+pub const NAME: &str = "lock";
+/// Its mode: the owner and the directory's group (root and the service) open it, nobody else.
+pub const MODE: u32 = 0o660;
+/// How long a change waits for another: a drain or a cycle step holds it for milliseconds.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+/// Why the lock could not be taken.
+#[derive(Debug, Error)]
+pub enum LockError {
+    /// The lock file cannot be opened or created.
+    #[error("{0}")]
+    Open(#[source] io::Error),
+    /// Someone else held it for the whole wait.
+    #[error(
+        "{} is held by {holder} and was not released within {}; if that process is stuck, \
+         stop it, then run the command again",
+        path.display(), format_duration(*waited)
+    )]
+    Held {
+        /// The lock file.
+        path: PathBuf,
+        /// Who holds it, in words.
+        holder: String,
+        /// How long we waited.
+        waited: Duration,
+    },
+}
+
+/// Takes the exclusive lock of the state directory `dir`, waiting at most `wait`; released when
+/// dropped.
+pub fn acquire(dir: &Path, wait: Duration) -> Result<Flock<File>, LockError> {
+    let path = dir.join(NAME);
+    let mut file = open(dir, &path).map_err(|e| match e.kind() {
+        io::ErrorKind::IsADirectory => LockError::Open(io::Error::other(format!(
+            "{} is a directory, not the lock: remove it (rmdir)",
+            path.display()
+        ))),
+        _ => LockError::Open(e),
+    })?;
+    let deadline = Instant::now() + wait;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                file = back;
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            Err((back, Errno::EWOULDBLOCK)) => {
+                return Err(LockError::Held {
+                    holder: holder(&back),
+                    path,
+                    waited: wait,
+                });
+            }
+            Err((_, errno)) => return Err(LockError::Open(errno.into())),
+        }
+    }
+}
+
+/// Opens the lock without following links or blocking, creating it 0660 with the directory's
+/// group (whoever creates it, the other side can still open it).
+fn open(dir: &Path, path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(MODE)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::other(format!(
+            "{} is not a regular file: remove it",
+            path.display()
+        )));
+    }
+    let mine = meta.uid() == nix::unistd::geteuid().as_raw();
+    let dir_gid = fs::metadata(dir)?.gid();
+    if mine && meta.gid() != dir_gid {
+        std::os::unix::fs::fchown(&file, None, Some(dir_gid))?;
+    }
+    if mine && meta.mode() & 0o777 != MODE {
+        file.set_permissions(fs::Permissions::from_mode(MODE))?;
+    }
+    Ok(file)
+}
+
+/// `PID 1234 (sleep, user nobody)`, from /proc/locks; `another process` when the system does
+/// not say.
+fn holder(file: &File) -> String {
+    let found = file.metadata().ok().and_then(|meta| {
+        let locks = fs::read_to_string("/proc/locks").ok()?;
+        holder_pid(&locks, meta.dev(), meta.ino())
+    });
+    let Some(pid) = found else {
+        return "another process (the system does not say which; `lsof` on the file may)".into();
+    };
+    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let user = fs::metadata(format!("/proc/{pid}"))
+        .ok()
+        .map(|m| crate::health::holders::user_name(m.uid().into()));
+    match user {
+        Some(user) => format!("PID {pid} ({}, user {user})", comm.trim()),
+        None => format!("PID {pid}"),
+    }
+}
+
+/// The PID holding a lock on the file with `dev` and `ino`, from /proc/locks' lines
+/// (`1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF`; waiters' lines carry `->`).
+fn holder_pid(locks: &str, dev: u64, ino: u64) -> Option<u32> {
+    let want = (nix::sys::stat::major(dev), nix::sys::stat::minor(dev), ino);
+    locks.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.get(1) == Some(&"->") {
+            return None;
+        }
+        let pid = words.get(4)?.parse().ok()?;
+        let mut id = words.get(5)?.split(':');
+        let major = u64::from_str_radix(id.next()?, 16).ok()?;
+        let minor = u64::from_str_radix(id.next()?, 16).ok()?;
+        let inode = id.next()?.parse().ok()?;
+        ((major, minor, inode) == want).then_some(pid)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_is_0660_and_a_held_one_bounds_the_wait_and_names_its_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = acquire(dir.path(), WAIT).unwrap();
+        let meta = fs::metadata(dir.path().join(NAME)).unwrap();
+        assert_eq!(meta.mode() & 0o777, MODE);
+        let started = Instant::now();
+        let e = acquire(dir.path(), Duration::from_millis(200)).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("{} is held by ", dir.path().join(NAME).display()))
+                && text.contains("was not released within 200ms"),
+            "{text}"
+        );
+        // Where the system lists its locks, the holder is this process, named.
+        if fs::read_to_string("/proc/locks").is_ok_and(|l| l.contains("FLOCK")) {
+            assert!(
+                text.contains(&format!("PID {} (", std::process::id())),
+                "{text}"
+            );
+        }
+        drop(first);
+        acquire(dir.path(), Duration::ZERO).expect("free again");
+    }
+
+    #[test]
+    fn proc_locks_lines_give_the_holder_not_a_waiter() {
+        let dev = nix::sys::stat::makedev(0xfd, 1);
+        let locks = "1: FLOCK  ADVISORY  WRITE 77 fd:01:5678 0 EOF\n\
+                     1: -> FLOCK  ADVISORY  WRITE 88 fd:01:5678 0 EOF\n\
+                     2: POSIX  ADVISORY  WRITE 99 08:02:5678 0 EOF\n";
+        assert_eq!(holder_pid(locks, dev, 5678), Some(77));
+        assert_eq!(
+            holder_pid(locks, nix::sys::stat::makedev(8, 2), 5678),
+            Some(99)
+        );
+        assert_eq!(holder_pid(locks, dev, 1), None);
+    }
+
+    #[test]
+    fn a_lock_that_is_not_a_regular_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join(NAME)).unwrap();
+        let e = acquire(dir.path(), WAIT).unwrap_err().to_string();
+        assert!(
+            e.contains(&dir.path().join(NAME).display().to_string()),
+            "{e}"
+        );
+    }
+}
