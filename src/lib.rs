@@ -64,6 +64,7 @@ pub(crate) mod operator;
 pub mod puppet;
 pub mod reading;
 pub mod responder;
+pub mod safe_file;
 pub mod settings;
 pub(crate) mod text;
 

@@ -521,3 +521,76 @@ fn a_lock_of_the_state_directory_blocks_no_drain_and_a_held_lock_is_named() {
         "the record is unchanged"
     );
 }
+
+/// Every file the daemon or a command reads goes through one reader that refuses what is not a
+/// regular file before reading and bounds the size. On e5ddf73 a FIFO at the CRL hung `check`
+/// for more than 30 s, a FIFO at a deploy record froze the daemon's code readings, and the
+/// daemon then ignored SIGTERM; a 59 MB CRL cost `check` 285 MB.
+#[test]
+fn a_fifo_or_a_huge_file_where_a_crl_or_deploy_record_belongs_hangs_nothing() {
+    let s = Setup::new(Behavior::Running);
+    let crl = s.files.dir.path().join("crl.pem");
+    nix::unistd::mkfifo(&crl, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let crl_arg = crl.display().to_string();
+    let mut check: Vec<String> = vec!["check".into()];
+    check.extend(s.args(&["--hostcrl", &crl_arg]));
+    let check: Vec<&str> = check.iter().map(String::as_str).collect();
+    let out = pmcheck_within(SOON, &check);
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        line.contains(&format!(
+            "hostcrl {crl_arg} cannot be read: it is a FIFO (named pipe), not a regular file"
+        )),
+        "{line}"
+    );
+
+    // A daemon with a FIFO at the CRL and at a deploy record: it answers, shows why, and
+    // stops at SIGTERM.
+    let env = s.files.dir.path().join("environments/production");
+    std::fs::create_dir_all(&env).unwrap();
+    nix::unistd::mkfifo(
+        &env.join(".r10k-deploy.json"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let conf = s.files.dir.path().join("puppet.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[server]\nenvironmentpath = {}\n",
+            env.parent().unwrap().display()
+        ),
+    )
+    .unwrap();
+    let conf_arg = conf.display().to_string();
+    let mut args = s.args(&["--hostcrl", &crl_arg, "--code-environment", "production"]);
+    let at = args.iter().position(|a| a == "--puppet-conf").unwrap();
+    args[at + 1] = conf_arg;
+    let mut d = Daemon::start(&args);
+    let answer = d.wait_for_json(SOON, "the deploy record read", |a| {
+        a.code.as_ref().is_some_and(|c| !c.is_empty())
+    });
+    let code = &answer.code.as_ref().unwrap()[0];
+    assert_eq!(code.state, "unreadable", "{code:?}");
+    assert!(
+        code.why
+            .as_deref()
+            .is_some_and(|w| w.contains("it is a FIFO (named pipe), not a regular file")),
+        "{code:?}"
+    );
+    signal(&d, "TERM");
+    assert_eq!(exit_code(&mut d, SOON), Some(0), "SIGTERM stops it");
+
+    // A CRL over 16 MiB is refused by its size, unread.
+    std::fs::remove_file(&crl).unwrap();
+    let huge = std::fs::File::create(&crl).unwrap();
+    huge.set_len(16 * 1024 * 1024 + 1).unwrap();
+    let out = pmcheck_within(SOON, &check);
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        line.contains(&format!(
+            "hostcrl {crl_arg} cannot be read: it is 16385 KiB, more than the 16384 KiB such a file may be"
+        )),
+        "{line}"
+    );
+}

@@ -49,7 +49,7 @@ impl Reader {
 
     /// The daemon as `unit` runs it (`User=`, `SupplementaryGroups=`), or why it cannot be told.
     pub fn unit(unit: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(unit)
+        let text = crate::safe_file::read_to_string(unit, crate::safe_file::CONFIG_LIMIT)
             .map_err(|e| format!("cannot read the unit {}: {e}", unit.display()))?;
         let mut user = None;
         let mut groups: Vec<String> = Vec::new();
@@ -110,7 +110,9 @@ impl Reader {
             self.allowed(&full, 0o4, "read")?;
         }
         if self.open {
-            std::fs::File::open(&full).map_err(|e| format!("{}: {e}", full.display()))?;
+            // Read as the daemon would: a FIFO or an endless file is named, not waited on.
+            crate::safe_file::read(&full, crate::safe_file::CRL_LIMIT)
+                .map_err(|e| format!("{}: {e}", full.display()))?;
         }
         Ok(())
     }

@@ -42,7 +42,7 @@ pub fn config(
     // read: say so, the fallback may be wrong (`--check` makes it an error).
     for name in ["webserver.conf", "puppetserver.conf"] {
         let path = settings.puppetserver_confd.value.join(name);
-        if let Err(e) = std::fs::read(&path)
+        if let Err(e) = crate::safe_file::read(&path, crate::safe_file::CONFIG_LIMIT)
             && e.kind() != std::io::ErrorKind::NotFound
         {
             println!(

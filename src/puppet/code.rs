@@ -14,7 +14,6 @@
 //!
 //! The times are Ruby's `Time#to_s`, not RFC 3339; RFC 3339 is accepted too.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -63,9 +62,12 @@ pub async fn refresh(
     let mut file_sync = FileSync::Absent;
     for round in 0u32.. {
         let reading = environments.clone();
-        let deployments = tokio::task::spawn_blocking(move || reading.read())
-            .await
-            .unwrap_or_default();
+        let Some(deployments) =
+            crate::reading::off_workers(move || reading.read(), &mut shutdown).await
+        else {
+            return;
+        };
+        let deployments = deployments.unwrap_or_default();
         if round % FILE_SYNC_EVERY == 0 {
             file_sync = match puppet.service_status(file_sync::SERVICE).await {
                 Ok((status, body)) => file_sync::read(status, &body, &environments.names),
@@ -183,25 +185,21 @@ fn read_record(path: &Path) -> Found {
         path: path.to_owned(),
         why,
     };
-    let file = match std::fs::File::open(path) {
-        Ok(file) => file,
+    let bytes = match crate::safe_file::read(path, MAX_RECORD_BYTES) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Found::NoRecord {
                 path: path.to_owned(),
             };
         }
+        Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+            return unreadable(format!(
+                "is larger than {} KiB: not a deploy record r10k writes",
+                MAX_RECORD_BYTES / 1024
+            ));
+        }
         Err(e) => return unreadable(format!("cannot be read: {e}")),
     };
-    let mut bytes = Vec::new();
-    if let Err(e) = file.take(MAX_RECORD_BYTES + 1).read_to_end(&mut bytes) {
-        return unreadable(format!("cannot be read: {e}"));
-    }
-    if bytes.len() as u64 > MAX_RECORD_BYTES {
-        return unreadable(format!(
-            "is larger than {} KiB: not a deploy record r10k writes",
-            MAX_RECORD_BYTES / 1024
-        ));
-    }
     match parse(&bytes) {
         Ok(record) => Found::Record {
             path: path.to_owned(),

@@ -6,12 +6,15 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, CertificateRevocationListDer};
 use x509_parser::prelude::{FromDer, X509Certificate};
 use x509_parser::revocation_list::CertificateRevocationList;
+
+use crate::file_stamp::FileStamp;
 
 /// Which file: the `file` label of the metrics, and the name `check` gives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,8 +271,10 @@ pub fn timestamp(seconds: i64) -> String {
 
 fn certificates(file: File, path: &Path) -> Result<Vec<CertEnd>, String> {
     let what = || format!("{} {}", file.as_str(), path.display());
-    let ders = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    let bytes = crate::safe_file::read(path, crate::safe_file::PEM_LIMIT)
+        .map_err(|e| format!("{} cannot be read: {e}", what()))?;
+    let ders = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{} cannot be read: {e}", what()))?;
     if ders.is_empty() {
         return Err(format!("{} holds no PEM certificate", what()));
@@ -299,8 +304,10 @@ fn crl(path: &Path) -> Result<Option<CrlDates>, String> {
     if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
         return Ok(None);
     }
-    let ders = CertificateRevocationListDer::pem_file_iter(path)
-        .and_then(|crls| crls.collect::<Result<Vec<_>, _>>())
+    let bytes = crate::safe_file::read(path, crate::safe_file::CRL_LIMIT)
+        .map_err(|e| format!("{} cannot be read: {e}", what()))?;
+    let ders = CertificateRevocationListDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{} cannot be read: {e}", what()))?;
     let mut earliest: Option<CrlDates> = None;
     for (i, der) in ders.iter().enumerate() {
@@ -325,7 +332,7 @@ fn crl(path: &Path) -> Result<Option<CrlDates>, String> {
         .ok_or_else(|| format!("{} holds no PEM CRL", what()))
 }
 
-/// The three paths, as settings name them.
+/// The three paths, as settings name them, and what they said when last read.
 #[derive(Debug, Clone)]
 pub struct Files {
     /// `hostcert`.
@@ -334,9 +341,39 @@ pub struct Files {
     pub localcacert: PathBuf,
     /// `hostcrl` (or webserver.conf's `ssl-crl-path`).
     pub hostcrl: PathBuf,
+    /// The files' stamps and dates at the last read: read again only when a file changed.
+    pub last: Arc<Mutex<Option<(Stamps, Expiries)>>>,
 }
 
+/// The three files' stamps, in the order of [`Files`]; `None` for one that cannot be examined.
+pub type Stamps = [Option<FileStamp>; 3];
+
 impl Files {
+    /// The three paths, not read yet.
+    pub fn new(hostcert: PathBuf, localcacert: PathBuf, hostcrl: PathBuf) -> Self {
+        Self {
+            hostcert,
+            localcacert,
+            hostcrl,
+            last: Arc::default(),
+        }
+    }
+
+    /// What they say now: read again only when one of them changed since the last read (a
+    /// large CRL is not parsed every minute).
+    pub fn read_if_changed(&self) -> Expiries {
+        let stamps = [&self.hostcert, &self.localcacert, &self.hostcrl].map(|p| FileStamp::of(p));
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((seen, dates)) = last.as_ref()
+            && *seen == stamps
+        {
+            return dates.clone();
+        }
+        let dates = self.read_logged();
+        *last = Some((stamps, dates.clone()));
+        dates
+    }
+
     /// Reads them now.
     pub fn read(&self) -> Expiries {
         Expiries::read(&self.hostcert, &self.localcacert, &self.hostcrl)
@@ -358,3 +395,41 @@ pub type Latest = crate::reading::Latest<Expiries>;
 /// How often the daemon re-reads the files: they change a few times a year (renewal, a new
 /// CRL), and a scrape then shows the new dates within this.
 pub const REFRESH: Duration = Duration::from_secs(60);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The daemon reads the files again only when one changed: a stamp seen before gives what
+    /// was read then (here a stand-in the files never said), a change reads again.
+    #[test]
+    fn files_are_read_again_only_when_one_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name);
+        std::fs::write(path("cert.pem"), "not a certificate").unwrap();
+        let files = Files::new(path("cert.pem"), path("ca.pem"), path("crl.pem"));
+        let first = files.read_if_changed();
+        assert!(
+            first.unreadable.iter().any(|w| w.contains("cert.pem")),
+            "{first:?}"
+        );
+        let stand_in = Expiries {
+            unreadable: vec!["read before".into()],
+            ..Expiries::default()
+        };
+        if let Some((_, dates)) = files.last.lock().unwrap().as_mut() {
+            *dates = stand_in.clone();
+        }
+        assert_eq!(
+            files.read_if_changed(),
+            stand_in,
+            "unchanged: not read again"
+        );
+        std::fs::write(path("ca.pem"), "not a CA either").unwrap();
+        let again = files.read_if_changed();
+        assert!(
+            again.unreadable.iter().any(|w| w.contains("ca.pem")),
+            "{again:?}"
+        );
+    }
+}

@@ -189,7 +189,8 @@ impl IdentityFiles {
 }
 
 fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, IdentityError> {
-    std::fs::read(path).map_err(|source| IdentityError::Read {
+    let limit = crate::safe_file::PEM_LIMIT;
+    crate::safe_file::read(path, limit).map_err(|source| IdentityError::Read {
         setting,
         path: path.to_owned(),
         source,

@@ -131,14 +131,14 @@ pub async fn serve(
             Arc::clone(&metrics.drain_events),
             closed(stopped.clone()),
         ));
-        let files = expiry::Files {
-            hostcert: settings.hostcert.value.clone(),
-            localcacert: settings.localcacert.value.clone(),
-            hostcrl: settings.hostcrl.value.clone(),
-        };
+        let files = expiry::Files::new(
+            settings.hostcert.value.clone(),
+            settings.localcacert.value.clone(),
+            settings.hostcrl.value.clone(),
+        );
         tasks.spawn(reading::refresh(
             expiry::REFRESH,
-            move || files.read_logged(),
+            move || files.read_if_changed(),
             Arc::clone(&metrics.expiries),
             closed(stopped.clone()),
         ));

@@ -35,7 +35,7 @@ impl EnvFile {
 
     /// Reads `path`.
     pub fn load(path: &Path) -> std::io::Result<Self> {
-        let text = std::fs::read_to_string(path)?;
+        let text = crate::safe_file::read_to_string(path, crate::safe_file::CONFIG_LIMIT)?;
         Ok(Self::parse(path, &text))
     }
 

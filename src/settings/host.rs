@@ -34,7 +34,7 @@ pub struct Webserver {
 
 /// A file of Puppet Server's conf.d, if it can be read.
 pub fn read_confd_file(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok()
+    crate::safe_file::read_to_string(path, crate::safe_file::CONFIG_LIMIT).ok()
 }
 
 impl Webserver {
@@ -67,9 +67,12 @@ impl Webserver {
 pub fn fqdn() -> Result<String, FqdnError> {
     let host = dns_lookup::get_hostname().map_err(FqdnError::Hostname)?;
     fqdn_from(&host, canonical_name(&host).as_deref(), || {
-        std::fs::read_to_string("/etc/resolv.conf")
-            .ok()
-            .and_then(|text| resolv_domain(&text))
+        crate::safe_file::read_to_string(
+            Path::new("/etc/resolv.conf"),
+            crate::safe_file::CONFIG_LIMIT,
+        )
+        .ok()
+        .and_then(|text| resolv_domain(&text))
     })
 }
 

@@ -108,9 +108,12 @@ pub struct PuppetConf {
 impl PuppetConf {
     /// Reads and parses `path`.
     pub fn load(path: &Path) -> Result<Self, PuppetConfError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PuppetConfError::Read {
-            path: path.to_owned(),
-            source,
+        let limit = crate::safe_file::CONFIG_LIMIT;
+        let text = crate::safe_file::read_to_string(path, limit).map_err(|source| {
+            PuppetConfError::Read {
+                path: path.to_owned(),
+                source,
+            }
         })?;
         Self::parse(path, &text)
     }
