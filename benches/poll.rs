@@ -43,6 +43,7 @@ fn health() -> (Node, Senders) {
         average_borrow_ms: 4200,
         queue_limit_hits: 0,
         borrow_timeouts: 0,
+        borrows: 0,
         lock: "not-in-use".into(),
         lock_since: None,
         multithreaded: false,

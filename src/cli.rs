@@ -88,6 +88,9 @@ pub struct PuppetArgs {
     /// How long a JRuby pool that was ready since Puppet Server started may be locked or refilling (a code deploy, a pool flush) and still answer OK at the floor weight; 0s answers NOTREADY at once
     #[arg(long, env = "PMCHECK_PAUSE_GRACE", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::PAUSE_GRACE)]
     pub(crate) pause_grace: Duration,
+    /// How long a JRuby pool with none free may go without one successful borrow while borrows time out or are refused, before it is out (NOTREADY) until a borrow succeeds; 0s never puts a busy pool out
+    #[arg(long, env = "PMCHECK_WEDGED_AFTER", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::WEDGED_AFTER)]
+    pub(crate) wedged_after: Duration,
     /// Puppet Server's conf.d, for webserver.conf (where it listens) and puppetserver.conf (jruby-puppet.multithreaded) [default: /etc/puppetlabs/puppetserver/conf.d, or /etc/puppet/puppetserver/conf.d with Debian's layout]
     #[arg(long, env = "PMCHECK_PUPPETSERVER_CONFD", value_name = "DIR")]
     pub(crate) puppetserver_confd: Option<PathBuf>,

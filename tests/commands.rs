@@ -174,6 +174,7 @@ fn config_names_the_environment_variable_of_every_option() {
             "status-path" => "/status/v1/simple/master".into(),
             "timeout" => "2s".into(),
             "pause-grace" => "45s".into(),
+            "wedged-after" => "90s".into(),
             "puppetserver-confd" => file("confd"),
             "state-dir" => file("state"),
             "listen" => "127.0.0.1:9300,[::1]:9300".into(),

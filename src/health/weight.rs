@@ -159,6 +159,7 @@ mod tests {
             average_borrow_ms: 0,
             queue_limit_hits: 0,
             borrow_timeouts: 0,
+            borrows: 0,
             lock: "not-in-use".into(),
             lock_since: None,
             multithreaded: false,

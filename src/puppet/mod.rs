@@ -12,3 +12,4 @@ pub mod probe_error;
 pub mod report;
 pub mod status_api;
 pub mod traffic;
+pub mod wedge;

@@ -31,6 +31,9 @@ pub struct Pool {
     pub queue_limit_hits: u64,
     /// `borrow-timeout-count`: requests that gave up waiting (`borrow-timeout`).
     pub borrow_timeouts: u64,
+    /// `borrow-count`: borrows that got an instance, since Puppet Server started.
+    #[serde(default)]
+    pub borrows: u64,
     /// The pool lock (`:not-in-use`, `:requested`, `:acquired`), without the colon.
     pub lock: String,
     /// When the lock last changed, as Puppet Server reports it.
@@ -83,6 +86,20 @@ pub enum Unready {
         /// The status path that answered `service-not-found`.
         path: String,
     },
+    /// No JRuby free and no borrow succeeded, while borrows timed out or were refused, for
+    /// longer than `--wedged-after` ([`crate::puppet::wedge`]).
+    Wedged {
+        /// When the first failure without a success came (`12:00:01Z`).
+        since: String,
+        /// Borrows that timed out since.
+        timeouts: u64,
+        /// Requests refused since.
+        refusals: u64,
+        /// How long, in words.
+        lasted: String,
+        /// The limit, in words.
+        limit: String,
+    },
     /// Paused for longer than `--pause-grace`: no longer a moment.
     PausedTooLong {
         /// The pause in words.
@@ -119,6 +136,22 @@ impl fmt::Display for Unready {
                 "Puppet Server no longer reports its JRuby pool ({path}: service not found), \
                  though it did since it started"
             ),
+            Unready::Wedged {
+                since,
+                timeouts,
+                refusals,
+                lasted,
+                limit,
+            } => {
+                let plural = |n: u64| if n == 1 { "" } else { "s" };
+                write!(
+                    f,
+                    "Puppet Server's JRuby pool is wedged: none free and no borrow succeeded \
+                     since {since}, {timeouts} borrow{} timed out and {refusals} refused \
+                     ({lasted}): longer than --wedged-after {limit}",
+                    plural(*timeouts)
+                )
+            }
             Unready::PausedTooLong { pause, grace } => {
                 write!(f, "{pause}: longer than --pause-grace {grace}")
             }
@@ -305,6 +338,8 @@ struct RawMetrics {
     queue_limit_hit_count: u64,
     #[serde(default)]
     borrow_timeout_count: u64,
+    #[serde(default)]
+    borrow_count: u64,
 }
 
 impl ServiceStatus {
@@ -334,6 +369,7 @@ impl ServiceStatus {
             average_borrow_ms: m.average_borrow_time,
             queue_limit_hits: m.queue_limit_hit_count,
             borrow_timeouts: m.borrow_timeout_count,
+            borrows: m.borrow_count,
             lock: crate::text::one_line(&lock, 20).into_owned(),
             lock_since: lock_since.map(|t| crate::text::one_line(t, 40).into_owned()),
             multithreaded: false,
@@ -402,6 +438,7 @@ mod tests {
             average_borrow_ms: 0,
             queue_limit_hits: 0,
             borrow_timeouts: 0,
+            borrows: 0,
             lock: "not-in-use".into(),
             lock_since: None,
             multithreaded: false,

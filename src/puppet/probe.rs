@@ -24,6 +24,7 @@ use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::puppet::status_api::{
     JVM_STATUS_PATH, Seen, jvm_start_time, next_path, read_answer, server_timeout,
 };
+use crate::puppet::wedge::WedgeWatch;
 use crate::settings::Settings;
 use crate::text;
 
@@ -53,6 +54,8 @@ pub struct ProbeTarget {
     pub timeout: Duration,
     /// How long a paused pool is answered OK ([`crate::puppet::pause`]).
     pub pause_grace: Duration,
+    /// How long a pool may only fail its borrows before it is out.
+    pub wedged_after: Duration,
     /// Puppet Server runs one multithreaded JRuby (puppetserver.conf).
     pub multithreaded: bool,
 }
@@ -72,6 +75,7 @@ impl ProbeTarget {
             status_path: settings.status_path.value.clone(),
             timeout: settings.timeout.value,
             pause_grace: settings.pause_grace.value,
+            wedged_after: settings.wedged_after.value,
             multithreaded: settings.multithreaded.value,
         }
     }
@@ -94,6 +98,8 @@ pub struct Prober {
     queue_limit_hits: Option<u64>,
     /// Tells a paused pool from one that is starting.
     pauses: PauseWatch,
+    /// Tells a busy pool from one that only fails its borrows.
+    wedge: WedgeWatch,
     /// Probes made on a fallback path since the configured one answered 404.
     on_fallback: u32,
     /// One probe without history (`pmcheck check`): a JVM up for longer than the grace is
@@ -109,6 +115,7 @@ impl Prober {
         Self {
             path: target.status_path.clone(),
             pauses: PauseWatch::new(target.pause_grace),
+            wedge: WedgeWatch::new(target.wedged_after),
             target,
             client: None,
             queue_limit_hits: None,
@@ -226,7 +233,11 @@ impl Prober {
                 pool.multithreaded = self.target.multithreaded;
                 let previous = self.queue_limit_hits.replace(pool.queue_limit_hits);
                 let new_hits = previous.map_or(0, |p| pool.queue_limit_hits.saturating_sub(p));
+                let wedged = self.wedge.observe(&pool, Instant::now(), SystemTime::now());
                 match pool.capacity(new_hits) {
+                    Capacity::Ready(_) if let Some(why) = wedged => {
+                        Found::Outcome(ProbeOutcome::NotReady(why), Some(pool))
+                    }
                     Capacity::Ready(load) => {
                         // Once per Puppet Server process: its JVM, to recognise it later.
                         let jvm = if self.once || self.pauses.was_ready() {
@@ -242,6 +253,7 @@ impl Prober {
             }
             Ok(Seen::Unready(why)) => {
                 self.pauses.restarted();
+                self.wedge.restarted();
                 Found::Outcome(ProbeOutcome::NotReady(why), None)
             }
             // The last path there is to try.
@@ -255,6 +267,7 @@ impl Prober {
             Err(e) => {
                 if matches!(e, ProbeError::Refused { .. }) {
                     self.pauses.restarted();
+                    self.wedge.restarted();
                     // Puppet Server is restarting (perhaps upgraded): start from the configured
                     // path again, so a fallback chosen for the old server does not outlive it.
                     if self.path != self.target.status_path {

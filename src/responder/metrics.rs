@@ -648,6 +648,7 @@ mod tests {
             average_borrow_ms: 1500,
             queue_limit_hits: 7,
             borrow_timeouts: 3,
+            borrows: 0,
             lock: "not-in-use".to_owned(),
             lock_since: None,
             multithreaded: false,

@@ -40,6 +40,9 @@ pub mod defaults {
     /// longer than a deploy's lock or a flush's refill (seconds), far shorter than Puppet
     /// Server's `borrow-timeout` (20 minutes), which bounds how long requests wait meanwhile.
     pub const PAUSE_GRACE: &str = "60s";
+    /// A minute with nothing but failed borrows is no load spike (borrows then still succeed):
+    /// ten times what HAProxy's `fall 3 inter 2s` takes to put a failing server out.
+    pub const WEDGED_AFTER: &str = "60s";
     /// The environment whose deploy record is shown.
     pub const CODE_ENVIRONMENT: &str = "production";
     /// At most this many environments are read (`--code-environment`): each is a label value
@@ -211,6 +214,8 @@ pub struct Given {
     pub timeout: Setting<Duration>,
     /// `--pause-grace`.
     pub pause_grace: Setting<Duration>,
+    /// `--wedged-after`.
+    pub wedged_after: Setting<Duration>,
     /// `--puppetserver-confd`.
     pub puppetserver_confd: Option<Setting<PathBuf>>,
     /// `--state-dir`.
@@ -248,6 +253,8 @@ pub struct Settings {
     pub timeout: Setting<Duration>,
     /// How long a paused JRuby pool is answered OK.
     pub pause_grace: Setting<Duration>,
+    /// How long a pool may only fail its borrows before it is out.
+    pub wedged_after: Setting<Duration>,
     /// Puppet Server's conf.d (webserver.conf, puppetserver.conf).
     pub puppetserver_confd: Setting<PathBuf>,
     /// Puppet Server runs one multithreaded JRuby (puppetserver.conf).
@@ -422,6 +429,7 @@ impl Settings {
             status_path: given.status_path.clone(),
             timeout: given.timeout.clone(),
             pause_grace: given.pause_grace.clone(),
+            wedged_after: given.wedged_after.clone(),
             puppetserver_confd,
             multithreaded,
             state_dir: given.state_dir.clone(),
@@ -475,6 +483,11 @@ impl fmt::Display for Settings {
                 "pause-grace",
                 duration::format_duration(self.pause_grace.value),
                 &self.pause_grace.source,
+            ),
+            (
+                "wedged-after",
+                duration::format_duration(self.wedged_after.value),
+                &self.wedged_after.source,
             ),
             path_row("puppetserver-confd", &self.puppetserver_confd),
             (
@@ -654,6 +667,7 @@ mod tests {
             status_path: default(defaults::STATUS_PATH.into()),
             timeout: default(Duration::from_millis(1500)),
             pause_grace: default(Duration::from_secs(60)),
+            wedged_after: default(Duration::from_secs(60)),
             puppetserver_confd: None,
             state_dir: default(defaults::STATE_DIR.into()),
             daemon: None,

@@ -465,7 +465,8 @@ mod tests {
     fn a_puppet_conf_elsewhere_keeps_the_installed_confdir_as_puppet_does() {
         let c = conf("/tmp/elsewhere/puppet.conf", "");
         let debian_installed = |p: &Path| p == Path::new("/etc/puppet");
-        let aio_installed = |p: &Path| p.starts_with("/etc/puppet");
+        let aio_installed =
+            |p: &Path| p == Path::new("/etc/puppetlabs/puppet") || p == Path::new("/etc/puppet");
         assert_eq!(c.layout(&debian_installed), Layout::Debian);
         assert_eq!(c.layout(&aio_installed), Layout::Aio, "AIO first");
         assert_eq!(

@@ -56,6 +56,9 @@
 # @param pause_grace
 #   PMCHECK_PAUSE_GRACE (`--pause-grace`): how long a JRuby pool paused by a code deploy's lock
 #   or a flush is answered OK at the floor weight; `0s`: NOTREADY at once. Default: 60s.
+# @param wedged_after
+#   PMCHECK_WEDGED_AFTER (`--wedged-after`): how long a JRuby pool with none free may only time
+#   out or refuse its borrows before it is NOTREADY; `0s`: never. Default: 60s.
 # @param puppetserver_confd
 #   PMCHECK_PUPPETSERVER_CONFD (`--puppetserver-confd`): Puppet Server's conf.d (webserver.conf,
 #   puppetserver.conf). Default: that of the Puppet AIO or Debian layout.
@@ -102,6 +105,7 @@ class pmcheck (
   Optional[Pmcheck::Duration] $interval = undef,
   Optional[Pmcheck::Duration] $timeout = undef,
   Optional[Pmcheck::DurationOrOff] $pause_grace = undef,
+  Optional[Pmcheck::DurationOrOff] $wedged_after = undef,
   Optional[Stdlib::Unixpath] $puppetserver_confd = undef,
   Optional[Array[Pattern[/\A[a-z0-9_]{1,64}\z/], 1, 16]] $code_environment = undef,
   Optional[Stdlib::Unixpath] $puppet_conf = undef,
@@ -156,6 +160,7 @@ class pmcheck (
     ['PMCHECK_HOSTCRL', $hostcrl, "Puppet Server's ssl-crl-path, else hostcrl from puppet.conf"],
     ['PMCHECK_PUPPET_ADDR', $puppet_addr, "Puppet Server's webserver.conf, else 127.0.0.1:serverport"],
     ['PMCHECK_PAUSE_GRACE', $pause_grace, '60s'],
+    ['PMCHECK_WEDGED_AFTER', $wedged_after, '60s'],
     ['PMCHECK_CODE_ENVIRONMENT', $code_environment, 'production'],
     ['PMCHECK_PUPPETSERVER_CONFD', $puppetserver_confd, "Puppet Server's conf.d of the AIO or Debian layout"],
     ['PMCHECK_STATUS_PATH', $status_path, '/status/v1/services/jruby-metrics'],
