@@ -457,6 +457,47 @@ fn new_queue_limit_refusals_make_a_node_busy_until_they_stop() {
     });
 }
 
+/// Busy is never out, but a pool with none free whose borrows only time out or are refused,
+/// none succeeding, for longer than `--wedged-after` is: NOTREADY with the counts, until a
+/// borrow succeeds. On e5ddf73 such a pool answered `200 OK - busy` for as long as it lasted.
+#[test]
+fn a_pool_that_only_fails_its_borrows_is_out_until_a_borrow_succeeds() {
+    let counted = |borrows: u64, timeouts: u64, refusals: u64| {
+        Behavior::Pool(
+            pool(2, 0, 2, 5, ":not-in-use")
+                .replace(
+                    "\"queue-limit-hit-count\":0",
+                    &format!("\"queue-limit-hit-count\":{refusals}"),
+                )
+                .replace(
+                    "\"borrow-timeout-count\":0",
+                    &format!("\"borrow-timeout-count\":{timeouts},\"borrow-count\":{borrows}"),
+                ),
+        )
+    };
+    let s = Setup::new(counted(10, 0, 0));
+    let d = s.daemon(&["--wedged-after", "1s"]);
+    d.wait_for(SOON, "busy", |a| a.body.starts_with("OK - busy: 0 of 2"));
+    s.stub.set(counted(10, 1, 0));
+    let a = d.wait_for(SOON, "wedged", |a| a.status != 200);
+    assert!(
+        a.body.starts_with(
+            "NOTREADY - Puppet Server's JRuby pool is wedged: none free and no borrow succeeded since "
+        ) && a.body.contains(", 1 borrow timed out and 0 refused (")
+            && a.body.contains("): longer than --wedged-after 1s"),
+        "{a:?}"
+    );
+    // More refusals, still no success: still out.
+    s.stub.set(counted(10, 1, 4));
+    d.wait_for(SOON, "the refusals counted", |a| {
+        a.body.contains("1 borrow timed out and 4 refused")
+    });
+    // One borrow succeeds: busy again, in.
+    s.stub.set(counted(11, 1, 4));
+    let a = d.wait_for(SOON, "busy again", |a| a.status == 200);
+    assert!(a.body.starts_with("OK - busy: 0 of 2"), "{a:?}");
+}
+
 #[test]
 fn puppet_enterprise_and_servers_without_the_pool_service_are_followed() {
     for (behavior, path) in [

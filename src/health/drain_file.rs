@@ -28,6 +28,17 @@ pub enum DrainError {
         /// What the system said.
         source: io::Error,
     },
+    /// The state directory's lock cannot be opened; nothing was changed.
+    #[error(
+        "cannot change the drain record in {dir}: cannot open its lock {}: {source}{hint}",
+        dir.join(drain_lock::NAME).display(), hint = fix_hint(source, dir)
+    )]
+    Lock {
+        /// The state directory.
+        dir: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
     /// Another process held the state directory's lock for the whole wait; nothing was
     /// changed.
     #[error("cannot change the drain record: {0}")]
@@ -420,7 +431,10 @@ fn lock(file: &DrainFile) -> Result<Flock<File>, DrainError> {
     };
     file.create_dir().map_err(fail)?;
     drain_lock::acquire(file.dir(), drain_lock::WAIT).map_err(|e| match e {
-        LockError::Open(source) => fail(source),
+        LockError::Open(source) => DrainError::Lock {
+            dir: file.dir().to_path_buf(),
+            source,
+        },
         held @ LockError::Held { .. } => DrainError::Locked(held),
     })
 }
