@@ -389,7 +389,7 @@ fn drain_without_permission_names_the_directory_and_keeps_the_old_record() {
             "--clear-groups",
             env!("CARGO_BIN_EXE_pmcheck"),
         ]);
-        c.env_clear().env("USER", "nobody");
+        c.env_clear().envs(no_puppet_env()).env("USER", "nobody");
         c
     } else {
         std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o555)).unwrap();
@@ -448,6 +448,7 @@ fn drain_as_nobody_or_self(dir: &str, command: &str) -> Option<Output> {
                 env!("CARGO_BIN_EXE_pmcheck"),
             ])
             .env_clear()
+            .envs(no_puppet_env())
             .args([command, "--state-dir", dir])
             .output()
             .unwrap()
@@ -984,6 +985,7 @@ fn config_check_names_what_blocks_each_file() {
         .arg(bin())
         .args(&args)
         .env_clear()
+        .envs(no_puppet_env())
         .output()
         .unwrap();
     mode(&ssl, 0o755);

@@ -199,6 +199,7 @@ fn only_root_and_the_state_directorys_group_read_the_log() {
             .args(["status", "--history", "5", "--state-dir"])
             .arg(s.state.path())
             .env_clear()
+            .envs(no_puppet_env())
             .output()
             .unwrap()
     };

@@ -21,6 +21,7 @@ fn limited_daemon(s: &Setup, fds: u32, args: &[&str]) -> Daemon {
         .args(["-c", &format!("ulimit -n {fds} && exec \"$0\" \"$@\"")])
         .arg(bin())
         .env_clear()
+        .envs(no_puppet_env())
         .env("RUST_LOG", "info");
     let mut all = vec!["--interval", "100ms", "--timeout", "1s"];
     all.extend_from_slice(args);

@@ -262,6 +262,7 @@ fn a_key_made_unreadable_is_unknown() {
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(bin())
             .env_clear()
+            .envs(no_puppet_env())
             .env("RUST_LOG", "info");
         c
     } else {

@@ -24,6 +24,7 @@ fn socket_activated(listener: std::net::TcpListener, listen_pid: &str, args: &[S
     let mut command = Command::new("sh");
     command
         .env_clear()
+        .envs(no_puppet_env())
         .env("RUST_LOG", "info")
         .args(["-c", &script, env!("CARGO_BIN_EXE_pmcheck")])
         .args(args)

@@ -48,19 +48,27 @@ pub fn exited_within(child: &mut Child, within: Duration) -> Option<std::process
 /// The pmcheck binary, with a clean environment, on a host with nothing of Puppet installed:
 /// see [`no_puppet`]. A test's own flags and variables beat these.
 pub fn pmcheck() -> Command {
-    let host = no_puppet();
     let mut command = Command::new(bin());
     command
         .env_clear()
+        .envs(no_puppet_env())
         .env("USER", "tester")
-        .env("RUST_LOG", "info")
-        .env("PMCHECK_PUPPET_CONF", host.join("puppet.conf"))
-        .env(
-            "PMCHECK_PUPPETSERVER_CONFD",
-            host.join("puppetserver/conf.d"),
-        )
-        .env("PMCHECK_ENV_FILE", "none");
+        .env("RUST_LOG", "info");
     command
+}
+
+/// The environment that puts a pmcheck on the host of [`no_puppet`], for a test that builds its
+/// own command (through setpriv, or a shell that passes a socket) after `env_clear()`.
+pub fn no_puppet_env() -> [(&'static str, std::ffi::OsString); 3] {
+    let host = no_puppet();
+    [
+        ("PMCHECK_PUPPET_CONF", host.join("puppet.conf").into()),
+        (
+            "PMCHECK_PUPPETSERVER_CONFD",
+            host.join("puppetserver/conf.d").into(),
+        ),
+        ("PMCHECK_ENV_FILE", "none".into()),
+    ]
 }
 
 /// A host with nothing of Puppet installed, for every process a test starts, whatever the
