@@ -241,7 +241,9 @@ fn an_unreadable_crl_warns_and_a_missing_one_does_not() {
 #[test]
 fn the_metrics_carry_the_dates_and_the_verdict_does_not_change() {
     let (s, crl_path) = setup();
-    let inter = intermediate("Puppet Intermediate CA", at(50), &root("R", at(900)));
+    // Each date is taken once: `at` read twice may fall in two different seconds.
+    let inter_end = at(50);
+    let inter = intermediate("Puppet Intermediate CA", inter_end, &root("R", at(900)));
     let ca_pem = s.ca.pem();
     replace(
         &s.files.localcacert,
@@ -268,7 +270,7 @@ fn the_metrics_carry_the_dates_and_the_verdict_does_not_change() {
         ),
         format!(
             "pmcheck_certificate_expiry_timestamp_seconds{{file=\"localcacert\",position=\"intermediate\"}} {}",
-            at(50).unix_timestamp()
+            inter_end.unix_timestamp()
         ),
         "pmcheck_certificate_expiry_timestamp_seconds{file=\"localcacert\",position=\"root\"}"
             .into(),
