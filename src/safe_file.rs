@@ -65,7 +65,8 @@ fn open(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-fn not_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
+/// What a file is when it is not a regular file (`a FIFO (named pipe)`), in words.
+pub(crate) fn not_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
     let t = meta.file_type();
     Some(match () {
         () if t.is_file() => return None,

@@ -488,27 +488,6 @@ fn running_as_root() -> bool {
 }
 
 /// xinetd mode: one request on stdin, one answer on stdout, same verdict and body.
-/// One `pmcheck inetd` with `input` on stdin; stdin stays open unless `close_stdin`.
-fn inetd(s: &Setup, input: &[u8], close_stdin: bool) -> Reply {
-    let mut child = pmcheck()
-        .arg("inetd")
-        .args(s.args(&[]))
-        .args(["--read-timeout", "1s"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input).unwrap();
-    if !close_stdin {
-        // Keep stdin open, as a client that sends nothing more would.
-        std::mem::forget(stdin);
-    }
-    let out = child.wait_with_output().unwrap();
-    parse_answer(&String::from_utf8_lossy(&out.stdout))
-}
-
 fn inetd_setup() -> Setup {
     Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem")
 }

@@ -418,8 +418,6 @@ fn a_lock_taken_long_ago_is_not_ready_at_once() {
 /// answered `200 OK - paused ... (0s)` to every inetd poll for 68 s, and `check` WARNING.
 #[test]
 fn one_shot_modes_grant_no_pause_whose_start_they_cannot_prove() {
-    use std::io::Write as _;
-    use std::process::Stdio;
     let s = Setup::new(EMPTY());
     let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
     let ms = hour_ago.duration_since(std::time::UNIX_EPOCH).unwrap();
@@ -427,21 +425,7 @@ fn one_shot_modes_grant_no_pause_whose_start_they_cannot_prove() {
         .seen
         .jvm_start
         .store(ms.as_millis() as u64, Ordering::SeqCst);
-    let inetd = || -> Reply {
-        let mut child = pmcheck()
-            .arg("inetd")
-            .args(s.args(&[]))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n").unwrap();
-        drop(stdin);
-        let out = child.wait_with_output().unwrap();
-        parse_answer(&String::from_utf8_lossy(&out.stdout))
-    };
+    let inetd = || inetd(&s, b"OPTIONS / HTTP/1.0\r\n\r\n", true);
     let check = || {
         let out = pmcheck().arg("check").args(s.args(&[])).output().unwrap();
         (

@@ -4,7 +4,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -202,23 +202,17 @@ impl DrainFile {
     /// blocks, a device may be endless (`/dev/zero`), and a link may lead anywhere.
     fn refuse(&self, meta: &fs::Metadata) -> Result<(), Unreadable> {
         let path = self.path.clone();
-        let t = meta.file_type();
-        let kind = match () {
-            () if t.is_symlink() => return Err(Unreadable::Symlink { path }),
-            () if t.is_file() => {
-                return match meta.len() {
-                    len if len > RECORD_LIMIT => Err(Unreadable::TooLarge { path, len }),
-                    _ => Ok(()),
-                };
-            }
-            () if t.is_dir() => "a directory",
-            () if t.is_fifo() => "a FIFO (named pipe)",
-            () if t.is_socket() => "a socket",
-            () if t.is_char_device() => "a character device",
-            () if t.is_block_device() => "a block device",
-            () => "not a regular file",
-        };
-        Err(Unreadable::NotRegular { path, kind })
+        if meta.file_type().is_symlink() {
+            return Err(Unreadable::Symlink { path });
+        }
+        match crate::safe_file::not_regular(meta) {
+            Some(kind) => Err(Unreadable::NotRegular { path, kind }),
+            None if meta.len() > RECORD_LIMIT => Err(Unreadable::TooLarge {
+                path,
+                len: meta.len(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Opens without following links and without blocking, checks again what was opened (the

@@ -72,6 +72,29 @@ impl Setup {
     }
 }
 
+/// One `pmcheck inetd` with `input` on stdin; stdin stays open unless `close_stdin`.
+pub fn inetd(s: &Setup, input: &[u8], close_stdin: bool) -> Reply {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut child = pmcheck()
+        .arg("inetd")
+        .args(s.args(&[]))
+        .args(["--read-timeout", "1s"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    if !close_stdin {
+        // Keep stdin open, as a client that sends nothing more would.
+        std::mem::forget(stdin);
+    }
+    let out = child.wait_with_output().unwrap();
+    parse_answer(&String::from_utf8_lossy(&out.stdout))
+}
+
 pub fn replace(path: &Path, bytes: &[u8]) {
     let tmp = path.with_extension("new");
     std::fs::write(&tmp, bytes).unwrap();
