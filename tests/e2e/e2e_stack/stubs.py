@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 
 from .proc import LOOPBACK
 
@@ -42,7 +43,12 @@ class _StubServer:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
-                return
+                if self.closed.is_set():
+                    return
+                # A transient failure (an aborted connection, no descriptor left for a moment)
+                # must not end the stand-in: HAProxy would then see its port refuse.
+                time.sleep(0.01)
+                continue
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
     def _one(self, conn: socket.socket) -> None:
