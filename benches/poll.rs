@@ -6,6 +6,7 @@
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
+use std::os::unix::fs::PermissionsExt as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,7 @@ use pmcheck::health::answer::Answer;
 use pmcheck::health::decision::Rules;
 use pmcheck::health::drain::{DrainRecord, DrainState};
 use pmcheck::health::drain_file::DrainFile;
+use pmcheck::health::lb_proof::LbProof;
 use pmcheck::health::verdict::Verdict;
 use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
@@ -23,6 +25,8 @@ use tokio::sync::watch;
 
 /// The load balancer polling: not loopback, so every answer is the one HAProxy gets.
 const LB: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 5));
+/// Its key.
+const KEY: &str = "7f3c2a9e4b1d8f60c5a7e2d94b3f1a6c";
 
 type Senders = (
     watch::Sender<Option<Arc<ProbeReport>>>,
@@ -31,7 +35,7 @@ type Senders = (
 );
 
 /// A daemon's view with a fresh, healthy probe report; keep the senders alive while polling.
-fn health() -> (Node, Senders) {
+fn health(proof: LbProof) -> (Node, Senders) {
     // A warm pool of four, one compile running: what a compile master reports most of the day.
     let pool = Pool {
         size: 4,
@@ -69,6 +73,7 @@ fn health() -> (Node, Senders) {
             slow_start: Duration::from_secs(60),
             agent_check: true,
         },
+        proof,
         &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
         None,
         true,
@@ -94,6 +99,13 @@ fn verdict_of(health: &Node) -> Verdict {
     };
     let text = String::from_utf8_lossy(&bytes);
     Answer::from_json(&text).expect("a JSON answer").verdict
+}
+
+/// One agent check as the listener makes it: the line, then noting it with the key sent.
+fn agent_check(health: &Node) -> String {
+    let (line, verdict, at) = health.agent_line();
+    health.agent_told(LB, KEY.as_bytes(), verdict, at);
+    line
 }
 
 fn measure(name: &str, health: &Node, request: &Request<()>) {
@@ -124,31 +136,45 @@ fn time_rounds(name: &str, per_round: u32, mut poll: impl FnMut()) {
 
 fn main() {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let (health, senders) = health();
+    // The load balancer proves itself with a key, as the packaged configuration does.
+    let key_file = dir.path().join("lb-key");
+    std::fs::write(&key_file, format!("{KEY}\n")).expect("key file");
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).expect("mode");
+    let proof = LbProof::load(Some(&key_file), Vec::new()).expect("key file");
+    let (health, senders) = health(proof);
     let options = Request::options("/").body(()).expect("request");
+    let haproxy = Request::options("/")
+        .header("x-pmcheck-key", KEY)
+        .header(
+            "x-haproxy-server-state",
+            "UP; name=puppet/m1; node=lb1; weight=100/200; scur=3/7; qcur=0",
+        )
+        .body(())
+        .expect("request");
     let json = Request::get("/")
         .header("accept", "application/json")
         .body(())
         .expect("request");
     assert_eq!(verdict_of(&health), Verdict::Ok);
     measure("OK, text (HAProxy's OPTIONS /)", &health, &options);
+    measure("OK, text, HAProxy's state and key", &health, &haproxy);
     measure("OK, JSON", &health, &json);
     // Prometheus's scrape: not a poll, but it must stay cheap and never wait for Puppet Server.
     let scrape = Request::get("/metrics").body(()).expect("request");
     time_rounds("Prometheus scrape (classic text)", 10_000, || {
         black_box(health.answer(black_box(&scrape), LB));
     });
-    assert!(health.agent_line(LB).starts_with("up ready 75% #OK - "));
+    assert!(health.agent_line().0.starts_with("up ready 75% #OK - "));
     time("OK, agent-check line", || {
-        black_box(health.agent_line(LB));
+        black_box(agent_check(&health));
     });
     // Back from a restart: the weight is the lower of pool and ramp.
     senders
         .2
         .send_replace(Rejoin::Since(Instant::now() - Duration::from_secs(3)));
-    assert!(health.agent_line(LB).starts_with("up ready 14% #OK - "));
+    assert!(health.agent_line().0.starts_with("up ready 14% #OK - "));
     time("OK ramping, agent-check line", || {
-        black_box(health.agent_line(LB));
+        black_box(agent_check(&health));
     });
     let file = DrainFile::new(dir.path());
     let now = std::time::SystemTime::now();

@@ -139,6 +139,18 @@ pub struct DaemonArgs {
         value_parser = parse_network
     )]
     pub(crate) allow: Vec<ipnet::IpNet>,
+    /// File of the load balancers' key (one per line, at most 4; mode 0640): only an HTTP check that sends it in X-Pmcheck-Key (HAProxy: http-check send hdr X-Pmcheck-Key <key>) or an agent check that sends it (agent-send "<key>\n") counts as a load balancer's word for --wait, cycle, the last-server guard and status [default: none]
+    #[arg(long, env = "PMCHECK_LB_KEY_FILE", value_name = "PATH")]
+    pub(crate) lb_key_file: Option<PathBuf>,
+    /// Without --lb-key-file: polls from this network count as a load balancer's word (weaker: anything on that host passes) (repeatable; in the environment, comma-separated) [default: none]
+    #[arg(
+        long,
+        env = "PMCHECK_LB_ADDRESS",
+        value_name = "CIDR",
+        value_delimiter = ',',
+        value_parser = parse_network
+    )]
+    pub(crate) lb_address: Vec<ipnet::IpNet>,
     /// Most connections open at once; past it the oldest connection of the busiest source is closed
     #[arg(long, env = "PMCHECK_MAX_CONNECTIONS", value_name = "N", default_value = defaults::MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections: u32,
@@ -296,7 +308,7 @@ pub struct WaitArgs {
     /// Deprecated: the old name of --max-wait (and PMCHECK_WAIT_TIMEOUT of PMCHECK_MAX_WAIT); --max-wait wins when both are given
     #[arg(long = "timeout", env = "PMCHECK_WAIT_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) old_timeout: Option<Duration>,
-    /// With --wait and in cycle, for load balancers that do not send `http-check send-state`: answers in a row their HTTP check must get before they count as having acted (HAProxy's fall and rise); one agent-check answer suffices for a drain. A load balancer that sends its state is believed instead
+    /// With --wait and in cycle, for load balancers that do not send `http-check send-state`: answers in a row their HTTP check must get before they count as having acted (HAProxy's fall and rise); one agent-check answer suffices for a drain. A load balancer that sends its state is believed instead; one that does not prove itself (--lb-key-file) has acted once told the verdict for --polls x --lb-interval
     #[arg(long, env = "PMCHECK_POLLS", value_name = "N", default_value = "3", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) polls: u32,
     /// With --wait and in cycle: the longest check interval (inter, agent-inter) of the load balancers polling this node; a wait believes that none polls only after the daemon has listened for two of them

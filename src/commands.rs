@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use crate::cli::{Cli, Command, ConfigArgs, CycleArgs, Generate, StatusArgs};
 use crate::exit::Exit;
+use crate::health::lb_proof::{LbKeyError, LbProof};
 use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::drain::{self, ChangeError, wait_settings};
 use crate::operator::wait::WaitError;
@@ -46,6 +47,9 @@ pub enum Error {
     /// A value of the service's environment file is refused.
     #[error(transparent)]
     EnvFile(#[from] EnvFileError),
+    /// The load balancers' key file is unusable.
+    #[error(transparent)]
+    LbKey(#[from] LbKeyError),
     /// `status --history`: the event log cannot be read.
     #[error(transparent)]
     History(#[from] history::HistoryError),
@@ -58,7 +62,7 @@ impl Error {
     /// How the command ends.
     pub fn exit(&self) -> Exit {
         match self {
-            Error::Settings(_) | Error::EnvFile(_) => Exit::Config,
+            Error::Settings(_) | Error::EnvFile(_) | Error::LbKey(_) => Exit::Config,
             Error::Listen(e) => e.exit(),
             Error::Change(e) => match e {
                 ChangeError::Drain(_) => Exit::CantCreate,
@@ -202,6 +206,13 @@ impl<'a> Provenance<'a> {
             listen: self.many("listen"),
             agent_listen: self.many("agent_listen"),
             allow: self.many("allow"),
+            lb_key_file: Setting {
+                value: self
+                    .get("lb_key_file")
+                    .map(|s: Setting<std::path::PathBuf>| s.value),
+                source: self.source("lb_key_file"),
+            },
+            lb_addresses: self.many("lb_address"),
             interval: self.must("interval"),
             max_connections: self.must("max_connections"),
             max_connections_per_source: self.must("max_connections_per_source"),
@@ -362,6 +373,10 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     let Some(daemon) = &settings.daemon else {
         unreachable!("`serve` takes the daemon's options, so its settings have them");
     };
+    let proof = LbProof::load(
+        daemon.lb_key_file.value.as_deref(),
+        daemon.lb_addresses.value.clone(),
+    )?;
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
         Some(inherited) => {
@@ -391,7 +406,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
                 }
             }
         };
-        server::serve(&settings, listeners, reloads, ready, async {
+        server::serve(&settings, proof, listeners, reloads, ready, async {
             stopped.await;
             if let Some(n) = &notifier {
                 n.notify("STOPPING=1");
@@ -487,6 +502,8 @@ mod tests {
             "listen" => "127.0.0.1:9300".into(),
             "agent-listen" => "127.0.0.1:9301".into(),
             "allow" => "10.0.0.0/8".into(),
+            "lb-key-file" => file("lb-key"),
+            "lb-address" => "10.0.0.5/32".into(),
             "interval" => "3s".into(),
             "max-connections" => "100".into(),
             "max-connections-per-source" => "10".into(),

@@ -251,3 +251,38 @@ fn the_log_follows_the_load_not_every_compile() {
     );
     assert_eq!(d.logged("verdict OK"), 2);
 }
+
+/// An agent check proves it is the load balancer's with the key as HAProxy's `agent-send`
+/// sends it; without the key the same address is another poller, whose word counts for nothing.
+#[test]
+fn an_agent_check_proves_itself_with_the_key_it_sends() {
+    use pmcheck::health::lb_proof::Proof;
+    let s = Setup::new(Behavior::Running);
+    let d = agent_daemon(&s, &[]);
+    let with_key = format!("{}\n", common::lb::LB_KEY);
+    let proofs = || -> Vec<(Proof, u32)> {
+        let answer = d.poll_json();
+        let mut found: Vec<(Proof, u32)> = (answer.pollers.iter().flatten())
+            .filter_map(|p| p.agent.map(|t| (p.proof, t.times)))
+            .collect();
+        found.sort_by_key(|(p, _)| format!("{p:?}"));
+        found
+    };
+    for _ in 0..2 {
+        let (line, _) = agent_line(d.agent_addr(), Some(with_key.as_bytes()));
+        assert!(line.starts_with("up ready"), "{line}");
+    }
+    let (line, _) = agent_line(d.agent_addr(), Some(b"0123456789abcdef0123456789abcdef\n"));
+    assert!(
+        line.starts_with("up ready"),
+        "the answer is the same: {line}"
+    );
+    agent_line(d.agent_addr(), None);
+    // Each check is noted once its client closed: the last one may still be on its way. The
+    // wrong key and no key are one unproven poller, named by its latest check.
+    let deadline = Instant::now() + SOON;
+    while proofs() != [(Proof::Key, 2), (Proof::NoKey, 2)] {
+        assert!(Instant::now() < deadline, "{:?}", proofs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

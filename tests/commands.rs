@@ -180,6 +180,8 @@ fn config_names_the_environment_variable_of_every_option() {
             "listen" => "127.0.0.1:9300,[::1]:9300".into(),
             "agent-listen" => "127.0.0.1:9301".into(),
             "allow" => "10.0.0.0/8,192.0.2.7".into(),
+            "lb-key-file" => file("lb-key"),
+            "lb-address" => "192.0.2.10/32".into(),
             "interval" => "3s".into(),
             "max-connections" => "100".into(),
             "max-connections-per-source" => "10".into(),
@@ -974,6 +976,32 @@ fn config_check_names_what_blocks_each_file() {
             "problem: hostcert {}: {} (0750 root:root) does not let you (nobody) enter it",
             files[1].1.display(),
             ssl.display()
+        )),
+        "{out:?}"
+    );
+}
+
+/// `config --check` reads the load balancers' key file as the daemon will, and names what is
+/// wrong with it.
+#[test]
+fn config_check_refuses_a_key_file_every_user_can_read() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("lb-key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = pmcheck()
+        .args(["config", "--check", "--env-file", "none", "--certname", "x"])
+        .arg("--lb-key-file")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!(
+            "error: the load balancer key file {} (--lb-key-file) is readable by every user (mode 644): `chmod 0640 {}`",
+            key.display(),
+            key.display()
         )),
         "{out:?}"
     );

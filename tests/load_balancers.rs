@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::lb::{LoadBalancer, Polling};
 use common::operator::*;
 use common::*;
+use pmcheck::health::answer::StateAnswer;
 
 /// HAProxy's header for this node: up and taking new agents, beside a server as heavy.
 const UP: &str =
@@ -383,4 +384,177 @@ fn drain_without_a_daemon_says_it_could_not_check_and_drains() {
         "{stderr}"
     );
     assert!(record(&s).is_some());
+}
+
+/// A key that is not the load balancers'.
+const WRONG_KEY: &str = "00000000000000000000000000000000000000000000000000";
+
+/// Trust round two, defect 2: anything else on the load balancer's host (a monitoring check,
+/// a user's curl, a shared NAT address) polls from its address. Its headers, forged or
+/// malformed, neither end a wait while the load balancer's own checks say it still sends
+/// agents here, nor lift the guard once they say this is the last server.
+#[test]
+fn a_forged_state_from_the_load_balancers_own_address_ends_no_wait_and_lifts_no_guard() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(polling(&d, 100));
+    lb.send_state(Some(
+        "UP; name=bk/m1; node=lb1; weight=100/200; scur=2/5; qcur=0",
+    ));
+    let forger = LoadBalancer::start(Polling {
+        key: None,
+        ..polling(&d, 30)
+    });
+    forger.send_state(Some(NOLB));
+    let wrong = LoadBalancer::start(Polling {
+        key: Some(WRONG_KEY),
+        ..polling(&d, 30)
+    });
+    wrong.send_state(Some(NOLB));
+    until_regular_or_polled(&d, &lb);
+    let out = s.pmcheck(
+        "drain",
+        &[
+            "--wait",
+            "--polls",
+            "2",
+            "--max-wait",
+            "3s",
+            "--url",
+            &url(&d),
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(75), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("says UP for bk/m1 (weight 100/200, 2 session(s)"),
+        "{stderr}"
+    );
+    let answer = d.poll_json();
+    let pollers = answer.pollers.unwrap_or_default();
+    let proofs: Vec<String> = (pollers.iter())
+        .filter(|p| p.address.to_string() == LB)
+        .map(|p| format!("{:?}", p.proof))
+        .collect();
+    assert_eq!(proofs.len(), 2, "{pollers:?}");
+    assert!(proofs.contains(&"Key".to_owned()), "{proofs:?}");
+
+    // The load balancer says this is the last server; the others send a malformed header
+    // for that server line: the guard holds.
+    assert_eq!(s.pmcheck("undrain", &[]).status.code(), Some(0));
+    d.wait_for(SOON, "OK", |r| r.body.starts_with("OK"));
+    lb.send_state(Some(LAST));
+    let malformed = "UP; name=bk/m2; node=lb1; weight=1/2; scur=0/0; qcur=0; weight=1/1";
+    forger.send_state(Some(malformed));
+    wrong.send_state(Some(malformed));
+    d.wait_for_json(SOON, "the last-server header and the malformed ones", |a| {
+        let pollers = a.pollers.as_deref().unwrap_or_default();
+        let says = |proven: bool, what: &dyn Fn(&StateAnswer) -> bool| {
+            (pollers.iter().filter(|p| p.proof.proven() == proven))
+                .any(|p| (p.states.iter()).any(|s| s.last_ms_ago < 200 && what(s)))
+        };
+        says(true, &|s| {
+            s.seen.as_ref().is_some_and(|lb| lb.server == "m2")
+        }) && says(false, &|s| s.malformed.is_some())
+    });
+    let out = s.pmcheck("drain", &["--url", &url(&d)]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{stderr}");
+    assert!(
+        stderr.contains("says m2 is the only server taking new agents in backend bk"),
+        "{stderr}"
+    );
+    assert!(record(&s).is_none(), "nothing written");
+}
+
+/// Trust round two, defect 3: a poller that proves nothing (a loop of curl from 127.0.0.66)
+/// makes no drain refuse, ends no wait early and holds none past the load balancer's own
+/// timing, lets no cycle go, and `status` calls it unverified.
+#[test]
+fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycle() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let liar = LoadBalancer::start(Polling {
+        from: "127.0.0.66",
+        key: None,
+        ..polling(&d, 50)
+    });
+    liar.send_state(Some(LAST));
+    d.wait_for_json(SOON, "the liar to be regular", |a| {
+        (a.pollers.iter().flatten()).any(|p| p.address.to_string() == "127.0.0.66" && p.regular)
+    });
+    let out = s.pmcheck("status", &["--url", &url(&d)]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("127.0.0.66: UNVERIFIED, sent no X-Pmcheck-Key: neither the waits nor the last-server guard believe it"),
+        "{stdout}"
+    );
+
+    // "The last server" from nobody refuses nothing, and the drain says why it could not check.
+    let out = s.pmcheck("drain", &["--url", &url(&d)]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("cannot check whether this node is the last server a load balancer sends agents to: load balancer 127.0.0.66 (lb1) (unverified: sent no X-Pmcheck-Key)"),
+        "{stderr}"
+    );
+    assert_eq!(logged_actions(&s), ["drain"]);
+
+    // "Still sending agents here" holds a wait only as long as HAProxy's own checks take
+    // (--polls x --lb-interval), and ends none before.
+    assert_eq!(s.pmcheck("undrain", &[]).status.code(), Some(0));
+    d.wait_for(SOON, "OK", |r| r.body.starts_with("OK"));
+    liar.send_state(Some(
+        "UP; name=bk/m1; node=lb1; weight=100/200; scur=5/9; qcur=0",
+    ));
+    let started = Instant::now();
+    let out = s.pmcheck(
+        "drain",
+        &[
+            "--wait",
+            "--polls",
+            "3",
+            "--lb-interval",
+            "500ms",
+            "--max-wait",
+            "20s",
+            "--url",
+            &url(&d),
+        ],
+    );
+    let waited = started.elapsed();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(10),
+        "{waited:?}: {stdout}"
+    );
+    assert!(
+        stdout.contains("127.0.0.66 (unverified: sent no X-Pmcheck-Key) told DRAINED for"),
+        "{stdout}"
+    );
+
+    // "No server left in the backend" from nobody lets no cycle go: the command runs.
+    assert_eq!(s.pmcheck("undrain", &[]).status.code(), Some(0));
+    d.wait_for(SOON, "OK", |r| r.body.starts_with("OK"));
+    liar.send_state(Some(EMPTY));
+    let marker = s.state.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let out = s.pmcheck(
+        "cycle",
+        &[
+            "--polls",
+            "2",
+            "--lb-interval",
+            "500ms",
+            "--url",
+            &url(&d),
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(marker.exists(), "the cycle did not run its command");
 }

@@ -3,6 +3,8 @@
 # directory, enable pmcheck.service and start it on installation. pmcheck.socket is optional
 # and left as the administrator set it. Upgrades restart the service in %postun.
 [ -d /var/lib/pmcheck ] || install -d -m 0755 -o pmcheck -g "$(id -gn pmcheck)" /var/lib/pmcheck
+# Where the load balancers' key goes: readable by root and the service's group only.
+[ -d /etc/pmcheck ] || install -d -m 0750 -o root -g "$(id -gn pmcheck)" /etc/pmcheck
 if [ "$1" -eq 1 ]; then
   systemctl --no-reload enable pmcheck.service >/dev/null 2>&1 || :
 fi

@@ -9,6 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::health::lb_proof::Proof;
 use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
@@ -253,6 +254,10 @@ pub struct UnrecordedAnswer {
 pub struct PollerAnswer {
     /// Where its polls come from.
     pub address: IpAddr,
+    /// How its latest poll proved that it comes from a load balancer; the waits, the
+    /// last-server guard and `status` believe only a proven poller's word.
+    #[serde(default)]
+    pub proof: Proof,
     /// How long ago its first remembered poll was.
     pub first_ms_ago: u64,
     /// How long ago its latest poll was.

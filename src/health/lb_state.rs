@@ -144,6 +144,43 @@ pub fn name_of(bytes: &[u8]) -> &[u8] {
 
 /// Reads one header value.
 pub fn parse(bytes: &[u8]) -> Result<LbState, Malformed> {
+    let f = fields(bytes)?;
+    Ok(LbState {
+        health: f.health,
+        transition: f.transition,
+        backend: f.backend.to_owned(),
+        server: f.server.to_owned(),
+        node: f.node.to_owned(),
+        weight: f.weight,
+        total_weight: f.total_weight,
+        scur: f.scur,
+        backend_scur: f.backend_scur,
+        qcur: f.qcur,
+        throttle: f.throttle,
+    })
+}
+
+/// Whether a header value reads, without allocating (a poll records it this way).
+pub fn well_formed(bytes: &[u8]) -> bool {
+    fields(bytes).is_ok()
+}
+
+/// [`LbState`], borrowing its names from the header.
+struct Fields<'a> {
+    health: Health,
+    transition: Option<(u32, u32)>,
+    backend: &'a str,
+    server: &'a str,
+    node: &'a str,
+    weight: u32,
+    total_weight: u32,
+    scur: u32,
+    backend_scur: u32,
+    qcur: u32,
+    throttle: Option<u32>,
+}
+
+fn fields(bytes: &[u8]) -> Result<Fields<'_>, Malformed> {
     if bytes.len() > LIMIT {
         return Err(Malformed::TooLong);
     }
@@ -193,12 +230,12 @@ pub fn parse(bytes: &[u8]) -> Result<LbState, Malformed> {
     let (backend, server) = name.ok_or(Malformed::Missing("name"))?;
     let (weight, total_weight) = weight.ok_or(Malformed::Missing("weight"))?;
     let (scur, backend_scur) = scur.ok_or(Malformed::Missing("scur"))?;
-    Ok(LbState {
+    Ok(Fields {
         health,
         transition,
-        backend: backend.to_owned(),
-        server: server.to_owned(),
-        node: node.unwrap_or_default().to_owned(),
+        backend,
+        server,
+        node: node.unwrap_or_default(),
         weight,
         total_weight,
         scur,

@@ -10,6 +10,7 @@ pub mod drain_lock;
 pub mod drain_log;
 pub mod drain_watch;
 pub mod holders;
+pub mod lb_proof;
 pub mod lb_state;
 pub mod verdict;
 pub mod weight;

@@ -160,12 +160,21 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
         let silent = Duration::from_millis(p.last_ms_ago);
         if silent > limit {
             // A load balancer that said what it did, and then stopped checking.
-            if p.polls >= REGULAR && !p.states.is_empty() {
+            if p.polls >= REGULAR && !p.states.is_empty() && p.proof.proven() {
                 a.met.push(format!(
                     "{} stopped checking {} ago (HAProxy checks nothing while a server is in MAINT): not waited for",
                     who(p),
                     seconds(silent)
                 ));
+            }
+            continue;
+        }
+        if !p.proof.proven() {
+            // Its word is not believed, nor is how often it polled: it may be anything on a
+            // load balancer's host, or anybody. Only its silence and time count.
+            if p.regular {
+                heard += 1;
+                by_time(a, p, limit, verdict, how);
             }
             continue;
         }
@@ -242,6 +251,41 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
             )),
             _ => a.met.push("no load balancer is polling".to_owned()),
         }
+    }
+}
+
+/// A poller that does not prove it is a load balancer ([`crate::health::lb_proof`]) may be
+/// one whose configuration lacks the key: it has acted once the daemon has told it `verdict`
+/// for as long as HAProxy's `fall` (or `rise`) checks take, `--polls` x `--lb-interval`. What
+/// it claims cannot end the wait earlier nor hold it longer.
+fn by_time(a: &mut Assessment, p: &PollerAnswer, limit: Duration, verdict: Verdict, how: &Wait) {
+    let needed = how.lb_interval * how.polls;
+    let told = [p.http, p.agent]
+        .into_iter()
+        .flatten()
+        .filter(|t| t.told == verdict && Duration::from_millis(t.last_ms_ago) <= limit)
+        .map(|t| Duration::from_millis(t.since_ms_ago))
+        .max();
+    let what = format!("{} ({})", p.address, p.proof.describe());
+    match told {
+        Some(since) if since >= needed => {
+            a.met.push(format!(
+                "{what} told {} for {}: as long as {} checks {} apart take",
+                verdict.as_str(),
+                seconds(since),
+                how.polls,
+                seconds(how.lb_interval)
+            ));
+            a.acted.push(p.address);
+        }
+        told => a.pending.push(format!(
+            "{what} told {} for {} of the {} that {} checks {} apart take (its own word is not believed)",
+            verdict.as_str(),
+            seconds(told.unwrap_or_default()),
+            seconds(needed),
+            how.polls,
+            seconds(how.lb_interval)
+        )),
     }
 }
 
@@ -370,6 +414,17 @@ pub fn empty_backend(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
     found
 }
 
+/// The regular pollers that send a load balancer's view without proving they are one: the
+/// last-server guard cannot read them, and says so.
+pub fn unproven_views(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
+    let least = least_silence(how);
+    (answer.pollers.iter().flatten())
+        .filter(|p| p.regular && !p.proof.proven() && !p.states.is_empty())
+        .filter(|p| Duration::from_millis(p.last_ms_ago) <= silence_limit(p, least))
+        .map(|p| format!("{} ({})", who(p), p.proof.describe()))
+        .collect()
+}
+
 /// Each regular poller's recent word on this node (up to one check interval old), with whether
 /// the agent check told it DRAINED since.
 fn each_recent_state(
@@ -380,7 +435,7 @@ fn each_recent_state(
     let least = least_silence(how);
     for p in answer.pollers.iter().flatten() {
         let limit = silence_limit(p, least);
-        if !p.regular || Duration::from_millis(p.last_ms_ago) > limit {
+        if !p.regular || !p.proof.proven() || Duration::from_millis(p.last_ms_ago) > limit {
             continue;
         }
         for s in &p.states {
@@ -520,7 +575,7 @@ mod tests {
             r#"{"verdict":"DRAINED","status":404,"reason":"upgrade (by root since 2026-11-23T08:00:00Z); Puppet Server is running","drain":null,
                 "probe":{"ok":true,"detail":"running","latency_ms":3,"age_ms":200,"endpoint":null},
                 "weight":10,"load":"warm","pool":{"size":2,"free":2,"borrowed":0,"waiting":0,"average_free":2.0,"average_wait_ms":0,"average_borrow_ms":0,"queue_limit_hits":0,"borrow_timeouts":0,"lock":"not-in-use","lock_since":null},
-                "pollers":[{"address":"10.0.0.5","first_ms_ago":90000,"last_ms_ago":500,"polls":90,"regular":true,
+                "pollers":[{"address":"10.0.0.5","proof":"key","first_ms_ago":90000,"last_ms_ago":500,"polls":90,"regular":true,
                             "http":{"told":"DRAINED","times":3,"last_ms_ago":500},
                             "agent":{"told":"DRAINED","times":1,"last_ms_ago":1500}}],
                 "traffic":{"listener":"127.0.0.1:8140","connections":[],"problem":null}}"#,

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::exit::Exit;
+use crate::health::lb_proof::LbProof;
 use crate::operator::access::{self, Needed, Reader, UNIT_LOCATIONS};
 use crate::settings::env_file::EnvFile;
 use crate::settings::{Given, Host, Settings, SettingsError};
@@ -71,7 +72,14 @@ pub fn config(
             ),
         }
     }
-    let ok = access::check(&needed(&settings), &readers, &mut out);
+    let mut ok = access::check(&needed(&settings), &readers, &mut out);
+    if let Some(daemon) = &settings.daemon {
+        let addresses = daemon.lb_addresses.value.clone();
+        if let Err(e) = LbProof::load(daemon.lb_key_file.value.as_deref(), addresses) {
+            out.push_str(&format!("error: {e}\n"));
+            ok = false;
+        }
+    }
     print!("{out}");
     Ok(if ok { Exit::Ok } else { Exit::Config })
 }
@@ -102,5 +110,8 @@ fn needed(s: &Settings) -> Vec<Needed> {
             false,
         ),
     ]);
+    if let Some(key_file) = s.daemon.as_ref().and_then(|d| d.lb_key_file.value.as_ref()) {
+        files.push(need("lb-key-file", key_file, true));
+    }
     files
 }

@@ -311,8 +311,21 @@ fn weight(answer: &Answer<'_>) -> String {
     }
 }
 
-/// What one load balancer did, from its own view when it sends it (`http-check send-state`).
+/// A poller that does not prove it is a load balancer is shown for what it claims, and that
+/// nothing acts on it.
 fn load_balancer(p: &PollerAnswer) -> String {
+    let view = own_view(p);
+    if p.proof.proven() {
+        return view;
+    }
+    format!(
+        "UNVERIFIED, {}: neither the waits nor the last-server guard believe it; it says: {view}",
+        p.proof.describe().trim_start_matches("unverified: ")
+    )
+}
+
+/// What one load balancer did, from its own view when it sends it (`http-check send-state`).
+fn own_view(p: &PollerAnswer) -> String {
     let told = describe_told(p, false);
     if p.states.is_empty() {
         return format!(

@@ -14,7 +14,7 @@ use thiserror::Error;
 
 use crate::health::answer::Answer;
 use crate::health::verdict::Verdict;
-use crate::operator::assessment::{Goal, Wait, assess, empty_backend, last_server};
+use crate::operator::assessment::{Goal, Wait, assess, empty_backend, last_server, unproven_views};
 use crate::operator::daemon::{self, OtherFile, StatusError, other_file};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
@@ -180,6 +180,13 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Option<String>
     }
     let last = last_server(&answer, how);
     if last.is_empty() {
+        let unproven = unproven_views(&answer, how);
+        if !unproven.is_empty() {
+            eprintln!(
+                "pmcheck: warning: cannot check whether this node is the last server a load balancer sends agents to: {} (set PMCHECK_LB_KEY_FILE and send its key from HAProxy: `http-check send hdr X-Pmcheck-Key <key>`)",
+                unproven.join("; ")
+            );
+        }
         return Ok(None);
     }
     let said = last.join("; ");

@@ -87,17 +87,43 @@ pub fn line(decision: &Decision<'_>) -> String {
     line
 }
 
+/// The start of what an agent-check client sent after connecting: HAProxy's `agent-send`
+/// string, which carries the load balancer's key ([`crate::health::lb_proof`]). Kept inline:
+/// a key is at most 128 bytes, and a longer start is no key.
+pub struct Sent {
+    len: usize,
+    bytes: [u8; SENT_KEPT],
+}
+
+/// What is kept of what the client sends: the longest key, its line end, and one byte more
+/// to tell a longer line from it.
+const SENT_KEPT: usize = crate::health::lb_proof::LONGEST + 3;
+
+impl Sent {
+    /// Its first line (all of it without a line end).
+    pub fn line(&self) -> &[u8] {
+        let kept = &self.bytes[..self.len];
+        kept.split(|&b| b == b'\n').next().unwrap_or_default()
+    }
+}
+
 /// Writes `line` to one agent-check connection, shuts down the writing side, reads what the
 /// client sends (at most [`SEND_LIMIT`], for at most [`LINGER`]) so that the close does not
 /// reset the line before HAProxy reads it, then closes. `taken` is told once the line is out.
-pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) {
+/// Returns the start of what the client sent, once it closed or [`LINGER`] passed; `None`
+/// when the line could not be written.
+pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) -> Option<Sent> {
     let _ = stream.set_nodelay(true);
     match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(line.as_bytes())).await {
         Ok(Ok(())) => taken.asked(),
         // Gone, or never reading: nothing more to say.
-        _ => return,
+        _ => return None,
     }
     let _ = stream.shutdown().await;
+    let mut sent = Sent {
+        len: 0,
+        bytes: [0; SENT_KEPT],
+    };
     let mut sink = [0u8; 4096];
     let mut read = 0;
     let _ = tokio::time::timeout(LINGER, async {
@@ -105,10 +131,15 @@ pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) {
             && let Ok(n) = stream.read(&mut sink).await
             && n > 0
         {
+            let room = SENT_KEPT - sent.len;
+            let kept = n.min(room);
+            sent.bytes[sent.len..sent.len + kept].copy_from_slice(&sink[..kept]);
+            sent.len += kept;
             read += n;
         }
     })
     .await;
+    Some(sent)
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::health::answer::{CertificatesAnswer, CodeAnswer};
 use crate::health::decision::Decision;
-use crate::health::lb_state;
 use crate::health::verdict::Verdict;
+use crate::health::{lb_proof, lb_state};
 use crate::puppet::expiry;
 use crate::responder::metrics::{self, Now};
 use crate::responder::node::Node;
@@ -51,6 +51,8 @@ impl Node {
         let local = peer.to_canonical().is_loopback();
         let own = local && from_pmcheck(headers);
         let state = headers.get(lb_state::HEADER).map(HeaderValue::as_bytes);
+        let key = headers.get(lb_proof::HEADER).map(HeaderValue::as_bytes);
+        let proof = self.proof.judge(peer, key);
         self.decide(|decision, now| {
             self.count(
                 Poll {
@@ -59,6 +61,7 @@ impl Node {
                     verdict: decision.verdict,
                     state,
                     client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
+                    proof,
                 },
                 now,
                 own,
@@ -349,6 +352,7 @@ mod tests {
                 rejoin,
             },
             Rules::ONCE,
+            crate::health::lb_proof::LbProof::none(),
             &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
             puppet,
             true,
@@ -392,7 +396,8 @@ mod tests {
     #[test]
     fn agent_lines_are_recorded_as_told() {
         let (responder, _keep) = responder(None);
-        let line = responder.agent_line("10.0.0.6".parse().unwrap());
+        let (line, verdict, at) = responder.agent_line();
+        responder.agent_told("10.0.0.6".parse().unwrap(), b"", verdict, at);
         let pollers = responder.pollers.list(Instant::now());
         assert!(line.starts_with("#STARTING"), "{line}");
         assert_eq!(

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use crate::health::decision::Rules;
 use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch;
+use crate::health::lb_proof::LbProof;
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::probe_error::CannotProbe;
@@ -66,6 +67,8 @@ pub async fn answer_one(
             drained_status,
             ..Rules::ONCE
         },
+        // One poll per process: nobody waits on what it is told.
+        LbProof::none(),
         &DrainFile::new(state_dir),
         puppet,
         false,

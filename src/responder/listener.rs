@@ -141,11 +141,17 @@ async fn accept(
         let regular = health.pollers.is_regular(peer.ip(), Instant::now());
         let ticket = guard.connections.admit(peer.ip(), regular);
         if kind == Via::Agent {
-            let line = health.agent_line(peer.ip());
+            let (line, verdict, at) = health.agent_line();
+            let node = Arc::clone(&health);
             connections.spawn(async move {
                 let mut ticket = ticket;
                 tokio::select! {
-                    () = agent::answer(stream, line, &ticket.activity) => {}
+                    sent = agent::answer(stream, line, &ticket.activity) => {
+                        // Noted once the client said whether it is a load balancer.
+                        if let Some(sent) = sent {
+                            node.agent_told(peer.ip(), sent.line(), verdict, at);
+                        }
+                    }
                     _ = &mut ticket.shed => {}
                 }
             });
@@ -298,6 +304,7 @@ mod tests {
                 stale_after: Duration::from_secs(3600),
                 ..Rules::ONCE
             },
+            crate::health::lb_proof::LbProof::none(),
             &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
             None,
             true,

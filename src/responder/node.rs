@@ -10,6 +10,8 @@ use tokio::sync::watch;
 use crate::health::decision::{Decision, Rules};
 use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch::Drains;
+use crate::health::lb_proof::LbProof;
+use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::puppet::report::{Latest, ProbeReport};
 use crate::responder::agent;
@@ -41,6 +43,8 @@ pub struct Node {
     pub rules: Rules,
     /// Who polls, and what each was told.
     pub pollers: Pollers,
+    /// What a poll must show to count as a load balancer's.
+    pub proof: LbProof,
     /// The agent connections to Puppet Server, for the operator's view.
     pub agents: Agents,
     /// The daemon's counters for `/metrics`; `None` in inetd mode, whose process lives for
@@ -59,6 +63,7 @@ impl Node {
     pub fn new(
         feeds: Feeds,
         rules: Rules,
+        proof: LbProof,
         drain_file: &DrainFile,
         puppet: Option<SocketAddr>,
         metrics: bool,
@@ -69,6 +74,7 @@ impl Node {
             rejoin: feeds.rejoin,
             rules,
             pollers: Pollers::new(),
+            proof,
             agents: Agents::new(puppet),
             metrics: metrics.then(Metrics::new),
             started: Instant::now(),
@@ -81,19 +87,24 @@ impl Node {
         self.latest.borrow().clone()
     }
 
-    /// The agent check's line for `peer`, noted as what it was told.
-    pub fn agent_line(&self, peer: IpAddr) -> String {
-        self.decide(|decision, now| {
-            let poll = Poll {
-                address: peer,
-                via: Via::Agent,
-                verdict: decision.verdict,
-                state: None,
-                client: None,
-            };
-            self.count(poll, now, false);
-            agent::line(decision)
-        })
+    /// The agent check's line, with what it tells (to note once the client has said what it
+    /// sends, [`Node::agent_told`]).
+    pub fn agent_line(&self) -> (String, Verdict, Instant) {
+        self.decide(|decision, now| (agent::line(decision), decision.verdict, now))
+    }
+
+    /// Notes that the agent check from `peer`, which sent `sent` (HAProxy's `agent-send`), was
+    /// told `verdict` at `at`.
+    pub fn agent_told(&self, peer: IpAddr, sent: &[u8], verdict: Verdict, at: Instant) {
+        let poll = Poll {
+            address: peer,
+            via: Via::Agent,
+            verdict,
+            state: None,
+            client: None,
+            proof: self.proof.judge(peer, Some(sent)),
+        };
+        self.count(poll, at, false);
     }
 
     /// Decides from the latest drain state, probe report and rejoin state, as of now.

@@ -1,7 +1,10 @@
 //! Who polls this node, and what each was told: the load balancers `pmcheck drain --wait`
 //! waits for.
 //!
-//! A poller is an address (HAProxy checks from one address, on a new port each time), with
+//! A poller is an address (HAProxy checks from one address, on a new port each time) and
+//! whether its polls prove that they come from a load balancer ([`Proof`]): the load
+//! balancer's own checks and anything else on its host (a user's curl, a monitoring loop) are
+//! two pollers, so an unproven poll never changes what a proven one said. Each poller has
 //! what its HTTP checks and its agent checks were last told and how many times in a row, and
 //! the latest `X-Haproxy-Server-State` its HTTP checks sent (`http-check send-state`) for each
 //! of the server lines it checks this node for (one per backend, at most [`STATES`]).
@@ -12,13 +15,16 @@
 //! [`GONE_AFTER`], else of the not-regular one silent longest; a regular poller is never
 //! pushed out. When every place is held by a regular poller the poll is counted as
 //! *unrecorded*, and the waits treat recent unrecorded polls as an unknown load balancer:
-//! a flood of addresses can delay a wait, never end it early.
+//! a flood of addresses can delay a wait, never end it early. Only proven polls can be
+//! unrecorded: a proven newcomer takes the place of the unproven poller silent longest,
+//! regular or not, and an unproven poll that finds no place is not kept at all.
 
 use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::health::answer::{PollerAnswer, StateAnswer, ToldAnswer, UnrecordedAnswer};
+use crate::health::lb_proof::Proof;
 use crate::health::lb_state::{self, Malformed};
 use crate::health::verdict::Verdict;
 
@@ -69,12 +75,14 @@ pub struct StateSeen {
     pub told: Verdict,
     /// The first check of this server line answered `told`, in a row.
     pub since: Instant,
+    /// It read well when it came: only such a header is matched by its server line's name.
+    well_formed: bool,
     len: usize,
     bytes: [u8; lb_state::LIMIT],
 }
 
 impl StateSeen {
-    fn new(at: Instant, told: Verdict, since: Instant, header: &[u8]) -> Self {
+    fn new(at: Instant, told: Verdict, since: Instant, header: &[u8], well_formed: bool) -> Self {
         let mut bytes = [0; lb_state::LIMIT];
         let kept = header.len().min(lb_state::LIMIT);
         bytes[..kept].copy_from_slice(&header[..kept]);
@@ -82,6 +90,7 @@ impl StateSeen {
             at,
             told,
             since,
+            well_formed,
             // One past the limit says it was longer.
             len: header.len().min(lb_state::LIMIT + 1),
             bytes,
@@ -117,6 +126,9 @@ impl std::fmt::Debug for StateSeen {
 pub struct Poller {
     /// Where the polls come from (IPv4-mapped addresses as IPv4).
     pub address: IpAddr,
+    /// How its latest poll proved itself: proven and unproven polls of one address are two
+    /// pollers.
+    pub proof: Proof,
     /// The first poll remembered.
     pub first: Instant,
     /// The latest poll of either kind.
@@ -155,6 +167,8 @@ pub struct Poll<'a> {
     pub state: Option<&'a [u8]>,
     /// Its `User-Agent` header, if it sent one: HAProxy's checks send none, curl does.
     pub client: Option<&'a [u8]>,
+    /// How it proved that it comes from a load balancer.
+    pub proof: Proof,
 }
 
 /// A client's name, the product token of its `User-Agent` (`curl`), kept without allocating.
@@ -231,26 +245,44 @@ impl Pollers {
     /// Notes that `poll.address` was just told `poll.verdict`.
     pub fn record(&self, poll: Poll<'_>, now: Instant) {
         let address = poll.address.to_canonical();
+        let proven = poll.proof.proven();
+        // Read before the lock: a malformed header never takes a good one's place.
+        let well_formed = poll.state.map(lb_state::well_formed);
         let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = if let Some(index) = table.pollers.iter().position(|p| p.address == address) {
+        let index = if let Some(index) =
+            (table.pollers.iter()).position(|p| p.address == address && p.proof.proven() == proven)
+        {
             index
         } else {
             let pollers = &mut table.pollers;
             pollers.retain(|p| now.saturating_duration_since(p.last) < GONE_AFTER);
             if pollers.len() >= CAPACITY {
+                // Unproven first, the one silent longest; a proven poller also pushes out a
+                // regular unproven one, an unproven poller never pushes out a proven one.
                 let loser = (0..pollers.len())
-                    .filter(|&i| !pollers[i].regular(now))
-                    .min_by_key(|&i| pollers[i].last);
+                    .filter(|&i| {
+                        let p = &pollers[i];
+                        !p.proof.proven() && (proven || !p.regular(now))
+                    })
+                    .min_by_key(|&i| (pollers[i].regular(now), pollers[i].last))
+                    .or_else(|| {
+                        (0..pollers.len())
+                            .filter(|&i| proven && !pollers[i].regular(now))
+                            .min_by_key(|&i| pollers[i].last)
+                    });
                 if let Some(i) = loser {
                     pollers.swap_remove(i);
                 } else {
-                    table.unrecorded = table.unrecorded.saturating_add(1);
-                    table.unrecorded_last = Some(now);
+                    if proven {
+                        table.unrecorded = table.unrecorded.saturating_add(1);
+                        table.unrecorded_last = Some(now);
+                    }
                     return;
                 }
             }
             pollers.push(Poller {
                 address,
+                proof: poll.proof,
                 first: now,
                 last: now,
                 polls: 0,
@@ -271,26 +303,43 @@ impl Pollers {
         };
         poller.last = poller.last.max(now);
         poller.polls = poller.polls.saturating_add(1);
+        poller.proof = poll.proof;
         if poll.via == Via::Http {
             poller.client = poll.client.and_then(ClientName::of);
         }
         // A check without the header leaves the last one in place: an operator's curl may
         // come from the load balancer's host. Its age tells the waits when it is stale.
-        if let Some(header) = poll.state {
+        if let (Some(header), Some(well_formed)) = (poll.state, well_formed) {
             let name = lb_state::name_of(header);
             let states = &mut poller.states;
+            // A well-formed header replaces its server line's, else takes a free place, else
+            // the oldest; a malformed one only another malformed one's, else a free place.
             let same = states
                 .iter()
-                .position(|s| s.is_some_and(|s| s.name() == name));
-            let slot = same
-                .or_else(|| states.iter().position(Option::is_none))
-                .or_else(|| (0..STATES).min_by_key(|&i| states[i].map(|s| s.at)))
-                .unwrap_or(0);
-            let since = same
-                .and_then(|i| states[i])
-                .filter(|s| s.told == poll.verdict)
-                .map_or(now, |s| s.since);
-            states[slot] = Some(StateSeen::new(now, poll.verdict, since, header));
+                .position(|s| s.is_some_and(|s| s.well_formed && s.name() == name))
+                .filter(|_| well_formed);
+            let free = || states.iter().position(Option::is_none);
+            let slot = if well_formed {
+                same.or_else(free)
+                    .or_else(|| (0..STATES).min_by_key(|&i| states[i].map(|s| s.at)))
+            } else {
+                (states.iter())
+                    .position(|s| s.is_some_and(|s| !s.well_formed))
+                    .or_else(free)
+            };
+            if let Some(slot) = slot {
+                let since = same
+                    .and_then(|i| states[i])
+                    .filter(|s| s.told == poll.verdict)
+                    .map_or(now, |s| s.since);
+                states[slot] = Some(StateSeen::new(
+                    now,
+                    poll.verdict,
+                    since,
+                    header,
+                    well_formed,
+                ));
+            }
         }
         let told = match poll.via {
             Via::Http => &mut poller.http,
@@ -358,6 +407,7 @@ impl Pollers {
             .into_iter()
             .map(|p| PollerAnswer {
                 address: p.address,
+                proof: p.proof,
                 first_ms_ago: ago(p.first),
                 last_ms_ago: ago(p.last),
                 polls: p.polls,
@@ -395,6 +445,7 @@ fn ms(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::lb_state::LbState;
     use std::net::Ipv4Addr;
 
     fn ip(last: u8) -> IpAddr {
@@ -408,6 +459,7 @@ mod tests {
             verdict,
             state: None,
             client: None,
+            proof: Proof::Key,
         };
         pollers.record(poll, now);
     }
@@ -551,6 +603,7 @@ mod tests {
                 verdict: Verdict::Drained,
                 state,
                 client: None,
+                proof: Proof::Key,
             }
         }
         let m1 = b"NOLB; name=bk/m1; node=lb1; weight=100/100; scur=2/5; qcur=0";
@@ -606,9 +659,19 @@ mod tests {
                 .iter()
                 .all(|s| s.last_ms_ago <= 100)
         );
-        // Malformed is kept as such.
+        // A malformed header never takes a good one's place, not even its server line's...
+        let before = pollers.answer(at(400));
         pollers.record(poll(Some(&[b'x'; 600])), at(500));
-        let answer = pollers.answer(at(500));
+        let lying = b"UP; name=b0/m1; weight=1/1; scur=0/0"; // no qcur
+        pollers.record(poll(Some(lying)), at(510));
+        let states = |answer: &[PollerAnswer]| -> Vec<Option<LbState>> {
+            answer[0].states.iter().map(|s| s.seen.clone()).collect()
+        };
+        assert_eq!(states(&pollers.answer(at(510))), states(&before));
+        // ...and is kept as such where there is room.
+        let fresh = Pollers::new();
+        fresh.record(poll(Some(&[b'x'; 600])), at(500));
+        let answer = fresh.answer(at(500));
         let bad = answer[0]
             .states
             .iter()
@@ -629,6 +692,74 @@ mod tests {
             pollers.list(at(700))[0].states.iter().flatten().count(),
             STATES
         );
+    }
+
+    #[test]
+    fn an_unproven_poll_never_changes_what_a_proven_one_said_from_the_same_address() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let up = b"UP; name=bk/m1; node=lb1; weight=100/200; scur=2/5; qcur=0";
+        let forged = b"NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+        let poll = |state: &'static [u8], proof| Poll {
+            address: ip(3),
+            via: Via::Http,
+            verdict: Verdict::Drained,
+            state: Some(state),
+            client: None,
+            proof,
+        };
+        for i in 0..3 {
+            pollers.record(poll(up, Proof::Key), at(i * 2000));
+            pollers.record(poll(forged, Proof::NoKey), at(i * 2000 + 100));
+            pollers.record(poll(forged, Proof::WrongKey), at(i * 2000 + 200));
+        }
+        let answer = pollers.answer(at(4300));
+        assert_eq!(answer.len(), 2, "{answer:?}");
+        let proven = answer.iter().find(|p| p.proof == Proof::Key).unwrap();
+        let seen = proven.states[0].seen.as_ref().unwrap();
+        assert_eq!((seen.scur, seen.total_weight), (2, 200));
+        assert_eq!((proven.polls, proven.http.unwrap().times), (3, 3));
+        let other = answer.iter().find(|p| p.proof != Proof::Key).unwrap();
+        assert_eq!((other.proof, other.polls), (Proof::WrongKey, 6));
+    }
+
+    #[test]
+    fn a_flood_of_unproven_pollers_never_leaves_a_proven_poll_unrecorded() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let poll = |address, proof| Poll {
+            address,
+            via: Via::Http,
+            verdict: Verdict::Ok,
+            state: None,
+            client: None,
+            proof,
+        };
+        // The table full of regular unproven pollers.
+        for round in 0..3 {
+            for i in 0..CAPACITY as u32 {
+                let address = IpAddr::V4(Ipv4Addr::from(0x0a03_0000 + i));
+                pollers.record(
+                    poll(address, Proof::Unlisted),
+                    t0 + Duration::from_secs(round),
+                );
+            }
+        }
+        let now = t0 + Duration::from_secs(3);
+        // Another unproven one finds no place and is not counted as a load balancer's.
+        pollers.record(poll(ip(8), Proof::Unlisted), now);
+        assert_eq!(pollers.unrecorded(now), None);
+        assert!(pollers.list(now).iter().all(|p| p.address != ip(8)));
+        // A proven one takes a place.
+        pollers.record(poll(ip(9), Proof::Key), now);
+        let list = pollers.list(now);
+        assert_eq!(list.len(), CAPACITY);
+        assert!(
+            list.iter()
+                .any(|p| p.address == ip(9) && p.proof == Proof::Key)
+        );
+        assert_eq!(pollers.unrecorded(now), None);
     }
 
     #[test]
@@ -681,6 +812,7 @@ mod tests {
             verdict: Verdict::Ok,
             state: None,
             client,
+            proof: Proof::Key,
         };
         pollers.record(poll(Some(b"curl/8.1.2")), now);
         assert_eq!(pollers.answer(now)[0].client.as_deref(), Some("curl"));

@@ -15,6 +15,7 @@ use crate::health::drain::DrainState;
 use crate::health::drain_audit;
 use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch::{self, Drains, Watcher};
+use crate::health::lb_proof::LbProof;
 use crate::health::verdict::Verdict;
 use crate::health::weight::{Rejoin, Tracker};
 use crate::puppet::probe::{self, ProbeTarget, Prober};
@@ -40,6 +41,7 @@ pub struct Listeners {
 /// certificates and the drain record.
 pub async fn serve(
     settings: &Settings,
+    proof: LbProof,
     listeners: Listeners,
     reload: watch::Receiver<()>,
     ready: impl FnOnce(),
@@ -65,6 +67,24 @@ pub async fn serve(
         agent_check: !daemon.agent_listen.value.is_empty(),
     };
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
+    if let Some(file) = &daemon.lb_key_file.value {
+        tracing::info!(
+            "load balancers prove their polls with a key of {}",
+            file.display()
+        );
+    } else if !daemon.lb_addresses.value.is_empty() {
+        let nets: Vec<_> = (daemon.lb_addresses.value.iter())
+            .map(ToString::to_string)
+            .collect();
+        tracing::info!(
+            "polls from {} count as a load balancer's (--lb-address; --lb-key-file is stronger)",
+            nets.join(", ")
+        );
+    } else {
+        tracing::warn!(
+            "no --lb-key-file nor --lb-address: no poll counts as a load balancer's word, so --wait and cycle wait out HAProxy's checks by time and the last-server guard is off"
+        );
+    }
     let audited = drains.clone();
     let health = Arc::new(Node::new(
         Feeds {
@@ -73,6 +93,7 @@ pub async fn serve(
             rejoin,
         },
         rules,
+        proof,
         &drain_file,
         Some(settings.puppet_addr.value),
         true,

@@ -2,6 +2,7 @@
 //! listens, who may poll, how often it probes, how it answers), each with its source.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -18,6 +19,10 @@ pub struct Daemon {
     pub agent_listen: Setting<Vec<SocketAddr>>,
     /// `--allow`; empty for everyone.
     pub allow: Setting<Vec<IpNet>>,
+    /// `--lb-key-file`: the load balancers' keys.
+    pub lb_key_file: Setting<Option<PathBuf>>,
+    /// `--lb-address`: without a key file, the load balancers' addresses.
+    pub lb_addresses: Setting<Vec<IpNet>>,
     /// `--interval`: how often Puppet Server may be probed.
     pub interval: Setting<Duration>,
     /// `--max-connections`.
@@ -44,15 +49,14 @@ impl Daemon {
 
     /// `config`'s rows of the daemon's settings.
     pub(crate) fn rows(&self) -> Vec<(&'static str, String, &Source)> {
-        let addrs = |list: &[SocketAddr], none: &str| {
+        /// A list as `config` shows it, comma-separated; `none` when empty.
+        fn joined<T: ToString>(list: &[T], none: &str) -> String {
             if list.is_empty() {
-                none.to_owned()
-            } else {
-                let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
-                shown.join(",")
+                return none.to_owned();
             }
-        };
-        let nets: Vec<String> = self.allow.value.iter().map(ToString::to_string).collect();
+            let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
+            shown.join(",")
+        }
         let slow_start = match self.slow_start.value {
             Duration::ZERO => "off".to_owned(),
             d => duration::format_duration(d),
@@ -60,22 +64,29 @@ impl Daemon {
         vec![
             (
                 "listen",
-                addrs(&self.listen.value, "[::]:9200"),
+                joined(&self.listen.value, "[::]:9200"),
                 &self.listen.source,
             ),
             (
                 "agent-listen",
-                addrs(&self.agent_listen.value, "(none)"),
+                joined(&self.agent_listen.value, "(none)"),
                 &self.agent_listen.source,
             ),
             (
                 "allow",
-                if nets.is_empty() {
-                    "(anywhere)".to_owned()
-                } else {
-                    nets.join(",")
-                },
+                joined(&self.allow.value, "(anywhere)"),
                 &self.allow.source,
+            ),
+            (
+                "lb-key-file",
+                (self.lb_key_file.value.as_ref())
+                    .map_or_else(|| "(none)".to_owned(), |f| f.display().to_string()),
+                &self.lb_key_file.source,
+            ),
+            (
+                "lb-address",
+                joined(&self.lb_addresses.value, "(none)"),
+                &self.lb_addresses.source,
             ),
             (
                 "interval",

@@ -115,9 +115,19 @@ impl Daemon {
         Self::start_with(pmcheck(), args)
     }
 
+    /// Unless `args` say how load balancers prove themselves, they do with the kit's key
+    /// ([`super::lb::lb_key_file`]), if `command` runs pmcheck itself as the tests' user (the
+    /// key file is theirs; a daemon run as another user through setpriv has none).
     pub fn start_with(mut command: Command, args: &[String]) -> Self {
+        let proof_given = command.get_program() != bin().as_os_str()
+            || args
+                .iter()
+                .any(|a| a.starts_with("--lb-key-file") || a.starts_with("--lb-address"));
+        command.arg("serve");
+        if !proof_given {
+            command.arg("--lb-key-file").arg(super::lb::lb_key_file());
+        }
         let child = command
-            .arg("serve")
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
             .stdin(Stdio::null())

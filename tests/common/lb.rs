@@ -1,9 +1,14 @@
 //! HAProxy as a stand-in: polls a daemon from another loopback address at a fixed rhythm, with
 //! HTTP checks (optionally carrying an `X-Haproxy-Server-State` the test sets) and agent
-//! checks, and keeps what each was answered.
+//! checks, both proving themselves with the load balancers' key as the packaged HAProxy
+//! configuration does (`http-check send hdr X-Pmcheck-Key`, `agent-send`), and keeps what
+//! each was answered.
+//!
+//! Every daemon the kit starts takes that key ([`lb_key_file`]).
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,6 +28,8 @@ pub struct Polling {
     pub every: Duration,
     /// How long before the first round.
     pub first_after: Duration,
+    /// The key its checks send; `None` for a poller that proves nothing.
+    pub key: Option<&'static str>,
 }
 
 impl Polling {
@@ -34,6 +41,7 @@ impl Polling {
             agent,
             every: Duration::from_millis(50),
             first_after: Duration::ZERO,
+            key: Some(LB_KEY),
         }
     }
 }
@@ -45,6 +53,24 @@ pub struct Seen {
     pub http: Vec<(Instant, u16)>,
     /// Each agent check's line.
     pub agent: Vec<(Instant, String)>,
+}
+
+/// The load balancers' key of every daemon the kit starts.
+pub const LB_KEY: &str = "5e0d7c1b9a8f4e3d2c1b0a9f8e7d6c5b4a39281706f5e4d3";
+
+/// The key file of [`LB_KEY`], 0640 as the packaged instructions say.
+pub fn lb_key_file() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lb-key");
+    let text = format!("# the tests' load balancer\n{LB_KEY}\n");
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+        // Tests run in parallel processes: each writes the same text aside, then renames.
+        let aside = path.with_extension(std::process::id().to_string());
+        std::fs::write(&aside, &text).unwrap();
+        std::fs::set_permissions(&aside, std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::fs::rename(&aside, &path).unwrap();
+    }
+    path
 }
 
 /// The stand-in, polling until dropped.
@@ -67,12 +93,15 @@ impl LoadBalancer {
             while !stopped.load(Ordering::SeqCst) {
                 let round = Instant::now();
                 let state = sent.lock().unwrap().clone();
-                if let Some(status) = http_check(how.from, how.http, state.as_deref()) {
+                if let Some(status) = http_check(how.from, how.http, state.as_deref(), how.key) {
                     kept.lock().unwrap().http.push((Instant::now(), status));
                 }
                 if let Some(agent) = how.agent
                     && let Ok(mut s) = connect_from(how.from, agent, Duration::from_secs(5))
                 {
+                    if let Some(key) = how.key {
+                        let _ = s.write_all(format!("{key}\n").as_bytes());
+                    }
                     let mut line = String::new();
                     let _ = s.read_to_string(&mut line);
                     kept.lock().unwrap().agent.push((Instant::now(), line));
@@ -119,9 +148,12 @@ impl Drop for LoadBalancer {
 
 /// One HTTP check as HAProxy 2.6 sends it (`option httpchk`, `http-check send-state`); the
 /// status code answered.
-fn http_check(from: &str, to: SocketAddr, state: Option<&str>) -> Option<u16> {
+fn http_check(from: &str, to: SocketAddr, state: Option<&str>, key: Option<&str>) -> Option<u16> {
     let mut s = connect_from(from, to, Duration::from_secs(5)).ok()?;
     let mut request = "OPTIONS / HTTP/1.0\r\n".to_owned();
+    if let Some(key) = key {
+        request.push_str(&format!("x-pmcheck-key: {key}\r\n"));
+    }
     if let Some(state) = state {
         request.push_str(&format!("x-haproxy-server-state: {state}\r\n"));
     }

@@ -114,9 +114,10 @@ def status_matches(pm, h: st.HAProxy, backend: str, d: st.PmcheckServe, server: 
     return (said, cp.stdout) if said and want in said[0] else None
 
 
-@pytest.mark.usefixtures("puppetserver")
-def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_haproxy, testdir):
-    assert "http-check send-state" in shipped_haproxy
+def two_masters(pmcheck, haproxy, shipped_haproxy: str, testdir):
+    """A's and B's `pmcheck serve` (agent checks, 404 for drains) behind the shipped backend
+    rendered for loopback, both in front of the session's Puppet Server, both UP in HAProxy:
+    (a, b, haproxy, backend, server names, frontend port)."""
     agent_a, agent_b = st.free_port(), st.free_port()
     common = ("--drained-status", "404", "--interval", "500ms", "--slow-start", "0s")
     a = pmcheck.serve(testdir / "state-a", "--agent-listen", f"{st.LOOPBACK}:{agent_a}", *common, name="a")
@@ -128,10 +129,17 @@ def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_hap
     cfg, backend, servers = st.render_haproxy(
         shipped_haproxy, front, a.port, targets=[(ps, a.port, agent_a), (ps, b.port, agent_b)]
     )
-    m1, m2 = servers
     h = haproxy("lb", cfg, "packaging/haproxy/pmcheck.cfg: two masters' pmcheck, one Puppet Server")
     for srv in servers:
         h.wait_server(backend, srv, st.is_up_checked, "UP (L7OK/200)", 30)
+    return a, b, h, backend, servers, front
+
+
+@pytest.mark.usefixtures("puppetserver")
+def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_haproxy, testdir):
+    assert "http-check send-state" in shipped_haproxy
+    a, b, h, backend, servers, front = two_masters(pmcheck, haproxy, shipped_haproxy, testdir)
+    m1, m2 = servers
     state_a, state_b = str(testdir / "state-a"), str(testdir / "state-b")
 
     # 1. what pmcheck records is what `show stat` says

@@ -55,12 +55,14 @@ from .haproxy import (
 from .pki import Identity, PuppetSettings, ca_sign, puppet_settings
 from .pmcheck import Pmcheck, PmcheckServe
 from .proc import (
+    LB_KEY,
     LOOPBACK,
     Sampler,
     StackError,
     clean_env,
     free_port,
     install_packages,
+    lb_key_file,
     missing_packages,
     port_accepts,
     stop_pid,
@@ -86,6 +88,7 @@ __all__ = [
     "COMPILE_SECONDS",
     "ENVIRONMENTS",
     "LB_NAME",
+    "LB_KEY",
     "LOOPBACK",
     "PUPPETSERVER_JAR",
     "PUPPET_PORT",
@@ -122,6 +125,7 @@ __all__ = [
     "http_request",
     "https_request",
     "install_packages",
+    "lb_key_file",
     "is_down_503",
     "is_up_checked",
     "master_tuning",

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from .proc import LOOPBACK, StackError, free_port, stop_pid, tail, wait_until
+from .proc import LB_KEY, LB_KEY_PLACEHOLDER, LOOPBACK, StackError, free_port, stop_pid, tail, wait_until
 from .puppetserver import PUPPET_PORT
 
 HAPROXY_HEAD = """\
@@ -202,6 +202,7 @@ def render_haproxy(
     timing: str | None = None,
     agent_port: int | None = None,
     targets: list[tuple[str, int, int]] | None = None,
+    key: str = LB_KEY,
 ) -> tuple[str, str, list[str]]:
     """Turn packaging/haproxy/pmcheck.cfg into a loopback-only config.
 
@@ -215,9 +216,13 @@ def render_haproxy(
     * with ``targets`` (one ``(address:port, check port, agent port)`` per shipped server line, in
       order: several compile masters on loopback addresses of their own) each server line gets its
       own, instead of ``backend_addr``, ``check_port`` and ``agent_port``.
+    * the placeholder of the load balancers' key becomes ``key`` (the stack's own by default).
     Returns (config, backend name, server names).  Raises when the file does not have the
     shape the suite relies on, so the test fails instead of testing something else.
     """
+    if LB_KEY_PLACEHOLDER not in text:
+        raise StackError("packaging/haproxy/pmcheck.cfg has no placeholder of the load balancers' key")
+    text = text.replace(LB_KEY_PLACEHOLDER, key)
     out, nbind = re.subn(r"(?m)^(\s*)bind\s+\S+", rf"\g<1>bind {LOOPBACK}:{frontend_port}", text)
     if nbind < 1:
         raise StackError("packaging/haproxy/pmcheck.cfg has no `bind` line")

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .clients import Reply, http_request
-from .proc import LOOPBACK, StackError, clean_env, free_port, stop_pid, tail, wait_until
+from .proc import LOOPBACK, StackError, clean_env, free_port, lb_key_file, stop_pid, tail, wait_until
 
 
 class Pmcheck:
@@ -84,7 +84,11 @@ class PmcheckServe:
     def start(self, timeout: float = 20) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         state = str(self.state_dir)
-        cmd = [self.pm.binary, "serve", "--listen", self.listen, "--state-dir", state, *self.extra]
+        cmd = [self.pm.binary, "serve", "--listen", self.listen, "--state-dir", state]
+        # The stack's load balancers prove themselves with its key, unless a test says otherwise.
+        if not any(a.startswith(("--lb-key-file", "--lb-address")) for a in self.extra):
+            cmd += ["--lb-key-file", str(lb_key_file(self.pm.dir))]
+        cmd += self.extra
         self.pm.echo(f"[e2e] $ {' '.join(cmd)}")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(

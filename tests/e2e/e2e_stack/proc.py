@@ -130,6 +130,21 @@ def stop_pid(proc: subprocess.Popen, name: str, term_timeout: float = 60.0) -> N
         raise StackError(f"{name} (pid {proc.pid}) survived SIGKILL") from None
 
 
+# The load balancers' key of the stack: every pmcheck daemon takes it (PmcheckServe), every
+# rendered HAProxy configuration sends it in place of the shipped placeholder (render_haproxy).
+LB_KEY = "9f2b6e1c0d4a8b7e3f5c2d1a0b9e8f7c6d5e4f3a2b1c0d9e"
+LB_KEY_PLACEHOLDER = "CHANGE-ME-to-the-key-in-etc-pmcheck-lb-key"
+
+
+def lb_key_file(workdir: Path) -> Path:
+    """The key file of ``LB_KEY`` in ``workdir``, 0640 as the packaged instructions say."""
+    path = workdir / "lb-key"
+    if not path.exists():
+        path.write_text(f"# the e2e stack's load balancers\n{LB_KEY}\n")
+        path.chmod(0o640)
+    return path
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment for child processes: ours without any PMCHECK_* variable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PMCHECK_")}

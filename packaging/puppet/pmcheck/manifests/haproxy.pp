@@ -58,6 +58,11 @@
 #   Backend's server timeout.
 # @param timeout_check
 #   Backend's check timeout: pmcheck answers at once, a slow answer is a failure.
+# @param lb_key
+#   The load balancers' key (class pmcheck's `lb_key` on the compile masters): sent by the HTTP
+#   check (`http-check send hdr X-Pmcheck-Key`) and the agent check (`agent-send`), so that
+#   pmcheck believes what they say of HAProxy's view. Default: none (`pmcheck status` then shows
+#   this load balancer as UNVERIFIED).
 # @param instance
 #   The puppetlabs-haproxy instance ('haproxy': the class haproxy).
 # @param config_file
@@ -81,6 +86,7 @@ define pmcheck::haproxy (
   Pmcheck::Duration $timeout_connect = '5s',
   Pmcheck::Duration $timeout_server = '10m',
   Pmcheck::Duration $timeout_check = '2s',
+  Optional[Sensitive[Pattern[/\A[A-Za-z0-9._~+\/=-]{32,128}\z/]]] $lb_key = undef,
   String[1] $instance = 'haproxy',
   Optional[Stdlib::Absolutepath] $config_file = undef,
 ) {
@@ -100,6 +106,9 @@ define pmcheck::haproxy (
     }
   }
 
+  $key_header = $lb_key.then |$key| { ["send hdr X-Pmcheck-Key ${key.unwrap}"] }.lest || { [] }
+  $agent_send = $lb_key.then |$key| { " agent-send ${key.unwrap}" }.lest || { '' }
+
   # Resource titles come from this define's title, so that two of them may write sections of
   # the same names into two instances.
   haproxy::backend { "${title} backend":
@@ -112,7 +121,7 @@ define pmcheck::haproxy (
     options          => [
       { 'balance' => 'leastconn' },
       { 'option' => 'httpchk' },
-      { 'http-check' => ['disable-on-404', 'send-state'] },
+      { 'http-check' => ['disable-on-404', 'send-state'] + $key_header },
       # A connect refused before the checks act is retried on another server.
       { 'retries' => '3' },
       { 'option' => 'redispatch 1' },
@@ -122,7 +131,7 @@ define pmcheck::haproxy (
 
   $agent = $agent_port ? {
     undef   => '',
-    default => " agent-check agent-port ${agent_port} agent-inter ${agent_inter}",
+    default => " agent-check agent-port ${agent_port} agent-inter ${agent_inter}${agent_send}",
   }
   # One String: haproxy::balancermember sorts the words of an Array.
   $server_options = "check port ${check_port} inter ${inter} rise ${rise} fall ${fall}${agent}"

@@ -37,6 +37,17 @@
 #   PMCHECK_ALLOW (`--allow`): networks allowed to poll. Default: from anywhere. List the
 #   load balancers (and 127.0.0.1/32 for the operator's commands): then no other host can
 #   crowd them out of the pollers `pmcheck drain --wait` waits for.
+# @param lb_key
+#   The load balancers' key (`openssl rand -hex 32`, the same as pmcheck::haproxy's `lb_key`):
+#   written to `lb_key_file` (root:pmcheck 0640) and set as PMCHECK_LB_KEY_FILE, so that only
+#   checks that send it count as a load balancer's word for `drain --wait`, `cycle`, the
+#   last-server guard and `status`. Default: none (see `lb_address`).
+# @param lb_key_file
+#   Where `lb_key` is written. The default's directory, /etc/pmcheck, is managed too (root:pmcheck
+#   0750); another file's directory must exist.
+# @param lb_address
+#   PMCHECK_LB_ADDRESS (`--lb-address`): without `lb_key`, the load balancers' networks, whose
+#   polls count as theirs (weaker: anything on those hosts passes). Default: none.
 # @param max_connections
 #   PMCHECK_MAX_CONNECTIONS (`--max-connections`). Default: 1024.
 # @param max_connections_per_source
@@ -97,6 +108,9 @@ class pmcheck (
   Boolean $service_enable = true,
   Optional[Array[Pmcheck::SocketAddr, 1]] $listen = undef,
   Optional[Array[Pmcheck::Cidr, 1]] $allow = undef,
+  Optional[Sensitive[Pattern[/\A[A-Za-z0-9._~+\/=-]{32,128}\z/]]] $lb_key = undef,
+  Stdlib::Unixpath $lb_key_file = '/etc/pmcheck/lb-key',
+  Optional[Array[Pmcheck::Cidr, 1]] $lb_address = undef,
   Optional[Integer[1, 4294967295]] $max_connections = undef,
   Optional[Integer[1, 4294967295]] $max_connections_per_source = undef,
   Optional[Array[Pmcheck::SocketAddr, 1]] $agent_listen = ['[::]:9201'],
@@ -134,7 +148,7 @@ class pmcheck (
   }
 
   # Paths must stay free of whitespace and shell quoting: systemd and `. FILE` read them alike.
-  [$puppet_conf, $hostcert, $hostprivkey, $localcacert, $hostcrl, $puppetserver_confd, $state_dir].each |$path| {
+  [$puppet_conf, $hostcert, $hostprivkey, $localcacert, $hostcrl, $puppetserver_confd, $state_dir, $lb_key_file].each |$path| {
     if $path =~ String and $path !~ /\A[^\s'"`$\\]+\z/ {
       fail("pmcheck: ${path}: a path in the settings file cannot hold spaces, quotes, \$ or \\")
     }
@@ -145,6 +159,8 @@ class pmcheck (
   $settings = [
     ['PMCHECK_LISTEN', $listen, '[::]:9200 (0.0.0.0:9200 without IPv6)'],
     ['PMCHECK_ALLOW', $allow, 'from anywhere'],
+    ['PMCHECK_LB_KEY_FILE', $lb_key.then |$_| { $lb_key_file }, 'none'],
+    ['PMCHECK_LB_ADDRESS', $lb_address, 'none'],
     ['PMCHECK_MAX_CONNECTIONS', $max_connections, '1024'],
     ['PMCHECK_MAX_CONNECTIONS_PER_SOURCE', $max_connections_per_source, '256'],
     ['PMCHECK_AGENT_LISTEN', $agent_listen, 'no agent check'],
@@ -195,11 +211,36 @@ class pmcheck (
       require => Package['pmcheck'],
     }
 
+    if $lb_key =~ NotUndef {
+      if $lb_key_file == '/etc/pmcheck/lb-key' {
+        file { '/etc/pmcheck':
+          ensure  => directory,
+          owner   => 'root',
+          group   => 'pmcheck',
+          mode    => '0750',
+          require => Package['pmcheck'],
+          before  => File[$lb_key_file],
+        }
+      }
+      file { $lb_key_file:
+        ensure    => file,
+        owner     => 'root',
+        group     => 'pmcheck',
+        mode      => '0640',
+        content   => Sensitive("${lb_key.unwrap}\n"),
+        show_diff => false,
+        require   => Package['pmcheck'],
+      }
+      $key_files = [File[$lb_key_file]]
+    } else {
+      $key_files = []
+    }
+
     if $manage_service {
       service { 'pmcheck':
         ensure    => $service_ensure,
         enable    => $service_enable,
-        subscribe => [Package['pmcheck'], File[$settings_file]],
+        subscribe => [Package['pmcheck'], File[$settings_file]] + $key_files,
       }
     }
   }
