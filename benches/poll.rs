@@ -103,7 +103,7 @@ fn verdict_of(health: &Node) -> Verdict {
 
 /// One agent check as the listener makes it: the line, then noting it with the key sent.
 fn agent_check(health: &Node) -> String {
-    let (line, verdict, at) = health.agent_line();
+    let (line, verdict, at) = health.agent_line(LB);
     health.agent_told(LB, KEY.as_bytes(), verdict, at);
     line
 }
@@ -164,7 +164,7 @@ fn main() {
     time_rounds("Prometheus scrape (classic text)", 10_000, || {
         black_box(health.answer(black_box(&scrape), LB));
     });
-    assert!(health.agent_line().0.starts_with("up ready 75% #OK - "));
+    assert!(health.agent_line(LB).0.starts_with("up ready 75% #OK - "));
     time("OK, agent-check line", || {
         black_box(agent_check(&health));
     });
@@ -172,7 +172,7 @@ fn main() {
     senders
         .2
         .send_replace(Rejoin::Since(Instant::now() - Duration::from_secs(3)));
-    assert!(health.agent_line().0.starts_with("up ready 14% #OK - "));
+    assert!(health.agent_line(LB).0.starts_with("up ready 14% #OK - "));
     time("OK ramping, agent-check line", || {
         black_box(agent_check(&health));
     });

@@ -67,7 +67,9 @@ impl Error {
             Error::Change(e) => match e {
                 ChangeError::Drain(_) => Exit::CantCreate,
                 ChangeError::Wait(e) => wait_exit(e),
-                ChangeError::LastServer(_) | ChangeError::Held(_) => Exit::Refused,
+                ChangeError::LastServer(_) | ChangeError::Held(_) | ChangeError::BackedOff(_) => {
+                    Exit::Refused
+                }
                 ChangeError::Io(_) => Exit::OsErr,
             },
             Error::Status(e) => status_exit(e),

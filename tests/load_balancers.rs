@@ -271,7 +271,20 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
 
     let marker = s.state.path().join("ran");
     let touch = format!("touch {}", marker.display());
-    let out = s.pmcheck("cycle", &["--url", &url(&d), "--", "sh", "-c", &touch]);
+    // A cycle waits its turn, up to --max-wait, then refuses.
+    let out = s.pmcheck(
+        "cycle",
+        &[
+            "--max-wait",
+            "1s",
+            "--url",
+            &url(&d),
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ],
+    );
     assert_eq!(out.status.code(), Some(77), "{}", text(&out.stderr));
     assert!(!marker.exists(), "the cycle ran its command");
     assert!(record(&s).is_none());
@@ -305,68 +318,161 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
+/// This node, the only server taking traffic in its backend.
+const LAST_M1: &str =
+    "UP; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
 /// Drained, with no server left in the backend for agents.
 const EMPTY: &str =
     "NOLB; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/0; scur=0/0; qcur=0";
 
-/// The other master falls out while a cycle drains this one: at the point of no return the
-/// cycle gives the node back and runs nothing (77), since running the command would leave
-/// agents no master at all; `--force` runs it anyway.
+/// Trust round two, defect 4: a drain takes effect only at a check whose header shows another
+/// server taking agents. Held where the load balancer says this is the last server, or (a
+/// young drain) that the backend has none left: the node keeps answering OK to that load
+/// balancer and its agent check, and the operator's view says why; a forced drain is never
+/// held.
 #[test]
-fn a_cycle_gives_the_node_back_when_the_backend_emptied_while_it_drained() {
+fn the_load_balancer_holds_a_drain_that_would_empty_its_backend() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
-    let lb = LoadBalancer::start(polling(&d, 50));
+    let lb = LoadBalancer::start(Polling {
+        agent: Some(d.agent_addr()),
+        ..polling(&d, 50)
+    });
     lb.send_state(Some(UP));
     until_regular_or_polled(&d, &lb);
-    let marker = s.state.path().join("ran");
-    let touch = format!("touch {}", marker.display());
-    let cycle = |extra: &[&str]| {
-        let mut args = vec!["--url".to_owned(), url(&d)];
-        args.extend(extra.iter().map(|a| (*a).to_owned()));
-        args.extend(["--", "sh", "-c", &touch].map(str::to_owned));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Running::start(&s, "cycle", &args)
-    };
+    let out = s.pmcheck("drain", &["--reason", "first", "--url", &url(&d)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for (header, why) in [
+        (
+            EMPTY,
+            "says no server takes new agents in backend bk (another master went out",
+        ),
+        (
+            LAST_M1,
+            "says m1 is the only server taking new agents in backend bk",
+        ),
+    ] {
+        lb.send_state(Some(header));
+        let answer = d.wait_for_json(SOON, "the drain held", |a| {
+            a.drain_held.as_deref().is_some_and(|h| h.contains(why))
+        });
+        assert_eq!(answer.verdict, pmcheck::health::verdict::Verdict::Drained);
+        let since = Instant::now();
+        while lb.answered(200, since) < 3 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(lb.answered(404, since) + lb.answered(503, since), 0);
+        assert!(
+            lb.agent_lines(since)
+                .iter()
+                .all(|l| l.starts_with("up ready")),
+            "{:?}",
+            lb.agent_lines(since)
+        );
+        let status = text(&s.pmcheck("status", &["--url", &url(&d)]).stdout);
+        assert!(
+            status.contains(&format!("held:   drain held: load balancer (lb1) {why}")),
+            "{status}"
+        );
+    }
+    // Forced, it takes effect whatever the load balancer says.
+    let out = s.pmcheck("drain", &["--force", "--url", &url(&d)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let since = Instant::now();
+    while lb.answered(503, since) < 2 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(d.poll_json().drain_held, None);
+}
 
-    let run = cycle(&[]);
-    d.wait_for(SOON, "the cycle's drain", |r| r.body.starts_with("DRAINED"));
+/// Two drains at once: the load balancer holds the second where the first went out (this node
+/// is now its backend's last server, or the backend has none left). `drain` sees it in the
+/// load balancer's own checks after it wrote the record, undoes its drain and refuses (77).
+#[test]
+fn a_drain_the_load_balancer_holds_is_undone_and_refused() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(polling(&d, 700));
+    lb.send_state(Some(UP));
+    until_regular_or_polled(&d, &lb);
+    let drain = Running::start(&s, "drain", &["--reason", "kernel", "--url", &url(&d)]);
+    let record_path = s.state.path().join("drain");
+    let deadline = Instant::now() + SOON;
+    while !record_path.exists() {
+        assert!(Instant::now() < deadline, "no drain record");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The other master went out at the same moment: the next check says none is left.
     lb.send_state(Some(EMPTY));
-    let out = run.finish(SOON);
+    let out = drain.finish(SOON);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(77), "{stderr}");
     assert!(
-        stderr.contains("before the command: load balancer 127.0.0.2 (lb1) says no server takes new agents in backend bk (weight 100 of 0); running it now would leave agents no compile master at all, so this cycle let go (removed "),
+        stderr.contains(
+            "refused: drain held: load balancer (lb1) says no server takes new agents in backend bk"
+        ),
         "{stderr}"
     );
-    assert!(!marker.exists(), "the cycle ran its command");
-    assert!(record(&s).is_none(), "the node was not given back");
-    d.wait_for(SOON, "the node back", |r| r.body.starts_with("OK"));
-    // The trail: the cycle's hold, the refusal naming the load balancer, the hold let go.
-    let events = logged_events(&s);
-    assert_eq!(
-        logged_actions(&s),
-        ["cycle_drain", "refused", "cycle_undrain"],
-        "{events:?}"
-    );
-    let reason = events[1]["reason"].as_str().unwrap_or_default();
-    assert!(
-        reason.contains("load balancer 127.0.0.2 (lb1) says no server takes new agents"),
-        "{events:?}"
-    );
+    assert!(stderr.contains("This drain was undone"), "{stderr}");
+    assert!(record(&s).is_none(), "the drain stayed");
+    assert_eq!(logged_actions(&s), ["drain", "refused"]);
+    d.wait_for(SOON, "OK", |r| r.body.starts_with("OK"));
+}
 
+/// Colliding cycles take turns: a cycle that finds this node the last server (another cycle
+/// has the other master out) waits its turn within --max-wait instead of refusing, and runs
+/// its command once the other master is back; one that is held after its drain waits too.
+#[test]
+fn a_cycle_waits_its_turn_while_its_node_is_the_last_server() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(polling(&d, 50));
+    lb.send_state(Some(LAST_M1));
+    until_regular_or_polled(&d, &lb);
+    let marker = s.state.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let mut run = Running::start(&s, "cycle", &["--url", &url(&d), "--", "sh", "-c", &touch]);
+    run.stderr_until("pmcheck cycle: waiting its turn (up to --max-wait 10m): load balancer 127.0.0.2 (lb1) says m1 is the only server");
+    assert!(
+        record(&s).is_none(),
+        "a cycle waiting its turn wrote nothing"
+    );
+    // The other master is back: the cycle drains; the load balancer takes the node out.
     lb.send_state(Some(UP));
-    let run = cycle(&["--force"]);
     d.wait_for(SOON, "the cycle's drain", |r| r.body.starts_with("DRAINED"));
-    lb.send_state(Some(EMPTY));
+    lb.send_state(Some(NOLB));
     let deadline = Instant::now() + SOON;
     while !marker.exists() {
-        assert!(Instant::now() < deadline, "--force did not run the command");
+        assert!(Instant::now() < deadline, "the command did not run");
         std::thread::sleep(Duration::from_millis(20));
     }
     lb.send_state(Some(UP));
     let out = run.finish(SOON);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Never its turn: refused at --max-wait, nothing written.
+    lb.send_state(Some(LAST_M1));
+    d.wait_for_json(SOON, "the load balancer's new word", |a| {
+        (a.pollers.iter().flatten()).any(|p| {
+            (p.states.iter())
+                .any(|s| s.last_ms_ago < 100 && s.seen.as_ref().is_some_and(|lb| lb.last_serving()))
+        })
+    });
+    std::fs::remove_file(&marker).unwrap();
+    let out = s.pmcheck(
+        "cycle",
+        &[
+            "--max-wait",
+            "1s",
+            "--url",
+            &url(&d),
+            "--",
+            "sh",
+            "-c",
+            &touch,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(77), "{}", text(&out.stderr));
+    assert!(!marker.exists() && record(&s).is_none());
 }
 
 /// Without a daemon `drain` cannot check, and says so, but drains.

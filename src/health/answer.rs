@@ -65,6 +65,11 @@ pub struct Answer<'a> {
     /// loopback, and only when there were any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unrecorded: Option<UnrecordedAnswer>,
+    /// Why a drained node is still answered as not drained to a load balancer that says it is
+    /// the backend's last server ([`crate::health::drain_gate`]): only in JSON answers to
+    /// loopback, and only while it is held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_held: Option<String>,
     /// The certificates' and the CRL's dates, as the daemon last read them: only in JSON
     /// answers to loopback, from a daemon that serves /metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -197,6 +197,7 @@ impl<'a> Decision<'a> {
             listening_ms: None,
             drain_file: None,
             unrecorded: None,
+            drain_held: None,
             certificates: None,
             code: None,
             probe: match self.probe {

@@ -6,6 +6,7 @@ pub mod decision;
 pub mod drain;
 pub mod drain_audit;
 pub mod drain_file;
+pub mod drain_gate;
 pub mod drain_lock;
 pub mod drain_log;
 pub mod drain_watch;

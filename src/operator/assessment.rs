@@ -87,6 +87,9 @@ pub fn assess(goal: Goal, answer: &Answer<'_>, how: &Wait, since: Duration) -> A
                     answer.reason
                 ));
             }
+            if let Some(held) = &answer.drain_held {
+                a.pending.push(held.clone());
+            }
             told(&mut a, answer, Verdict::Drained, how);
             agent_traffic(&mut a, answer);
         }
@@ -412,6 +415,21 @@ pub fn empty_backend(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
         }
     });
     found
+}
+
+/// After a drain: whether every proven load balancer that sends its view has shown it after
+/// taking the drain (a header written after a check was answered DRAINED), so that a drain
+/// held there ([`crate::health::drain_gate`]) would show. True when none sends its view.
+pub fn drain_settled(answer: &Answer<'_>, how: &Wait) -> bool {
+    let least = least_silence(how);
+    (answer.pollers.iter().flatten())
+        .filter(|p| p.regular && p.proof.proven() && !p.states.is_empty())
+        .filter(|p| Duration::from_millis(p.last_ms_ago) <= silence_limit(p, least))
+        .all(|p| {
+            (p.states.iter()).any(|s| {
+                s.seen.is_some() && s.told == Verdict::Drained && s.since_ms_ago > s.last_ms_ago
+            })
+        })
 }
 
 /// The regular pollers that send a load balancer's view without proving they are one: the

@@ -153,6 +153,8 @@ impl CycleError {
 }
 
 const LEFT_DRAINED: &str = "; the node stays drained";
+/// How often a cycle waiting its turn asks again.
+const TURN: Duration = Duration::from_secs(1);
 
 /// Runs the cycle with the drain record in `state_dir`.
 pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
@@ -177,7 +179,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     // 1. drain: this cycle holds the node drained, beside whoever already does
     let t = Instant::now();
     let file = DrainFile::new(state_dir);
-    let (me, detail) = hold(cycle, &file).await?;
+    let (me, detail) = hold(cycle, &file, &mut signals).await?;
     step(
         Step::Drain,
         t,
@@ -298,19 +300,45 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
 }
 
 /// Step 1: adds this cycle's hold to the record (after the last-server guard, unless the node
-/// is drained already); returns the hold and what to say of it.
-async fn hold(cycle: &Cycle, file: &DrainFile) -> Result<(Holder, String), CycleError> {
+/// is drained already); returns the hold and what to say of it. While the guard finds this node
+/// the last server taking agents (another master's cycle has it out), the cycle waits its turn
+/// within `--max-wait`, then refuses.
+async fn hold(
+    cycle: &Cycle,
+    file: &DrainFile,
+    signals: &mut Signals,
+) -> Result<(Holder, String), CycleError> {
     let drained = file
         .current()
         .is_some_and(|d| !d.expired_at(SystemTime::now()));
-    let forced = if drained {
-        None
-    } else {
+    let started = Instant::now();
+    let mut waiting = false;
+    let forced = loop {
+        if drained {
+            break None;
+        }
         match wait::guard_last_server(&cycle.wait, cycle.force).await {
-            Ok(forced) => forced,
-            Err(refused) => {
+            Ok(forced) => break forced,
+            Err(refused) if started.elapsed() >= cycle.wait.max_wait => {
                 log_refused(file, &cycle.reason, &refused);
                 return Err(refused.into());
+            }
+            Err(refused) => {
+                if !waiting {
+                    waiting = true;
+                    eprintln!(
+                        "pmcheck cycle: waiting its turn (up to --max-wait {}): {}",
+                        format_duration(cycle.wait.max_wait),
+                        refused.0
+                    );
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(TURN) => {}
+                    _ = signals.next() => return Err(CycleError::Interrupted {
+                        step: Step::Drain,
+                        left: "; nothing was changed",
+                    }),
+                }
             }
         }
     };

@@ -35,6 +35,11 @@ pub enum ChangeError {
         "refused: the node is held drained by {0}, which undrains it when done (if nobody else holds it); `pmcheck undrain --force` undrains now, and the cycle then leaves the node as it finds it"
     )]
     Held(String),
+    /// The load balancer held the new drain: another master went out first, or at once.
+    #[error(
+        "refused: {0}. This drain was undone, so that the backend keeps a server taking agents: drain again once another master is back, or pass --force (the drain record notes it)"
+    )]
+    BackedOff(String),
     /// Writing to stdout or starting a runtime failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -53,7 +58,14 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
             return Err(refused.into());
         }
     };
+    // `--force` on a node drained already overrides nothing the guard saw, but a load
+    // balancer's hold all the same ([`crate::health::drain_gate`]): the record says so.
+    let forced = forced.or_else(|| {
+        args.force
+            .then(|| "--force: the load balancers' hold of a drain is off".to_owned())
+    });
     let mine = Holder::drain(args.reason, args.for_, SystemTime::now());
+    let forcing = forced.is_some();
     let ((previous, others), lost) = file.update_logged(|current| {
         let now = SystemTime::now();
         let mut held: Vec<Holder> = (current.as_ref())
@@ -73,6 +85,11 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
         }
     })?;
     say_lost(lost);
+    // A node drained already takes nothing out: the guard let it through, and so does this.
+    let fresh = !forcing
+        && previous
+            .as_ref()
+            .is_none_or(|p| p.expired_at(SystemTime::now()));
     let mut out = std::io::stdout().lock();
     if let Some(previous) = previous.filter(|p| {
         p.record
@@ -98,6 +115,12 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
         writeln!(out, "also held by {}", other.describe())?;
     }
     drop(out);
+    // A new drain's effect, as the load balancers' own checks show it: held where this node
+    // turned out to be the last server (another drain went out first), it is undone.
+    if fresh && let Some(held) = run_single_threaded(wait::drain_held(&how))? {
+        undo(&file, &mine, &held);
+        return Err(ChangeError::BackedOff(held));
+    }
     if !args.wait {
         match run_single_threaded(daemon::daemon_answer(&how, true))? {
             Ok(said) => println!(
@@ -222,6 +245,30 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
         }
     }
     Ok(())
+}
+
+/// Takes `mine` out of the holders again (the record goes when nobody else holds it), and
+/// logs the drain as refused for `why`.
+fn undo(file: &DrainFile, mine: &Holder, why: &str) {
+    let result = file.update_logged(|current| {
+        let now = SystemTime::now();
+        let record = current.and_then(|d| d.record);
+        let forced = record.as_ref().and_then(|r| r.forced.clone());
+        let mut held = record
+            .as_ref()
+            .map(DrainRecord::holders)
+            .unwrap_or_default();
+        held.retain(|h| h != mine);
+        let change = match DrainRecord::held_by(held, forced) {
+            Some(rest) => Change::Write(rest),
+            None => Change::Remove,
+        };
+        (change, vec![Event::refused(&mine.what, why, now)], ())
+    });
+    match result {
+        Ok(((), lost)) => say_lost(lost),
+        Err(e) => eprintln!("pmcheck: warning: the held drain could not be undone: {e}"),
+    }
 }
 
 /// Says on stderr which events the log lost: never silently.

@@ -117,6 +117,9 @@ pub fn describe(reply: &Reply) -> String {
             pool.lock,
         );
     }
+    if let Some(held) = &answer.drain_held {
+        let _ = writeln!(out, "held:   {held}");
+    }
     let _ = writeln!(out, "weight: {}", weight(&answer));
     let pollers = answer.pollers.as_deref().unwrap_or_default();
     let names = names(pollers.iter().map(|p| p.address));

@@ -14,7 +14,9 @@ use thiserror::Error;
 
 use crate::health::answer::Answer;
 use crate::health::verdict::Verdict;
-use crate::operator::assessment::{Goal, Wait, assess, empty_backend, last_server, unproven_views};
+use crate::operator::assessment::{
+    Goal, Wait, assess, drain_settled, empty_backend, last_server, unproven_views,
+};
 use crate::operator::daemon::{self, OtherFile, StatusError, other_file};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
@@ -195,6 +197,26 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Option<String>
         return Ok(Some(said));
     }
     Err(LastServer(said))
+}
+
+/// After a drain was written: asks the daemon until every proven load balancer has shown its
+/// view after taking the drain, for at most `--polls` + 1 check intervals; the reason when the
+/// drain is held there instead ([`crate::health::drain_gate`]: this node is the backend's last
+/// server, or it went out at the same moment as another). `None` when it took effect, when
+/// nobody says, or when the daemon cannot be asked.
+pub async fn drain_held(how: &Wait) -> Option<String> {
+    let deadline = Instant::now() + how.lb_interval * (how.polls + 1);
+    loop {
+        let reply = daemon::ask(&how.url).await.ok()?;
+        let answer = Answer::from_json(&reply.body).ok()?;
+        if answer.drain_held.is_some() {
+            return answer.drain_held;
+        }
+        if drain_settled(&answer, how) || Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(EVERY).await;
+    }
 }
 
 /// After a drain: what the load balancers that have no server left for agents say (joined), or

@@ -4,6 +4,7 @@
 //! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.
 
 use std::net::IpAddr;
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -13,11 +14,12 @@ use hyper::{Method, Request, Response, StatusCode};
 
 use crate::health::answer::{CertificatesAnswer, CodeAnswer};
 use crate::health::decision::Decision;
+use crate::health::drain::DrainState;
 use crate::health::verdict::Verdict;
-use crate::health::{lb_proof, lb_state};
+use crate::health::{drain_gate, lb_proof, lb_state};
 use crate::puppet::expiry;
 use crate::responder::metrics::{self, Now};
-use crate::responder::node::Node;
+use crate::responder::node::{Asker, Node};
 use crate::responder::pollers::{Poll, Via};
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
@@ -53,7 +55,11 @@ impl Node {
         let state = headers.get(lb_state::HEADER).map(HeaderValue::as_bytes);
         let key = headers.get(lb_proof::HEADER).map(HeaderValue::as_bytes);
         let proof = self.proof.judge(peer, key);
-        self.decide(|decision, now| {
+        let asker = match state {
+            Some(header) if proof.proven() => Asker::Check(header),
+            _ => Asker::Anyone,
+        };
+        self.decide_for(asker, |decision, now| {
             self.count(
                 Poll {
                     address: peer,
@@ -68,7 +74,11 @@ impl Node {
             );
             if local && wants_json(headers) {
                 let mut answer = decision.answer();
-                answer.pollers = Some(self.pollers.answer(now));
+                let pollers = self.pollers.answer(now);
+                if let DrainState::Drained(drain) = decision.drain {
+                    answer.drain_held = drain_gate::held_by(&pollers, drain, SystemTime::now());
+                }
+                answer.pollers = Some(pollers);
                 answer.unrecorded = self.pollers.unrecorded(now);
                 answer.listening_ms = Some(
                     u64::try_from(now.saturating_duration_since(self.started).as_millis())
@@ -396,7 +406,7 @@ mod tests {
     #[test]
     fn agent_lines_are_recorded_as_told() {
         let (responder, _keep) = responder(None);
-        let (line, verdict, at) = responder.agent_line();
+        let (line, verdict, at) = responder.agent_line("10.0.0.6".parse().unwrap());
         responder.agent_told("10.0.0.6".parse().unwrap(), b"", verdict, at);
         let pollers = responder.pollers.list(Instant::now());
         assert!(line.starts_with("#STARTING"), "{line}");

@@ -141,7 +141,7 @@ async fn accept(
         let regular = health.pollers.is_regular(peer.ip(), Instant::now());
         let ticket = guard.connections.admit(peer.ip(), regular);
         if kind == Via::Agent {
-            let (line, verdict, at) = health.agent_line();
+            let (line, verdict, at) = health.agent_line(peer.ip());
             let node = Arc::clone(&health);
             connections.spawn(async move {
                 let mut ticket = ticket;

@@ -1,23 +1,40 @@
 //! The node's shared state: one per daemon (or per inetd poll), shared by every listener and
 //! connection, read by the HTTP answers ([`crate::responder::http`]) and the agent check.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
 use crate::health::decision::{Decision, Rules};
+use crate::health::drain::{Drain, DrainState};
 use crate::health::drain_file::DrainFile;
 use crate::health::drain_watch::Drains;
 use crate::health::lb_proof::LbProof;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
+use crate::health::{drain_gate, lb_state};
 use crate::puppet::report::{Latest, ProbeReport};
 use crate::responder::agent;
 use crate::responder::agents::Agents;
 use crate::responder::metrics::Metrics;
 use crate::responder::pollers::{Poll, Pollers, Via};
+
+/// Who asks for a decision, for the drain's gate ([`crate::health::drain_gate`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Asker<'a> {
+    /// Anybody: the operator, Prometheus, a check that proves nothing.
+    Anyone,
+    /// A proven load balancer's HTTP check, with its `X-Haproxy-Server-State`.
+    Check(&'a [u8]),
+    /// An agent check from this address.
+    Agent(IpAddr),
+}
+
+/// The drain state a held drain is decided with.
+static NOT_DRAINED: DrainState = DrainState::NotDrained;
 
 /// What the background tasks publish for the polls to read.
 pub struct Feeds {
@@ -87,10 +104,12 @@ impl Node {
         self.latest.borrow().clone()
     }
 
-    /// The agent check's line, with what it tells (to note once the client has said what it
-    /// sends, [`Node::agent_told`]).
-    pub fn agent_line(&self) -> (String, Verdict, Instant) {
-        self.decide(|decision, now| (agent::line(decision), decision.verdict, now))
+    /// The agent check's line for `peer`, with what it tells (to note once the client has said
+    /// what it sends, [`Node::agent_told`]).
+    pub fn agent_line(&self, peer: IpAddr) -> (String, Verdict, Instant) {
+        self.decide_for(Asker::Agent(peer), |decision, now| {
+            (agent::line(decision), decision.verdict, now)
+        })
     }
 
     /// Notes that the agent check from `peer`, which sent `sent` (HAProxy's `agent-send`), was
@@ -109,14 +128,55 @@ impl Node {
 
     /// Decides from the latest drain state, probe report and rejoin state, as of now.
     pub(crate) fn decide<R>(&self, then: impl FnOnce(&Decision<'_>, Instant) -> R) -> R {
+        self.decide_for(Asker::Anyone, then)
+    }
+
+    /// [`Node::decide`] for `asker`: a drain is held from a load balancer that says this node
+    /// is its backend's last server ([`crate::health::drain_gate`]).
+    pub(crate) fn decide_for<R>(
+        &self,
+        asker: Asker<'_>,
+        then: impl FnOnce(&Decision<'_>, Instant) -> R,
+    ) -> R {
         let now = Instant::now();
         let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
         let rejoin = *self.rejoin.borrow();
-        then(
-            &Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules),
-            now,
-        )
+        let held = match &*drain {
+            DrainState::Drained(d) => self.held(d, asker, now),
+            _ => None,
+        };
+        let Some(why) = held else {
+            return then(
+                &Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules),
+                now,
+            );
+        };
+        let mut decision =
+            Decision::decide(&NOT_DRAINED, probe.as_deref(), rejoin, now, &self.rules);
+        decision.reason = Cow::Owned(format!("{why}; {}", decision.reason));
+        then(&decision, now)
+    }
+
+    /// Why `drain` is held from `asker`, if it is.
+    fn held(&self, drain: &Drain, asker: Asker<'_>, now: Instant) -> Option<String> {
+        match asker {
+            Asker::Anyone => None,
+            Asker::Check(header) => {
+                let lb = lb_state::parse(header).ok()?;
+                drain_gate::held(&lb, drain, SystemTime::now()).map(|h| h.describe(&lb))
+            }
+            // HAProxy applies an agent line as it reads it, with no header to decide by: the
+            // agent check follows what the same load balancer's HTTP check was last answered.
+            Asker::Agent(peer) => match self.pollers.proven_http(peer, now) {
+                Some(told) if told != Verdict::Drained => Some(format!(
+                    "drain held: the HTTP check of load balancer {} was answered {} last",
+                    peer.to_canonical(),
+                    told.as_str()
+                )),
+                _ => None,
+            },
+        }
     }
 
     /// Counts a poll, and notes its poller unless it is pmcheck's own tool (`own`).

@@ -242,6 +242,18 @@ impl Pollers {
         (table.pollers.iter()).any(|p| p.address == address && p.regular(now))
     }
 
+    /// What the HTTP checks of the proven poller at `address` were told last, if it made one
+    /// within [`MAX_GAP`].
+    pub fn proven_http(&self, address: IpAddr, now: Instant) -> Option<Verdict> {
+        let address = address.to_canonical();
+        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        (table.pollers.iter())
+            .find(|p| p.address == address && p.proof.proven())
+            .and_then(|p| p.http)
+            .filter(|t| now.saturating_duration_since(t.last) <= MAX_GAP)
+            .map(|t| t.verdict)
+    }
+
     /// Notes that `poll.address` was just told `poll.verdict`.
     pub fn record(&self, poll: Poll<'_>, now: Instant) {
         let address = poll.address.to_canonical();

@@ -131,6 +131,15 @@ impl LoadBalancer {
             .count()
     }
 
+    /// The agent checks' lines since `since`.
+    pub fn agent_lines(&self, since: Instant) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        (seen.agent.iter())
+            .filter(|(at, _)| *at >= since)
+            .map(|(_, line)| line.clone())
+            .collect()
+    }
+
     /// How many HTTP checks were answered at all.
     pub fn http_checks(&self) -> usize {
         self.seen.lock().unwrap().http.len()
