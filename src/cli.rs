@@ -139,7 +139,7 @@ pub struct DaemonArgs {
         value_parser = parse_network
     )]
     pub(crate) allow: Vec<ipnet::IpNet>,
-    /// File of the load balancers' key (one per line, at most 4; mode 0640): only an HTTP check that sends it in X-Pmcheck-Key (HAProxy: http-check send hdr X-Pmcheck-Key <key>) or an agent check that sends it (agent-send "<key>\n") counts as a load balancer's word for --wait, cycle, the last-server guard and status [default: none]
+    /// File of the load balancers' key (one per line, at most 4; mode 0640): only an HTTP check that sends it in X-Pmcheck-Key (HAProxy: http-check send hdr X-Pmcheck-Key KEY) or an agent check that sends it (agent-send KEY) counts as a load balancer's word for --wait, cycle, the last-server guard and status [default: none]
     #[arg(long, env = "PMCHECK_LB_KEY_FILE", value_name = "PATH")]
     pub(crate) lb_key_file: Option<PathBuf>,
     /// Without --lb-key-file: polls from this network count as a load balancer's word (weaker: anything on that host passes) (repeatable; in the environment, comma-separated) [default: none]

@@ -5,7 +5,7 @@
 //! steady rhythm (the e5ddf73 audit ended `drain --wait` early, held it to its timeout, and
 //! made `drain` refuse, all from a loop of curl). So a poll proves itself with what only the
 //! load balancer's configuration holds: a key from `--lb-key-file`, sent by HAProxy's HTTP
-//! check (`http-check send hdr X-Pmcheck-Key <key>`) and agent check (`agent-send "<key>\n"`).
+//! check (`http-check send hdr X-Pmcheck-Key <key>`) and agent check (`agent-send <key>`).
 //! Without a key file, `--lb-address` lists the load balancers' addresses: weaker, since any
 //! process on those hosts (a monitoring check, a user's curl) passes for the load balancer.
 //!
