@@ -75,6 +75,7 @@ impl DrainRecord {
             what: self.reason.clone(),
             until: self.until.clone(),
             process: None,
+            guarded: false,
         }]
     }
 

@@ -13,7 +13,9 @@
 //! Should both still go out (their checks crossed within a round trip), the next header says
 //! the backend has no server left: a drain younger than [`YOUNG`] is then held too, so the node
 //! checked first comes back and the other stays out. An older drain is left alone: that is
-//! the other masters failing, not a collision. A forced drain (`--force`) is never held.
+//! the other masters failing, not a collision. A forced drain (`--force`) is never held, nor
+//! one that no last-server guard checked before it was written (no daemon answered its
+//! writer): a single master's drain made that way must still take it out.
 
 use std::time::{Duration, SystemTime};
 
@@ -37,7 +39,7 @@ pub enum Held {
 /// Whether `drain` is held from the load balancer whose word on this node is `lb`.
 pub fn held(lb: &LbState, drain: &Drain, now: SystemTime) -> Option<Held> {
     let record = drain.record.as_ref()?;
-    if record.forced.is_some() {
+    if record.forced.is_some() || !record.holders().iter().any(|h| h.guarded) {
         return None;
     }
     if lb.last_serving() {
@@ -91,7 +93,12 @@ mod tests {
 
     fn drain(since: &str, forced: bool) -> Drain {
         let forced = if forced { r#","forced":"yes""# } else { "" };
-        Drain::parse(format!(r#"{{"reason":"r","by":"me","since":"{since}"{forced}}}"#).as_bytes())
+        Drain::parse(
+            format!(
+                r#"{{"reason":"r","by":"me","since":"{since}"{forced},"holders":[{{"kind":"drain","by":"me","since":"{since}","what":"r","guarded":true}}]}}"#
+            )
+            .as_bytes(),
+        )
     }
 
     fn at(text: &str) -> SystemTime {
@@ -116,6 +123,8 @@ mod tests {
         let forced = drain("2026-11-25T10:00:00Z", true);
         assert_eq!(held(&up_last, &forced, now), None);
         assert_eq!(held(&empty, &forced, now), None);
+        let unguarded = Drain::parse(br#"{"reason":"r","by":"me","since":"2026-11-25T10:00:00Z"}"#);
+        assert_eq!(held(&up_last, &unguarded, now), None, "no guard checked it");
         assert!(
             Held::LastServer
                 .describe(&up_last)

@@ -82,6 +82,11 @@ pub struct Holder {
     /// The cycle's process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<Process>,
+    /// The last-server guard checked it against a load balancer's word before it was written,
+    /// so a load balancer may hold it ([`crate::health::drain_gate`]). A drain written without
+    /// the daemon (or by hand) is never held: nobody could have told its writer.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub guarded: bool,
 }
 
 impl Holder {
@@ -95,6 +100,7 @@ impl Holder {
             // To the millisecond, rounded up: `--for 3s` lasts 3 s, and never ends early.
             until: lasting.map(|d| rfc3339_millis(ceil_milli(now + d))),
             process: None,
+            guarded: false,
         }
     }
 
@@ -107,6 +113,7 @@ impl Holder {
             what: reason,
             until: None,
             process: Process::this(),
+            guarded: false,
         }
     }
 

@@ -313,12 +313,12 @@ async fn hold(
         .is_some_and(|d| !d.expired_at(SystemTime::now()));
     let started = Instant::now();
     let mut waiting = false;
-    let forced = loop {
+    let guard = loop {
         if drained {
-            break None;
+            break wait::Guard::default();
         }
         match wait::guard_last_server(&cycle.wait, cycle.force).await {
-            Ok(forced) => break forced,
+            Ok(guard) => break guard,
             Err(refused) if started.elapsed() >= cycle.wait.max_wait => {
                 log_refused(file, &cycle.reason, &refused);
                 return Err(refused.into());
@@ -342,7 +342,9 @@ async fn hold(
             }
         }
     };
-    let me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
+    let forced = guard.forced;
+    let mut me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
+    me.guarded = guard.checked;
     let (found, lost) = file.update_logged(|current| {
         let now = SystemTime::now();
         let mut held: Vec<Holder> = (current.as_ref())

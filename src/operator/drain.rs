@@ -51,8 +51,8 @@ pub enum ChangeError {
 pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
     let how = wait_settings(&args.waiting, &args.state);
     let file = DrainFile::new(&args.state.state_dir);
-    let forced = match run_single_threaded(wait::guard_last_server(&how, args.force))? {
-        Ok(forced) => forced,
+    let guard = match run_single_threaded(wait::guard_last_server(&how, args.force))? {
+        Ok(guard) => guard,
         Err(refused) => {
             log_refused(&file, &args.reason, &refused);
             return Err(refused.into());
@@ -60,11 +60,12 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
     };
     // `--force` on a node drained already overrides nothing the guard saw, but a load
     // balancer's hold all the same ([`crate::health::drain_gate`]): the record says so.
-    let forced = forced.or_else(|| {
+    let forced = guard.forced.or_else(|| {
         args.force
             .then(|| "--force: the load balancers' hold of a drain is off".to_owned())
     });
-    let mine = Holder::drain(args.reason, args.for_, SystemTime::now());
+    let mut mine = Holder::drain(args.reason, args.for_, SystemTime::now());
+    mine.guarded = guard.checked;
     let forcing = forced.is_some();
     let ((previous, others), lost) = file.update_logged(|current| {
         let now = SystemTime::now();
@@ -87,6 +88,7 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
     say_lost(lost);
     // A node drained already takes nothing out: the guard let it through, and so does this.
     let fresh = !forcing
+        && mine.guarded
         && previous
             .as_ref()
             .is_none_or(|p| p.expired_at(SystemTime::now()));

@@ -153,11 +153,21 @@ pub async fn wait(
 )]
 pub struct LastServer(pub String);
 
+/// What the last-server guard let through.
+#[derive(Debug, Default)]
+pub struct Guard {
+    /// What `--force` overrode, for the record.
+    pub forced: Option<String>,
+    /// The daemon answered and the node was not drained: the drain was checked against the
+    /// load balancers' word, so they may hold it ([`crate::health::drain_gate`]).
+    pub checked: bool,
+}
+
 /// Before a drain: refuses it when a load balancer says this node is the last server taking
 /// traffic in its backend, unless `force`; then returns what was overridden, for the record.
 /// A node that is drained already, or a daemon that cannot be asked, is let through with a
 /// warning on stderr for the latter.
-pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Option<String>, LastServer> {
+pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Guard, LastServer> {
     let answer = match daemon::ask(&how.url).await {
         Ok(reply) => match Answer::from_json(&reply.body) {
             Ok(answer) => answer,
@@ -166,19 +176,19 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Option<String>
                     "pmcheck: warning: {} does not answer like pmcheck ({e}); cannot check whether this node is the last server a load balancer sends agents to",
                     how.url
                 );
-                return Ok(None);
+                return Ok(Guard::default());
             }
         },
         Err(e) => {
             eprintln!(
                 "pmcheck: warning: {e}; cannot check whether this node is the last server a load balancer sends agents to"
             );
-            return Ok(None);
+            return Ok(Guard::default());
         }
     };
     // Drained already (an expired `--for` no longer is): draining again takes nothing out.
     if answer.verdict == Verdict::Drained || answer.drain.as_ref().is_some_and(|d| !d.expired) {
-        return Ok(None);
+        return Ok(Guard::default());
     }
     let last = last_server(&answer, how);
     if last.is_empty() {
@@ -189,12 +199,18 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Option<String>
                 unproven.join("; ")
             );
         }
-        return Ok(None);
+        return Ok(Guard {
+            forced: None,
+            checked: true,
+        });
     }
     let said = last.join("; ");
     if force {
         eprintln!("pmcheck: --force: draining although {said}");
-        return Ok(Some(said));
+        return Ok(Guard {
+            forced: Some(said),
+            checked: true,
+        });
     }
     Err(LastServer(said))
 }
