@@ -152,14 +152,16 @@ def test_haproxy_check_follows_drain_and_undrain(pmcheck, haproxy, shipped_hapro
     )
     assert re.search(
         r"(?m)^\s*server\s+\S+\s+\S+\s+check port 9200 inter 2s rise 3 fall 3"
-        r" agent-check agent-port 9201 agent-inter 2s weight 100\s*$",
+        rf" agent-check agent-port 9201 agent-inter 2s agent-send {st.LB_KEY_PLACEHOLDER} weight 100\s*$",
         shipped_haproxy,
     )
     # the http-check lines: drains (404) as NOLB, pmcheck's default 503 still fails the check;
-    # and HAProxy's own view of each server sent with every check, for pmcheck's waits
+    # HAProxy's own view of each server sent with every check, for pmcheck's waits; and the
+    # load balancers' key (a placeholder to replace), the proof that the checks are HAProxy's
     assert re.findall(r"(?m)^[ \t]*http-check.*$", shipped_haproxy) == [
         "    http-check disable-on-404",
         "    http-check send-state",
+        f"    http-check send hdr X-Pmcheck-Key {st.LB_KEY_PLACEHOLDER}",
     ]
     assert not re.search(r"(?m)^[ \t]*option[ \t]+httpchk[ \t]+[^ \t#]", shipped_haproxy)
 

@@ -56,6 +56,7 @@ from .pki import Identity, PuppetSettings, ca_sign, puppet_settings
 from .pmcheck import Pmcheck, PmcheckServe
 from .proc import (
     LB_KEY,
+    LB_KEY_PLACEHOLDER,
     LOOPBACK,
     Sampler,
     StackError,
@@ -89,6 +90,7 @@ __all__ = [
     "ENVIRONMENTS",
     "LB_NAME",
     "LB_KEY",
+    "LB_KEY_PLACEHOLDER",
     "LOOPBACK",
     "PUPPETSERVER_JAR",
     "PUPPET_PORT",
