@@ -324,7 +324,7 @@ fn judge_by_states(
         );
         // HAProxy writes the header before it reads that check's answer: it shows the effect of
         // `verdict` only once this server line's check before it was answered so.
-        let fresh = s.told == verdict && s.since_ms_ago > s.last_ms_ago;
+        let fresh = written_after(s, verdict);
         let before = format!(
             "{says}: written before it had been answered {} once",
             verdict.as_str()
@@ -421,26 +421,32 @@ pub fn empty_backend(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
 /// taking the drain (a header written after a check was answered DRAINED), so that a drain
 /// held there ([`crate::health::drain_gate`]) would show. True when none sends its view.
 pub fn drain_settled(answer: &Answer<'_>, how: &Wait) -> bool {
-    let least = least_silence(how);
-    (answer.pollers.iter().flatten())
-        .filter(|p| p.regular && p.proof.proven() && !p.states.is_empty())
-        .filter(|p| Duration::from_millis(p.last_ms_ago) <= silence_limit(p, least))
-        .all(|p| {
-            (p.states.iter()).any(|s| {
-                s.seen.is_some() && s.told == Verdict::Drained && s.since_ms_ago > s.last_ms_ago
-            })
-        })
+    polling_now(answer, how)
+        .filter(|p| p.proof.proven() && !p.states.is_empty())
+        .all(|p| (p.states.iter()).any(|s| s.seen.is_some() && written_after(s, Verdict::Drained)))
 }
 
 /// The regular pollers that send a load balancer's view without proving they are one: the
 /// last-server guard cannot read them, and says so.
 pub fn unproven_views(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
-    let least = least_silence(how);
-    (answer.pollers.iter().flatten())
-        .filter(|p| p.regular && !p.proof.proven() && !p.states.is_empty())
-        .filter(|p| Duration::from_millis(p.last_ms_ago) <= silence_limit(p, least))
+    polling_now(answer, how)
+        .filter(|p| !p.proof.proven() && !p.states.is_empty())
         .map(|p| format!("{} ({})", who(p), p.proof.describe()))
         .collect()
+}
+
+/// The regular pollers still keeping their rhythm ([`silence_limit`]).
+fn polling_now<'a>(answer: &'a Answer<'_>, how: &Wait) -> impl Iterator<Item = &'a PollerAnswer> {
+    let least = least_silence(how);
+    (answer.pollers.iter().flatten()).filter(move |p| {
+        p.regular && Duration::from_millis(p.last_ms_ago) <= silence_limit(p, least)
+    })
+}
+
+/// HAProxy wrote this header after its server line's check had been answered `verdict` once:
+/// it shows the effect of that answer (it writes a header before it reads the answer).
+fn written_after(s: &StateAnswer, verdict: Verdict) -> bool {
+    s.told == verdict && s.since_ms_ago > s.last_ms_ago
 }
 
 /// Each regular poller's recent word on this node (up to one check interval old), with whether
