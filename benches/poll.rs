@@ -11,16 +11,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::Request;
+use pmcheck::drain::file::DrainFile;
+use pmcheck::drain::record::{DrainRecord, DrainState};
 use pmcheck::health::answer::Answer;
 use pmcheck::health::decision::Rules;
-use pmcheck::health::drain::{DrainRecord, DrainState};
-use pmcheck::health::drain_file::DrainFile;
-use pmcheck::health::lb_proof::LbProof;
 use pmcheck::health::verdict::Verdict;
 use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
 use pmcheck::puppet::report::{ProbeOutcome, ProbeReport};
 use pmcheck::responder::node::{Feeds, Node};
+use pmcheck::settings::lb_proof::LbProof;
 use tokio::sync::watch;
 
 /// The load balancer polling: not loopback, so every answer is the one HAProxy gets.

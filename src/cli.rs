@@ -348,7 +348,7 @@ pub struct DrainArgs {
         env = "PMCHECK_REASON",
         value_name = "TEXT",
         default_value = "drained by operator",
-        value_parser = crate::health::drain::parse_reason
+        value_parser = crate::drain::record::parse_reason
     )]
     pub(crate) reason: String,
     /// Undrain automatically after this long (for example 30m)
@@ -385,7 +385,7 @@ pub struct UndrainArgs {
 #[derive(Debug, Args)]
 pub struct CycleArgs {
     /// Why, for the drain record [default: pmcheck cycle: COMMAND]
-    #[arg(long, env = "PMCHECK_REASON", value_name = "TEXT", value_parser = crate::health::drain::parse_reason)]
+    #[arg(long, env = "PMCHECK_REASON", value_name = "TEXT", value_parser = crate::drain::record::parse_reason)]
     pub(crate) reason: Option<String>,
     /// Run even when a load balancer says this node is the only server taking traffic in its backend (the drain record notes it), or, once drained, that no server is left for agents
     #[arg(long)]

@@ -11,7 +11,6 @@ use thiserror::Error;
 
 use crate::cli::{Cli, Command, ConfigArgs, CycleArgs, Generate, StatusArgs};
 use crate::exit::Exit;
-use crate::health::lb_proof::{LbKeyError, LbProof};
 use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::drain::{self, ChangeError, wait_settings};
 use crate::operator::wait::WaitError;
@@ -21,6 +20,7 @@ use crate::operator::{
 use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
 use crate::responder::{inetd, server, signals, systemd};
+use crate::settings::lb_proof::{LbKeyError, LbProof};
 use crate::settings::{Daemon, Given, Host, Setting, Settings, SettingsError, Source};
 
 /// Why a command failed; each becomes its exit code in [`Error::exit`].
@@ -429,7 +429,7 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
             .map(|c| if c.is_control() { ' ' } else { c })
             .collect();
         text.chars()
-            .take(crate::health::drain::REASON_LIMIT)
+            .take(crate::drain::record::REASON_LIMIT)
             .collect()
     });
     let cycle = Cycle {

@@ -56,6 +56,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod drain;
 pub mod exit;
 pub mod file_stamp;
 pub mod health;

@@ -256,7 +256,7 @@ fn the_log_follows_the_load_not_every_compile() {
 /// sends it; without the key the same address is another poller, whose word counts for nothing.
 #[test]
 fn an_agent_check_proves_itself_with_the_key_it_sends() {
-    use pmcheck::health::lb_proof::Proof;
+    use pmcheck::settings::lb_proof::Proof;
     let s = Setup::new(Behavior::Running);
     let d = agent_daemon(&s, &[]);
     let with_key = format!("{}\n", common::lb::LB_KEY);

@@ -9,7 +9,6 @@ use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::health::lb_proof::Proof;
 use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
@@ -17,6 +16,7 @@ use crate::puppet::code::{Found, Reading};
 use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::file_sync::FileSync;
 use crate::puppet::pool::{Load, Pool};
+use crate::settings::lb_proof::Proof;
 
 /// The whole answer to a poll.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,7 +66,7 @@ pub struct Answer<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unrecorded: Option<UnrecordedAnswer>,
     /// Why a drained node is still answered as not drained to a load balancer that says it is
-    /// the backend's last server ([`crate::health::drain_gate`]): only in JSON answers to
+    /// the backend's last server ([`crate::health::hold`]): only in JSON answers to
     /// loopback, and only while it is held.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_held: Option<String>,

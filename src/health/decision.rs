@@ -10,10 +10,11 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
+use crate::drain::record::{Drain, DrainState};
+use crate::health::Now;
 use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState};
-use crate::health::drain::{Drain, DrainState};
 use crate::health::verdict::Verdict;
 use crate::health::weight::{FLOOR, Rejoin, WeightCause};
 use crate::puppet::pool::Load;
@@ -73,11 +74,11 @@ impl<'a> Decision<'a> {
         drain: &'a DrainState,
         probe: Option<&'a ProbeReport>,
         rejoin: Rejoin,
-        now: Instant,
+        now: Now,
         rules: &Rules,
     ) -> Self {
         let stale_after = rules.stale_after;
-        let age = probe.map(|p| now.saturating_duration_since(p.finished));
+        let age = probe.map(|p| now.at.saturating_duration_since(p.finished));
         let outcome = probe.map(|p| (&p.outcome, p.detail()));
         // Puppet Server's side, for the reasons that also mention the drain.
         let puppet = || -> Cow<'a, str> {
@@ -104,7 +105,7 @@ impl<'a> Decision<'a> {
             ),
             (DrainState::Drained(d), _, _) => (
                 Verdict::Drained,
-                format!("{}; {}", d.summary(SystemTime::now()), puppet()).into(),
+                format!("{}; {}", d.summary(now.wall), puppet()).into(),
             ),
             (_, None, _) => (Verdict::Starting, NO_PROBE_YET.into()),
             (_, Some(_), Some(age)) if age > stale_after => (
@@ -141,7 +142,7 @@ impl<'a> Decision<'a> {
         let (weight, weight_cause) = if paused {
             (FLOOR, WeightCause::Paused)
         } else {
-            rejoin.weigh(verdict, pool, now, rules.slow_start)
+            rejoin.weigh(verdict, pool, now.at, rules.slow_start)
         };
         Self {
             verdict,
@@ -235,10 +236,18 @@ impl<'a> Decision<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::drain::DrainRecord;
+    use crate::drain::record::DrainRecord;
     use crate::puppet::identity::IdentityError;
     use crate::puppet::probe_error::ProbeError;
-    use std::time::SystemTime;
+    use std::time::{Instant, SystemTime};
+
+    /// A moment whose monotonic part the test chose.
+    fn at(at: Instant) -> Now {
+        Now {
+            at,
+            wall: SystemTime::now(),
+        }
+    }
 
     const STALE: Duration = Duration::from_secs(5);
     const RULES: Rules = Rules {
@@ -280,7 +289,7 @@ mod tests {
         let text = serde_json::to_string(&record).unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("drain"), text).unwrap();
-        match crate::health::drain_file::DrainFile::new(dir.path()).state(SystemTime::now()) {
+        match crate::drain::file::DrainFile::new(dir.path()).state(SystemTime::now()) {
             DrainState::Drained(d) | DrainState::Expired(d) => d,
             other => panic!("unexpected {other:?}"),
         }
@@ -294,7 +303,7 @@ mod tests {
             &DrainState::NotDrained,
             Some(&ok),
             Rejoin::Steady,
-            now,
+            at(now),
             &RULES,
         );
         assert_eq!((v.verdict, v.verdict.status()), (Verdict::Ok, 200));
@@ -310,7 +319,7 @@ mod tests {
             &DrainState::NotDrained,
             Some(&busy),
             Rejoin::Steady,
-            now,
+            at(now),
             &RULES,
         );
         assert_eq!((v.verdict, v.status), (Verdict::Ok, 200));
@@ -319,7 +328,7 @@ mod tests {
             &DrainState::NotDrained,
             Some(&locked),
             Rejoin::Steady,
-            now,
+            at(now),
             &RULES,
         );
         assert_eq!(
@@ -335,7 +344,7 @@ mod tests {
             drained_status: 404,
             ..RULES
         };
-        let v = Decision::decide(&drained, Some(&locked), Rejoin::Steady, now, &rules);
+        let v = Decision::decide(&drained, Some(&locked), Rejoin::Steady, at(now), &rules);
         assert_eq!((v.verdict, v.status), (Verdict::Drained, 404));
         assert!(v.reason.ends_with("; Puppet Server is not ready: Puppet Server's JRuby pool is locked: nothing compiles"), "{}", v.reason);
     }
@@ -346,7 +355,7 @@ mod tests {
             &DrainState::NotDrained,
             None,
             Rejoin::Steady,
-            Instant::now(),
+            at(Instant::now()),
             &RULES,
         );
         assert_eq!((v.verdict, v.verdict.status()), (Verdict::Starting, 503));
@@ -360,7 +369,7 @@ mod tests {
             &DrainState::NotDrained,
             Some(&bad),
             Rejoin::Steady,
-            now,
+            at(now),
             &RULES,
         );
         assert_eq!(v.verdict, Verdict::Down);
@@ -385,7 +394,7 @@ mod tests {
             &DrainState::NotDrained,
             Some(&report),
             Rejoin::Steady,
-            now,
+            at(now),
             &RULES,
         );
         assert_eq!((v.verdict, v.verdict.status()), (Verdict::Unknown, 503));
@@ -404,7 +413,7 @@ mod tests {
             &DrainState::NotDrained,
             Some(&ok),
             Rejoin::Steady,
-            then + STALE + Duration::from_millis(1),
+            at(then + STALE + Duration::from_millis(1)),
             &RULES,
         );
         assert_eq!(v.verdict, Verdict::Unknown);
@@ -413,7 +422,7 @@ mod tests {
             &DrainState::NotDrained,
             Some(&ok),
             Rejoin::Steady,
-            then + STALE,
+            at(then + STALE),
             &RULES,
         );
         assert_eq!(v.verdict, Verdict::Ok, "exactly at the limit still counts");
@@ -424,7 +433,7 @@ mod tests {
         let now = Instant::now();
         let ok = healthy(now);
         let state = DrainState::Drained(drained(None));
-        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, at(now), &RULES);
         assert_eq!(v.verdict, Verdict::Drained);
         let text = v.text();
         assert!(
@@ -442,11 +451,11 @@ mod tests {
     fn unreadable_drain_state_fails_closed_even_when_healthy() {
         let now = Instant::now();
         let ok = healthy(now);
-        let state = DrainState::Unknown(crate::health::drain::Unreadable::Read {
+        let state = DrainState::Unknown(crate::drain::record::Unreadable::Read {
             path: "/x/drain".into(),
             source: std::sync::Arc::new(std::io::ErrorKind::PermissionDenied.into()),
         });
-        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, at(now), &RULES);
         assert_eq!((v.verdict, v.verdict.status()), (Verdict::Unknown, 503));
         assert!(v.reason.contains("/x/drain"), "{}", v.reason);
     }
@@ -456,7 +465,7 @@ mod tests {
         let now = Instant::now();
         let ok = healthy(now);
         let state = DrainState::Expired(drained(Some("2026-11-22T10:30:00Z")));
-        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, now, &RULES);
+        let v = Decision::decide(&state, Some(&ok), Rejoin::Steady, at(now), &RULES);
         assert_eq!(v.verdict, Verdict::Ok);
         assert!(v.reason.contains("drain expired"), "{}", v.reason);
         let answer = Answer::from_json(&v.json()).unwrap();
@@ -471,7 +480,7 @@ mod tests {
             &DrainState::NotDrained,
             Some(&ok),
             Rejoin::Steady,
-            now + Duration::from_millis(250),
+            at(now + Duration::from_millis(250)),
             &RULES,
         );
         // The wire format, byte for byte: scripts and monitoring read these names.

@@ -50,7 +50,7 @@ pub struct Wait {
     /// The longest check interval (`inter`, `agent-inter`) of the load balancers: a wait
     /// believes that nobody polls only after the daemon has listened for two of them.
     pub lb_interval: Duration,
-    /// The drain record the command changed ([`crate::health::drain_file::DrainFile::resolved`]):
+    /// The drain record the command changed ([`crate::drain::file::DrainFile::resolved`]):
     /// a daemon that watches another one cannot tell anything about it.
     pub drain_file: Option<PathBuf>,
 }
@@ -257,7 +257,7 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
     }
 }
 
-/// A poller that does not prove it is a load balancer ([`crate::health::lb_proof`]) may be
+/// A poller that does not prove it is a load balancer ([`crate::settings::lb_proof`]) may be
 /// one whose configuration lacks the key: it has acted once the daemon has told it `verdict`
 /// for as long as HAProxy's `fall` (or `rise`) checks take, `--polls` x `--lb-interval`. What
 /// it claims cannot end the wait earlier nor hold it longer.
@@ -419,7 +419,7 @@ pub fn empty_backend(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
 
 /// After a drain: whether every proven load balancer that sends its view has shown it after
 /// taking the drain (a header written after a check was answered DRAINED), so that a drain
-/// held there ([`crate::health::drain_gate`]) would show. True when none sends its view.
+/// held there ([`crate::health::hold`]) would show. True when none sends its view.
 pub fn drain_settled(answer: &Answer<'_>, how: &Wait) -> bool {
     polling_now(answer, how)
         .filter(|p| p.proof.proven() && !p.states.is_empty())

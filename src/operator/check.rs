@@ -1,10 +1,10 @@
 //! `pmcheck check`: one probe and the drain record, as a monitoring plugin's line and exit code.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
+use crate::drain::file::DrainFile;
 use crate::exit::Exit;
 use crate::health::decision::{Decision, Rules};
-use crate::health::drain_file::DrainFile;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::operator::run_single_threaded;
@@ -35,14 +35,9 @@ pub fn check(given: &Given, warn: Duration, crit: Duration) -> Exit {
                 return Exit::Unknown;
             }
         };
-    let drain = DrainFile::new(&settings.state_dir.value).state(SystemTime::now());
-    let decision = Decision::decide(
-        &drain,
-        Some(&report),
-        Rejoin::Steady,
-        Instant::now(),
-        &Rules::ONCE,
-    );
+    let now = crate::responder::node::now();
+    let drain = DrainFile::new(&settings.state_dir.value).state(now.wall);
+    let decision = Decision::decide(&drain, Some(&report), Rejoin::Steady, now, &Rules::ONCE);
     let (label, code) = match (decision.verdict, &report.outcome) {
         (Verdict::Unknown | Verdict::Starting, _) | (_, ProbeOutcome::CannotTell(_)) => {
             ("UNKNOWN", Exit::Unknown)

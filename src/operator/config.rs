@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::exit::Exit;
-use crate::health::lb_proof::LbProof;
 use crate::operator::access::{self, Needed, Reader, UNIT_LOCATIONS};
 use crate::settings::env_file::EnvFile;
+use crate::settings::lb_proof::LbProof;
 use crate::settings::{Given, Host, Settings, SettingsError};
 
 /// The environment file `config` reads: `--env-file PATH`, `none`, or the packaged location.

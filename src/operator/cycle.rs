@@ -5,7 +5,7 @@
 //! Whatever goes wrong after the drain (the command fails, Puppet Server does not come back,
 //! a wait times out, a signal) leaves the node drained with a record that says why: a node
 //! half-way through an upgrade must not get agents. The cycle holds the drain beside whoever
-//! else does ([`crate::health::holders`]): an operator's drain from before, another cycle. It
+//! else does ([`crate::drain::holders`]): an operator's drain from before, another cycle. It
 //! lets go of its own hold only, and the node returns to rotation when nobody holds it.
 
 use std::ffi::OsString;
@@ -14,11 +14,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use thiserror::Error;
 
+use crate::drain::file::{Change, DrainError, DrainFile};
+use crate::drain::holders::Holder;
+use crate::drain::log::{Action, Event};
+use crate::drain::record::{DrainRecord, REASON_LIMIT};
 use crate::health::answer::Answer;
-use crate::health::drain::{DrainRecord, REASON_LIMIT};
-use crate::health::drain_file::{Change, DrainError, DrainFile};
-use crate::health::drain_log::{Action, Event};
-use crate::health::holders::Holder;
 use crate::operator::assessment::{Goal, Wait};
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon;
@@ -532,7 +532,7 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
             SystemTime::now(),
         );
         *mine = Holder {
-            kind: crate::health::holders::Kind::StoppedCycle,
+            kind: crate::drain::holders::Kind::StoppedCycle,
             what: what.clone(),
             process: None,
             ..mine.clone()
@@ -613,7 +613,7 @@ mod tests {
         );
         assert_eq!(record.holders[0], operator);
         let mine = &record.holders[1];
-        assert_eq!(mine.kind, crate::health::holders::Kind::StoppedCycle);
+        assert_eq!(mine.kind, crate::drain::holders::Kind::StoppedCycle);
         assert_eq!(
             mine.process, None,
             "held until `pmcheck undrain`, not until this process ends"

@@ -143,7 +143,7 @@ pub fn other_file(how: &Wait, answer: &Answer<'_>) -> Option<OtherFile> {
     let theirs = answer.drain_file.as_deref()?;
     // The daemon resolved its path when it started: resolve it again here, where the state
     // directory may exist by now.
-    let resolved = crate::health::drain_file::DrainFile::new(
+    let resolved = crate::drain::file::DrainFile::new(
         std::path::Path::new(theirs)
             .parent()
             .unwrap_or(std::path::Path::new("/")),

@@ -8,10 +8,10 @@ use std::time::SystemTime;
 use thiserror::Error;
 
 use crate::cli::{DrainArgs, StateArgs, UndrainArgs, WaitArgs};
-use crate::health::drain::{Drain, DrainRecord};
-use crate::health::drain_file::{Change, DrainError, DrainFile};
-use crate::health::drain_log::{Action, Event, LogError};
-use crate::health::holders::{Holder, Kind};
+use crate::drain::file::{Change, DrainError, DrainFile};
+use crate::drain::holders::{Holder, Kind};
+use crate::drain::log::{Action, Event, LogError};
+use crate::drain::record::{Drain, DrainRecord};
 use crate::operator::assessment::{Goal, Wait};
 use crate::operator::daemon;
 use crate::operator::run_single_threaded;
@@ -59,7 +59,7 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
         }
     };
     // `--force` on a node drained already overrides nothing the guard saw, but a load
-    // balancer's hold all the same ([`crate::health::drain_gate`]): the record says so.
+    // balancer's hold all the same ([`crate::health::hold`]): the record says so.
     let forced = guard.forced.or_else(|| {
         args.force
             .then(|| "--force: the load balancers' hold of a drain is off".to_owned())

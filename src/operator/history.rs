@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::health::drain_log::DrainLog;
+use crate::drain::log::DrainLog;
 
 /// Why the event log cannot be shown.
 #[derive(Debug, Error)]

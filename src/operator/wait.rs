@@ -159,7 +159,7 @@ pub struct Guard {
     /// What `--force` overrode, for the record.
     pub forced: Option<String>,
     /// The daemon answered and the node was not drained: the drain was checked against the
-    /// load balancers' word, so they may hold it ([`crate::health::drain_gate`]).
+    /// load balancers' word, so they may hold it ([`crate::health::hold`]).
     pub checked: bool,
 }
 
@@ -217,7 +217,7 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Guard, LastSer
 
 /// After a drain was written: asks the daemon until every proven load balancer has shown its
 /// view after taking the drain, for at most `--polls` + 1 check intervals; the reason when the
-/// drain is held there instead ([`crate::health::drain_gate`]: this node is the backend's last
+/// drain is held there instead ([`crate::health::hold`]: this node is the backend's last
 /// server, or it went out at the same moment as another). `None` when it took effect, when
 /// nobody says, or when the daemon cannot be asked.
 pub async fn drain_held(how: &Wait) -> Option<String> {

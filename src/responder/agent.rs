@@ -22,8 +22,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::drain::record::DrainState;
 use crate::health::decision::Decision;
-use crate::health::drain::DrainState;
 use crate::health::verdict::Verdict;
 use crate::responder::connections::Activity;
 
@@ -88,7 +88,7 @@ pub fn line(decision: &Decision<'_>) -> String {
 }
 
 /// The start of what an agent-check client sent after connecting: HAProxy's `agent-send`
-/// string, which carries the load balancer's key ([`crate::health::lb_proof`]). Kept inline:
+/// string, which carries the load balancer's key ([`crate::settings::lb_proof`]). Kept inline:
 /// a key is at most 128 bytes, and a longer start is no key.
 pub struct Sent {
     len: usize,
@@ -97,7 +97,7 @@ pub struct Sent {
 
 /// What is kept of what the client sends: the longest key, its line end, and one byte more
 /// to tell a longer line from it.
-const SENT_KEPT: usize = crate::health::lb_proof::LONGEST + 3;
+const SENT_KEPT: usize = crate::settings::lb_proof::LONGEST + 3;
 
 impl Sent {
     /// Its first line (all of it without a line end).
@@ -145,13 +145,12 @@ pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::record::Drain;
     use crate::health::decision::Rules;
-    use crate::health::drain::Drain;
     use crate::health::weight::Rejoin;
     use crate::puppet::pool::{Load, Pool, Unready};
     use crate::puppet::probe_error::ProbeError;
     use crate::puppet::report::{ProbeOutcome, ProbeReport};
-    use std::time::Instant;
 
     fn pool(free: u32, borrowed: u32, waiting: u32) -> Pool {
         Pool {
@@ -176,7 +175,13 @@ mod tests {
     }
 
     fn line_for(drain: &DrainState, probe: Option<&ProbeReport>) -> String {
-        let decision = Decision::decide(drain, probe, Rejoin::Steady, Instant::now(), &Rules::ONCE);
+        let decision = Decision::decide(
+            drain,
+            probe,
+            Rejoin::Steady,
+            crate::responder::node::now(),
+            &Rules::ONCE,
+        );
         line(&decision)
     }
 
@@ -210,7 +215,7 @@ mod tests {
         let drained = DrainState::Drained(Drain::parse(
             br#"{"reason":"kernel upgrade","by":"alice","since":"2026-11-22T10:00:00Z"}"#,
         ));
-        let unknown = DrainState::Unknown(crate::health::drain::Unreadable::Read {
+        let unknown = DrainState::Unknown(crate::drain::record::Unreadable::Read {
             path: "/var/lib/pmcheck/drain".into(),
             source: std::sync::Arc::new(std::io::ErrorKind::PermissionDenied.into()),
         });
@@ -262,8 +267,13 @@ mod tests {
     #[test]
     fn a_reason_cannot_break_the_line() {
         let drain = DrainState::NotDrained;
-        let mut decision =
-            Decision::decide(&drain, None, Rejoin::Steady, Instant::now(), &Rules::ONCE);
+        let mut decision = Decision::decide(
+            &drain,
+            None,
+            Rejoin::Steady,
+            crate::responder::node::now(),
+            &Rules::ONCE,
+        );
         decision.reason = "a\nup ready 100%\r\u{e9}".into();
         let line = line(&decision);
         assert_eq!(line, "#STARTING - a?up ready 100%??\n");

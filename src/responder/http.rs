@@ -12,15 +12,16 @@ use hyper::ext::ReasonPhrase;
 use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 
+use crate::drain::record::DrainState;
 use crate::health::answer::{CertificatesAnswer, CodeAnswer};
 use crate::health::decision::Decision;
-use crate::health::drain::DrainState;
 use crate::health::verdict::Verdict;
-use crate::health::{drain_gate, lb_proof, lb_state};
+use crate::health::{hold, lb_state};
 use crate::puppet::expiry;
 use crate::responder::metrics::{self, Now};
 use crate::responder::node::{Asker, Node};
 use crate::responder::pollers::{Poll, Via};
+use crate::settings::lb_proof;
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
@@ -76,7 +77,7 @@ impl Node {
                 let mut answer = decision.answer();
                 let pollers = self.pollers.answer(now);
                 if let DrainState::Drained(drain) = decision.drain {
-                    answer.drain_held = drain_gate::held_by(&pollers, drain, SystemTime::now());
+                    answer.drain_held = hold::held_by(&pollers, drain, SystemTime::now());
                 }
                 answer.pollers = Some(pollers);
                 answer.unrecorded = self.pollers.unrecorded(now);
@@ -271,9 +272,9 @@ fn wants_json(headers: &HeaderMap) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::file::DrainFile;
+    use crate::drain::record::DrainState;
     use crate::health::decision::Rules;
-    use crate::health::drain::DrainState;
-    use crate::health::drain_file::DrainFile;
     use crate::health::weight::Rejoin;
     use crate::responder::node::Feeds;
     use http_body_util::BodyExt;
@@ -295,7 +296,13 @@ mod tests {
 
     /// Before the first probe: a 503 with a known body.
     fn starting(drain: &DrainState) -> Decision<'_> {
-        Decision::decide(drain, None, Rejoin::Steady, Instant::now(), &Rules::ONCE)
+        Decision::decide(
+            drain,
+            None,
+            Rejoin::Steady,
+            crate::responder::node::now(),
+            &Rules::ONCE,
+        )
     }
 
     #[test]
@@ -362,7 +369,7 @@ mod tests {
                 rejoin,
             },
             Rules::ONCE,
-            crate::health::lb_proof::LbProof::none(),
+            crate::settings::lb_proof::LbProof::none(),
             &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
             puppet,
             true,

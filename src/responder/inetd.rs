@@ -13,10 +13,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
+use crate::drain::file::DrainFile;
+use crate::drain::watch::read_once;
 use crate::health::decision::Rules;
-use crate::health::drain_file::DrainFile;
-use crate::health::drain_watch;
-use crate::health::lb_proof::LbProof;
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::probe_error::CannotProbe;
@@ -24,6 +23,7 @@ use crate::puppet::report::ProbeReport;
 use crate::responder::http::operator_view;
 use crate::responder::node::{Feeds, Node};
 use crate::settings::SettingsError;
+use crate::settings::lb_proof::LbProof;
 
 /// The largest request head accepted; a health check is a few dozen bytes.
 const REQUEST_LIMIT: usize = 8 * 1024;
@@ -53,7 +53,7 @@ pub async fn answer_one(
             publish.send_replace(Some(Arc::new(report)));
         }
     }
-    let drain = drain_watch::read_once(DrainFile::new(state_dir)).await;
+    let drain = read_once(DrainFile::new(state_dir)).await;
     let (_keep, drains) = watch::channel(Arc::new(drain));
     let (_steady, rejoin) = watch::channel(Rejoin::Steady);
     let health = Arc::new(Node::new(

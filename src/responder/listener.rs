@@ -273,9 +273,9 @@ impl Future for Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::file::DrainFile;
+    use crate::drain::record::{Drain, DrainState};
     use crate::health::decision::Rules;
-    use crate::health::drain::{Drain, DrainState};
-    use crate::health::drain_file::DrainFile;
     use crate::health::weight::Rejoin;
     use crate::puppet::report::ProbeReport;
     use crate::responder::node::Feeds;
@@ -304,7 +304,7 @@ mod tests {
                 stale_after: Duration::from_secs(3600),
                 ..Rules::ONCE
             },
-            crate::health::lb_proof::LbProof::none(),
+            crate::settings::lb_proof::LbProof::none(),
             &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
             None,
             true,

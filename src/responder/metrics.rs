@@ -23,9 +23,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::health::drain::DrainState;
-use crate::health::drain_audit::EventCounts;
-use crate::health::drain_log::Action;
+use crate::drain::audit::EventCounts;
+use crate::drain::log::Action;
+use crate::drain::record::DrainState;
 use crate::health::verdict::Verdict;
 use crate::puppet::code::{self, Deployment, Found, Record};
 use crate::puppet::expiry::{self, Expiries};
@@ -633,7 +633,7 @@ pub fn wants_openmetrics(accept: impl Iterator<Item = impl AsRef<[u8]>>) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::drain::{Drain, DrainRecord};
+    use crate::drain::record::{Drain, DrainRecord};
     use crate::puppet::report::ProbeReport;
     use std::time::Duration;
 
@@ -815,7 +815,7 @@ mod tests {
     #[test]
     fn an_unreadable_drain_state_has_no_drain_series() {
         let metrics = Metrics::new();
-        let drain = DrainState::Unknown(crate::health::drain::Unreadable::Hung {
+        let drain = DrainState::Unknown(crate::drain::record::Unreadable::Hung {
             path: "/var/lib/pmcheck/drain".into(),
             after: Duration::from_secs(1),
         });

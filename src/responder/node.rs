@@ -8,21 +8,30 @@ use std::time::{Instant, SystemTime};
 
 use tokio::sync::watch;
 
+use crate::drain::file::DrainFile;
+use crate::drain::record::{Drain, DrainState};
+use crate::drain::watch::Drains;
+use crate::health::Now;
 use crate::health::decision::{Decision, Rules};
-use crate::health::drain::{Drain, DrainState};
-use crate::health::drain_file::DrainFile;
-use crate::health::drain_watch::Drains;
-use crate::health::lb_proof::LbProof;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
-use crate::health::{drain_gate, lb_state};
+use crate::health::{hold, lb_state};
 use crate::puppet::report::{Latest, ProbeReport};
 use crate::responder::agent;
 use crate::responder::agents::Agents;
 use crate::responder::metrics::Metrics;
 use crate::responder::pollers::{Poll, Pollers, Via};
+use crate::settings::lb_proof::LbProof;
 
-/// Who asks for a decision, for the drain's gate ([`crate::health::drain_gate`]).
+/// The moment a decision is made at: the one place the responder reads both clocks for one.
+pub(crate) fn now() -> Now {
+    Now {
+        at: Instant::now(),
+        wall: SystemTime::now(),
+    }
+}
+
+/// Who asks for a decision, for the drain's gate ([`crate::health::hold`]).
 #[derive(Debug, Clone, Copy)]
 pub enum Asker<'a> {
     /// Anybody: the operator, Prometheus, a check that proves nothing.
@@ -70,7 +79,7 @@ pub struct Node {
     /// When the listeners started accepting: the poller table knows nothing from before.
     pub started: Instant,
     /// The drain record watched, for the operator's view
-    /// ([`crate::health::drain_file::DrainFile::resolved`]).
+    /// ([`crate::drain::file::DrainFile::resolved`]).
     pub drain_file: String,
 }
 
@@ -132,13 +141,13 @@ impl Node {
     }
 
     /// [`Node::decide`] for `asker`: a drain is held from a load balancer that says this node
-    /// is its backend's last server ([`crate::health::drain_gate`]).
+    /// is its backend's last server ([`crate::health::hold`]).
     pub(crate) fn decide_for<R>(
         &self,
         asker: Asker<'_>,
         then: impl FnOnce(&Decision<'_>, Instant) -> R,
     ) -> R {
-        let now = Instant::now();
+        let now = now();
         let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
         let rejoin = *self.rejoin.borrow();
@@ -149,26 +158,26 @@ impl Node {
         let Some(why) = held else {
             return then(
                 &Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules),
-                now,
+                now.at,
             );
         };
         let mut decision =
             Decision::decide(&NOT_DRAINED, probe.as_deref(), rejoin, now, &self.rules);
         decision.reason = Cow::Owned(format!("{why}; {}", decision.reason));
-        then(&decision, now)
+        then(&decision, now.at)
     }
 
     /// Why `drain` is held from `asker`, if it is.
-    fn held(&self, drain: &Drain, asker: Asker<'_>, now: Instant) -> Option<String> {
+    fn held(&self, drain: &Drain, asker: Asker<'_>, now: Now) -> Option<String> {
         match asker {
             Asker::Anyone => None,
             Asker::Check(header) => {
                 let lb = lb_state::parse(header).ok()?;
-                drain_gate::held(&lb, drain, SystemTime::now()).map(|h| h.describe(&lb))
+                hold::held(&lb, drain, now.wall).map(|h| h.describe(&lb))
             }
             // HAProxy applies an agent line as it reads it, with no header to decide by: the
             // agent check follows what the same load balancer's HTTP check was last answered.
-            Asker::Agent(peer) => match self.pollers.proven_http(peer, now) {
+            Asker::Agent(peer) => match self.pollers.proven_http(peer, now.at) {
                 Some(told) if told != Verdict::Drained => Some(format!(
                     "drain held: the HTTP check of load balancer {} was answered {} last",
                     peer.to_canonical(),

@@ -24,9 +24,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::health::answer::{PollerAnswer, StateAnswer, ToldAnswer, UnrecordedAnswer};
-use crate::health::lb_proof::Proof;
 use crate::health::lb_state::{self, Malformed};
 use crate::health::verdict::Verdict;
+use crate::settings::lb_proof::Proof;
 
 /// Most pollers remembered: a few load balancers, monitoring and an operator's curl fit.
 pub const CAPACITY: usize = 64;

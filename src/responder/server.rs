@@ -4,18 +4,17 @@
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use crate::drain::audit;
+use crate::drain::file::DrainFile;
+use crate::drain::record::DrainState;
+use crate::drain::watch::{Drains, Watcher};
 use crate::health::decision::{Decision, Rules};
-use crate::health::drain::DrainState;
-use crate::health::drain_audit;
-use crate::health::drain_file::DrainFile;
-use crate::health::drain_watch::{self, Drains, Watcher};
-use crate::health::lb_proof::LbProof;
 use crate::health::verdict::Verdict;
 use crate::health::weight::{Rejoin, Tracker};
 use crate::puppet::probe::{self, ProbeTarget, Prober};
@@ -27,6 +26,7 @@ use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
 use crate::settings::Settings;
 use crate::settings::duration::format_duration;
+use crate::settings::lb_proof::LbProof;
 
 /// The bound listeners: HTTP checks, and HAProxy agent checks.
 pub struct Listeners {
@@ -139,14 +139,14 @@ pub async fn serve(
         format_duration(interval),
         format_duration(timeout),
     );
-    tasks.spawn(drain_watch::run(
+    tasks.spawn(crate::drain::watch::run(
         watcher,
         publish_drain,
         reload.clone(),
         closed(stopped.clone()),
     ));
     if let Some(metrics) = &health.metrics {
-        tasks.spawn(drain_audit::run(
+        tasks.spawn(audit::run(
             drain_file.clone(),
             audited,
             Arc::clone(&metrics.drain_events),
@@ -202,7 +202,7 @@ async fn first_look(drain_file: &DrainFile) -> (Watcher, watch::Sender<Arc<Drain
     // hung file system, and then the first look says so (503 UNKNOWN) instead of start-up waiting.
     let dir = drain_file.clone();
     let prepared = tokio::task::spawn_blocking(move || prepare_state_dir(&dir));
-    let _ = tokio::time::timeout(drain_watch::DEADLINE, prepared).await;
+    let _ = tokio::time::timeout(crate::drain::watch::DEADLINE, prepared).await;
     let (publish, drains) = watch::channel(Arc::new(DrainState::NotDrained));
     let mut watcher = Watcher::new(drain_file.clone());
     if let Some(state) = watcher.look(true).await {
@@ -243,11 +243,17 @@ async fn track_rejoin(
     let mut latest = health.latest.clone();
     tokio::pin!(shutdown);
     loop {
-        let now = Instant::now();
+        let moment = crate::responder::node::now();
+        let now = moment.at;
         let drain = Arc::clone(&drains.borrow_and_update());
         let probe = latest.borrow_and_update().clone();
-        let decision =
-            Decision::decide(&drain, probe.as_deref(), Rejoin::Steady, now, &health.rules);
+        let decision = Decision::decide(
+            &drain,
+            probe.as_deref(),
+            Rejoin::Steady,
+            moment,
+            &health.rules,
+        );
         log.note(&decision);
         let state = tracker.observe(decision.verdict, now);
         publish.send_if_modified(|current| {

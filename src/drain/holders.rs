@@ -83,7 +83,7 @@ pub struct Holder {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<Process>,
     /// The last-server guard checked it against a load balancer's word before it was written,
-    /// so a load balancer may hold it ([`crate::health::drain_gate`]). A drain written without
+    /// so a load balancer may hold it ([`crate::health::hold`]). A drain written without
     /// the daemon (or by hand) is never held: nobody could have told its writer.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub guarded: bool,

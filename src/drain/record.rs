@@ -1,10 +1,10 @@
 //! The drain record: an operator's decision, kept on disk, that this node must leave the pool.
 //!
-//! It is a small JSON file, `STATE_DIR/drain` ([`crate::health::drain_file`]). Whatever else sits
+//! It is a small JSON file, `STATE_DIR/drain` ([`crate::drain::file`]). Whatever else sits
 //! at that path (a symlink, a FIFO, a device, a directory, a file larger than any record) is
 //! refused unread: the node then answers 503 UNKNOWN with the reason, because nobody can tell
 //! whether it was meant to be drained. The daemon does not read the file per poll:
-//! [`crate::health::drain_watch`] re-reads it when it changes.
+//! [`crate::drain::watch`] re-reads it when it changes.
 
 use std::io;
 use std::path::PathBuf;
@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::health::holders::{Holder, Kind};
+use crate::drain::holders::{Holder, Kind};
 use crate::text;
 
 /// The largest drain file read. What `pmcheck drain` writes stays under 2 KiB.
@@ -42,7 +42,7 @@ pub struct DrainRecord {
     /// taking traffic. Absent for an ordinary drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forced: Option<String>,
-    /// Who holds the node drained ([`crate::health::holders`]); empty in a record written
+    /// Who holds the node drained ([`crate::drain::holders`]); empty in a record written
     /// before holders existed, or by hand: then it is one operator's drain.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holders: Vec<Holder>,

@@ -18,7 +18,7 @@ use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::health::holders::{Holder, Kind};
+use crate::drain::holders::{Holder, Kind};
 
 /// The log's name in the state directory.
 pub const LOG_NAME: &str = "drain-events.log";
@@ -106,7 +106,7 @@ impl Event {
         Self {
             at: humantime::format_rfc3339_seconds(now).to_string(),
             action,
-            who: crate::health::holders::operator(),
+            who: crate::drain::holders::operator(),
             reason: Some(holder.what.clone()),
             since: Some(holder.since.clone()),
             until: holder.until.clone(),
@@ -123,7 +123,7 @@ impl Event {
         Self {
             at: humantime::format_rfc3339_seconds(now).to_string(),
             action,
-            who: crate::health::holders::operator(),
+            who: crate::drain::holders::operator(),
             reason: None,
             since: None,
             until: None,
@@ -136,7 +136,7 @@ impl Event {
         Self {
             at: humantime::format_rfc3339_seconds(now).to_string(),
             action: Action::Refused,
-            who: crate::health::holders::operator(),
+            who: crate::drain::holders::operator(),
             reason: Some(format!(
                 "{}; {}",
                 crate::text::one_line(reason, 256),

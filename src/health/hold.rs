@@ -19,8 +19,8 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::drain::record::Drain;
 use crate::health::answer::PollerAnswer;
-use crate::health::drain::Drain;
 use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
 

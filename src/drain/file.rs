@@ -1,6 +1,6 @@
 //! The drain record on disk: `STATE_DIR/drain`, read with every refusal of what is not a small
 //! regular file, written atomically (a reader sees the old record or the new one, never half),
-//! and changed only under the state directory's lock ([`crate::health::drain_lock`]).
+//! and changed only under the state directory's lock ([`crate::drain::lock`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -12,10 +12,10 @@ use std::time::{Duration, SystemTime};
 use nix::fcntl::{Flock, OFlag};
 use thiserror::Error;
 
+use crate::drain::lock::{self, LockError};
+use crate::drain::log::{DrainLog, Event, LogError};
+use crate::drain::record::{Drain, DrainRecord, DrainState, RECORD_LIMIT, Unreadable};
 use crate::file_stamp::FileStamp;
-use crate::health::drain::{Drain, DrainRecord, DrainState, RECORD_LIMIT, Unreadable};
-use crate::health::drain_lock::{self, LockError};
-use crate::health::drain_log::{DrainLog, Event, LogError};
 
 /// Why `drain` or `undrain` could not change the record.
 #[derive(Debug, Error)]
@@ -31,7 +31,7 @@ pub enum DrainError {
     /// The state directory's lock cannot be opened; nothing was changed.
     #[error(
         "cannot change the drain record in {dir}: cannot open its lock {}: {source}{hint}",
-        dir.join(drain_lock::NAME).display(), hint = fix_hint(source, dir)
+        dir.join(lock::NAME).display(), hint = fix_hint(source, dir)
     )]
     Lock {
         /// The state directory.
@@ -141,7 +141,7 @@ impl DrainFile {
     }
 
     /// Looks at the file; `None` when its stamp equals `known` (nothing changed, nothing read).
-    /// Blocking: the daemon calls it off its workers, with a deadline ([`crate::health::drain_watch`]).
+    /// Blocking: the daemon calls it off its workers, with a deadline ([`crate::drain::watch`]).
     pub fn look(&self, known: Option<FileStamp>, now: SystemTime) -> Option<Look> {
         let unchanged = known.is_some()
             && fs::symlink_metadata(&self.path)
@@ -417,14 +417,14 @@ impl DrainFile {
     }
 }
 
-/// The state directory's lock ([`drain_lock`]), released when dropped.
+/// The state directory's lock ([`lock`]), released when dropped.
 fn lock(file: &DrainFile) -> Result<Flock<File>, DrainError> {
     let fail = |source| DrainError::Write {
         dir: file.dir().to_path_buf(),
         source,
     };
     file.create_dir().map_err(fail)?;
-    drain_lock::acquire(file.dir(), drain_lock::WAIT).map_err(|e| match e {
+    lock::acquire(file.dir(), lock::WAIT).map_err(|e| match e {
         LockError::Open(source) => DrainError::Lock {
             dir: file.dir().to_path_buf(),
             source,
@@ -436,8 +436,8 @@ fn lock(file: &DrainFile) -> Result<Flock<File>, DrainError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::drain::{DrainProblem, REASON_LIMIT, parse_reason};
-    use crate::health::holders::{Holder, Kind};
+    use crate::drain::holders::{Holder, Kind};
+    use crate::drain::record::{DrainProblem, REASON_LIMIT, parse_reason};
     use crate::text;
     use proptest::prelude::*;
     use std::os::unix::fs::MetadataExt;

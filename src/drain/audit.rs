@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use crate::health::drain::DrainState;
-use crate::health::drain_file::DrainFile;
-use crate::health::drain_log::{Action, DrainLog, Event, Follower};
-use crate::health::drain_watch::{Drains, EVERY};
-use crate::health::holders::Kind;
+use crate::drain::file::DrainFile;
+use crate::drain::holders::Kind;
+use crate::drain::log::{Action, DrainLog, Event, Follower};
+use crate::drain::record::DrainState;
+use crate::drain::watch::{Drains, EVERY};
 use crate::journal;
 
 /// Events seen by the daemon, by action: `pmcheck_drain_events_total{action}`.
@@ -123,7 +123,7 @@ impl Audit {
 
     /// Appends the end of a `drain --for` once: this process remembers what it logged, and
     /// the log's tail tells a restarted daemon what an earlier one did.
-    fn log_expiry(&mut self, drain: &crate::health::drain::Drain) {
+    fn log_expiry(&mut self, drain: &crate::drain::record::Drain) {
         let Some(record) = &drain.record else {
             return;
         };
@@ -217,7 +217,7 @@ pub fn send_to_journal(socket: &Path, event: &Event) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::holders::Holder;
+    use crate::drain::holders::Holder;
     use std::os::unix::net::UnixDatagram;
 
     #[test]

@@ -17,9 +17,9 @@ use std::time::{Duration, SystemTime};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::sync::{Notify, watch};
 
+use crate::drain::file::{DrainFile, Look};
+use crate::drain::record::{DrainState, Unreadable};
 use crate::file_stamp::FileStamp;
-use crate::health::drain::{DrainState, Unreadable};
-use crate::health::drain_file::{DrainFile, Look};
 
 /// How often the file is looked at: a drain reaches the answers this fast, well inside one
 /// HAProxy check interval.
@@ -250,7 +250,7 @@ pub async fn read_once(file: DrainFile) -> DrainState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::drain::DrainRecord;
+    use crate::drain::record::DrainRecord;
 
     #[tokio::test]
     async fn a_drain_written_is_heard_of_at_once_and_read_once() {
