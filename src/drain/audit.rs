@@ -14,7 +14,7 @@ use crate::drain::file::DrainFile;
 use crate::drain::holders::Kind;
 use crate::drain::log::{Action, DrainLog, Event, Follower};
 use crate::drain::record::DrainState;
-use crate::drain::watch::{Drains, EVERY};
+use crate::drain::watch::{Directory, Drains};
 use crate::journal;
 
 /// Events seen by the daemon, by action: `pmcheck_drain_events_total{action}`.
@@ -50,10 +50,11 @@ struct Audit {
 }
 
 /// Reads and reports new events until `shutdown`: at every change of the published drain
-/// state, and every [`EVERY`] (a refused drain changes nothing else).
+/// state, and at every change in the state directory (a refused drain changes nothing else).
 pub async fn run(
     file: DrainFile,
     mut drains: Drains,
+    mut directory: Directory,
     counts: Arc<EventCounts>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -82,7 +83,7 @@ pub async fn run(
         }
         tokio::select! {
             changed = drains.changed() => if changed.is_err() { return },
-            () = tokio::time::sleep(EVERY) => {}
+            () = directory.changed() => {}
             () = &mut shutdown => return,
         }
     }

@@ -1,7 +1,9 @@
 //! The drain record as the daemon sees it: looked at in the background as soon as the state
-//! directory reports a change (inotify: a `pmcheck drain` is answered at once), every quarter
-//! second all the same (file systems such as NFS send no events), and on SIGHUP; re-read only
-//! when it changed, and published for every poll to borrow.
+//! directory reports a change (inotify: a `pmcheck drain` is answered at once), when a
+//! `drain --for` runs out, and on SIGHUP; re-read only when it changed, and published for every
+//! poll to borrow. While the directory's events are not heard (no inotify, no directory yet, a
+//! look that hangs, a state that is unknown) it is looked at every quarter second instead.
+//! An idle daemon with a drain record on a local disk therefore wakes for nothing here.
 //!
 //! The file system calls run on tokio's blocking pool under a deadline, so a drain path that
 //! blocks (a FIFO, a hung NFS mount) costs one parked thread and a 503 UNKNOWN, never the poll
@@ -15,20 +17,42 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::drain::file::{DrainFile, Look};
 use crate::drain::record::{DrainState, Unreadable};
 use crate::file_stamp::FileStamp;
 
-/// How often the file is looked at: a drain reaches the answers this fast, well inside one
-/// HAProxy check interval.
+/// How often the file is looked at while the directory's events are not heard: a drain reaches
+/// the answers this fast, well inside one HAProxy check interval.
 pub const EVERY: Duration = Duration::from_millis(250);
 /// How long one look may take before the state counts as unknown.
 pub const DEADLINE: Duration = Duration::from_secs(1);
 
 /// The latest drain state, shared between the watcher and every poll.
 pub type Drains = watch::Receiver<Arc<DrainState>>;
+
+/// The longest sleep towards a `drain --for`'s end: the sleep runs on the monotonic clock and
+/// the end is a wall-clock date, so a clock step delays the expiry by this much at most.
+const EXPIRY_RECHECK: Duration = Duration::from_secs(5);
+
+/// "The state directory changed", for whatever else reads a file in it (the event log's
+/// audit): its events while they are heard, a tick every [`EVERY`] while they are not.
+#[derive(Debug, Clone)]
+pub struct Directory {
+    events: watch::Receiver<u64>,
+    watching: Arc<AtomicBool>,
+}
+
+impl Directory {
+    /// Resolves at the directory's next change, or after [`EVERY`] while its events are not heard.
+    pub async fn changed(&mut self) {
+        if self.watching.load(Ordering::Acquire) && self.events.changed().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}
 
 /// One look at the file off the runtime's workers, bounded by [`DEADLINE`]. A look that has
 /// not come back yet is awaited again rather than started twice, so a hung file system holds
@@ -39,8 +63,10 @@ pub struct Watcher {
     read: Reader,
     known: Option<FileStamp>,
     pending: Option<tokio::task::JoinHandle<Job>>,
-    /// Woken by the thread that reads the state directory's events.
-    changes: Arc<Notify>,
+    /// Counts the state directory's events, sent by the thread that reads them.
+    changes: Arc<watch::Sender<u64>>,
+    /// The watcher's own view of that count.
+    events: watch::Receiver<u64>,
     /// Whether that thread runs; a look sets it up (again) while it does not.
     watching: Arc<AtomicBool>,
     /// Whether to watch for events at all: not for one look (`pmcheck inetd`).
@@ -76,7 +102,8 @@ fn watch_dir(dir: &Path) -> Option<Inotify> {
 /// directory goes. A thread, not tokio's `AsyncFd`: since tokio 1.54 its safe constructor is
 /// deprecated as unsound (tokio #8587) and its replacement, `AsyncFd::register`, is `unsafe`,
 /// which this crate forbids. The thread blocks in `read`, costing nothing while nothing changes.
-fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBool>) {
+fn forward_events(inotify: Inotify, changes: Arc<watch::Sender<u64>>, watching: Arc<AtomicBool>) {
+    let wake = move || changes.send_modify(|n| *n = n.wrapping_add(1));
     let gone =
         AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF;
     // `watching` is cleared before the last wake-up, so the look it causes sets up a new watch
@@ -89,7 +116,7 @@ fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBo
                     if ended {
                         watching.store(false, Ordering::Release);
                     }
-                    changes.notify_one();
+                    wake();
                     if ended {
                         return;
                     }
@@ -99,7 +126,7 @@ fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBo
             }
         }
         watching.store(false, Ordering::Release);
-        changes.notify_one();
+        wake();
     };
     if std::thread::Builder::new()
         .name("drain-events".into())
@@ -113,20 +140,39 @@ fn forward_events(inotify: Inotify, changes: Arc<Notify>, watching: Arc<AtomicBo
 impl Watcher {
     /// Watches `file`; the first look sets up the inotify watch.
     pub fn new(file: DrainFile) -> Self {
+        let (changes, events) = watch::channel(0);
         Self {
             file: Arc::new(file),
             read: Arc::new(DrainFile::look),
             known: None,
             pending: None,
-            changes: Arc::new(Notify::new()),
+            changes: Arc::new(changes),
+            events,
             watching: Arc::new(AtomicBool::new(false)),
             watch: true,
         }
     }
 
-    /// Resolves when the state directory reports a change.
-    pub async fn changed(&self) {
-        self.changes.notified().await;
+    /// Resolves when the state directory reports a change (never while nothing watches it).
+    pub async fn changed(&mut self) {
+        if self.events.changed().await.is_err() {
+            // The watcher holds the sender: unreachable, but never a busy loop.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// The directory's changes, for another reader of its files.
+    pub fn directory(&self) -> Directory {
+        Directory {
+            events: self.changes.subscribe(),
+            watching: Arc::clone(&self.watching),
+        }
+    }
+
+    /// Whether every change of the record will wake the watcher: its directory's events are
+    /// read and no look is left hanging.
+    fn hears_changes(&self) -> bool {
+        self.watching.load(Ordering::Acquire) && self.pending.is_none()
     }
 
     /// The record watched.
@@ -218,12 +264,35 @@ pub async fn run(
             }
         }
         force = false;
+        let next = next_look(&watcher, &publish.borrow(), SystemTime::now());
         tokio::select! {
             () = watcher.changed() => {}
-            () = tokio::time::sleep(EVERY) => {}
+            () = sleep(next) => {}
             changed = reload.changed() => force = changed.is_ok(),
             () = &mut shutdown => return,
         }
+    }
+}
+
+/// How long the watcher may rest before it must look without an event: not at all while it
+/// cannot hear changes or cannot tell the state, until a `drain --for` runs out, else forever.
+fn next_look(watcher: &Watcher, state: &DrainState, now: SystemTime) -> Option<Duration> {
+    if !watcher.hears_changes() || matches!(state, DrainState::Unknown(_)) {
+        return Some(EVERY);
+    }
+    let DrainState::Drained(drain) = state else {
+        return None;
+    };
+    let until = drain.until()?;
+    let left = until.duration_since(now).unwrap_or_default();
+    Some(left.min(EXPIRY_RECHECK))
+}
+
+/// Sleeps for `rest`, or forever.
+async fn sleep(rest: Option<Duration>) {
+    match rest {
+        Some(rest) => tokio::time::sleep(rest).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -250,7 +319,7 @@ pub async fn read_once(file: DrainFile) -> DrainState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::record::DrainRecord;
+    use crate::drain::record::{Drain, DrainRecord};
 
     #[tokio::test]
     async fn a_drain_written_is_heard_of_at_once_and_read_once() {
@@ -277,6 +346,46 @@ mod tests {
         assert!(
             watcher.look(true).await.is_some(),
             "a reload reads it again"
+        );
+    }
+
+    /// An idle daemon wakes for nothing: while the directory's events are heard the watcher
+    /// rests until a change, or until a `drain --for` runs out; while they are not, it looks
+    /// every quarter second.
+    #[tokio::test]
+    async fn the_watcher_rests_while_it_hears_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut watcher = Watcher::new(DrainFile::new(dir.path()));
+        let now = SystemTime::now();
+        assert_eq!(
+            next_look(&watcher, &DrainState::NotDrained, now),
+            Some(EVERY),
+            "no watch yet"
+        );
+        watcher.look(false).await;
+        assert!(watcher.hears_changes(), "the first look sets the watch up");
+        assert_eq!(next_look(&watcher, &DrainState::NotDrained, now), None);
+        let drained = |lasting| {
+            let record = DrainRecord::new("upgrade".into(), lasting, now);
+            DrainState::Drained(Drain::parse(&serde_json::to_vec(&record).unwrap()))
+        };
+        assert_eq!(next_look(&watcher, &drained(None), now), None);
+        // The record keeps whole seconds.
+        let rest = next_look(&watcher, &drained(Some(Duration::from_secs(2))), now);
+        assert!(
+            rest.is_some_and(|r| (Duration::from_secs(1)..=Duration::from_secs(3)).contains(&r)),
+            "wakes when the drain runs out: {rest:?}"
+        );
+        assert_eq!(
+            next_look(&watcher, &drained(Some(Duration::from_secs(3600))), now),
+            Some(EXPIRY_RECHECK),
+            "a clock step delays the end by little"
+        );
+        let unknown = DrainState::Unknown(watcher.file().hung(DEADLINE));
+        assert_eq!(
+            next_look(&watcher, &unknown, now),
+            Some(EVERY),
+            "fail closed, look again"
         );
     }
 

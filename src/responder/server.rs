@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -139,6 +139,7 @@ pub async fn serve(
         format_duration(interval),
         format_duration(timeout),
     );
+    let directory = watcher.directory();
     tasks.spawn(crate::drain::watch::run(
         watcher,
         publish_drain,
@@ -149,6 +150,7 @@ pub async fn serve(
         tasks.spawn(audit::run(
             drain_file.clone(),
             audited,
+            directory,
             Arc::clone(&metrics.drain_events),
             closed(stopped.clone()),
         ));
@@ -229,9 +231,9 @@ fn prepare_state_dir(file: &DrainFile) {
     }
 }
 
-/// Follows the verdict (on every probe, drain change, and once a second for reports going
-/// stale) so the weight knows when the node came back, and logs each change of it: also the
-/// UNKNOWN of a probe report gone stale, which no probe report announces.
+/// Follows the verdict (on every probe, drain change, and when the latest report goes stale or
+/// a ramp ends) so the weight knows when the node came back, and logs each change of it: also
+/// the UNKNOWN of a probe report gone stale, which no probe report announces.
 async fn track_rejoin(
     health: Arc<Node>,
     publish: watch::Sender<Rejoin>,
@@ -261,13 +263,40 @@ async fn track_rejoin(
             *current = state;
             changed
         });
+        let rest = next_change(probe.as_deref(), state, now, &health.rules);
         tokio::select! {
             Ok(()) = drains.changed() => {}
             Ok(()) = latest.changed() => {}
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            () = tokio::time::sleep(rest) => {}
             () = &mut shutdown => return,
         }
     }
+}
+
+/// How long until the verdict can change with nothing new to read: the latest report goes
+/// stale, or a ramp ends. A day when neither can happen (a timer, not a busy loop).
+fn next_change(
+    probe: Option<&ProbeReport>,
+    state: Rejoin,
+    now: Instant,
+    rules: &Rules,
+) -> Duration {
+    const IDLE: Duration = Duration::from_secs(86_400);
+    // Just past the instant: the rules compare with `>`.
+    const PAST: Duration = Duration::from_millis(1);
+    let stale = probe.and_then(|p| p.finished.checked_add(rules.stale_after));
+    let ramped = match state {
+        Rejoin::Since(back) => back.checked_add(rules.slow_start),
+        _ => None,
+    };
+    [stale, ramped]
+        .into_iter()
+        .flatten()
+        // A report already stale changes nothing more until the next one.
+        .filter(|&at| at > now)
+        .map(|at| at - now + PAST)
+        .min()
+        .unwrap_or(IDLE)
 }
 
 /// What the prober's every report goes through: the metrics count it.
@@ -307,5 +336,41 @@ impl VerdictLog {
             tracing::warn!("verdict {verdict}: {}", decision.reason);
         }
         self.last = Some((decision.verdict, key));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The verdict's tracker wakes only when the verdict can change by time alone.
+    #[test]
+    fn the_tracker_wakes_when_a_report_goes_stale_or_a_ramp_ends_and_not_before() {
+        let rules = Rules {
+            stale_after: Duration::from_secs(5),
+            slow_start: Duration::from_secs(60),
+            ..Rules::ONCE
+        };
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            next_change(None, Rejoin::Steady, now, &rules).as_secs(),
+            86_400
+        );
+        let mut report = ProbeReport::new(ProbeOutcome::Healthy(None), ms(3), None);
+        report.finished = now;
+        let probe = Some(&report);
+        assert_eq!(next_change(probe, Rejoin::Steady, now, &rules), ms(5_001));
+        let back = now - Duration::from_secs(58);
+        assert_eq!(
+            next_change(probe, Rejoin::Since(back), now, &rules),
+            ms(2_001)
+        );
+        let later = now + Duration::from_secs(9);
+        assert_eq!(
+            next_change(probe, Rejoin::Steady, later, &rules).as_secs(),
+            86_400,
+            "a report already stale: nothing more to wait for"
+        );
     }
 }
