@@ -314,7 +314,8 @@ pub struct WaitArgs {
     /// With --wait and in cycle: the longest check interval (inter, agent-inter) of the load balancers polling this node; a wait believes that none polls only after the daemon has listened for two of them
     #[arg(long, env = "PMCHECK_LB_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub(crate) lb_interval: Duration,
-    /// With --wait and in cycle: the daemon to ask what each load balancer was told
+    /// With --wait and in cycle: the daemon to ask what each load balancer was told (its
+    /// /status when the URL names no path)
     #[arg(
         long,
         env = "PMCHECK_URL",
@@ -405,7 +406,7 @@ pub struct CycleArgs {
 /// `pmcheck status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The daemon to ask
+    /// The daemon to ask (its /status when the URL names no path)
     #[arg(
         long,
         env = "PMCHECK_URL",

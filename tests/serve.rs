@@ -180,6 +180,49 @@ fn json_answer_has_verdict_reason_drain_and_probe() {
     );
 }
 
+/// `/status` is the operator's route: JSON whatever the `Accept`, with the pollers, and never a
+/// poller itself. The old way (`Accept: application/json` on `/`) still answers, and says where
+/// the route moved.
+#[test]
+fn the_operators_json_has_a_route_of_its_own() {
+    let s = Setup::new(Behavior::Running);
+    let d = s.daemon(&[]);
+    d.wait_for(SOON, "OK", is("OK"));
+    let haproxy = "GET / HTTP/1.0\r\nuser-agent: HAProxy\r\n\r\n";
+    let plain = request(d.addr, haproxy);
+    assert_eq!(
+        plain.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(plain.header("deprecation"), None);
+    let status = request(
+        d.addr,
+        "GET /status HTTP/1.1\r\nhost: a\r\nuser-agent: curl/8.14\r\nconnection: close\r\n\r\n",
+    );
+    assert_eq!(status.status, 200, "{status:?}");
+    assert_eq!(status.header("content-type"), Some("application/json"));
+    assert_eq!(status.header("deprecation"), None);
+    let answer = Answer::from_json(&status.body).unwrap();
+    assert_eq!(answer.verdict, Verdict::Ok);
+    let pollers = answer.pollers.expect("this host's view lists the pollers");
+    let clients: Vec<_> = pollers.iter().map(|p| p.client.clone()).collect();
+    assert_eq!(clients, [Some("HAProxy".to_owned())], "{pollers:?}");
+    let old = request(
+        d.addr,
+        "GET / HTTP/1.1\r\nhost: a\r\naccept: application/json\r\nuser-agent: pmcheck/0.1.0\r\nconnection: close\r\n\r\n",
+    );
+    assert!(Answer::from_json(&old.body).unwrap().pollers.is_some());
+    assert!(
+        old.header("deprecation")
+            .is_some_and(|v| v.starts_with('@')),
+        "{old:?}"
+    );
+    assert_eq!(
+        old.header("link"),
+        Some("</status>; rel=\"successor-version\"")
+    );
+}
+
 #[test]
 fn drain_and_undrain_are_seen_by_the_running_daemon() {
     let s = Setup::new(Behavior::Running);

@@ -55,15 +55,21 @@ pub struct Reply {
     pub body: String,
 }
 
-/// GETs `url` with `Accept: application/json`, within five seconds.
+/// GETs `url` (its `/status` when it names no path) with `Accept: application/json`, within
+/// five seconds.
 pub async fn ask(url: &str) -> Result<Reply, StatusError> {
     let bad = |problem| StatusError::Url {
         url: url.to_owned(),
         problem,
     };
-    let parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
+    let mut parsed = reqwest::Url::parse(url).map_err(|_| bad("not a URL"))?;
     if parsed.scheme() != "http" {
         return Err(bad("only http:// is supported (pmcheck serves plain HTTP)"));
+    }
+    // `--url` names the daemon; its operator's view is `/status` (a daemon before that route
+    // answers the same JSON there, for the `Accept` header below).
+    if parsed.path() == "/" {
+        parsed.set_path(crate::responder::http::STATUS_PATH);
     }
     let unreachable = |source| StatusError::Unreachable {
         url: url.to_owned(),

@@ -4,7 +4,7 @@
 //! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.
 
 use std::net::IpAddr;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -21,15 +21,23 @@ use crate::puppet::expiry;
 use crate::responder::metrics::{self, Now};
 use crate::responder::node::{Asker, Node};
 use crate::responder::pollers::{Poll, Via};
-use crate::settings::lb_proof;
+use crate::settings::lb_proof::{self, Proof};
 
 const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
-/// Where Prometheus scrapes; every other path answers the health check.
+/// Where Prometheus scrapes.
 pub const METRICS_PATH: &str = "/metrics";
+/// The operator's JSON (`pmcheck status`, the waits, `cycle`). Every path but this one and
+/// [`METRICS_PATH`] is a load balancer's poll: HAProxy's `option httpchk` may name any.
+pub const STATUS_PATH: &str = "/status";
+
+/// On the operator's JSON asked for the old way (`Accept: application/json` on a poll's
+/// path): it keeps working for one release, and says where it moved (RFC 9745, RFC 8288).
+const DEPRECATION: HeaderValue = HeaderValue::from_static("@1795564800");
+const SUCCESSOR: HeaderValue = HeaderValue::from_static("</status>; rel=\"successor-version\"");
 
 /// The `User-Agent` of pmcheck's own requests (`status`, `drain --wait`): the operator's
 /// tool is not a load balancer, so its polls are not recorded as a poller's.
@@ -38,17 +46,19 @@ pub const USER_AGENT: &str = concat!("pmcheck/", env!("CARGO_PKG_VERSION"));
 impl Node {
     /// Answers one request from `peer`, and notes what it was told.
     ///
-    /// A JSON request from loopback is the operator's: its answer also lists the pollers and
-    /// the agent connections. Those name other hosts and cost a read of the kernel's socket
-    /// tables, so nobody else gets them. `/metrics` is Prometheus's; every other path is a poll.
+    /// `/status` is the operator's: from this host its JSON also lists the pollers and the
+    /// agent connections. Those name other hosts and cost a read of the kernel's socket tables,
+    /// so nobody else gets them. `/metrics` is Prometheus's; every other path is a poll.
     pub fn answer<B>(&self, request: &Request<B>, peer: IpAddr) -> Response<Full<Bytes>> {
         let method = request.method();
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return method_not_allowed();
         }
         let headers = request.headers();
-        if request.uri().path() == METRICS_PATH {
-            return self.scrape(method, headers);
+        match request.uri().path() {
+            METRICS_PATH => return self.scrape(method, headers),
+            STATUS_PATH => return self.status(method, headers, peer),
+            _ => {}
         }
         // pmcheck's own tool runs on this host: the header is only looked at from here.
         let local = peer.to_canonical().is_loopback();
@@ -74,26 +84,61 @@ impl Node {
                 own,
             );
             if local && wants_json(headers) {
-                let mut answer = decision.answer();
-                let pollers = self.pollers.answer(now);
-                if let DrainState::Drained(drain) = decision.drain {
-                    answer.drain_held = hold::held_by(&pollers, drain, SystemTime::now());
-                }
-                answer.pollers = Some(pollers);
-                answer.unrecorded = self.pollers.unrecorded(now);
-                answer.listening_ms = Some(
-                    u64::try_from(now.saturating_duration_since(self.started).as_millis())
-                        .unwrap_or(u64::MAX),
-                );
-                answer.traffic = self.agents.latest().map(|t| (*t).clone());
-                answer.drain_file = Some(self.drain_file.clone());
-                answer.agent_check = Some(self.rules.agent_check);
-                answer.certificates = self.certificates();
-                answer.code = self.code();
-                return respond_with(decision, method, answer.to_json(), true);
+                let mut response = self.operator_json(decision, now, method);
+                let h = response.headers_mut();
+                h.insert("deprecation", DEPRECATION);
+                h.insert(header::LINK, SUCCESSOR);
+                return response;
             }
             respond(decision, method, headers)
         })
+    }
+
+    /// `/status`: the verdict in JSON with its HTTP status, whatever the `Accept`; from this
+    /// host with the pollers, the agents and the readings. Not a poll: no poller is recorded.
+    fn status(&self, method: &Method, headers: &HeaderMap, peer: IpAddr) -> Response<Full<Bytes>> {
+        self.decide(|decision, now| {
+            let poll = Poll {
+                address: peer,
+                via: Via::Http,
+                verdict: decision.verdict,
+                state: None,
+                client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
+                proof: Proof::Unlisted,
+            };
+            self.count(poll, now, true);
+            if peer.to_canonical().is_loopback() {
+                self.operator_json(decision, now, method)
+            } else {
+                respond_with(decision, method, decision.json(), true)
+            }
+        })
+    }
+
+    /// The operator's JSON: the answer, the pollers, the agents and the slow readings.
+    fn operator_json(
+        &self,
+        decision: &Decision<'_>,
+        now: Instant,
+        method: &Method,
+    ) -> Response<Full<Bytes>> {
+        let mut answer = decision.answer();
+        let pollers = self.pollers.answer(now);
+        if let DrainState::Drained(drain) = decision.drain {
+            answer.drain_held = hold::held_by(&pollers, drain, SystemTime::now());
+        }
+        answer.pollers = Some(pollers);
+        answer.unrecorded = self.pollers.unrecorded(now);
+        answer.listening_ms = Some(
+            u64::try_from(now.saturating_duration_since(self.started).as_millis())
+                .unwrap_or(u64::MAX),
+        );
+        answer.traffic = self.agents.latest().map(|t| (*t).clone());
+        answer.drain_file = Some(self.drain_file.clone());
+        answer.agent_check = Some(self.rules.agent_check);
+        answer.certificates = self.certificates();
+        answer.code = self.code();
+        respond_with(decision, method, answer.to_json(), true)
     }
 
     /// Prometheus's scrape: the same decision a poll gets now, and the counters. Neither
@@ -151,10 +196,11 @@ impl Node {
     }
 }
 
-/// A JSON request from this host: the operator's, whose answer also lists the pollers and
-/// the agent connections (read before it is answered: [`crate::responder::agents::Agents::refresh`]).
+/// The operator's request from this host (`/status`, or JSON the old way), whose answer also
+/// lists the agent connections (read before it is answered: [`crate::responder::agents::Agents::refresh`]).
 pub fn operator_view<B>(request: &Request<B>, peer: IpAddr) -> bool {
-    peer.to_canonical().is_loopback() && wants_json(request.headers())
+    peer.to_canonical().is_loopback()
+        && (request.uri().path() == STATUS_PATH || wants_json(request.headers()))
 }
 
 /// The request comes from pmcheck's own tool.
@@ -408,6 +454,27 @@ mod tests {
             "pmcheck's own requests are not a poller's"
         );
         assert_eq!(pollers[0].http.map(|t| t.verdict), Some(Verdict::Starting));
+    }
+
+    /// From another host `/status` is the verdict in JSON, without the pollers or the
+    /// traffic, and it is not recorded as a poll.
+    #[test]
+    fn status_from_elsewhere_is_the_short_json_and_no_poll() {
+        let (responder, _keep) = responder(Some("127.0.0.1:8140".parse().unwrap()));
+        let request = Request::get(STATUS_PATH).body(()).unwrap();
+        let (status, headers, bytes) =
+            body(responder.answer(&request, "10.0.0.7".parse().unwrap()));
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+        let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(json["verdict"], "STARTING");
+        assert!(
+            json.get("pollers").is_none() && json.get("traffic").is_none(),
+            "{json}"
+        );
+        assert!(responder.pollers.list(Instant::now()).is_empty());
+        assert!(operator_view(&request, "::1".parse().unwrap()));
+        assert!(!operator_view(&request, "10.0.0.7".parse().unwrap()));
     }
 
     #[test]
