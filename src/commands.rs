@@ -2,7 +2,6 @@
 //! exit codes.
 
 use std::collections::HashMap;
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
@@ -115,7 +114,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Exit {
         } else {
             "info"
         };
-        init_logging(level);
+        crate::logging::init(level);
     }
     let given = || Provenance::of(matches).given();
     let result = match cli.command {
@@ -352,22 +351,6 @@ pub struct EnvFileError {
     var: String,
     value: String,
     problem: String,
-}
-
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false);
-    // Under systemd the journal stamps every line already.
-    let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
-        builder.without_time().try_init()
-    } else {
-        builder.try_init()
-    };
 }
 
 fn serve(given: &Given) -> Result<Exit, Error> {

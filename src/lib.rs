@@ -2,9 +2,9 @@
 //!
 //! The layers, each importing only the ones below it: [`cli`] and [`commands`] (the command
 //! line), `operator` (what a person runs: `status`, the waits, `cycle`), [`responder`] (the
-//! daemon and its listeners), [`health`] (drain record, decision, verdict), [`puppet`] (this
-//! host's identity, the probe, the pool), [`settings`], and at the bottom [`exit`], the file
-//! stamp and text helpers.
+//! daemon and its listeners), [`health`] (the pure decision and verdict), [`drain`] (the drain
+//! record, its file, log and watcher), [`puppet`] (this host's identity, the probe, the pool),
+//! [`settings`], and at the bottom [`exit`], the file stamp and text helpers.
 //!
 //! One poll, from socket to verdict:
 //!
@@ -13,14 +13,16 @@
 //!                  Given + puppet.conf + webserver.conf -> settings::Settings  (once, at start;
 //!                  its `daemon` part holds every `serve` option, as `pmcheck config` shows)
 //! responder::server::serve(&Settings)
-//!   background     drain_watch::run   drain record (inotify, 250 ms, SIGHUP) -> Feeds.drain
+//!   background     drain::watch::run  drain record (inotify, a --for's end, SIGHUP) -> Feeds.drain
+//!                  drain::audit::run  the event log, on the state directory's changes
 //!                  probe::run         Prober (TLS as this host) every interval -> Feeds.latest
 //!                  track_rejoin       Decision on each change -> Feeds.rejoin, verdict log
 //!                  reading::refresh   certificate dates every minute -> Metrics.expiries
 //!                  code::refresh      deploy records every 10 s, PE file sync -> Metrics.code
 //!   per listener   Listener::run      accept -> --allow -> Connections::admit (may shed one)
-//!   per poll       node::Node::decide(Feeds, now) -> health::decision::Decision
-//!                  http: Node::answer -> 200/503 (or 404 drained) + reason, text or JSON
+//!   per poll       node::Node::decide(Feeds, node::now()) -> health::decision::Decision
+//!                  http: Node::answer -> 200/503 (or 404 drained) + reason, text or JSON;
+//!                  /status (the operator's JSON), /metrics (Prometheus)
 //!                  agent: agent::line -> "up ready 80% #OK - ..." then close
 //! ```
 //!
@@ -30,8 +32,8 @@
 //! pmcheck drain    operator::drain::drain -> operator::wait::guard_last_server (asks the daemon:
 //!                  is this the backend's last server?) -> DrainFile::update under flock:
 //!                  DrainRecord::held_by(holders) written atomically
-//! daemon           drain_watch sees it -> Feeds.drain -> every next poll answers DRAINED
-//! --wait           operator::wait::wait asks the daemon (operator::daemon::ask) every 250 ms;
+//! daemon           drain::watch sees it -> Feeds.drain -> every next poll answers DRAINED
+//! --wait           operator::wait::wait asks the daemon's /status (operator::daemon::ask) every 250 ms;
 //!                  operator::assessment::assess judges its JSON: each load balancer's own
 //!                  X-Haproxy-Server-State, else what it was told; agent connections; JRubies
 //! ```
@@ -42,7 +44,7 @@
 //!   status API, whose [`puppet::report::ProbeOutcome`] is healthy (with the load of the
 //!   [`puppet::pool::Pool`]), not ready, unhealthy (with a [`puppet::probe_error::ProbeError`])
 //!   or cannot tell.
-//! - [`health`] keeps the drain record current off the poll path and decides the
+//! - [`drain`] keeps the drain record current off the poll path; [`health`] decides the
 //!   [`health::verdict::Verdict`] ([`health::decision::Decision`]) and the agent-check
 //!   [`health::weight`]; [`health::answer::Answer`] is the JSON body everyone reads.
 //! - [`responder`] answers polls: the node's shared state ([`responder::node::Node`]), the
@@ -60,7 +62,7 @@ pub mod drain;
 pub mod exit;
 pub mod file_stamp;
 pub mod health;
-pub mod journal;
+pub mod logging;
 pub(crate) mod operator;
 pub mod puppet;
 pub mod reading;

@@ -252,8 +252,8 @@ fn prometheus_gets_openmetrics_and_everyone_else_the_classic_format() {
         "POST /metrics HTTP/1.1\r\nHost: pmcheck\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(post.status, 405);
-    // Every other path is still the health check.
-    for path in ["/", "/metrics/", "/metricsx", "/status"] {
+    // Every other path is still the health check (/status is the operator's: tests/serve.rs).
+    for path in ["/", "/metrics/", "/metricsx", "/status/", "/health"] {
         let reply = request(
             d.addr,
             &format!("GET {path} HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n"),

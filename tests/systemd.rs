@@ -19,15 +19,23 @@ fn recv(socket: &UnixDatagram, within: Duration) -> String {
 /// Starts pmcheck the way systemd does: a listening socket as fd 3, `LISTEN_FDS=1` and
 /// `LISTEN_PID` set to pmcheck's own PID (the shell's, which `exec` keeps).
 fn socket_activated(listener: std::net::TcpListener, listen_pid: &str, args: &[String]) -> Daemon {
-    use command_fds::{CommandFdExt, FdMapping};
     let script = format!("export LISTEN_FDS=1 LISTEN_PID={listen_pid}; exec \"$0\" serve \"$@\"");
     let mut command = Command::new("sh");
+    command
+        .args(["-c", &script, env!("CARGO_BIN_EXE_pmcheck")])
+        .args(args);
+    like_systemd(&mut command, listener);
+    Daemon::adopt(command.spawn().unwrap())
+}
+
+/// What systemd gives a unit's process: a clean environment (with the test's Puppet paths and
+/// `RUST_LOG=info`), no stdin or stdout, stderr piped (for the test to read), `listener` as fd 3.
+fn like_systemd(command: &mut Command, listener: std::net::TcpListener) {
+    use command_fds::{CommandFdExt, FdMapping};
     command
         .env_clear()
         .envs(no_puppet_env())
         .env("RUST_LOG", "info")
-        .args(["-c", &script, env!("CARGO_BIN_EXE_pmcheck")])
-        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -37,7 +45,6 @@ fn socket_activated(listener: std::net::TcpListener, listen_pid: &str, args: &[S
             child_fd: 3,
         }])
         .expect("fd 3 is free in the child");
-    Daemon::adopt(command.spawn().unwrap())
 }
 
 #[test]
@@ -150,4 +157,162 @@ fn watchdog_for_another_process_is_ignored() {
         socket.recv(&mut buf).is_err(),
         "WATCHDOG_PID names another process: no pings"
     );
+}
+
+/// A process started as systemd starts a unit's: stderr is a journal stream (`JOURNAL_STREAM`
+/// names it) and `/run/systemd/journal/socket` is journald's, here a socket of the test's,
+/// mounted there in a mount namespace of pmcheck's own. Killed when dropped.
+struct Journaled {
+    child: std::process::Child,
+    journald: UnixDatagram,
+    entries: Vec<Entry>,
+}
+
+/// One journal entry's fields, decoded from journald's native protocol: `NAME=value\n`, or
+/// `NAME\n`, the value's length as 64-bit little-endian, the value and `\n`.
+#[derive(Debug, Clone)]
+struct Entry(Vec<(String, String)>);
+
+impl Entry {
+    fn decode(mut bytes: &[u8]) -> Self {
+        let mut fields = Vec::new();
+        while let Some(end) = bytes.iter().position(|&b| b == b'=' || b == b'\n') {
+            let name = String::from_utf8_lossy(&bytes[..end]).into_owned();
+            let value;
+            if bytes[end] == b'=' {
+                let rest = &bytes[end + 1..];
+                let stop = rest.iter().position(|&b| b == b'\n').expect("a line's end");
+                value = &rest[..stop];
+                bytes = &rest[stop + 1..];
+            } else {
+                let (len, rest) = bytes[end + 1..].split_at(8);
+                let len = u64::from_le_bytes(len.try_into().unwrap()) as usize;
+                value = &rest[..len];
+                assert_eq!(rest[len], b'\n', "a binary field ends with a newline");
+                bytes = &rest[len + 1..];
+            }
+            fields.push((name, String::from_utf8_lossy(value).into_owned()));
+        }
+        Self(fields)
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl Drop for Journaled {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Journaled {
+    /// The first entry (read so far or next) for which `pred` holds.
+    fn entry(&mut self, what: &str, pred: impl Fn(&Entry) -> bool) -> Entry {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(found) = self.entries.iter().find(|e| pred(e)) {
+                return found.clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "no journal entry {what} in {:#?}",
+                self.entries
+            );
+            self.journald.set_read_timeout(Some(left)).unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            if let Ok(n) = self.journald.recv(&mut buf) {
+                self.entries.push(Entry::decode(&buf[..n]));
+            }
+        }
+    }
+}
+
+/// Under systemd every log line is a journal entry with its facts as fields, so that
+/// `journalctl -u pmcheck VERDICT=DRAINED` or `ACTION=drain` selects them; nothing goes to
+/// stderr besides.
+#[test]
+fn under_systemd_every_line_is_a_journal_entry_with_its_fields() {
+    let root = nix::unistd::geteuid().is_root();
+    let s = Setup::new(Behavior::Running);
+    let dir = tempfile::tempdir().unwrap();
+    let journald = UnixDatagram::bind(dir.path().join("socket")).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Exit 97: no stand-in journald could be mounted (no mount namespace here).
+    let script = "{ mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal \
+                  && mount --bind \"$0\" /run/systemd/journal; } || exit 97; \
+                  JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) || exit 97; \
+                  export JOURNAL_STREAM LISTEN_FDS=1 LISTEN_PID=$$; bin=$1; shift; \
+                  exec \"$bin\" serve \"$@\"";
+    let mut command = Command::new("unshare");
+    if !root {
+        command.arg("--map-root-user");
+    }
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .arg(dir.path())
+        .arg(bin())
+        .args(s.args(&["--lb-address", "127.0.0.1/32"]));
+    like_systemd(&mut command, listener);
+    command.env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    let child = command.spawn().expect("unshare (util-linux) runs");
+    let mut daemon = Journaled {
+        child,
+        journald,
+        entries: Vec::new(),
+    };
+    if let Some(status) = exited_within(&mut daemon.child, Duration::from_millis(300)) {
+        let mut said = String::new();
+        if let Some(mut e) = daemon.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut said);
+        }
+        // unshare itself exits 1 when it may not make the namespaces.
+        assert!(
+            matches!(status.code(), Some(1 | 97)) && !said.contains("pmcheck"),
+            "pmcheck ended: {status}: {said}"
+        );
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true and no mount namespace for a stand-in journald ({status}): {said}"
+        );
+        eprintln!(
+            "!!!!!!!! SKIPPED: no mount namespace for a stand-in journald ({status}): {said}"
+        );
+        return;
+    }
+    let ok = daemon.entry("VERDICT=OK", |e| e.get("VERDICT") == Some("OK"));
+    let running = "Puppet Server is running, 1 of 1 JRubies free";
+    assert_eq!(ok.get("SYSLOG_IDENTIFIER"), Some("pmcheck"), "{ok:?}");
+    assert_eq!(
+        ok.get("MESSAGE"),
+        Some(format!("verdict OK: {running}").as_str())
+    );
+    assert_eq!(ok.get("REASON"), Some(running));
+    assert_eq!(ok.get("WEIGHT"), Some("100"));
+    let out = s.pmcheck("drain", &["--reason", "kernel 6.1"]);
+    assert!(out.status.success(), "{out:?}");
+    let event = daemon.entry("ACTION=drain", |e| e.get("ACTION") == Some("drain"));
+    assert_eq!(event.get("REASON"), Some("kernel 6.1"), "{event:?}");
+    assert_eq!(event.get("HOLDER"), Some("drain"), "{event:?}");
+    assert_eq!(event.get("UNTIL"), None, "no --for, no UNTIL: {event:?}");
+    daemon.entry("VERDICT=DRAINED", |e| e.get("VERDICT") == Some("DRAINED"));
+    let reply = request(addr, "GET / HTTP/1.0\r\n\r\n");
+    assert_eq!(
+        reply.status, 503,
+        "the socket systemd passed answers: {reply:?}"
+    );
+    let _ = daemon.child.kill();
+    let _ = daemon.child.wait();
+    let mut stderr = String::new();
+    if let Some(mut e) = daemon.child.stderr.take() {
+        std::io::Read::read_to_string(&mut e, &mut stderr).unwrap();
+    }
+    assert_eq!(stderr, "", "everything went to the journal");
 }

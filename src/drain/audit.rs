@@ -5,7 +5,6 @@
 
 use std::collections::HashSet;
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
@@ -15,7 +14,6 @@ use crate::drain::holders::Kind;
 use crate::drain::log::{Action, DrainLog, Event, Follower};
 use crate::drain::record::DrainState;
 use crate::drain::watch::{Directory, Drains};
-use crate::journal;
 
 /// Events seen by the daemon, by action: `pmcheck_drain_events_total{action}`.
 #[derive(Debug, Default)]
@@ -43,8 +41,6 @@ struct Audit {
     follower: Follower,
     /// The `--for` drains whose end is logged already (since, until).
     expired: HashSet<(String, String)>,
-    /// Whether stderr is the journal: then events go there as native entries.
-    journal: bool,
     /// The last read error, said once until it changes.
     failing: Option<String>,
 }
@@ -63,7 +59,6 @@ pub async fn run(
         follower: Follower::new(DrainLog::new(file.dir())),
         file,
         expired: HashSet::new(),
-        journal: journal::stderr_is_journal(),
         failing: None,
     });
     loop {
@@ -99,6 +94,8 @@ impl Audit {
                 self.failing = None;
                 if news.unreadable > 0 {
                     tracing::warn!(
+                        lines = news.unreadable,
+                        drain_log = %DrainLog::new(self.file.dir()).path().display(),
                         "{} line(s) of {} are not drain events (written by hand, or damaged); left out",
                         news.unreadable,
                         DrainLog::new(self.file.dir()).path().display()
@@ -113,6 +110,8 @@ impl Audit {
                 let said = e.to_string();
                 if self.failing.as_deref() != Some(&said) {
                     tracing::warn!(
+                        drain_log = %DrainLog::new(self.file.dir()).path().display(),
+                        error = %said,
                         "cannot read the drain event log {}: {said}; drain events are not counted meanwhile",
                         DrainLog::new(self.file.dir()).path().display()
                     );
@@ -149,7 +148,9 @@ impl Audit {
                         tracing::warn!("{e}");
                     }
                 }
-                Err(e) => tracing::warn!("the end of a --for drain was not logged: {e}"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the end of a --for drain was not logged: {e}")
+                }
             }
             self.expired.insert(key);
         }
@@ -166,81 +167,27 @@ impl Audit {
         })
     }
 
-    /// One event in the daemon's log: as a native journal entry with its fields when stderr
-    /// is the journal (a failure there falls back to stderr), else a tracing line.
+    /// One event in the daemon's log, with its fields: under systemd `ACTION=drain`, `WHO=`,
+    /// `REASON=`, `SINCE=`, `UNTIL=`, `HOLDER=` and `EVENT_TIME=` in the journal
+    /// ([`crate::logging`]), so `journalctl -u pmcheck ACTION=drain` selects the drains.
     fn report(&self, event: &Event) {
-        if self.journal {
-            match send_to_journal(Path::new(journal::SOCKET), event) {
-                Ok(()) => return,
-                Err(e) => tracing::warn!("cannot send a drain event to the journal: {e}"),
-            }
-        }
         tracing::info!(
             action = event.action.as_str(),
             who = %event.who,
-            reason = event.reason.as_deref().unwrap_or(""),
-            since = event.since.as_deref().unwrap_or(""),
-            until = event.until.as_deref().unwrap_or(""),
-            holder = event.holder.as_deref().unwrap_or(""),
-            at = %event.at,
+            reason = event.reason.as_deref(),
+            since = event.since.as_deref(),
+            until = event.until.as_deref(),
+            holder = event.holder.as_deref(),
+            event_time = %event.at,
             "drain event: {}",
             event.describe()
         );
     }
 }
 
-/// `event` as a journal entry: `ACTION=drain`, `WHO=`, `REASON=`, `SINCE=`, `UNTIL=`,
-/// `HOLDER=`, `EVENT_TIME=`, with `MESSAGE` for a person.
-pub fn send_to_journal(socket: &Path, event: &Event) -> std::io::Result<()> {
-    let message = format!("drain event: {}", event.describe());
-    let mut fields = vec![
-        ("MESSAGE", message.as_str()),
-        ("PRIORITY", "6"),
-        ("SYSLOG_IDENTIFIER", "pmcheck"),
-        ("ACTION", event.action.as_str()),
-        ("WHO", event.who.as_str()),
-        ("EVENT_TIME", event.at.as_str()),
-    ];
-    let optional = [
-        ("REASON", &event.reason),
-        ("SINCE", &event.since),
-        ("UNTIL", &event.until),
-        ("HOLDER", &event.holder),
-    ];
-    fields.extend(
-        optional
-            .iter()
-            .filter_map(|(k, v)| v.as_deref().map(|v| (*k, v))),
-    );
-    journal::send(socket, fields)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::drain::holders::Holder;
-    use std::os::unix::net::UnixDatagram;
-
-    #[test]
-    fn an_event_reaches_the_journal_as_fields() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("socket");
-        let journald = UnixDatagram::bind(&path).unwrap();
-        let holder = Holder::drain("kernel 6.1".into(), None, SystemTime::now());
-        send_to_journal(&path, &Event::of(Action::Drain, &holder, SystemTime::now())).unwrap();
-        let mut buf = vec![0; 4096];
-        let n = journald.recv(&mut buf).unwrap();
-        let text = String::from_utf8_lossy(&buf[..n]);
-        for field in [
-            "ACTION=drain\n",
-            "REASON=kernel 6.1\n",
-            "HOLDER=drain\n",
-            "WHO=",
-        ] {
-            assert!(text.contains(field), "{field} in {text}");
-        }
-        assert!(!text.contains("UNTIL="), "no --for, no UNTIL: {text}");
-    }
 
     #[test]
     fn counts_are_kept_by_action() {

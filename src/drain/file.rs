@@ -417,7 +417,7 @@ impl DrainFile {
     }
 }
 
-/// The state directory's lock ([`lock`]), released when dropped.
+/// The state directory's lock ([`mod@lock`]), released when dropped.
 fn lock(file: &DrainFile) -> Result<Flock<File>, DrainError> {
     let fail = |source| DrainError::Write {
         dir: file.dir().to_path_buf(),

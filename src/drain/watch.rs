@@ -247,6 +247,8 @@ pub async fn run(
             Some(state) => {
                 if force {
                     tracing::info!(
+                        drain_file = %watcher.file().path().display(),
+                        drain = %summary(&state),
                         "re-read the drain record {}: {}",
                         watcher.file().path().display(),
                         summary(&state)

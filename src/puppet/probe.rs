@@ -219,6 +219,8 @@ impl Prober {
                 // The status service's own 404: no such service or status route here.
                 Ok(Seen::NotFound) if let Some(next) = next_path(&self.path) => {
                     tracing::info!(
+                        path = %self.path,
+                        next = %next,
                         "Puppet Server has no {}; using {next} from now on",
                         self.path
                     );
@@ -272,6 +274,7 @@ impl Prober {
                     // path again, so a fallback chosen for the old server does not outlive it.
                     if self.path != self.target.status_path {
                         tracing::info!(
+                            path = %self.target.status_path,
                             "Puppet Server is not listening; trying {} again once it is back",
                             self.target.status_path
                         );

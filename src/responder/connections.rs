@@ -270,6 +270,9 @@ impl Table {
         self.release(id);
         if let Some(count) = self.shed.hit(Instant::now()) {
             tracing::warn!(
+                count,
+                peer = %victim,
+                held,
                 "connection limit reached ({} in all, {} per source): closed {count} \
                  connection(s) in the last {}s that sent no request, did not read their \
                  answers or were idle longest, the latest from {victim}, which held {held}",

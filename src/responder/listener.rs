@@ -115,7 +115,7 @@ async fn accept(
                 Ok(accepted) => accepted,
                 Err(e) => {
                     if let Some(n) = Guard::note(&guard.failed) {
-                        tracing::warn!("accept failed {n} time(s) in the last 10s: {e}");
+                        tracing::warn!(count = n, error = %e, "accept failed {n} time(s) in the last 10s: {e}");
                     }
                     // Out of descriptors: shed connections are closing, give them a moment
                     // (not the 50 ms of other errors: a load balancer's check is waiting).
@@ -132,6 +132,8 @@ async fn accept(
             drop(stream);
             if let Some(n) = Guard::note(&guard.refused) {
                 tracing::warn!(
+                    count = n,
+                    peer = %peer.ip(),
                     "refused {n} connection(s) in the last 10s from outside --allow (the latest from {})",
                     peer.ip()
                 );
@@ -187,7 +189,7 @@ async fn accept(
             };
             // HAProxy closes checks with a RST: routine, not worth more than debug.
             if let Err(e) = result {
-                tracing::debug!("poll from {peer}: {e}");
+                tracing::debug!(peer = %peer, error = %e, "poll from {peer}: {e}");
             }
         });
     }

@@ -69,6 +69,7 @@ pub async fn serve(
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
     if let Some(file) = &daemon.lb_key_file.value {
         tracing::info!(
+            lb_key_file = %file.display(),
             "load balancers prove their polls with a key of {}",
             file.display()
         );
@@ -77,6 +78,7 @@ pub async fn serve(
             .map(ToString::to_string)
             .collect();
         tracing::info!(
+            lb_address = %nets.join(","),
             "polls from {} count as a load balancer's (--lb-address; --lb-key-file is stronger)",
             nets.join(", ")
         );
@@ -107,11 +109,14 @@ pub async fn serve(
     for (kind, listener) in kinds {
         let listener = TcpListener::from_std(listener)?;
         match kind {
-            Via::Http => tracing::info!("listening on {}", listener.local_addr()?),
-            Via::Agent => tracing::info!(
-                "answering HAProxy agent checks on {}",
-                listener.local_addr()?
-            ),
+            Via::Http => {
+                let address = listener.local_addr()?;
+                tracing::info!(%address, via = "http", "listening on {address}");
+            }
+            Via::Agent => {
+                let address = listener.local_addr()?;
+                tracing::info!(%address, via = "agent", "answering HAProxy agent checks on {address}");
+            }
         }
         let listener = Listener {
             kind,
@@ -124,7 +129,7 @@ pub async fn serve(
     }
     if !guard.allowed().is_empty() {
         let nets: Vec<_> = guard.allowed().iter().map(ToString::to_string).collect();
-        tracing::info!("accepting polls only from {}", nets.join(", "));
+        tracing::info!(allow = %nets.join(","), "accepting polls only from {}", nets.join(", "));
     }
     tracing::debug!(
         "at most {} connections, {} per source",
@@ -133,6 +138,11 @@ pub async fn serve(
     );
     let prober = Prober::new(ProbeTarget::of(settings));
     tracing::info!(
+        endpoint = %prober.endpoint(),
+        puppet_addr = %settings.puppet_addr.value,
+        interval_ms = interval.as_millis() as u64,
+        timeout_ms = timeout.as_millis() as u64,
+        drain_file = %drain_path,
         "probing {} at {} every {} (timeout {}); drain record {drain_path}",
         prober.endpoint(),
         settings.puppet_addr.value,
@@ -219,15 +229,19 @@ fn prepare_state_dir(file: &DrainFile) {
     let dir = file.dir();
     if !dir.exists() {
         match file.create_dir() {
-            Ok(()) => tracing::info!("created the state directory {}", dir.display()),
+            Ok(()) => {
+                tracing::info!(state_dir = %dir.display(), "created the state directory {}", dir.display())
+            }
             Err(e) => tracing::warn!(
+                state_dir = %dir.display(),
+                error = %e,
                 "cannot create the state directory {}: {e}; answering 503 until it exists",
                 dir.display()
             ),
         }
     }
     if let Some(warning) = crate::settings::state_dir_warning(dir) {
-        tracing::warn!("{warning}");
+        tracing::warn!(state_dir = %dir.display(), "{warning}");
     }
 }
 
@@ -330,10 +344,11 @@ impl VerdictLog {
             return;
         }
         let verdict = decision.verdict.as_str();
+        let (reason, weight) = (&decision.reason, decision.weight);
         if decision.verdict == Verdict::Ok {
-            tracing::info!("verdict {verdict}: {}", decision.reason);
+            tracing::info!(verdict, %reason, weight, "verdict {verdict}: {reason}");
         } else {
-            tracing::warn!("verdict {verdict}: {}", decision.reason);
+            tracing::warn!(verdict, %reason, weight, "verdict {verdict}: {reason}");
         }
         self.last = Some((decision.verdict, key));
     }

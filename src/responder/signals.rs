@@ -24,11 +24,11 @@ pub fn stop_requested(
                 _ = term.recv() => return,
                 _ = int.recv() => return,
                 _ = hup.recv() => {
-                    tracing::info!("SIGHUP: re-reading the certificates and the drain record");
+                    tracing::info!(signal = "HUP", "SIGHUP: re-reading the certificates and the drain record");
                     reload.send_replace(());
                 }
-                _ = usr1.recv() => tracing::info!("SIGUSR1 ignored (SIGHUP re-reads the files, SIGTERM stops)"),
-                _ = usr2.recv() => tracing::info!("SIGUSR2 ignored (SIGHUP re-reads the files, SIGTERM stops)"),
+                _ = usr1.recv() => tracing::info!(signal = "USR1", "SIGUSR1 ignored (SIGHUP re-reads the files, SIGTERM stops)"),
+                _ = usr2.recv() => tracing::info!(signal = "USR2", "SIGUSR2 ignored (SIGHUP re-reads the files, SIGTERM stops)"),
             }
         }
     })

@@ -35,7 +35,11 @@ pub fn listeners() -> Result<Option<Vec<std::net::TcpListener>>, SystemdError> {
             .map_err(|source| SystemdError::Listener { index, source })?;
         listeners.push(listener);
     }
-    tracing::info!("using {} listening socket(s) from systemd", listeners.len());
+    tracing::info!(
+        sockets = listeners.len(),
+        "using {} listening socket(s) from systemd",
+        listeners.len()
+    );
     Ok(Some(listeners))
 }
 
@@ -74,7 +78,7 @@ impl Notifier {
 
     pub fn notify(&self, state: &str) {
         if let Err(e) = self.socket.send_to_addr(state.as_bytes(), &self.addr) {
-            tracing::warn!("cannot notify systemd ({state}): {e}");
+            tracing::warn!(error = %e, "cannot notify systemd ({state}): {e}");
         }
     }
 
