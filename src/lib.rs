@@ -17,8 +17,8 @@
 //!                  drain::audit::run  the event log, on the state directory's changes
 //!                  probe::run         Prober (TLS as this host) every interval -> Feeds.latest
 //!                  track_rejoin       Decision on each change -> Feeds.rejoin, verdict log
-//!                  reading::refresh   certificate dates every minute -> Metrics.expiries
-//!                  code::refresh      deploy records every 10 s, PE file sync -> Metrics.code
+//!                  reading::refresh   certificate dates every minute, deploy records every
+//!                                     10 s and PE file sync (the prober's PuppetClient) -> Readings
 //!   per listener   Listener::run      accept -> --allow -> Connections::admit (may shed one)
 //!   per poll       node::Node::decide(Feeds, node::now()) -> health::decision::Decision
 //!                  http: Node::answer -> 200/503 (or 404 drained) + reason, text or JSON;

@@ -1,6 +1,7 @@
-//! The daemon's slow readings: files read every so often off the async workers (certificate
-//! dates, deploy records), whose latest value a scrape and the operator's JSON show. Never on
-//! the poll path, and never part of the verdict.
+//! The daemon's slow readings: what is read every so often off the poll path (certificate
+//! dates, deploy records, file sync), whose latest value a scrape and the operator's JSON show.
+//! Never part of the verdict. One loop for every reading ([`refresh`]); file reads go to the
+//! blocking pool ([`off_workers`]).
 
 use std::future::Future;
 use std::sync::{Arc, RwLock};
@@ -13,20 +14,19 @@ pub type Latest<T> = RwLock<Option<Arc<T>>>;
 /// stays shown, and no second read starts beside the stuck one.
 pub const DEADLINE: Duration = Duration::from_secs(10);
 
-/// Reads now and every `every`, publishing each reading into `latest`, until `shutdown`.
-pub async fn refresh<T, F>(
+/// Reads now and every `every`, publishing each reading into `latest`, until `shutdown`
+/// (which never waits for a read under way). A read that gives `None` leaves the last shown.
+pub async fn refresh<T>(
     every: Duration,
-    read: F,
+    mut read: impl AsyncFnMut() -> Option<T>,
     latest: Arc<Latest<T>>,
     shutdown: impl Future<Output = ()>,
-) where
-    T: Send + Sync + 'static,
-    F: Fn() -> T + Clone + Send + 'static,
-{
+) {
     tokio::pin!(shutdown);
     loop {
-        let Some(now) = off_workers(read.clone(), &mut shutdown).await else {
-            return;
+        let now = tokio::select! {
+            now = read() => now,
+            () = &mut shutdown => return,
         };
         if let (Some(now), Ok(mut slot)) = (now, latest.write()) {
             *slot = Some(Arc::new(now));
@@ -39,12 +39,9 @@ pub async fn refresh<T, F>(
 }
 
 /// Runs `read` on the blocking pool: a file system that hangs stalls this reader only, and
-/// shutdown never waits on it (the runtime leaves the thread behind). `None` at shutdown;
-/// `Some(None)` when the read panicked.
-pub async fn off_workers<T, F>(
-    read: F,
-    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> Option<Option<T>>
+/// shutdown never waits on it (the runtime leaves the thread behind). `None` when the read
+/// panicked.
+pub async fn off_workers<T, F>(read: F) -> Option<T>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
@@ -53,10 +50,10 @@ where
     let mut said = false;
     loop {
         tokio::select! {
-            () = shutdown.as_mut() => return None,
-            done = &mut reading => return Some(done.ok()),
+            done = &mut reading => return done.ok(),
             () = tokio::time::sleep(DEADLINE), if !said => {
                 tracing::warn!(
+                    deadline_s = DEADLINE.as_secs(),
                     "a file read is taking longer than {}s (a hung file system?); the previous reading stays shown",
                     DEADLINE.as_secs()
                 );

@@ -15,13 +15,14 @@
 //! The times are Ruby's `Time#to_s`, not RFC 3339; RFC 3339 is accepted too.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Deserialize;
 
+use crate::puppet::client::PuppetClient;
 use crate::puppet::file_sync::{self, FileSync};
-use crate::puppet::probe::Prober;
-use crate::reading::Latest;
+use crate::reading::off_workers;
 
 /// The record's file name in an environment's directory.
 pub const RECORD: &str = ".r10k-deploy.json";
@@ -48,43 +49,46 @@ pub struct Reading {
     pub file_sync: FileSync,
 }
 
-/// The daemon's reader: the records now and every [`REFRESH`] (off the async workers), and
-/// Puppet Server's file sync status every minute, until `shutdown`. A Puppet Server that has
-/// never shown a file sync client and cannot be reached still has none (open source stays
-/// silent while it restarts).
-pub async fn refresh(
+/// The daemon's reader of the records (off the async workers) and, every minute, of Puppet
+/// Server's file sync status, for [`crate::reading::refresh`] every [`REFRESH`]. A Puppet
+/// Server that has never shown a file sync client and cannot be reached still has none (open
+/// source stays silent while it restarts).
+pub struct Reader {
     environments: Environments,
-    mut puppet: Prober,
-    latest: std::sync::Arc<Latest<Reading>>,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    tokio::pin!(shutdown);
-    let mut file_sync = FileSync::Absent;
-    for round in 0u32.. {
-        let reading = environments.clone();
-        let Some(deployments) =
-            crate::reading::off_workers(move || reading.read(), &mut shutdown).await
-        else {
-            return;
-        };
-        let deployments = deployments.unwrap_or_default();
-        if round % FILE_SYNC_EVERY == 0 {
-            file_sync = match puppet.service_status(file_sync::SERVICE).await {
-                Ok((status, body)) => file_sync::read(status, &body, &environments.names),
-                Err(_) if file_sync == FileSync::Absent => FileSync::Absent,
+    puppet: Arc<PuppetClient>,
+    round: u32,
+    file_sync: FileSync,
+}
+
+impl Reader {
+    /// Reads `environments`' records, and asks `puppet` for file sync.
+    pub fn new(environments: Environments, puppet: Arc<PuppetClient>) -> Self {
+        Self {
+            environments,
+            puppet,
+            round: 0,
+            file_sync: FileSync::Absent,
+        }
+    }
+
+    /// One reading.
+    pub async fn read(&mut self) -> Option<Reading> {
+        let environments = self.environments.clone();
+        let deployments = off_workers(move || environments.read())
+            .await
+            .unwrap_or_default();
+        if self.round.is_multiple_of(FILE_SYNC_EVERY) {
+            self.file_sync = match self.puppet.service_status(file_sync::SERVICE).await {
+                Ok((status, body)) => file_sync::read(status, &body, &self.environments.names),
+                Err(_) if self.file_sync == FileSync::Absent => FileSync::Absent,
                 Err(why) => FileSync::Unreadable(why),
             };
         }
-        if let Ok(mut slot) = latest.write() {
-            *slot = Some(std::sync::Arc::new(Reading {
-                deployments,
-                file_sync: file_sync.clone(),
-            }));
-        }
-        tokio::select! {
-            () = &mut shutdown => return,
-            () = tokio::time::sleep(REFRESH) => {}
-        }
+        self.round = self.round.wrapping_add(1);
+        Some(Reading {
+            deployments,
+            file_sync: self.file_sync.clone(),
+        })
     }
 }
 

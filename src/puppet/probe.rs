@@ -5,25 +5,19 @@
 //! (the service's `state`) and whether it can compile (its JRuby pool). Servers without that
 //! service fall back along [`crate::puppet::status_api::FALLBACKS`] to the `simple` status, which says `running` only.
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use rustls::{AlertDescription, CertificateError};
 use tokio::sync::watch;
 
-use crate::file_stamp::FileStamp;
+use crate::puppet::client::PuppetClient;
 use crate::puppet::identity::IdentityFiles;
 use crate::puppet::pause::{self, Pause, PauseWatch};
 use crate::puppet::pool::{Capacity, Pool, Unready};
-use crate::puppet::probe_error::{
-    Body, CannotProbe, ProbeError, TlsProblem, causes, plain_name, undecodable,
-};
+use crate::puppet::probe_error::{Body, ProbeError, undecodable};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::puppet::status_api::{
-    JVM_STATUS_PATH, Seen, jvm_start_time, next_path, read_answer, server_timeout,
-};
+use crate::puppet::status_api::{Seen, next_path, read_answer, server_timeout};
 use crate::puppet::wedge::WedgeWatch;
 use crate::settings::Settings;
 use crate::text;
@@ -88,12 +82,12 @@ enum Found {
     Paused(Option<Pool>, Pause),
 }
 
-/// Probes one Puppet Server, rebuilding its TLS client whenever the certificate, key or CA
-/// files change on disk (Puppet renews them in place) and remembering the status path that works.
+/// Probes one Puppet Server through its [`PuppetClient`], remembering the status path that
+/// works and what earlier probes saw (a pause, a wedge, the queue-limit count).
 pub struct Prober {
     target: ProbeTarget,
     path: String,
-    client: Option<([Option<FileStamp>; 3], reqwest::Client)>,
+    client: Arc<PuppetClient>,
     /// The queue-limit count of the previous probe: a rise means requests were refused.
     queue_limit_hits: Option<u64>,
     /// Tells a paused pool from one that is starting.
@@ -105,8 +99,6 @@ pub struct Prober {
     /// One probe without history (`pmcheck check`): a JVM up for longer than the grace is
     /// presumed to have had its pool ready before.
     once: bool,
-    /// Asks other services only ([`Prober::aside`]): its identity loads are not news.
-    aside: bool,
 }
 
 impl Prober {
@@ -116,22 +108,17 @@ impl Prober {
             path: target.status_path.clone(),
             pauses: PauseWatch::new(target.pause_grace),
             wedge: WedgeWatch::new(target.wedged_after),
+            client: Arc::new(PuppetClient::new(&target)),
             target,
-            client: None,
             queue_limit_hits: None,
             on_fallback: 0,
             once: false,
-            aside: false,
         }
     }
 
-    /// A client of Puppet Server beside the probe, for other services' status
-    /// ([`Prober::service_status`]): the probe's log line for each identity load stays one.
-    pub fn aside(target: ProbeTarget) -> Self {
-        Self {
-            aside: true,
-            ..Self::new(target)
-        }
+    /// The client the prober asks with, for the other readers of Puppet Server's status.
+    pub fn client(&self) -> Arc<PuppetClient> {
+        Arc::clone(&self.client)
     }
 
     /// A prober for a single probe (`pmcheck check`, inetd), which has seen no earlier probe: a pool
@@ -147,19 +134,14 @@ impl Prober {
     /// SIGHUP: drops the TLS client, so the next probe loads the certificate files again, and
     /// tries the configured status path again.
     pub fn reload(&mut self) {
-        self.client = None;
+        self.client.reload();
         self.path.clone_from(&self.target.status_path);
         self.on_fallback = 0;
     }
 
     /// The URL probed now, without the query.
     pub fn endpoint(&self) -> String {
-        format!(
-            "https://{}:{}{}",
-            self.target.certname,
-            self.target.addr.port(),
-            self.path
-        )
+        self.client.url(&self.path)
     }
 
     /// One probe, never longer than the target's timeout.
@@ -196,7 +178,7 @@ impl Prober {
     }
 
     async fn attempt(&mut self) -> Found {
-        let client = match self.client().await {
+        let client = match self.client.http().await {
             Ok(client) => client,
             Err(cannot) => return Found::Outcome(ProbeOutcome::CannotTell(cannot), None),
         };
@@ -245,7 +227,7 @@ impl Prober {
                         let jvm = if self.once || self.pauses.was_ready() {
                             None
                         } else {
-                            self.jvm_start(&client).await
+                            self.client.jvm_start(&client).await
                         };
                         self.pauses.ready(jvm);
                         Found::Outcome(ProbeOutcome::Healthy(Some(load)), Some(pool))
@@ -312,12 +294,12 @@ impl Prober {
                     .duration_since(started)
                     .is_ok_and(|up| up > self.target.pause_grace)
             };
-            if let Some(start) = self.jvm_start(client).await.filter(up) {
+            if let Some(start) = self.client.jvm_start(client).await.filter(up) {
                 self.pauses.ready(Some(start));
             }
         }
         let jvm = if self.pauses.would_begin() {
-            self.jvm_start(client).await
+            self.client.jvm_start(client).await
         } else {
             None
         };
@@ -333,116 +315,6 @@ impl Prober {
     fn reload_path(&mut self) {
         self.path.clone_from(&self.target.status_path);
         self.on_fallback = 0;
-    }
-
-    /// Another service's status (`?level=debug`), with this host's identity: Puppet
-    /// Enterprise's file sync client, for the operator. The HTTP status and at most 64 KiB of
-    /// the body; what failed, in words.
-    pub async fn service_status(&mut self, service: &str) -> Result<(u16, Vec<u8>), String> {
-        const LIMIT: usize = 64 * 1024;
-        let client = self.client().await.map_err(|e| e.to_string())?;
-        let url = self.debug_status_url(&format!("/status/v1/services/{service}"));
-        let mut response = client
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| self.classify(e).to_string())?;
-        let status = response.status().as_u16();
-        let body = self
-            .body(&mut response, LIMIT)
-            .await
-            .map_err(|e| e.to_string())?;
-        if body.len() > LIMIT {
-            return Err(format!(
-                "{service}'s status is larger than {} KiB",
-                LIMIT / 1024
-            ));
-        }
-        Ok((status, body))
-    }
-
-    /// A status service's URL at `?level=debug`, with Puppet Server's own deadline below ours.
-    fn debug_status_url(&self, path: &str) -> String {
-        format!(
-            "https://{}:{}{path}?level=debug&timeout={}",
-            self.target.certname,
-            self.target.addr.port(),
-            server_timeout(self.target.timeout)
-        )
-    }
-
-    /// The body, read until it ends or holds more than `limit` bytes (the caller truncates or
-    /// refuses): a Puppet Server gone wrong cannot make pmcheck hold an endless answer.
-    async fn body(
-        &self,
-        response: &mut reqwest::Response,
-        limit: usize,
-    ) -> Result<Vec<u8>, ProbeError> {
-        let mut body = Vec::new();
-        while body.len() <= limit {
-            match response.chunk().await {
-                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-                Ok(None) => break,
-                Err(e) => return Err(self.classify(e)),
-            }
-        }
-        Ok(body)
-    }
-
-    /// The JVM's start time (status-service, `?level=debug`); `None` when Puppet Server does
-    /// not say it: then the refused connection alone tells a restart.
-    async fn jvm_start(&self, client: &reqwest::Client) -> Option<u64> {
-        let url = self.debug_status_url(JVM_STATUS_PATH);
-        let response = client.get(&url).send().await.ok()?;
-        if !response.status().is_success() {
-            return None;
-        }
-        jvm_start_time(&response.bytes().await.ok()?)
-    }
-
-    async fn client(&mut self) -> Result<reqwest::Client, CannotProbe> {
-        let stamps = self.target.identity.stamps();
-        if let Some((built, client)) = &self.client
-            && *built == stamps
-            && stamps.iter().all(Option::is_some)
-        {
-            return Ok(client.clone());
-        }
-        self.client = None;
-        // File reads: off the runtime's workers, so a slow disk cannot stall polls.
-        let identity = self.target.identity.clone();
-        let tls = tokio::task::spawn_blocking(move || identity.client_config())
-            .await
-            .map_err(CannotProbe::Loader)??;
-        let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .resolve(&self.target.certname, self.target.addr)
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .http1_only()
-            .timeout(self.target.timeout)
-            // Reuse one connection between probes (Jetty keeps idle connections for 30 s), so
-            // Puppet Server is not asked for a full handshake every interval.
-            .pool_max_idle_per_host(1)
-            .pool_idle_timeout(Duration::from_secs(20))
-            .user_agent(concat!("pmcheck/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(CannotProbe::Client)?;
-        // Once at start and once per renewal: worth a line, from the probe's own client.
-        let identity = &self.target.identity;
-        let loaded = format!(
-            "loaded the TLS identity: hostcert {}, hostprivkey {}, localcacert {}",
-            identity.hostcert.display(),
-            identity.hostprivkey.display(),
-            identity.localcacert.display()
-        );
-        if self.aside {
-            tracing::debug!("{loaded} (for other services' status)");
-        } else {
-            tracing::info!("{loaded}");
-        }
-        self.client = Some((stamps, client.clone()));
-        Ok(client)
     }
 
     async fn get(&self, client: &reqwest::Client) -> Result<Seen, ProbeError> {
@@ -461,99 +333,20 @@ impl Prober {
             .get(&url)
             .send()
             .await
-            .map_err(|e| self.classify(e))?;
+            .map_err(|e| self.client.classify(e))?;
         let status = response.status().as_u16();
         let encoding = response
             .headers()
             .get(reqwest::header::CONTENT_ENCODING)
             .and_then(|v| v.to_str().ok())
             .map(|v| text::one_line(v, 20).into_owned());
-        let mut body = self.body(&mut response, BODY_LIMIT).await?;
+        let mut body = self.client.body(&mut response, BODY_LIMIT).await?;
         body.truncate(BODY_LIMIT);
         if let Some(body) = undecodable(encoding.as_deref(), &body) {
             return Err(ProbeError::Status { status, body });
         }
         let text = String::from_utf8_lossy(&body);
         read_answer(status, text.trim())
-    }
-
-    /// Names the phase that failed: connecting, TLS (with the certificate problem spelt out),
-    /// or the HTTP exchange.
-    fn classify(&self, e: reqwest::Error) -> ProbeError {
-        let addr = self.target.addr;
-        if e.is_timeout() {
-            return ProbeError::Timeout {
-                addr,
-                after: self.target.timeout,
-            };
-        }
-        for cause in causes(&e) {
-            if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
-                return ProbeError::Tls {
-                    addr,
-                    problem: self.tls_problem(tls),
-                };
-            }
-            if cause
-                .downcast_ref::<io::Error>()
-                .is_some_and(|io| io.kind() == io::ErrorKind::ConnectionRefused)
-            {
-                return ProbeError::Refused { addr };
-            }
-        }
-        if e.is_connect() {
-            ProbeError::Connect { addr, source: e }
-        } else {
-            ProbeError::Http { addr, source: e }
-        }
-    }
-
-    fn tls_problem(&self, e: &rustls::Error) -> TlsProblem {
-        let t = &self.target;
-        let certname = || t.certname.clone();
-        match e {
-            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-                TlsProblem::UnknownIssuer {
-                    ca: t.identity.localcacert.clone(),
-                }
-            }
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
-                presented,
-                ..
-            }) if presented.is_empty() => TlsProblem::NoAltName {
-                certname: certname(),
-            },
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
-                presented,
-                ..
-            }) => TlsProblem::WrongName {
-                presented: presented.iter().map(|p| plain_name(p)).collect(),
-                certname: certname(),
-                certname_from: t.certname_from.clone(),
-            },
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
-                TlsProblem::NotValidForName {
-                    certname: certname(),
-                }
-            }
-            rustls::Error::InvalidCertificate(
-                CertificateError::Expired | CertificateError::ExpiredContext { .. },
-            ) => TlsProblem::Expired,
-            rustls::Error::AlertReceived(
-                alert @ (AlertDescription::BadCertificate
-                | AlertDescription::UnknownCA
-                | AlertDescription::CertificateUnknown
-                | AlertDescription::CertificateRequired
-                | AlertDescription::CertificateExpired
-                | AlertDescription::CertificateRevoked
-                | AlertDescription::DecryptError
-                | AlertDescription::AccessDenied),
-            ) => TlsProblem::Rejected {
-                alert: *alert,
-                hostcert: t.identity.hostcert.clone(),
-            },
-            other => TlsProblem::Other(other.clone()),
-        }
     }
 }
 
@@ -582,125 +375,5 @@ pub async fn run(
             Ok(()) = reload.changed() => prober.reload(),
             () = &mut shutdown => return,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::puppet::pool::Unready;
-    use crate::puppet::probe_error::shown;
-    use crate::puppet::status_api::FALLBACKS;
-
-    #[test]
-    fn server_timeout_stays_below_the_deadline() {
-        assert_eq!(server_timeout(Duration::from_millis(1500)), 1);
-        assert_eq!(server_timeout(Duration::from_secs(2)), 1);
-        assert_eq!(server_timeout(Duration::from_millis(2500)), 2);
-        assert_eq!(server_timeout(Duration::from_secs(30)), 29);
-        assert_eq!(
-            server_timeout(Duration::from_millis(200)),
-            1,
-            "Puppet needs at least 1"
-        );
-    }
-
-    #[test]
-    fn service_status_answers_are_read_by_state_and_pool() {
-        let captured =
-            include_str!("../../tests/fixtures/puppetserver-7.9.5-status-services-debug.json");
-        let all: serde_json::Value = serde_json::from_str(captured).unwrap();
-        let service = all["jruby-metrics"].to_string();
-        match read_answer(200, &service) {
-            Ok(Seen::Running(Some(pool))) => assert_eq!((pool.size, pool.free), (1, 1)),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(
-            read_answer(503, r#"{"state":"starting","status":{}}"#).unwrap(),
-            Seen::Unready(Unready::State("starting".into()))
-        );
-        assert_eq!(
-            read_answer(503, r#"{"state":"error","status":{}}"#)
-                .unwrap_err()
-                .to_string(),
-            "Puppet Server reports `error`, not `running`"
-        );
-        assert_eq!(
-            read_answer(200, r#"{"state":"running","status":{}}"#).unwrap(),
-            Seen::Running(None),
-            "no debug details: running, without numbers"
-        );
-        let not_found = r#"{"kind":"service-not-found","msg":"No status information found for service jruby-metrics"}"#;
-        assert_eq!(read_answer(404, not_found).unwrap(), Seen::NotFound);
-        assert!(matches!(
-            read_answer(200, r#"{"unexpected":true}"#),
-            Err(ProbeError::Unreadable { status: 200, .. })
-        ));
-    }
-
-    #[test]
-    fn simple_answers_are_read_by_their_word() {
-        assert_eq!(read_answer(200, "running").unwrap(), Seen::Running(None));
-        assert_eq!(
-            read_answer(503, "stopping").unwrap(),
-            Seen::Unready(Unready::State("stopping".into()))
-        );
-        assert!(matches!(
-            read_answer(503, "error"),
-            Err(ProbeError::NotRunning(state)) if state == "error"
-        ));
-        assert!(matches!(
-            read_answer(503, "running"),
-            Err(ProbeError::Status { status: 503, .. })
-        ));
-        assert_eq!(
-            read_answer(404, "not found: server").unwrap(),
-            Seen::NotFound
-        );
-        assert_eq!(
-            read_answer(404, "<html><body>HTTP ERROR 404</body></html>").unwrap(),
-            Seen::Unready(Unready::RoutesMissing)
-        );
-    }
-
-    #[test]
-    fn fallbacks_run_in_order_and_stop_at_the_end_or_at_a_path_of_ones_own() {
-        assert_eq!(next_path(FALLBACKS[0]), Some(FALLBACKS[1]));
-        assert_eq!(
-            next_path("/status/v1/simple/server"),
-            Some("/status/v1/simple/master")
-        );
-        assert_eq!(next_path("/status/v1/simple/master"), None);
-        assert_eq!(next_path("/behind/a/proxy"), None);
-    }
-
-    #[test]
-    fn bodies_are_flattened_and_cut() {
-        assert_eq!(shown("a\n  b").to_string(), "a b");
-        assert_eq!(shown("").to_string(), "(empty body)");
-        assert!(shown(&"x".repeat(500)).to_string().ends_with("..."));
-        assert_eq!(
-            shown("stopping\r\nX-Evil: 1").to_string(),
-            "stopping X-Evil: 1"
-        );
-    }
-
-    #[test]
-    fn compressed_and_binary_bodies_are_named_not_shown() {
-        let gzip = undecodable(None, &[0x1f, 0x8b, 8, 0, 0, 0])
-            .unwrap()
-            .to_string();
-        assert_eq!(
-            gzip,
-            "a gzip-compressed body of 6 bytes, which pmcheck does not decode (it asks for plain \
-             text; is something between pmcheck and Puppet Server compressing?)"
-        );
-        let br = undecodable(Some("br"), b"xyz").unwrap().to_string();
-        assert!(br.starts_with("a br-compressed body"), "{br}");
-        assert_eq!(
-            undecodable(None, b"\x00\x01").unwrap().to_string(),
-            "a binary body of 2 bytes"
-        );
-        assert_eq!(undecodable(Some("identity"), b"running\n"), None);
     }
 }

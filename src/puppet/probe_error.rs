@@ -267,3 +267,38 @@ pub(crate) fn plain_name(presented: &str) -> String {
         _ => presented.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_flattened_and_cut() {
+        assert_eq!(shown("a\n  b").to_string(), "a b");
+        assert_eq!(shown("").to_string(), "(empty body)");
+        assert!(shown(&"x".repeat(500)).to_string().ends_with("..."));
+        assert_eq!(
+            shown("stopping\r\nX-Evil: 1").to_string(),
+            "stopping X-Evil: 1"
+        );
+    }
+
+    #[test]
+    fn compressed_and_binary_bodies_are_named_not_shown() {
+        let gzip = undecodable(None, &[0x1f, 0x8b, 8, 0, 0, 0])
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            gzip,
+            "a gzip-compressed body of 6 bytes, which pmcheck does not decode (it asks for plain \
+             text; is something between pmcheck and Puppet Server compressing?)"
+        );
+        let br = undecodable(Some("br"), b"xyz").unwrap().to_string();
+        assert!(br.starts_with("a br-compressed body"), "{br}");
+        assert_eq!(
+            undecodable(None, b"\x00\x01").unwrap().to_string(),
+            "a binary body of 2 bytes"
+        );
+        assert_eq!(undecodable(Some("identity"), b"running\n"), None);
+    }
+}

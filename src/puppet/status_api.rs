@@ -104,3 +104,93 @@ pub(crate) fn read_answer(status: u16, text: &str) -> Result<Seen, ProbeError> {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::puppet::pool::Unready;
+    use crate::puppet::probe_error::ProbeError;
+    use std::time::Duration;
+
+    #[test]
+    fn server_timeout_stays_below_the_deadline() {
+        assert_eq!(server_timeout(Duration::from_millis(1500)), 1);
+        assert_eq!(server_timeout(Duration::from_secs(2)), 1);
+        assert_eq!(server_timeout(Duration::from_millis(2500)), 2);
+        assert_eq!(server_timeout(Duration::from_secs(30)), 29);
+        assert_eq!(
+            server_timeout(Duration::from_millis(200)),
+            1,
+            "Puppet needs at least 1"
+        );
+    }
+
+    #[test]
+    fn service_status_answers_are_read_by_state_and_pool() {
+        let captured =
+            include_str!("../../tests/fixtures/puppetserver-7.9.5-status-services-debug.json");
+        let all: serde_json::Value = serde_json::from_str(captured).unwrap();
+        let service = all["jruby-metrics"].to_string();
+        match read_answer(200, &service) {
+            Ok(Seen::Running(Some(pool))) => assert_eq!((pool.size, pool.free), (1, 1)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            read_answer(503, r#"{"state":"starting","status":{}}"#).unwrap(),
+            Seen::Unready(Unready::State("starting".into()))
+        );
+        assert_eq!(
+            read_answer(503, r#"{"state":"error","status":{}}"#)
+                .unwrap_err()
+                .to_string(),
+            "Puppet Server reports `error`, not `running`"
+        );
+        assert_eq!(
+            read_answer(200, r#"{"state":"running","status":{}}"#).unwrap(),
+            Seen::Running(None),
+            "no debug details: running, without numbers"
+        );
+        let not_found = r#"{"kind":"service-not-found","msg":"No status information found for service jruby-metrics"}"#;
+        assert_eq!(read_answer(404, not_found).unwrap(), Seen::NotFound);
+        assert!(matches!(
+            read_answer(200, r#"{"unexpected":true}"#),
+            Err(ProbeError::Unreadable { status: 200, .. })
+        ));
+    }
+
+    #[test]
+    fn simple_answers_are_read_by_their_word() {
+        assert_eq!(read_answer(200, "running").unwrap(), Seen::Running(None));
+        assert_eq!(
+            read_answer(503, "stopping").unwrap(),
+            Seen::Unready(Unready::State("stopping".into()))
+        );
+        assert!(matches!(
+            read_answer(503, "error"),
+            Err(ProbeError::NotRunning(state)) if state == "error"
+        ));
+        assert!(matches!(
+            read_answer(503, "running"),
+            Err(ProbeError::Status { status: 503, .. })
+        ));
+        assert_eq!(
+            read_answer(404, "not found: server").unwrap(),
+            Seen::NotFound
+        );
+        assert_eq!(
+            read_answer(404, "<html><body>HTTP ERROR 404</body></html>").unwrap(),
+            Seen::Unready(Unready::RoutesMissing)
+        );
+    }
+
+    #[test]
+    fn fallbacks_run_in_order_and_stop_at_the_end_or_at_a_path_of_ones_own() {
+        assert_eq!(next_path(FALLBACKS[0]), Some(FALLBACKS[1]));
+        assert_eq!(
+            next_path("/status/v1/simple/server"),
+            Some("/status/v1/simple/master")
+        );
+        assert_eq!(next_path("/status/v1/simple/master"), None);
+        assert_eq!(next_path("/behind/a/proxy"), None);
+    }
+}

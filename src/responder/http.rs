@@ -165,6 +165,7 @@ impl Node {
                         .map(|p| p.since),
                     pollers: self.pollers.count(now),
                 },
+                &self.readings,
                 openmetrics,
             )
         });
@@ -183,15 +184,13 @@ impl Node {
 
     /// The certificates' dates as last read, for the operator's JSON (none in inetd mode).
     fn certificates(&self) -> Option<CertificatesAnswer> {
-        let metrics = self.metrics.as_ref()?;
-        let latest = metrics.expiries.read().ok()?.clone()?;
+        let latest = self.readings.expiries()?;
         Some(CertificatesAnswer::of(&latest, expiry::now()))
     }
 
     /// The deploy records as last read, for the operator's JSON (none in inetd mode).
     fn code(&self) -> Option<Vec<CodeAnswer>> {
-        let metrics = self.metrics.as_ref()?;
-        let latest = metrics.code.read().ok()?.clone()?;
+        let latest = self.readings.code()?;
         Some(CodeAnswer::of(&latest, expiry::now()))
     }
 }

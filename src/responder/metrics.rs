@@ -28,11 +28,11 @@ use crate::drain::log::Action;
 use crate::drain::record::DrainState;
 use crate::health::verdict::Verdict;
 use crate::puppet::code::{self, Deployment, Found, Record};
-use crate::puppet::expiry::{self, Expiries};
+use crate::puppet::expiry::Expiries;
 use crate::puppet::pool::Pool;
 use crate::puppet::probe_error::ProbeError;
+use crate::puppet::readings::Readings;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::reading::Latest;
 use crate::responder::pollers::Via;
 
 /// The `Content-Type` of an OpenMetrics scrape.
@@ -132,10 +132,6 @@ pub struct Metrics {
     probe_seconds: Histogram,
     /// Drain events read from the event log, by action (counted by the log's reader).
     pub drain_events: Arc<EventCounts>,
-    /// The certificates' and the CRL's dates, kept by their reader.
-    pub expiries: Arc<expiry::Latest>,
-    /// The deploy records of `--code-environment`, kept by their reader.
-    pub code: Arc<Latest<code::Reading>>,
 }
 
 impl Default for Metrics {
@@ -152,8 +148,6 @@ impl Metrics {
             failures: Default::default(),
             probe_seconds: Histogram::new(PROBE_BUCKETS),
             drain_events: Arc::default(),
-            expiries: Arc::default(),
-            code: Arc::default(),
         }
     }
 
@@ -173,7 +167,7 @@ impl Metrics {
     }
 
     /// The scrape's body: OpenMetrics, or the classic text format.
-    pub fn render(&self, now: Now<'_>, openmetrics: bool) -> String {
+    pub fn render(&self, now: Now<'_>, readings: &Readings, openmetrics: bool) -> String {
         let drain = match now.drain {
             DrainState::NotDrained | DrainState::Expired(_) => Some((false, None, None)),
             DrainState::Drained(d) => Some((true, d.since(), d.until())),
@@ -197,8 +191,8 @@ impl Metrics {
             failures: self.failures.each_ref().map(|n| n.load(Ordering::Relaxed)),
             probe_seconds: self.probe_seconds.clone(),
             drain_events: self.drain_events.each(),
-            expiries: self.expiries.read().ok().and_then(|e| e.clone()),
-            code: self.code.read().ok().and_then(|c| c.clone()),
+            expiries: readings.expiries(),
+            code: readings.code(),
         };
         let mut registry = Registry::with_prefix(PREFIX);
         registry.register_collector(Box::new(scrape));
@@ -685,7 +679,11 @@ mod tests {
     fn every_verdict_has_a_series_and_only_the_current_one_is_1() {
         let metrics = Metrics::new();
         let drain = DrainState::NotDrained;
-        let text = metrics.render(now(Verdict::NotReady, &drain, None, 0), false);
+        let text = metrics.render(
+            now(Verdict::NotReady, &drain, None, 0),
+            &Readings::default(),
+            false,
+        );
         for verdict in Verdict::ALL {
             let want = if verdict == Verdict::NotReady {
                 "1"
@@ -723,7 +721,7 @@ mod tests {
         ));
         let drain = DrainState::NotDrained;
         let now = now(Verdict::Down, &drain, None, 2);
-        let text = metrics.render(now, false);
+        let text = metrics.render(now, &Readings::default(), false);
         let get = |s: &str| sample(&text, s).unwrap_or_else(|| panic!("no {s} in\n{text}"));
         assert_eq!(get(r#"pmcheck_polls_total{kind="http",verdict="OK"}"#), "2");
         assert_eq!(
@@ -771,7 +769,7 @@ mod tests {
         let drain = drained(Some(Duration::from_secs(3600)));
         let pool = pool();
         let now = now(Verdict::Drained, &drain, Some(&pool), 1);
-        let text = metrics.render(now, false);
+        let text = metrics.render(now, &Readings::default(), false);
         let get = |s: &str| sample(&text, s).unwrap_or_else(|| panic!("no {s} in\n{text}"));
         assert_eq!(get("pmcheck_puppetserver_jruby_pool_size"), "4");
         assert_eq!(get("pmcheck_puppetserver_jruby_free"), "1");
@@ -819,7 +817,11 @@ mod tests {
             path: "/var/lib/pmcheck/drain".into(),
             after: Duration::from_secs(1),
         });
-        let text = metrics.render(now(Verdict::Unknown, &drain, None, 0), true);
+        let text = metrics.render(
+            now(Verdict::Unknown, &drain, None, 0),
+            &Readings::default(),
+            true,
+        );
         assert!(!text.contains("pmcheck_drained"), "{text}");
         assert_eq!(
             sample(&text, r#"pmcheck_verdict{verdict="UNKNOWN"}"#),
@@ -833,8 +835,8 @@ mod tests {
         let drain = drained(None);
         let pool = pool();
         let now = now(Verdict::Drained, &drain, Some(&pool), 0);
-        let open = metrics.render(now, true);
-        let text = metrics.render(now, false);
+        let open = metrics.render(now, &Readings::default(), true);
+        let text = metrics.render(now, &Readings::default(), false);
         assert!(open.ends_with("# EOF\n"), "{open}");
         assert!(open.contains("# TYPE pmcheck_polls counter\n"), "{open}");
         assert!(open.contains("# TYPE pmcheck_build info\n"), "{open}");

@@ -16,6 +16,7 @@ use crate::health::decision::{Decision, Rules};
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::health::{hold, lb_state};
+use crate::puppet::readings::Readings;
 use crate::puppet::report::{Latest, ProbeReport};
 use crate::responder::agent;
 use crate::responder::agents::Agents;
@@ -76,6 +77,8 @@ pub struct Node {
     /// The daemon's counters for `/metrics`; `None` in inetd mode, whose process lives for
     /// one poll and so has nothing to count.
     pub metrics: Option<Metrics>,
+    /// The slow readings, kept by their readers (none in inetd mode either).
+    pub readings: Readings,
     /// When the listeners started accepting: the poller table knows nothing from before.
     pub started: Instant,
     /// The drain record watched, for the operator's view
@@ -103,6 +106,7 @@ impl Node {
             proof,
             agents: Agents::new(puppet),
             metrics: metrics.then(Metrics::new),
+            readings: Readings::default(),
             started: Instant::now(),
             drain_file: drain_file.resolved().display().to_string(),
         }

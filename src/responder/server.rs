@@ -171,18 +171,22 @@ pub async fn serve(
         );
         tasks.spawn(reading::refresh(
             expiry::REFRESH,
-            move || files.read_if_changed(),
-            Arc::clone(&metrics.expiries),
+            async move || {
+                let files = files.clone();
+                reading::off_workers(move || files.read_if_changed()).await
+            },
+            Arc::clone(&health.readings.expiries),
             closed(stopped.clone()),
         ));
         let environments = code::Environments {
             environmentpath: settings.environmentpath.value.clone(),
             names: daemon.code_environments.value.clone(),
         };
-        tasks.spawn(code::refresh(
-            environments,
-            Prober::aside(ProbeTarget::of(settings)),
-            Arc::clone(&metrics.code),
+        let mut code = code::Reader::new(environments, prober.client());
+        tasks.spawn(reading::refresh(
+            code::REFRESH,
+            async move || code.read().await,
+            Arc::clone(&health.readings.code),
             closed(stopped.clone()),
         ));
     }

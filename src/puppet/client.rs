@@ -1,0 +1,239 @@
+//! The one client of the local Puppet Server: HTTPS as this host (its certificate, verified
+//! against the Puppet CA, the certname as SNI and Host), rebuilt when Puppet renews the files in
+//! place or on SIGHUP, with bounded bodies and every failure named. The prober owns it; every
+//! other reader of Puppet Server's status (file sync, the JVM's start) borrows it, so the
+//! identity is loaded once and one connection is kept alive.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rustls::{AlertDescription, CertificateError};
+
+use crate::file_stamp::FileStamp;
+use crate::puppet::identity::IdentityFiles;
+use crate::puppet::probe::ProbeTarget;
+use crate::puppet::probe_error::{CannotProbe, ProbeError, TlsProblem, causes, plain_name};
+use crate::puppet::status_api::{JVM_STATUS_PATH, jvm_start_time, server_timeout};
+
+/// Puppet Server over HTTPS, as this host.
+#[derive(Debug)]
+pub struct PuppetClient {
+    identity: IdentityFiles,
+    certname: String,
+    certname_from: String,
+    addr: SocketAddr,
+    timeout: Duration,
+    /// The client built from the identity files as they were (their stamps).
+    built: Mutex<Option<Built>>,
+}
+
+type Built = ([Option<FileStamp>; 3], reqwest::Client);
+
+impl PuppetClient {
+    /// A client for `target`'s Puppet Server; the TLS client is built at the first request.
+    pub fn new(target: &ProbeTarget) -> Self {
+        Self {
+            identity: target.identity.clone(),
+            certname: target.certname.clone(),
+            certname_from: target.certname_from.clone(),
+            addr: target.addr,
+            timeout: target.timeout,
+            built: Mutex::new(None),
+        }
+    }
+
+    /// SIGHUP: the next request loads the certificate files again.
+    pub fn reload(&self) {
+        if let Ok(mut built) = self.built.lock() {
+            *built = None;
+        }
+    }
+
+    /// `path` on Puppet Server, without a query.
+    pub fn url(&self, path: &str) -> String {
+        format!("https://{}:{}{path}", self.certname, self.addr.port())
+    }
+
+    /// A status service's URL at `?level=debug`, with Puppet Server's own deadline below ours.
+    pub fn debug_status_url(&self, path: &str) -> String {
+        format!(
+            "{}?level=debug&timeout={}",
+            self.url(path),
+            server_timeout(self.timeout)
+        )
+    }
+
+    /// The HTTP client, rebuilt when the certificate, key or CA changed on disk.
+    pub async fn http(&self) -> Result<reqwest::Client, CannotProbe> {
+        let stamps = self.identity.stamps();
+        if let Ok(built) = self.built.lock()
+            && let Some((was, client)) = &*built
+            && *was == stamps
+            && stamps.iter().all(Option::is_some)
+        {
+            return Ok(client.clone());
+        }
+        // File reads: off the runtime's workers, so a slow disk cannot stall polls.
+        let identity = self.identity.clone();
+        let tls = tokio::task::spawn_blocking(move || identity.client_config())
+            .await
+            .map_err(CannotProbe::Loader)??;
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .resolve(&self.certname, self.addr)
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .http1_only()
+            .timeout(self.timeout)
+            // Reuse one connection between probes (Jetty keeps idle connections for 30 s), so
+            // Puppet Server is not asked for a full handshake every interval.
+            .pool_max_idle_per_host(1)
+            .pool_idle_timeout(Duration::from_secs(20))
+            .user_agent(concat!("pmcheck/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(CannotProbe::Client)?;
+        // Once at start and once per renewal: worth a line.
+        let identity = &self.identity;
+        tracing::info!(
+            hostcert = %identity.hostcert.display(),
+            hostprivkey = %identity.hostprivkey.display(),
+            localcacert = %identity.localcacert.display(),
+            "loaded the TLS identity: hostcert {}, hostprivkey {}, localcacert {}",
+            identity.hostcert.display(),
+            identity.hostprivkey.display(),
+            identity.localcacert.display()
+        );
+        if let Ok(mut built) = self.built.lock() {
+            *built = Some((stamps, client.clone()));
+        }
+        Ok(client)
+    }
+
+    /// The body, read until it ends or holds more than `limit` bytes (the caller truncates or
+    /// refuses): a Puppet Server gone wrong cannot make pmcheck hold an endless answer.
+    pub async fn body(
+        &self,
+        response: &mut reqwest::Response,
+        limit: usize,
+    ) -> Result<Vec<u8>, ProbeError> {
+        let mut body = Vec::new();
+        while body.len() <= limit {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) => break,
+                Err(e) => return Err(self.classify(e)),
+            }
+        }
+        Ok(body)
+    }
+
+    /// Another service's status (`?level=debug`): Puppet Enterprise's file sync client, for
+    /// the operator. The HTTP status and at most 64 KiB of the body; what failed, in words.
+    pub async fn service_status(&self, service: &str) -> Result<(u16, Vec<u8>), String> {
+        const LIMIT: usize = 64 * 1024;
+        let client = self.http().await.map_err(|e| e.to_string())?;
+        let url = self.debug_status_url(&format!("/status/v1/services/{service}"));
+        let mut response =
+            (client.get(&url).send().await).map_err(|e| self.classify(e).to_string())?;
+        let status = response.status().as_u16();
+        let body = (self.body(&mut response, LIMIT).await).map_err(|e| e.to_string())?;
+        if body.len() > LIMIT {
+            return Err(format!(
+                "{service}'s status is larger than {} KiB",
+                LIMIT / 1024
+            ));
+        }
+        Ok((status, body))
+    }
+
+    /// The JVM's start time (status-service, `?level=debug`); `None` when Puppet Server does
+    /// not say it: then the refused connection alone tells a restart.
+    pub async fn jvm_start(&self, client: &reqwest::Client) -> Option<u64> {
+        let url = self.debug_status_url(JVM_STATUS_PATH);
+        let response = client.get(&url).send().await.ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        jvm_start_time(&response.bytes().await.ok()?)
+    }
+
+    /// Names the phase that failed: connecting, TLS (with the certificate problem spelt out),
+    /// or the HTTP exchange.
+    pub fn classify(&self, e: reqwest::Error) -> ProbeError {
+        let addr = self.addr;
+        if e.is_timeout() {
+            return ProbeError::Timeout {
+                addr,
+                after: self.timeout,
+            };
+        }
+        for cause in causes(&e) {
+            if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+                return ProbeError::Tls {
+                    addr,
+                    problem: self.tls_problem(tls),
+                };
+            }
+            if cause
+                .downcast_ref::<io::Error>()
+                .is_some_and(|io| io.kind() == io::ErrorKind::ConnectionRefused)
+            {
+                return ProbeError::Refused { addr };
+            }
+        }
+        if e.is_connect() {
+            ProbeError::Connect { addr, source: e }
+        } else {
+            ProbeError::Http { addr, source: e }
+        }
+    }
+
+    fn tls_problem(&self, e: &rustls::Error) -> TlsProblem {
+        let certname = || self.certname.clone();
+        match e {
+            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+                TlsProblem::UnknownIssuer {
+                    ca: self.identity.localcacert.clone(),
+                }
+            }
+            rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
+                presented,
+                ..
+            }) if presented.is_empty() => TlsProblem::NoAltName {
+                certname: certname(),
+            },
+            rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
+                presented,
+                ..
+            }) => TlsProblem::WrongName {
+                presented: presented.iter().map(|p| plain_name(p)).collect(),
+                certname: certname(),
+                certname_from: self.certname_from.clone(),
+            },
+            rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
+                TlsProblem::NotValidForName {
+                    certname: certname(),
+                }
+            }
+            rustls::Error::InvalidCertificate(
+                CertificateError::Expired | CertificateError::ExpiredContext { .. },
+            ) => TlsProblem::Expired,
+            rustls::Error::AlertReceived(
+                alert @ (AlertDescription::BadCertificate
+                | AlertDescription::UnknownCA
+                | AlertDescription::CertificateUnknown
+                | AlertDescription::CertificateRequired
+                | AlertDescription::CertificateExpired
+                | AlertDescription::CertificateRevoked
+                | AlertDescription::DecryptError
+                | AlertDescription::AccessDenied),
+            ) => TlsProblem::Rejected {
+                alert: *alert,
+                hostcert: self.identity.hostcert.clone(),
+            },
+            other => TlsProblem::Other(other.clone()),
+        }
+    }
+}
