@@ -245,8 +245,14 @@ fn under_systemd_every_line_is_a_journal_entry_with_its_fields() {
     let journald = UnixDatagram::bind(dir.path().join("socket")).unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    // Exit 97: no stand-in journald could be mounted (no mount namespace here).
-    let script = "{ mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal \
+    // Exit 97: no stand-in journald could be mounted (no mount namespace here). The new
+    // namespace keeps the propagation it inherits (`unshare --propagation private` must change
+    // `/`'s, which a chroot such as CI's fresh root cannot, `/` not being a mount there): its
+    // /run, or else its `/`, is made private before anything is mounted, so nothing reaches
+    // the namespace it came from.
+    let script = "{ { mount --make-rprivate /run 2>/dev/null || mount --make-rprivate /; } \
+                  && mount -t tmpfs tmpfs /run \
+                  && mkdir -p /run/systemd/journal \
                   && mount --bind \"$0\" /run/systemd/journal; } || exit 97; \
                   JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) || exit 97; \
                   export JOURNAL_STREAM LISTEN_FDS=1 LISTEN_PID=$$; bin=$1; shift; \
@@ -256,7 +262,7 @@ fn under_systemd_every_line_is_a_journal_entry_with_its_fields() {
         command.arg("--map-root-user");
     }
     command
-        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .args(["--mount", "--propagation", "unchanged", "sh", "-c", script])
         .arg(dir.path())
         .arg(bin())
         .args(s.args(&["--lb-address", "127.0.0.1/32"]));

@@ -3,18 +3,20 @@
 
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hyper::server::conn::http1::Builder;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use ipnet::IpNet;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::responder::agent;
-use crate::responder::connections::{Activity, Connections, Limits, Throttle};
+use crate::responder::connections::{Activity, Connections, Limits, Throttle, Ticket};
 use crate::responder::deadline::WriteDeadline;
 use crate::responder::http::operator_view;
 use crate::responder::node::Node;
@@ -85,118 +87,113 @@ pub struct Listener {
 }
 
 impl Listener {
-    /// Accepts polls until stopped, then gives those in flight a moment to finish.
+    /// Accepts polls until stopped, each served by a [`Connection`] of its own, then gives
+    /// those in flight a moment to finish.
     pub async fn run(self) {
-        let Listener {
-            kind,
-            listener,
-            node,
-            guard,
-            stopped,
-        } = self;
-        accept(kind, listener, node, guard, stopped).await;
+        let http = http();
+        let mut connections = JoinSet::new();
+        let stop = closed(self.stopped.clone());
+        tokio::pin!(stop);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = self.listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        if let Some(n) = Guard::note(&self.guard.failed) {
+                            tracing::warn!(count = n, error = %e, "accept failed {n} time(s) in the last 10s: {e}");
+                        }
+                        // Out of descriptors: shed connections are closing, give them a moment
+                        // (not the 50 ms of other errors: a load balancer's check is waiting).
+                        let pause = if out_of_descriptors(&e) { 1 } else { 50 };
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                        continue;
+                    }
+                },
+                () = &mut stop => break,
+                Some(_) = connections.join_next() => continue,
+            };
+            let peer = peer.ip();
+            if !permits(&self.guard.allow, peer) {
+                // Closed before a byte is read.
+                drop(stream);
+                if let Some(n) = Guard::note(&self.guard.refused) {
+                    tracing::warn!(
+                        count = n,
+                        peer = %peer,
+                        "refused {n} connection(s) in the last 10s from outside --allow (the latest from {peer})"
+                    );
+                }
+                continue;
+            }
+            let regular = self.node.pollers.is_regular(peer, Instant::now());
+            let connection = Connection {
+                node: Arc::clone(&self.node),
+                peer,
+                ticket: self.guard.connections.admit(peer, regular),
+            };
+            match self.kind {
+                Via::Agent => connections.spawn(connection.agent(stream)),
+                Via::Http => {
+                    connections.spawn(connection.http(stream, http.clone(), self.stopped.clone()))
+                }
+            };
+        }
+        let _ = tokio::time::timeout(DRAIN_CONNECTIONS, async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
     }
 }
 
-async fn accept(
-    kind: Via,
-    listener: TcpListener,
-    health: Arc<Node>,
-    guard: Arc<Guard>,
-    stopped: watch::Receiver<()>,
-) {
-    let http = http();
-    let mut connections = JoinSet::new();
-    let stop = closed(stopped.clone());
-    tokio::pin!(stop);
-    loop {
-        let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    if let Some(n) = Guard::note(&guard.failed) {
-                        tracing::warn!(count = n, error = %e, "accept failed {n} time(s) in the last 10s: {e}");
-                    }
-                    // Out of descriptors: shed connections are closing, give them a moment
-                    // (not the 50 ms of other errors: a load balancer's check is waiting).
-                    let pause = if out_of_descriptors(&e) { 1 } else { 50 };
-                    tokio::time::sleep(Duration::from_millis(pause)).await;
-                    continue;
+/// One admitted connection, served until it ends, is shed to make room, or grows too old.
+struct Connection {
+    node: Arc<Node>,
+    peer: IpAddr,
+    /// Its place in the connection table, given back when dropped.
+    ticket: Ticket,
+}
+
+impl Connection {
+    /// HAProxy's agent check: one line, then close; noted once the client said what it sends.
+    async fn agent(mut self, stream: TcpStream) {
+        let (line, verdict, at) = self.node.agent_line(self.peer);
+        tokio::select! {
+            sent = agent::answer(stream, line, &self.ticket.activity) => {
+                if let Some(sent) = sent {
+                    self.node.agent_told(self.peer, sent.line(), verdict, at);
                 }
-            },
-            () = &mut stop => break,
-            Some(_) = connections.join_next() => continue,
-        };
-        if !permits(&guard.allow, peer.ip()) {
-            // Closed before a byte is read.
-            drop(stream);
-            if let Some(n) = Guard::note(&guard.refused) {
-                tracing::warn!(
-                    count = n,
-                    peer = %peer.ip(),
-                    "refused {n} connection(s) in the last 10s from outside --allow (the latest from {})",
-                    peer.ip()
-                );
             }
-            continue;
+            _ = &mut self.ticket.shed => {}
         }
-        let regular = health.pollers.is_regular(peer.ip(), Instant::now());
-        let ticket = guard.connections.admit(peer.ip(), regular);
-        if kind == Via::Agent {
-            let (line, verdict, at) = health.agent_line(peer.ip());
-            let node = Arc::clone(&health);
-            connections.spawn(async move {
-                let mut ticket = ticket;
-                tokio::select! {
-                    sent = agent::answer(stream, line, &ticket.activity) => {
-                        // Noted once the client said whether it is a load balancer.
-                        if let Some(sent) = sent {
-                            node.agent_told(peer.ip(), sent.line(), verdict, at);
-                        }
-                    }
-                    _ = &mut ticket.shed => {}
-                }
-            });
-            continue;
-        }
-        let _ = stream.set_nodelay(true);
-        let stream =
-            WriteDeadline::new(stream, WRITE_TIMEOUT).telling(Arc::clone(&ticket.activity));
-        let connection = http.serve_connection(
-            TokioIo::new(stream),
-            answers(
-                Arc::clone(&health),
-                peer.ip(),
-                Some(Arc::clone(&ticket.activity)),
-            ),
-        );
-        let stop = closed(stopped.clone());
-        connections.spawn(async move {
-            let mut ticket = ticket;
-            tokio::pin!(connection);
-            let result = tokio::select! {
-                result = connection.as_mut() => result,
-                // Shed to make room: close at once.
-                _ = &mut ticket.shed => return,
-                () = tokio::time::sleep(MAX_CONNECTION_AGE) => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-                () = stop => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            };
-            // HAProxy closes checks with a RST: routine, not worth more than debug.
-            if let Err(e) = result {
-                tracing::debug!(peer = %peer, error = %e, "poll from {peer}: {e}");
-            }
-        });
     }
-    let _ = tokio::time::timeout(DRAIN_CONNECTIONS, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
+
+    /// HTTP polls, as many as the client sends on the connection.
+    async fn http(mut self, stream: TcpStream, http: Builder, stopped: watch::Receiver<()>) {
+        let _ = stream.set_nodelay(true);
+        let activity = Arc::clone(&self.ticket.activity);
+        let stream = WriteDeadline::new(stream, WRITE_TIMEOUT).telling(Arc::clone(&activity));
+        let service = answers(Arc::clone(&self.node), self.peer, Some(activity));
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        tokio::pin!(connection);
+        let result = tokio::select! {
+            result = connection.as_mut() => result,
+            // Shed to make room: close at once.
+            _ = &mut self.ticket.shed => return,
+            () = tokio::time::sleep(MAX_CONNECTION_AGE) => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+            () = closed(stopped) => {
+                connection.as_mut().graceful_shutdown();
+                connection.await
+            }
+        };
+        // HAProxy closes checks with a RST: routine, not worth more than debug.
+        if let Err(e) = result {
+            let peer = self.peer;
+            tracing::debug!(peer = %peer, error = %e, "poll from {peer}: {e}");
+        }
+    }
 }
 
 /// EMFILE or ENFILE: the process or the system has no descriptor left.
@@ -206,8 +203,8 @@ fn out_of_descriptors(e: &io::Error) -> bool {
 }
 
 /// The HTTP/1 settings every poll is served with.
-fn http() -> hyper::server::conn::http1::Builder {
-    let mut http = hyper::server::conn::http1::Builder::new();
+fn http() -> Builder {
+    let mut http = Builder::new();
     http.timer(TokioTimer::new())
         // Also the idle limit between requests on a kept-alive connection.
         .header_read_timeout(HEADER_READ_TIMEOUT)
@@ -222,7 +219,7 @@ type Response = hyper::Response<http_body_util::Full<bytes::Bytes>>;
 /// The service that answers each request of a connection from `peer`.
 fn answers(
     health: Arc<Node>,
-    peer: std::net::IpAddr,
+    peer: IpAddr,
     activity: Option<Arc<Activity>>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,

@@ -167,7 +167,7 @@ impl Metrics {
     }
 
     /// The scrape's body: OpenMetrics, or the classic text format.
-    pub fn render(&self, now: Now<'_>, readings: &Readings, openmetrics: bool) -> String {
+    pub fn render(&self, now: Current<'_>, readings: &Readings, openmetrics: bool) -> String {
         let drain = match now.drain {
             DrainState::NotDrained | DrainState::Expired(_) => Some((false, None, None)),
             DrainState::Drained(d) => Some((true, d.since(), d.until())),
@@ -205,7 +205,7 @@ impl Metrics {
 
 /// What a scrape reports besides the counters, decided at the scrape like a poll.
 #[derive(Debug, Clone, Copy)]
-pub struct Now<'a> {
+pub struct Current<'a> {
     /// The verdict a poll would get now.
     pub verdict: Verdict,
     /// The agent-check weight a poll would get now, in percent.
@@ -659,8 +659,8 @@ mod tests {
         drain: &'a DrainState,
         pool: Option<&'a Pool>,
         pollers: usize,
-    ) -> Now<'a> {
-        Now {
+    ) -> Current<'a> {
+        Current {
             verdict,
             weight: 0,
             drain,
