@@ -6,10 +6,10 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use rustls::{AlertDescription, CertificateError};
+use tokio::sync::Mutex;
 
 use crate::file_stamp::FileStamp;
 use crate::puppet::identity::IdentityFiles;
@@ -25,7 +25,8 @@ pub struct PuppetClient {
     certname_from: String,
     addr: SocketAddr,
     timeout: Duration,
-    /// The client built from the identity files as they were (their stamps).
+    /// The client built from the identity files as they were (their stamps). Held while one
+    /// is built, so two readers starting together load the identity once.
     built: Mutex<Option<Built>>,
 }
 
@@ -45,10 +46,8 @@ impl PuppetClient {
     }
 
     /// SIGHUP: the next request loads the certificate files again.
-    pub fn reload(&self) {
-        if let Ok(mut built) = self.built.lock() {
-            *built = None;
-        }
+    pub async fn reload(&self) {
+        *self.built.lock().await = None;
     }
 
     /// `path` on Puppet Server, without a query.
@@ -68,8 +67,8 @@ impl PuppetClient {
     /// The HTTP client, rebuilt when the certificate, key or CA changed on disk.
     pub async fn http(&self) -> Result<reqwest::Client, CannotProbe> {
         let stamps = self.identity.stamps();
-        if let Ok(built) = self.built.lock()
-            && let Some((was, client)) = &*built
+        let mut built = self.built.lock().await;
+        if let Some((was, client)) = &*built
             && *was == stamps
             && stamps.iter().all(Option::is_some)
         {
@@ -105,9 +104,7 @@ impl PuppetClient {
             identity.hostprivkey.display(),
             identity.localcacert.display()
         );
-        if let Ok(mut built) = self.built.lock() {
-            *built = Some((stamps, client.clone()));
-        }
+        *built = Some((stamps, client.clone()));
         Ok(client)
     }
 

@@ -133,8 +133,8 @@ impl Prober {
 
     /// SIGHUP: drops the TLS client, so the next probe loads the certificate files again, and
     /// tries the configured status path again.
-    pub fn reload(&mut self) {
-        self.client.reload();
+    pub async fn reload(&mut self) {
+        self.client.reload().await;
         self.path.clone_from(&self.target.status_path);
         self.on_fallback = 0;
     }
@@ -372,7 +372,7 @@ pub async fn run(
         tokio::select! {
             () = tokio::time::sleep_until(started + interval) => {}
             // SIGHUP: load the identity again and probe with it now.
-            Ok(()) = reload.changed() => prober.reload(),
+            Ok(()) = reload.changed() => prober.reload().await,
             () = &mut shutdown => return,
         }
     }
