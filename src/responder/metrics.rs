@@ -6,42 +6,28 @@
 //! a probe. Every label comes from a fixed list in this file: no peer addresses, no reasons.
 //!
 //! Prometheus asks for OpenMetrics and gets it. Anyone else (curl, `promtool check metrics`)
-//! gets the classic text format 0.0.4, which prometheus-client does not write: [`classic`]
-//! rewrites the few lines where the two formats differ.
+//! gets the classic text format 0.0.4; both are written by [`crate::responder::exposition`].
 
-use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::metrics::info::Info;
-use prometheus_client::registry::{Registry, Unit};
-
 use crate::drain::audit::EventCounts;
-use crate::drain::log::Action;
 use crate::drain::record::DrainState;
 use crate::health::verdict::Verdict;
-use crate::puppet::code::{self, Deployment, Found, Record};
+use crate::puppet::code::{Deployment, Found, Record};
 use crate::puppet::expiry::Expiries;
 use crate::puppet::pool::Pool;
 use crate::puppet::probe_error::ProbeError;
 use crate::puppet::readings::Readings;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
+use crate::responder::exposition::{Exposition, Kind, Value as _};
 use crate::responder::pollers::Via;
 
 /// The `Content-Type` of an OpenMetrics scrape.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// The `Content-Type` of the classic text format.
 pub const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Every series name starts with this.
-const PREFIX: &str = "pmcheck";
 
 /// Probe durations, in seconds: from a warm local Puppet Server (milliseconds) to the longest
 /// `--timeout` an operator would set.
@@ -146,7 +132,7 @@ impl Metrics {
         Self {
             polls: Default::default(),
             failures: Default::default(),
-            probe_seconds: Histogram::new(PROBE_BUCKETS),
+            probe_seconds: Histogram::default(),
             drain_events: Arc::default(),
         }
     }
@@ -168,38 +154,62 @@ impl Metrics {
 
     /// The scrape's body: OpenMetrics, or the classic text format.
     pub fn render(&self, now: Current<'_>, readings: &Readings, openmetrics: bool) -> String {
-        let drain = match now.drain {
-            DrainState::NotDrained | DrainState::Expired(_) => Some((false, None, None)),
-            DrainState::Drained(d) => Some((true, d.since(), d.until())),
-            DrainState::Unknown(_) => None,
-        };
-        let scrape = Scrape {
-            verdict: now.verdict,
-            weight: now.weight,
-            drain: drain.map(|(drained, since, until)| DrainSeries {
-                drained,
-                since: since.map(epoch_seconds),
-                until: until.map(epoch_seconds),
-            }),
-            pool: now.pool.cloned(),
-            paused_since: now.paused_since.map(epoch_seconds),
-            pollers: now.pollers,
-            polls: self
-                .polls
-                .each_ref()
-                .map(|row| row.each_ref().map(|n| n.load(Ordering::Relaxed))),
-            failures: self.failures.each_ref().map(|n| n.load(Ordering::Relaxed)),
-            probe_seconds: self.probe_seconds.clone(),
-            drain_events: self.drain_events.each(),
-            expiries: readings.expiries(),
-            code: readings.code(),
-        };
-        let mut registry = Registry::with_prefix(PREFIX);
-        registry.register_collector(Box::new(scrape));
-        let mut text = String::with_capacity(8 * 1024);
-        // Writing into a String cannot fail, and every value is a number or a fixed label.
-        let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
-        if openmetrics { text } else { classic(&text) }
+        let mut out = Exposition::new(openmetrics, 8 * 1024);
+        out.family("pmcheck_build", "pmcheck's version", Kind::Info, None);
+        out.sample("_info", &[("version", env!("CARGO_PKG_VERSION"))], 1u8);
+        out.family(
+            "pmcheck_drain_events",
+            "Drain events (drain, undrain, expire, cycle steps, refused drains) the daemon read from the state directory's event log since it started",
+            Kind::Counter,
+            None,
+        );
+        for (action, n) in self.drain_events.each() {
+            out.sample("_total", &[("action", action.as_str())], n);
+        }
+        now.encode(&mut out);
+        self.probe_seconds.encode(&mut out);
+        out.family(
+            "pmcheck_probe_failures",
+            "Probes of Puppet Server that failed, by cause",
+            Kind::Counter,
+            None,
+        );
+        for cause in Cause::ALL {
+            let n = self.failures[cause as usize].load(Ordering::Relaxed);
+            out.sample("_total", &[("cause", cause.as_str())], n);
+        }
+        out.family(
+            "pmcheck_polls",
+            "Polls answered, by kind (http: the HTTP check; agent: HAProxy's agent check) and verdict",
+            Kind::Counter,
+            None,
+        );
+        for (via, kind) in [(Via::Http, "http"), (Via::Agent, "agent")] {
+            for verdict in Verdict::ALL {
+                let n = self.polls[via as usize][verdict as usize].load(Ordering::Relaxed);
+                out.sample(
+                    "_total",
+                    &[("kind", kind), ("verdict", verdict.as_str())],
+                    n,
+                );
+            }
+        }
+        out.gauge(
+            "pmcheck_pollers",
+            "Hosts that polled in the last 10 minutes",
+            None,
+            now.pollers,
+        );
+        if let Some(pool) = now.pool {
+            encode_pool(&mut out, pool);
+        }
+        if let Some(expiries) = readings.expiries() {
+            encode_expiries(&mut out, &expiries);
+        }
+        if let Some(code) = readings.code() {
+            encode_code(&mut out, &code.deployments);
+        }
+        out.finish()
     }
 }
 
@@ -220,205 +230,156 @@ pub struct Current<'a> {
     pub pollers: usize,
 }
 
-/// The drain, as series; absent when pmcheck cannot tell whether the node is drained.
-#[derive(Debug)]
-struct DrainSeries {
-    drained: bool,
-    since: Option<f64>,
-    until: Option<f64>,
-}
-
-/// One scrape's values, encoded by prometheus-client.
-#[derive(Debug)]
-struct Scrape {
-    verdict: Verdict,
-    weight: u8,
-    drain: Option<DrainSeries>,
-    pool: Option<Pool>,
-    paused_since: Option<f64>,
-    pollers: usize,
-    polls: [[u64; Verdict::ALL.len()]; 2],
-    failures: [u64; Cause::ALL.len()],
-    probe_seconds: Histogram,
-    drain_events: [(Action, u64); Action::ALL.len()],
-    expiries: Option<Arc<Expiries>>,
-    code: Option<Arc<code::Reading>>,
-}
-
-impl Collector for Scrape {
-    fn encode(&self, mut out: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let version = Info::new([("version", env!("CARGO_PKG_VERSION"))]);
-        version.encode(out.encode_descriptor(
-            "build",
-            "pmcheck's version",
-            None,
-            MetricType::Info,
-        )?)?;
-
-        let mut family = out.encode_descriptor(
-            "drain_events",
-            "Drain events (drain, undrain, expire, cycle steps, refused drains) the daemon read from the state directory's event log since it started",
-            None,
-            MetricType::Counter,
-        )?;
-        for (action, n) in self.drain_events {
-            ConstCounter::new(n).encode(family.encode_family(&[("action", action.as_str())])?)?;
-        }
-
-        let mut family = out.encode_descriptor(
-            "verdict",
+impl Current<'_> {
+    /// The verdict, the weight, a pause and the drain.
+    fn encode(&self, out: &mut Exposition) {
+        out.family(
+            "pmcheck_verdict",
             "1 for the verdict a poll gets now (only OK answers 200), 0 for the others",
+            Kind::Gauge,
             None,
-            MetricType::Gauge,
-        )?;
+        );
         for verdict in Verdict::ALL {
-            let labels = [("verdict", verdict.as_str())];
-            ConstGauge::new(i64::from(verdict == self.verdict))
-                .encode(family.encode_family(&labels)?)?;
+            let now = u8::from(verdict == self.verdict);
+            out.sample("", &[("verdict", verdict.as_str())], now);
         }
-        gauge(
-            &mut out,
-            "agent_weight_ratio",
+        out.gauge(
+            "pmcheck_agent_weight_ratio",
             "The weight the agent check reports now, as a ratio of the configured weight (its floor while not OK)",
             None,
             f64::from(self.weight) / 100.0,
-        )?;
-        gauge(
-            &mut out,
-            "paused",
+        );
+        out.gauge(
+            "pmcheck_paused",
             "1 while Puppet Server's JRuby pool is paused (locked or refilling after being ready): answered OK at the floor weight for at most --pause-grace",
             None,
-            i64::from(self.paused_since.is_some()),
-        )?;
+            u8::from(self.paused_since.is_some()),
+        );
         if let Some(since) = self.paused_since {
-            gauge(
-                &mut out,
-                "pause_started_timestamp",
+            out.gauge(
+                "pmcheck_pause_started_timestamp",
                 "When the pause in force began",
-                Some(&Unit::Seconds),
-                since,
-            )?;
+                Some("seconds"),
+                epoch_seconds(since),
+            );
         }
-        if let Some(drain) = &self.drain {
-            gauge(
-                &mut out,
-                "drained",
-                "1 while an operator's drain is in force (absent when pmcheck cannot tell)",
-                None,
-                i64::from(drain.drained),
-            )?;
-            if let Some(since) = drain.since {
-                gauge(
-                    &mut out,
-                    "drain_started_timestamp",
-                    "When the drain in force began",
-                    Some(&Unit::Seconds),
-                    since,
-                )?;
-            }
-            if let Some(until) = drain.until {
-                gauge(
-                    &mut out,
-                    "drain_expires_timestamp",
-                    "When the drain in force lapses by itself (drain --for)",
-                    Some(&Unit::Seconds),
-                    until,
-                )?;
-            }
+        let (drained, since, until) = match self.drain {
+            DrainState::NotDrained | DrainState::Expired(_) => (false, None, None),
+            DrainState::Drained(d) => (true, d.since(), d.until()),
+            // Absent: pmcheck cannot tell.
+            DrainState::Unknown(_) => return,
+        };
+        out.gauge(
+            "pmcheck_drained",
+            "1 while an operator's drain is in force (absent when pmcheck cannot tell)",
+            None,
+            u8::from(drained),
+        );
+        if let Some(since) = since {
+            out.gauge(
+                "pmcheck_drain_started_timestamp",
+                "When the drain in force began",
+                Some("seconds"),
+                epoch_seconds(since),
+            );
         }
-        self.probe_seconds.encode(out.encode_descriptor(
-            "probe_duration",
+        if let Some(until) = until {
+            out.gauge(
+                "pmcheck_drain_expires_timestamp",
+                "When the drain in force lapses by itself (drain --for)",
+                Some("seconds"),
+                epoch_seconds(until),
+            );
+        }
+    }
+}
+
+/// How long probes took: fixed buckets, counted as they land.
+#[derive(Debug, Default)]
+struct Histogram {
+    counts: Mutex<Counts>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    /// Probes per bucket, not cumulative: [`PROBE_BUCKETS`]' bounds in order.
+    buckets: [u64; PROBE_BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&self, seconds: f64) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = PROBE_BUCKETS.iter().position(|le| seconds <= *le) {
+            counts.buckets[i] += 1;
+        }
+        counts.count += 1;
+        counts.sum += seconds;
+    }
+
+    fn encode(&self, out: &mut Exposition) {
+        let counts = *self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        out.family(
+            "pmcheck_probe_duration",
             "How long each probe of Puppet Server's status API took",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?)?;
-        let mut family = out.encode_descriptor(
-            "probe_failures",
-            "Probes of Puppet Server that failed, by cause",
-            None,
-            MetricType::Counter,
-        )?;
-        for cause in Cause::ALL {
-            let labels = [("cause", cause.as_str())];
-            ConstCounter::new(self.failures[cause as usize])
-                .encode(family.encode_family(&labels)?)?;
+            Kind::Histogram,
+            Some("seconds"),
+        );
+        out.sample("_sum", &[], counts.sum);
+        out.sample("_count", &[], counts.count);
+        let mut below = 0;
+        let mut le = String::new();
+        for (bound, n) in PROBE_BUCKETS.iter().zip(counts.buckets) {
+            below += n;
+            le.clear();
+            bound.write(&mut le);
+            out.sample("_bucket", &[("le", &le)], below);
         }
-        let mut family = out.encode_descriptor(
-            "polls",
-            "Polls answered, by kind (http: the HTTP check; agent: HAProxy's agent check) and verdict",
-            None,
-            MetricType::Counter,
-        )?;
-        for (via, kind) in [(Via::Http, "http"), (Via::Agent, "agent")] {
-            for verdict in Verdict::ALL {
-                let labels = [("kind", kind), ("verdict", verdict.as_str())];
-                ConstCounter::new(self.polls[via as usize][verdict as usize])
-                    .encode(family.encode_family(&labels)?)?;
-            }
-        }
-        gauge(
-            &mut out,
-            "pollers",
-            "Hosts that polled in the last 10 minutes",
-            None,
-            self.pollers as u64,
-        )?;
-        if let Some(pool) = &self.pool {
-            encode_pool(&mut out, pool)?;
-        }
-        if let Some(expiries) = &self.expiries {
-            encode_expiries(&mut out, expiries)?;
-        }
-        if let Some(code) = &self.code {
-            encode_code(&mut out, &code.deployments)?;
-        }
-        Ok(())
+        out.sample("_bucket", &[("le", "+Inf")], counts.count);
     }
 }
 
 /// The certificates' `notAfter` (the earliest per file and position) and the CRL's dates.
-fn encode_expiries(out: &mut DescriptorEncoder, e: &Expiries) -> Result<(), std::fmt::Error> {
+fn encode_expiries(out: &mut Exposition, e: &Expiries) {
     let earliest = e.earliest();
     if !earliest.is_empty() {
-        let mut family = out.encode_descriptor(
-            "certificate_expiry_timestamp",
+        out.family(
+            "pmcheck_certificate_expiry_timestamp",
             "notAfter of the certificates pmcheck's TLS rests on (file: hostcert, localcacert; position: leaf, intermediate, root; the earliest where a file holds several of one position)",
-            Some(&Unit::Seconds),
-            MetricType::Gauge,
-        )?;
+            Kind::Gauge,
+            Some("seconds"),
+        );
         for (file, position, end) in earliest {
-            let labels = [("file", file.as_str()), ("position", position.as_str())];
-            ConstGauge::new(end).encode(family.encode_family(&labels)?)?;
+            out.sample(
+                "",
+                &[("file", file.as_str()), ("position", position.as_str())],
+                end,
+            );
         }
     }
     if let Some(crl) = &e.crl {
-        gauge(
-            out,
-            "crl_this_update_timestamp",
+        out.gauge(
+            "pmcheck_crl_this_update_timestamp",
             "thisUpdate of the CRL Puppet Server checks agents against (hostcrl, or webserver.conf's ssl-crl-path)",
-            Some(&Unit::Seconds),
+            Some("seconds"),
             crl.this_update,
-        )?;
+        );
         if let Some(next) = crl.next_update {
-            gauge(
-                out,
-                "crl_next_update_timestamp",
+            out.gauge(
+                "pmcheck_crl_next_update_timestamp",
                 "nextUpdate of that CRL: past it, agents' and Puppet's own CRL checks fail",
-                Some(&Unit::Seconds),
+                Some("seconds"),
                 next,
-            )?;
+            );
         }
     }
-    Ok(())
 }
 
 /// The deploy records read: an environment without a readable record has no series. The
 /// `commit` label is the one open-ended label value of pmcheck's metrics: one series per
 /// environment at a time, for Prometheus to compare the masters (`PmcheckCodeDiverged`).
-fn encode_code(
-    out: &mut DescriptorEncoder,
-    deployments: &[Deployment],
-) -> Result<(), std::fmt::Error> {
+fn encode_code(out: &mut Exposition, deployments: &[Deployment]) {
     let records: Vec<(&str, &Record)> = deployments
         .iter()
         .filter_map(|d| match &d.found {
@@ -426,154 +387,128 @@ fn encode_code(
             _ => None,
         })
         .collect();
-    let series = |pick: fn(&Record) -> Option<i64>| -> Vec<(&str, i64)> {
-        records
-            .iter()
-            .filter_map(|(env, r)| Some((*env, pick(r)?)))
-            .collect()
-    };
-    /// A gauge family of one value per environment.
-    struct PerEnvironment<'a> {
-        name: &'a str,
-        help: &'a str,
-        unit: Option<&'a Unit>,
-        values: Vec<(&'a str, i64)>,
-    }
-    let families = [
-        PerEnvironment {
-            name: "code_deployed_timestamp",
-            help: "When the environment's last deploy finished (finished_at of its .r10k-deploy.json)",
-            unit: Some(&Unit::Seconds),
-            values: series(|r| r.finished_at),
-        },
-        PerEnvironment {
-            name: "code_deploy_success",
-            help: "Whether the environment's last deploy succeeded (deploy_success of its .r10k-deploy.json); after a failed one it may hold older or partly deployed modules",
-            unit: None,
-            values: series(|r| r.success.map(i64::from)),
-        },
+    /// A family of one value per environment: name, help, unit, and the record's value.
+    type PerEnvironment = (
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        fn(&Record) -> Option<i64>,
+    );
+    let families: [PerEnvironment; 2] = [
+        (
+            "pmcheck_code_deployed_timestamp",
+            "When the environment's last deploy finished (finished_at of its .r10k-deploy.json)",
+            Some("seconds"),
+            |r| r.finished_at,
+        ),
+        (
+            "pmcheck_code_deploy_success",
+            "Whether the environment's last deploy succeeded (deploy_success of its .r10k-deploy.json); after a failed one it may hold older or partly deployed modules",
+            None,
+            |r| r.success.map(i64::from),
+        ),
     ];
-    for f in families.into_iter().filter(|f| !f.values.is_empty()) {
-        let mut family = out.encode_descriptor(f.name, f.help, f.unit, MetricType::Gauge)?;
-        for (environment, value) in f.values {
-            ConstGauge::new(value)
-                .encode(family.encode_family(&[("environment", environment)])?)?;
+    for (name, help, unit, pick) in families {
+        let values: Vec<(&str, i64)> = (records.iter())
+            .filter_map(|(env, r)| Some((*env, pick(r)?)))
+            .collect();
+        if values.is_empty() {
+            continue;
+        }
+        out.family(name, help, Kind::Gauge, unit);
+        for (environment, value) in values {
+            out.sample("", &[("environment", environment)], value);
         }
     }
-    let commits: Vec<(&str, &str)> = records
-        .iter()
+    let commits: Vec<(&str, &str)> = (records.iter())
         .filter_map(|(env, r)| Some((*env, r.commit.as_deref()?)))
         .collect();
     if !commits.is_empty() {
-        let mut family = out.encode_descriptor(
-            "code",
+        out.family(
+            "pmcheck_code",
             "The commit each environment holds (signature of its .r10k-deploy.json)",
+            Kind::Info,
             None,
-            MetricType::Info,
-        )?;
+        );
         for (environment, commit) in commits {
-            Info::new([("commit", commit)])
-                .encode(family.encode_family(&[("environment", environment)])?)?;
+            let labels = [("commit", commit), ("environment", environment)];
+            out.sample("_info", &labels, 1u8);
         }
     }
-    Ok(())
 }
 
 /// Puppet Server's JRuby pool from the latest probe, under `pmcheck_puppetserver_jruby_`.
-fn encode_pool(out: &mut DescriptorEncoder, pool: &Pool) -> Result<(), std::fmt::Error> {
+fn encode_pool(out: &mut Exposition, pool: &Pool) {
     let instances = [
         (
-            "puppetserver_jruby_pool_size",
+            "pmcheck_puppetserver_jruby_pool_size",
             "JRuby instances Puppet Server runs (num-jrubies)",
             pool.size,
         ),
         (
-            "puppetserver_jruby_free",
+            "pmcheck_puppetserver_jruby_free",
             "JRuby instances idle now (num-free-jrubies)",
             pool.free,
         ),
         (
-            "puppetserver_jruby_borrowed",
+            "pmcheck_puppetserver_jruby_borrowed",
             "Requests compiling now (borrowed-instances)",
             pool.borrowed,
         ),
         (
-            "puppetserver_jruby_requested",
+            "pmcheck_puppetserver_jruby_requested",
             "Requests waiting for a JRuby instance (requested-instances)",
             pool.waiting,
         ),
     ];
     for (name, help, value) in instances {
-        gauge(out, name, help, None, value)?;
+        out.gauge(name, help, None, value);
     }
-    gauge(
-        out,
-        "puppetserver_jruby_average_free",
+    out.gauge(
+        "pmcheck_puppetserver_jruby_average_free",
         "Free JRuby instances, as Puppet Server averages them (average-free-jrubies)",
         None,
         pool.average_free,
-    )?;
+    );
     let times = [
         (
-            "puppetserver_jruby_average_wait",
+            "pmcheck_puppetserver_jruby_average_wait",
             "How long requests waited for a JRuby instance, recent average (average-wait-time)",
             pool.average_wait_ms,
         ),
         (
-            "puppetserver_jruby_average_borrow",
+            "pmcheck_puppetserver_jruby_average_borrow",
             "How long requests held a JRuby instance, recent average (average-borrow-time)",
             pool.average_borrow_ms,
         ),
     ];
     for (name, help, ms) in times {
-        gauge(out, name, help, Some(&Unit::Seconds), ms as f64 / 1000.0)?;
+        out.gauge(name, help, Some("seconds"), ms as f64 / 1000.0);
     }
     let counts = [
         (
-            "puppetserver_jruby_queue_limit_hits",
+            "pmcheck_puppetserver_jruby_queue_limit_hits",
             "Requests Puppet Server refused because max-queued-requests was reached (queue-limit-hit-count)",
             pool.queue_limit_hits,
         ),
         (
-            "puppetserver_jruby_borrow_timeouts",
+            "pmcheck_puppetserver_jruby_borrow_timeouts",
             "Requests that gave up waiting for a JRuby instance (borrow-timeout-count)",
             pool.borrow_timeouts,
         ),
     ];
     for (name, help, count) in counts {
-        ConstCounter::new(count).encode(out.encode_descriptor(
-            name,
-            help,
-            None,
-            MetricType::Counter,
-        )?)?;
+        out.counter(name, help, count);
     }
-    let mut family = out.encode_descriptor(
-        "puppetserver_jruby_pool_lock",
+    out.family(
+        "pmcheck_puppetserver_jruby_pool_lock",
         "1 for the pool lock's state (acquired: being flushed, nothing compiles), 0 for the others",
+        Kind::Gauge,
         None,
-        MetricType::Gauge,
-    )?;
+    );
     for state in ["not-in-use", "requested", "acquired"] {
-        let labels = [("state", state)];
-        ConstGauge::new(i64::from(pool.lock == state)).encode(family.encode_family(&labels)?)?;
+        out.sample("", &[("state", state)], u8::from(pool.lock == state));
     }
-    Ok(())
-}
-
-/// One unlabelled gauge.
-fn gauge<N>(
-    out: &mut DescriptorEncoder,
-    name: &str,
-    help: &str,
-    unit: Option<&Unit>,
-    value: N,
-) -> Result<(), std::fmt::Error>
-where
-    ConstGauge<N>: EncodeMetric,
-{
-    let gauge = ConstGauge::new(value);
-    gauge.encode(out.encode_descriptor(name, help, unit, MetricType::Gauge)?)
 }
 
 fn epoch_seconds(t: SystemTime) -> f64 {
@@ -581,37 +516,6 @@ fn epoch_seconds(t: SystemTime) -> f64 {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
     }
-}
-
-/// The classic text format (0.0.4) of prometheus-client's OpenMetrics text: a counter family is
-/// declared under its samples' `_total` name and an info family as an `_info` gauge; `# UNIT`
-/// and `# EOF` go. Samples, labels and their escaping are the same in both formats.
-/// prometheus-client writes OpenMetrics only (prometheus/client_rust#51 asks for the classic
-/// format); rewriting its output keeps one registry and one set of series.
-pub fn classic(openmetrics: &str) -> String {
-    let mut out = String::with_capacity(openmetrics.len());
-    let mut help: Option<&str> = None;
-    for line in openmetrics.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            help = Some(rest);
-        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.rsplit_once(' ').unwrap_or((rest, "untyped"));
-            let (suffix, kind) = match kind {
-                "counter" => ("_total", "counter"),
-                "info" => ("_info", "gauge"),
-                "unknown" => ("", "untyped"),
-                other => ("", other),
-            };
-            if let Some(text) = help.take().and_then(|h| h.strip_prefix(name)) {
-                let _ = writeln!(out, "# HELP {name}{suffix}{text}");
-            }
-            let _ = writeln!(out, "# TYPE {name}{suffix} {kind}");
-        } else if !(line.starts_with("# UNIT ") || line == "# EOF") {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// Whether the scraper asked for OpenMetrics (Prometheus does, in its `Accept`).

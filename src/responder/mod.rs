@@ -6,6 +6,7 @@ pub mod agents;
 pub(crate) mod bind;
 pub(crate) mod connections;
 pub(crate) mod deadline;
+pub(crate) mod exposition;
 pub mod http;
 pub(crate) mod inetd;
 pub(crate) mod listener;
