@@ -9,7 +9,7 @@
 //! One poll, from socket to verdict:
 //!
 //! ```text
-//! commands::run    flags + env (+ clap's provenance) -> settings::Given
+//! commands::run    argv, flags + env -> provenance::Provenance -> settings::Given
 //!                  Given + puppet.conf + webserver.conf -> settings::Settings  (once, at start;
 //!                  its `daemon` part holds every `serve` option, as `pmcheck config` shows)
 //! responder::server::serve(&Settings)
@@ -50,8 +50,8 @@
 //! - [`responder`] answers polls: the node's shared state ([`responder::node::Node`]), the
 //!   daemon's listeners and their guards, the HTTP answers, HAProxy's agent check, inetd mode
 //!   and systemd integration.
-//! - [`commands`] is the only place that turns the command line ([`cli`]) into settings, and
-//!   errors into an [`exit::Exit`].
+//! - [`commands`] dispatches the command line ([`cli`]) and turns errors into an
+//!   [`exit::Exit`]; [`provenance`] turns it into settings, each with where it came from.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -64,6 +64,7 @@ pub mod file_stamp;
 pub mod health;
 pub mod logging;
 pub(crate) mod operator;
+pub mod provenance;
 pub mod puppet;
 pub mod reading;
 pub mod responder;

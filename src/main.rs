@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches};
@@ -9,14 +10,18 @@ use pmcheck::cli::Cli;
 use pmcheck::exit::Exit;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
+    let argv: Vec<OsString> = std::env::args_os().collect();
     let parsed = Cli::command()
-        .try_get_matches_from(&args)
+        .try_get_matches_from(&argv)
         .and_then(|matches| Cli::from_arg_matches(&matches).map(|cli| (cli, matches)));
     match parsed {
-        Ok((cli, matches)) => pmcheck::run(cli, &matches).into(),
+        Ok((cli, matches)) => pmcheck::run(cli, &matches, &argv).into(),
         Err(error) => {
             let _ = error.print();
+            let args: Vec<String> = argv
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
             if let Some(hint) = pmcheck::cli::env_hint(&error, &args) {
                 eprintln!("{hint}");
             }

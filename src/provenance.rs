@@ -1,0 +1,390 @@
+//! Where each setting came from: the command line, the environment variable its definition
+//! names, the service's environment file (`pmcheck config`), or its default. Built from an
+//! explicit argument list, so that provenance is tested without a process.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory as _};
+use thiserror::Error;
+
+use crate::cli::Cli;
+use crate::settings::env_file::EnvFile;
+use crate::settings::{Daemon, Given, Setting, Source};
+
+/// A value of the service's environment file that the option it sets refuses.
+#[derive(Debug, Error)]
+#[error("{}: {var}={value}: {problem}; fix it in that file (`pmcheck serve --help` says what each takes)", path.display())]
+pub struct EnvFileError {
+    path: std::path::PathBuf,
+    var: String,
+    value: String,
+    problem: String,
+}
+
+/// Where clap found each value of a subcommand: on the command line, in the environment variable
+/// its definition names, or its default. The only place that turns clap's matches into
+/// [`Given`] settings, so an option's name, variable and default are each written once.
+pub struct Provenance<'a> {
+    matches: &'a ArgMatches,
+    command: clap::Command,
+    /// Options whose value `config` took from the service's environment file, by id.
+    from_file: HashMap<String, Source>,
+}
+
+impl<'a> Provenance<'a> {
+    /// The subcommand's matches and definition.
+    pub fn of(matches: &'a ArgMatches) -> Self {
+        let cli = <Cli as clap::CommandFactory>::command();
+        match matches.subcommand() {
+            Some((name, sub)) => Self {
+                command: cli.find_subcommand(name).cloned().unwrap_or(cli),
+                matches: sub,
+                from_file: HashMap::new(),
+            },
+            None => Self {
+                matches,
+                command: cli,
+                from_file: HashMap::new(),
+            },
+        }
+    }
+
+    /// The settings given, each with where it came from.
+    pub fn given(&self) -> Given {
+        Given {
+            puppet_conf: self.get("puppet_conf"),
+            certname: self.get("certname"),
+            hostcert: self.get("hostcert"),
+            hostprivkey: self.get("hostprivkey"),
+            localcacert: self.get("localcacert"),
+            hostcrl: self.get("hostcrl"),
+            puppet_addr: self.get("puppet_addr"),
+            status_path: self.must("status_path"),
+            timeout: self.must("timeout"),
+            pause_grace: self.must("pause_grace"),
+            wedged_after: self.must("wedged_after"),
+            puppetserver_confd: self.get("puppetserver_confd"),
+            state_dir: self.must("state_dir"),
+            daemon: self.daemon(),
+        }
+    }
+
+    /// The daemon's own settings, when the subcommand takes them (`serve`, `config`).
+    fn daemon(&self) -> Option<Daemon> {
+        let takes = |id: &str| self.command.get_arguments().any(|a| a.get_id() == id);
+        takes("interval").then(|| Daemon {
+            listen: self.many("listen"),
+            agent_listen: self.many("agent_listen"),
+            allow: self.many("allow"),
+            lb_key_file: Setting {
+                value: self
+                    .get("lb_key_file")
+                    .map(|s: Setting<std::path::PathBuf>| s.value),
+                source: self.source("lb_key_file"),
+            },
+            lb_addresses: self.many("lb_address"),
+            interval: self.must("interval"),
+            max_connections: self.must("max_connections"),
+            max_connections_per_source: self.must("max_connections_per_source"),
+            slow_start: self.must("slow_start"),
+            drained_status: self.must("drained_status"),
+            code_environments: self.many("code_environment"),
+        })
+    }
+
+    /// A repeatable option's values (none when nobody gave any) and where they came from.
+    fn many<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Setting<Vec<T>> {
+        let value = match self.matches.try_get_many::<T>(id) {
+            Ok(values) => values.map(|v| v.cloned().collect()).unwrap_or_default(),
+            Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
+        };
+        Setting {
+            value,
+            source: self.source(id),
+        }
+    }
+
+    /// The value of the option `id` and where it came from; `None` when nobody gave it.
+    ///
+    /// An `id` that clap does not define is a bug in pmcheck, not in the input: it panics, and
+    /// the tests that give every option (`config_says_where_every_option_came_from`) catch it.
+    fn get<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Option<Setting<T>> {
+        let value = match self.matches.try_get_one::<T>(id) {
+            Ok(value) => value.cloned()?,
+            Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
+        };
+        let source = self.source(id);
+        Some(Setting { value, source })
+    }
+
+    /// Where the value of option `id` came from.
+    fn source(&self, id: &str) -> Source {
+        if let Some(source) = self.from_file.get(id) {
+            return source.clone();
+        }
+        match self.matches.value_source(id) {
+            Some(ValueSource::EnvVariable) => Source::Env(self.env(id)),
+            Some(ValueSource::DefaultValue) | None => Source::Default("built in".into()),
+            Some(_) => Source::Flag,
+        }
+    }
+
+    /// An option with a default, which therefore always has a value.
+    fn must<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Setting<T> {
+        self.get(id)
+            .unwrap_or_else(|| panic!("pmcheck bug: option `{id}` has no default value"))
+    }
+
+    /// The environment variable of option `id`, as its definition names it.
+    fn env(&self, id: &str) -> String {
+        self.command
+            .get_arguments()
+            .find(|arg| arg.get_id() == id)
+            .and_then(|arg| arg.get_env())
+            .map(|var| var.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Provenance<'_> {
+    /// The settings of `argv` (parsed into `matches`) with what the service's environment
+    /// `file` sets for options nobody gave on the command line or in the environment: parsed
+    /// again with those values as flags, so that clap checks them as it checks flags.
+    pub fn with_env_file(
+        argv: &[OsString],
+        matches: &ArgMatches,
+        file: &EnvFile,
+    ) -> Result<Given, ProvenanceError> {
+        let sub = Provenance::of(matches);
+        // What the file sets, for options nobody gave on the command line or in the environment:
+        // parsed again with those values as flags, so that clap checks them as it checks flags.
+        let mut argv = argv.to_vec();
+        let mut from_file = HashMap::new();
+        for arg in sub.command.get_arguments() {
+            let (Some(var), Some(long)) = (arg.get_env(), arg.get_long()) else {
+                continue;
+            };
+            let id = arg.get_id().as_str();
+            let var = var.to_string_lossy();
+            let given = matches!(
+                sub.matches.value_source(id),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            );
+            // An empty value is no value, as for the daemon (clap reads an empty variable so).
+            if let Some(value) = file.get(&var).filter(|v| !given && !v.is_empty()) {
+                let flag = format!("--{long}={value}");
+                Cli::command()
+                    .try_get_matches_from(["pmcheck", "config", &flag])
+                    .map_err(|e| EnvFileError {
+                        path: file.path.clone(),
+                        var: var.to_string(),
+                        value: value.to_owned(),
+                        problem: e
+                            .to_string()
+                            .lines()
+                            .next()
+                            .unwrap_or_default()
+                            .trim_start_matches("error: ")
+                            .to_owned(),
+                    })?;
+                argv.push(flag.into());
+                from_file.insert(
+                    id.to_owned(),
+                    Source::EnvFile(Box::new((file.path.clone(), var.to_string()))),
+                );
+            }
+        }
+        let all = Cli::command()
+            .try_get_matches_from(argv)
+            .map_err(|e| ProvenanceError::Reparse(e.to_string()))?;
+        let mut provenance = Provenance::of(&all);
+        provenance.from_file = from_file;
+        Ok(provenance.given())
+    }
+}
+
+/// Why the environment file's values cannot be taken.
+#[derive(Debug, Error)]
+pub enum ProvenanceError {
+    /// A value the option it sets refuses.
+    #[error(transparent)]
+    EnvFile(#[from] EnvFileError),
+    /// The command line with the file's values no longer parses (a bug: each was checked).
+    #[error("the command line with the environment file's values: {0}")]
+    Reparse(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::{Host, Settings};
+    use clap::FromArgMatches;
+    use std::time::Duration;
+
+    /// A valid value for each of `config`'s options; a new option must get one here.
+    fn sample(long: &str, dir: &std::path::Path) -> String {
+        let file = |name: &str| dir.join(name).display().to_string();
+        match long {
+            "puppet-conf" => file("puppet.conf"),
+            "certname" => "node1.example.com".into(),
+            "hostcert" | "hostprivkey" | "localcacert" | "hostcrl" => file(&format!("{long}.pem")),
+            "puppet-addr" => "127.0.0.1:8141".into(),
+            "status-path" => "/status/v1/simple/master".into(),
+            "timeout" => "2s".into(),
+            "pause-grace" => "45s".into(),
+            "wedged-after" => "90s".into(),
+            "puppetserver-confd" => file("confd"),
+            "state-dir" => file("state"),
+            "listen" => "127.0.0.1:9300".into(),
+            "agent-listen" => "127.0.0.1:9301".into(),
+            "allow" => "10.0.0.0/8".into(),
+            "lb-key-file" => file("lb-key"),
+            "lb-address" => "10.0.0.5/32".into(),
+            "interval" => "3s".into(),
+            "max-connections" => "100".into(),
+            "max-connections-per-source" => "10".into(),
+            "slow-start" => "30s".into(),
+            "drained-status" => "404".into(),
+            "code-environment" => "staging".into(),
+            other => panic!("no sample value for --{other}: add one to this test"),
+        }
+    }
+
+    /// `config`'s own options, which are not settings.
+    const CONFIG_ONLY: [&str; 3] = ["check", "env-file", "unit"];
+
+    /// `config` must say "command line" for every option given there: an option renamed in clap
+    /// but not in [`Provenance::given`] (or the table) fails here instead of reading "default".
+    #[test]
+    fn config_says_where_every_option_came_from() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("puppet.conf"), "").unwrap();
+        let config = Cli::command();
+        let config = config.find_subcommand("config").unwrap();
+        let longs: Vec<&str> = config
+            .get_arguments()
+            .filter_map(|arg| arg.get_long())
+            .filter(|long| *long != "help" && !CONFIG_ONLY.contains(long))
+            .collect();
+        let mut argv = vec!["pmcheck".to_owned(), "config".to_owned()];
+        for long in &longs {
+            argv.push(format!("--{long}"));
+            argv.push(sample(long, dir.path()));
+        }
+        let matches = Cli::command().try_get_matches_from(&argv).unwrap();
+        Cli::from_arg_matches(&matches).unwrap();
+        let given = Provenance::of(&matches).given();
+        let host = Host {
+            fqdn: &|| Err(crate::settings::host::FqdnError::Empty),
+            exists: &|_| false,
+            confd_file: &|_| None,
+        };
+        let table = Settings::resolve(&given, &host).unwrap().to_string();
+        for long in longs {
+            let row = table
+                .lines()
+                .find(|line| line.split_whitespace().next() == Some(long))
+                .unwrap_or_else(|| panic!("config shows no row for --{long}:\n{table}"));
+            assert!(row.ends_with("(command line)"), "--{long}: {row}");
+        }
+    }
+
+    /// What `serve` takes, `config` shows: a new daemon option cannot bypass the settings.
+    #[test]
+    fn config_takes_every_option_of_serve() {
+        let cli = Cli::command();
+        let longs = |name: &str| -> Vec<String> {
+            let sub = cli.find_subcommand(name).unwrap();
+            let mut longs: Vec<String> = sub
+                .get_arguments()
+                .filter_map(|arg| arg.get_long())
+                .filter(|long| !CONFIG_ONLY.contains(long))
+                .map(str::to_owned)
+                .collect();
+            longs.sort();
+            longs
+        };
+        assert_eq!(longs("serve"), longs("config"));
+        assert!(longs("serve").len() >= 17, "{:?}", longs("serve"));
+    }
+
+    /// The daemon's settings are in the one settings object, with where each came from.
+    #[test]
+    fn the_daemons_settings_come_from_the_command_line_and_the_environment() {
+        let matches = Cli::command()
+            .try_get_matches_from([
+                "pmcheck",
+                "serve",
+                "--interval",
+                "5s",
+                "--allow",
+                "10.1.2.3/8",
+            ])
+            .unwrap();
+        let given = Provenance::of(&matches).given();
+        let daemon = given.daemon.expect("serve takes the daemon's options");
+        assert_eq!(daemon.interval.value, Duration::from_secs(5));
+        assert_eq!(daemon.interval.source, Source::Flag);
+        assert_eq!(daemon.allow.value[0].to_string(), "10.0.0.0/8");
+        assert_eq!(daemon.listen.value, Vec::<std::net::SocketAddr>::new());
+        assert_eq!(daemon.listen.source, Source::Default("built in".into()));
+        assert_eq!(daemon.max_connections.value, 1024);
+        let check = Cli::command()
+            .try_get_matches_from(["pmcheck", "check"])
+            .unwrap();
+        assert!(Provenance::of(&check).given().daemon.is_none());
+    }
+
+    /// Options nobody gave say so, and where their value came from instead.
+    #[test]
+    fn defaults_say_built_in() {
+        let matches = Cli::command()
+            .try_get_matches_from(["pmcheck", "config"])
+            .unwrap();
+        let given = Provenance::of(&matches).given();
+        assert_eq!(given.certname, None);
+        assert_eq!(given.timeout.value, Duration::from_millis(1500));
+        assert_eq!(given.timeout.source, Source::Default("built in".into()));
+        assert_eq!(
+            given.state_dir.value,
+            std::path::Path::new("/var/lib/pmcheck")
+        );
+    }
+
+    /// `config` with the service's environment file, from an explicit argument list: what the
+    /// file sets fills what the command line left, and says which file and variable it was.
+    #[test]
+    fn the_environment_file_fills_what_nobody_gave() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pmcheck");
+        let text = "PMCHECK_INTERVAL=7s\nPMCHECK_TIMEOUT=2s\n";
+        let file = EnvFile::parse(&path, text);
+        let argv: Vec<OsString> = ["pmcheck", "config", "--timeout", "3s"]
+            .map(OsString::from)
+            .to_vec();
+        let matches = Cli::command().try_get_matches_from(&argv).unwrap();
+        let given = Provenance::with_env_file(&argv, &matches, &file).unwrap();
+        let daemon = given.daemon.expect("config takes the daemon's options");
+        assert_eq!(daemon.interval.value, Duration::from_secs(7));
+        assert_eq!(
+            daemon.interval.source,
+            Source::EnvFile(Box::new((path.clone(), "PMCHECK_INTERVAL".to_owned())))
+        );
+        assert_eq!(
+            given.timeout.value,
+            Duration::from_secs(3),
+            "the command line wins"
+        );
+        assert_eq!(given.timeout.source, Source::Flag);
+        let bad = EnvFile::parse(&path, "PMCHECK_INTERVAL=soon\n");
+        let e = Provenance::with_env_file(&argv, &matches, &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("{}: PMCHECK_INTERVAL=soon: ", path.display())),
+            "{e}"
+        );
+    }
+}
