@@ -1,5 +1,5 @@
 //! The HTTP answers: a verdict made a response (status, reason phrase, text or JSON body, the
-//! headers every answer has). Which route a request takes is the node's ([`Node::answer`]).
+//! headers every answer has). Which route a request takes is the node's ([`crate::responder::node::Node::answer`]).
 //!
 //! Written for HAProxy's checks as they really arrive: `OPTIONS / HTTP/1.0` with no headers,
 //! lower-case header names, a `Content-Length: 0` on a GET, and a RST right after the status line.

@@ -6,7 +6,7 @@
 //! a probe. Every label comes from a fixed list in this file: no peer addresses, no reasons.
 //!
 //! Prometheus asks for OpenMetrics and gets it. Anyone else (curl, `promtool check metrics`)
-//! gets the classic text format 0.0.4; both are written by [`crate::responder::exposition`].
+//! gets the classic text format 0.0.4; both are written by `responder/exposition.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
