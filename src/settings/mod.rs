@@ -8,17 +8,18 @@ pub mod env_file;
 pub mod host;
 pub mod lb_proof;
 pub mod puppet_conf;
+mod resolve;
 
 use std::fmt;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use thiserror::Error;
 
 pub use self::daemon::{Daemon, Limits};
-use self::host::{FqdnError, Webserver, multithreaded};
-use self::puppet_conf::{PuppetConf, PuppetConfError, Resolver};
+use self::host::FqdnError;
+use self::puppet_conf::PuppetConfError;
 
 /// The built-in defaults of the settings that puppet.conf does not know, as clap reads them.
 /// They are written here once; clap shows them in `--help` and the man page.
@@ -266,179 +267,6 @@ pub struct Settings {
     pub daemon: Option<Daemon>,
 }
 
-impl Settings {
-    /// Resolves every setting: what was given beats puppet.conf, which beats Puppet's defaults.
-    pub fn resolve(given: &Given, host: &Host) -> Result<Self, SettingsError> {
-        let (conf, puppet_conf) = match &given.puppet_conf {
-            Some(Setting {
-                value: path,
-                source,
-            }) => {
-                std::fs::metadata(path).map_err(|source| SettingsError::PuppetConfMissing {
-                    path: path.clone(),
-                    source,
-                })?;
-                (
-                    PuppetConf::load(path)?,
-                    Setting {
-                        value: Some(path.clone()),
-                        source: source.clone(),
-                    },
-                )
-            }
-            None => match puppet_conf::find_default(host.exists) {
-                Some(path) => (
-                    PuppetConf::load(&path)?,
-                    Setting {
-                        value: Some(path),
-                        source: Source::Default(
-                            "first existing of the AIO and Debian locations".into(),
-                        ),
-                    },
-                ),
-                None => (
-                    PuppetConf::default(),
-                    Setting {
-                        value: None,
-                        source: Source::Default(
-                            "neither /etc/puppetlabs/puppet/puppet.conf nor \
-                             /etc/puppet/puppet.conf exists; Puppet's defaults apply"
-                                .into(),
-                        ),
-                    },
-                ),
-            },
-        };
-
-        // Given, else puppet.conf, else Puppet's default: the resolver holds all three.
-        let layout = conf.layout(host.exists);
-        let mut resolver = Resolver::new(&conf, layout, host.fqdn);
-        let overrides = [
-            ("certname", given.certname.clone()),
-            ("hostcert", path_text(given.hostcert.as_ref())),
-            ("hostprivkey", path_text(given.hostprivkey.as_ref())),
-            ("localcacert", path_text(given.localcacert.as_ref())),
-            ("hostcrl", path_text(given.hostcrl.as_ref())),
-        ];
-        for (name, setting) in overrides {
-            if let Some(Setting { value, source }) = setting {
-                resolver.set(name, value, source);
-            }
-        }
-        let string = |name: &str| -> Result<Setting<String>, SettingsError> {
-            let (value, source) = resolver.resolve(name)?;
-            Ok(Setting { value, source })
-        };
-        let path = |name: &str| -> Result<Setting<PathBuf>, SettingsError> {
-            let s = string(name)?;
-            Ok(Setting {
-                value: PathBuf::from(s.value),
-                source: s.source,
-            })
-        };
-
-        let mut daemon = given.daemon.clone();
-        if let Some(envs) = daemon.as_mut().map(|d| &mut d.code_environments) {
-            let mut seen = std::collections::HashSet::new();
-            envs.value.retain(|name| seen.insert(name.clone()));
-            if envs.value.len() > defaults::MAX_CODE_ENVIRONMENTS {
-                return Err(SettingsError::CodeEnvironments {
-                    count: envs.value.len(),
-                    max: defaults::MAX_CODE_ENVIRONMENTS,
-                    source_: envs.source.clone(),
-                });
-            }
-        }
-        let certname = string("certname")?;
-        if parse_certname(&certname.value).is_err() {
-            return Err(SettingsError::Certname {
-                value: certname.value,
-                source_: certname.source,
-            });
-        }
-        let puppetserver_confd = given.puppetserver_confd.clone().unwrap_or_else(|| Setting {
-            value: layout.puppetserver_confd().into(),
-            source: Source::Default(format!("Puppet Server's conf.d of the {layout}")),
-        });
-        let confd_file = |name: &str| {
-            let path = puppetserver_confd.value.join(name);
-            (host.confd_file)(&path).map(|text| (path, text))
-        };
-        let webserver =
-            confd_file("webserver.conf").map(|(path, text)| Webserver::parse(path, &text));
-        let crl_path = webserver
-            .as_ref()
-            .and_then(|w| Some((w.crl_path.clone()?, w)));
-        let hostcrl = match crl_path.filter(|_| given.hostcrl.is_none()) {
-            Some((crl, web)) => Setting {
-                value: crl,
-                source: Source::Default(format!("ssl-crl-path in {}", web.path.display())),
-            },
-            None => path("hostcrl")?,
-        };
-        let puppet_addr = match &given.puppet_addr {
-            Some(Setting { value, source }) => Setting {
-                value: parse_addr(value)?,
-                source: source.clone(),
-            },
-            None => default_puppet_addr(webserver, &string("serverport")?)?,
-        };
-        let multithreaded = match confd_file("puppetserver.conf") {
-            Some((path, text)) => match multithreaded(&text) {
-                Ok(Some(value)) => Setting {
-                    value,
-                    source: Source::Default(format!(
-                        "jruby-puppet.multithreaded in {}",
-                        path.display()
-                    )),
-                },
-                Ok(None) => Setting {
-                    value: false,
-                    source: Source::Default(format!(
-                        "Puppet Server's; {} does not set jruby-puppet.multithreaded",
-                        path.display()
-                    )),
-                },
-                Err((line, value)) => {
-                    return Err(SettingsError::Multithreaded { path, line, value });
-                }
-            },
-            None => Setting {
-                value: false,
-                source: Source::Default(format!(
-                    "Puppet Server's; no readable puppetserver.conf in {}",
-                    puppetserver_confd.value.display()
-                )),
-            },
-        };
-
-        Ok(Self {
-            ssldir: path("ssldir")?,
-            hostcert: path("hostcert")?,
-            hostprivkey: path("hostprivkey")?,
-            localcacert: path("localcacert")?,
-            hostcrl,
-            // Shown, never needed to answer a poll: one that cannot be resolved shows no
-            // environment, and `pmcheck config` says why.
-            environmentpath: string("environmentpath").unwrap_or_else(|e| Setting {
-                value: String::new(),
-                source: Source::Default(format!("cannot be resolved: {e}")),
-            }),
-            puppet_conf,
-            certname,
-            puppet_addr,
-            status_path: given.status_path.clone(),
-            timeout: given.timeout.clone(),
-            pause_grace: given.pause_grace.clone(),
-            wedged_after: given.wedged_after.clone(),
-            puppetserver_confd,
-            multithreaded,
-            state_dir: given.state_dir.clone(),
-            daemon,
-        })
-    }
-}
-
 /// A row of `pmcheck config`'s table for a path.
 fn path_row<'a>(name: &'a str, s: &'a Setting<PathBuf>) -> (&'a str, String, &'a Source) {
     (name, s.value.display().to_string(), &s.source)
@@ -528,13 +356,6 @@ pub fn state_dir_warning(dir: &std::path::Path) -> Option<String> {
     })
 }
 
-fn path_text(path: Option<&Setting<PathBuf>>) -> Option<Setting<String>> {
-    path.map(|p| Setting {
-        value: p.value.display().to_string(),
-        source: p.source.clone(),
-    })
-}
-
 /// What Puppet allows in a certname.
 const CERTNAME_RULE: &str = "not a DNS name Puppet would use (letters, digits, '-', '.', '_')";
 
@@ -561,66 +382,6 @@ pub fn parse_status_path(text: &str) -> Result<String, String> {
             defaults::STATUS_PATH
         ))
     }
-}
-
-/// Where Puppet Server listens: webserver.conf's ssl-port (and its ssl-host, unless that is a
-/// wildcard), else 127.0.0.1 and puppet.conf's serverport, else 8140.
-fn default_puppet_addr(
-    webserver: Option<Webserver>,
-    serverport: &Setting<String>,
-) -> Result<Setting<SocketAddr>, SettingsError> {
-    let loopback = IpAddr::from([127, 0, 0, 1]);
-    if let Some(web) = webserver
-        && let Some(port) = web.port
-    {
-        let host = web.host.filter(|h| !h.is_unspecified());
-        let how = match host {
-            Some(_) => "ssl-host and ssl-port",
-            None => "127.0.0.1 and ssl-port",
-        };
-        return Ok(Setting {
-            value: SocketAddr::new(host.unwrap_or(loopback), port),
-            source: Source::Default(format!("{how} from {}", web.path.display())),
-        });
-    }
-    let number: u16 = serverport
-        .value
-        .trim()
-        .parse()
-        .map_err(|_| SettingsError::Port {
-            value: serverport.value.clone(),
-            source_: serverport.source.clone(),
-        })?;
-    let how = match &serverport.source {
-        Source::Default(_) => "127.0.0.1 and Puppet's default serverport".to_owned(),
-        other => format!("127.0.0.1 and serverport from {other}"),
-    };
-    Ok(Setting {
-        value: SocketAddr::new(loopback, number),
-        source: Source::Default(how),
-    })
-}
-
-/// HOST:PORT; a name is resolved once, at start.
-fn parse_addr(value: &str) -> Result<SocketAddr, SettingsError> {
-    if let Ok(addr) = value.parse() {
-        return Ok(addr);
-    }
-    let fail = |problem| SettingsError::PuppetAddr {
-        value: value.to_owned(),
-        problem,
-    };
-    let addrs: Vec<SocketAddr> = value
-        .to_socket_addrs()
-        .map_err(|e| fail(AddrProblem::Lookup(e)))?
-        .collect();
-    // Jetty's default listener is IPv4 (ssl-host 0.0.0.0): `localhost` must not become ::1.
-    addrs
-        .iter()
-        .find(|a| a.is_ipv4())
-        .or(addrs.first())
-        .copied()
-        .ok_or_else(|| fail(AddrProblem::NoAddress))
 }
 
 #[cfg(test)]
