@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,9 +25,9 @@ use crate::reading;
 use crate::responder::listener::{Guard, Listener, closed};
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
-use crate::settings::Settings;
 use crate::settings::duration::format_duration;
 use crate::settings::lb_proof::LbProof;
+use crate::settings::{Daemon, Settings};
 
 /// The bound listeners: HTTP checks, and HAProxy agent checks.
 pub struct Listeners {
@@ -55,10 +56,13 @@ pub async fn serve(
     let interval = daemon.interval.value;
     let timeout = settings.timeout.value;
     let (stop, stopped) = watch::channel(());
+    let mut tasks = Tasks {
+        set: JoinSet::new(),
+        stopped: stopped.clone(),
+    };
     let (publish, latest) = watch::channel(None);
     let drain_file = DrainFile::new(&settings.state_dir.value);
     let (watcher, publish_drain, drains) = first_look(&drain_file).await;
-    let drain_path = watcher.file().path().display().to_string();
     let rules = Rules {
         // A probe lands at least every interval + timeout; allow one missed round.
         stale_after: 2 * (interval + timeout),
@@ -67,6 +71,72 @@ pub async fn serve(
         agent_check: !daemon.agent_listen.value.is_empty(),
     };
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
+    log_proof(daemon);
+    let audited = drains.clone();
+    let feeds = Feeds {
+        drain: drains,
+        latest,
+        rejoin,
+    };
+    let puppet = Some(settings.puppet_addr.value);
+    let node = Arc::new(Node::new(feeds, rules, proof, &drain_file, puppet, true));
+    listen(&mut tasks, listeners, &node, daemon)?;
+    let prober = Prober::new(ProbeTarget::of(settings));
+    let drain_path = watcher.file().path().display().to_string();
+    tracing::info!(
+        endpoint = %prober.endpoint(),
+        puppet_addr = %settings.puppet_addr.value,
+        interval_ms = interval.as_millis() as u64,
+        timeout_ms = timeout.as_millis() as u64,
+        drain_file = %drain_path,
+        "probing {} at {} every {} (timeout {}); drain record {drain_path}",
+        prober.endpoint(),
+        settings.puppet_addr.value,
+        format_duration(interval),
+        format_duration(timeout),
+    );
+    let directory = watcher.directory();
+    let reread = reload.clone();
+    tasks.spawn(|stop| crate::drain::watch::run(watcher, publish_drain, reread, stop));
+    if let Some(metrics) = &node.metrics {
+        let counts = Arc::clone(&metrics.drain_events);
+        tasks.spawn(|stop| audit::run(drain_file, audited, directory, counts, stop));
+        read(&mut tasks, settings, &node, &prober);
+    }
+    let tracked = Arc::clone(&node);
+    tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, stop));
+    let observed = observe(Arc::clone(&node));
+    tasks.spawn(|stop| probe::run(prober, interval, publish, reload, observed, stop));
+    ready();
+    shutdown.await;
+    tracing::info!("shutting down");
+    drop(stop);
+    while tasks.set.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Resolves when the daemon stops: what every background task is handed.
+pub(crate) type Stop = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The daemon's tasks, each of one shape: given [`Stop`], it runs until that resolves.
+struct Tasks {
+    set: JoinSet<()>,
+    stopped: watch::Receiver<()>,
+}
+
+impl Tasks {
+    /// Starts the task `start` makes with the daemon's stop.
+    fn spawn<F>(&mut self, start: impl FnOnce(Stop) -> F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.set
+            .spawn(start(Box::pin(closed(self.stopped.clone()))));
+    }
+}
+
+/// Says how load balancers prove their polls, or that nothing can.
+fn log_proof(daemon: &Daemon) {
     if let Some(file) = &daemon.lb_key_file.value {
         tracing::info!(
             lb_key_file = %file.display(),
@@ -87,45 +157,37 @@ pub async fn serve(
             "no --lb-key-file nor --lb-address: no poll counts as a load balancer's word, so --wait and cycle wait out HAProxy's checks by time and the last-server guard is off"
         );
     }
-    let audited = drains.clone();
-    let health = Arc::new(Node::new(
-        Feeds {
-            drain: drains,
-            latest,
-            rejoin,
-        },
-        rules,
-        proof,
-        &drain_file,
-        Some(settings.puppet_addr.value),
-        true,
-    ));
+}
 
+/// A [`Listener`] per bound socket, all behind one guard (`--allow`, the connection limits).
+fn listen(
+    tasks: &mut Tasks,
+    listeners: Listeners,
+    node: &Arc<Node>,
+    daemon: &Daemon,
+) -> io::Result<()> {
     let limits = daemon.limits().fit_descriptors();
     let guard = Arc::new(Guard::new(daemon.allow.value.clone(), limits));
-    let mut tasks = JoinSet::new();
     let kinds = (listeners.http.into_iter().map(|l| (Via::Http, l)))
         .chain(listeners.agent.into_iter().map(|l| (Via::Agent, l)));
     for (kind, listener) in kinds {
         let listener = TcpListener::from_std(listener)?;
+        let address = listener.local_addr()?;
         match kind {
-            Via::Http => {
-                let address = listener.local_addr()?;
-                tracing::info!(%address, via = "http", "listening on {address}");
-            }
+            Via::Http => tracing::info!(%address, via = "http", "listening on {address}"),
             Via::Agent => {
-                let address = listener.local_addr()?;
                 tracing::info!(%address, via = "agent", "answering HAProxy agent checks on {address}");
             }
         }
         let listener = Listener {
             kind,
             listener,
-            node: Arc::clone(&health),
+            node: Arc::clone(node),
             guard: Arc::clone(&guard),
-            stopped: stopped.clone(),
+            stopped: tasks.stopped.clone(),
         };
-        tasks.spawn(listener.run());
+        // It stops itself, and gives the polls in flight a moment.
+        tasks.spawn(|_| listener.run());
     }
     if !guard.allowed().is_empty() {
         let nets: Vec<_> = guard.allowed().iter().map(ToString::to_string).collect();
@@ -136,79 +198,34 @@ pub async fn serve(
         limits.total,
         limits.per_source
     );
-    let prober = Prober::new(ProbeTarget::of(settings));
-    tracing::info!(
-        endpoint = %prober.endpoint(),
-        puppet_addr = %settings.puppet_addr.value,
-        interval_ms = interval.as_millis() as u64,
-        timeout_ms = timeout.as_millis() as u64,
-        drain_file = %drain_path,
-        "probing {} at {} every {} (timeout {}); drain record {drain_path}",
-        prober.endpoint(),
-        settings.puppet_addr.value,
-        format_duration(interval),
-        format_duration(timeout),
-    );
-    let directory = watcher.directory();
-    tasks.spawn(crate::drain::watch::run(
-        watcher,
-        publish_drain,
-        reload.clone(),
-        closed(stopped.clone()),
-    ));
-    if let Some(metrics) = &health.metrics {
-        tasks.spawn(audit::run(
-            drain_file.clone(),
-            audited,
-            directory,
-            Arc::clone(&metrics.drain_events),
-            closed(stopped.clone()),
-        ));
-        let files = expiry::Files::new(
-            settings.hostcert.value.clone(),
-            settings.localcacert.value.clone(),
-            settings.hostcrl.value.clone(),
-        );
-        tasks.spawn(reading::refresh(
-            expiry::REFRESH,
-            async move || {
-                let files = files.clone();
-                reading::off_workers(move || files.read_if_changed()).await
-            },
-            Arc::clone(&health.readings.expiries),
-            closed(stopped.clone()),
-        ));
-        let environments = code::Environments {
-            environmentpath: settings.environmentpath.value.clone(),
-            names: daemon.code_environments.value.clone(),
-        };
-        let mut code = code::Reader::new(environments, prober.client());
-        tasks.spawn(reading::refresh(
-            code::REFRESH,
-            async move || code.read().await,
-            Arc::clone(&health.readings.code),
-            closed(stopped.clone()),
-        ));
-    }
-    tasks.spawn(track_rejoin(
-        Arc::clone(&health),
-        publish_rejoin,
-        closed(stopped.clone()),
-    ));
-    tasks.spawn(probe::run(
-        prober,
-        interval,
-        publish,
-        reload,
-        observe(Arc::clone(&health)),
-        closed(stopped.clone()),
-    ));
-    ready();
-    shutdown.await;
-    tracing::info!("shutting down");
-    drop(stop);
-    while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// The slow readers: the certificates' dates, and the deploy records with file sync (asked
+/// with the prober's client).
+fn read(tasks: &mut Tasks, settings: &Settings, node: &Node, prober: &Prober) {
+    let files = expiry::Files::new(
+        settings.hostcert.value.clone(),
+        settings.localcacert.value.clone(),
+        settings.hostcrl.value.clone(),
+    );
+    let expiries = Arc::clone(&node.readings.expiries);
+    let read_files = async move || {
+        let files = files.clone();
+        reading::off_workers(move || files.read_if_changed()).await
+    };
+    tasks.spawn(|stop| reading::refresh(expiry::REFRESH, read_files, expiries, stop));
+    let environments = code::Environments {
+        environmentpath: settings.environmentpath.value.clone(),
+        names: (settings.daemon.as_ref())
+            .map(|d| d.code_environments.value.clone())
+            .unwrap_or_default(),
+    };
+    let mut code = code::Reader::new(environments, prober.client());
+    let latest = Arc::clone(&node.readings.code);
+    tasks.spawn(|stop| {
+        reading::refresh(code::REFRESH, async move || code.read().await, latest, stop)
+    });
 }
 
 /// Prepares the state directory and looks at the drain record once, before the first answer:
