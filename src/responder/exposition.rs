@@ -9,6 +9,7 @@
 //! nothing, and the crate it used wrote OpenMetrics only (prometheus/client_rust#51).
 
 use std::fmt::Write as _;
+use std::sync::{Mutex, PoisonError};
 
 /// What a family holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +143,69 @@ impl Exposition {
     }
 }
 
+/// A histogram of fixed buckets, counted as observations land.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    counts: Mutex<Counts>,
+}
+
+#[derive(Debug, Clone)]
+struct Counts {
+    /// Observations per bucket, not cumulative: `bounds` in order.
+    buckets: Vec<u64>,
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    /// No observation yet, in buckets up to each of `bounds` (ascending).
+    pub fn new(bounds: &'static [f64]) -> Self {
+        let counts = Counts {
+            buckets: vec![0; bounds.len()],
+            count: 0,
+            sum: 0.0,
+        };
+        Self {
+            bounds,
+            counts: Mutex::new(counts),
+        }
+    }
+
+    /// Counts one observation.
+    pub fn observe(&self, value: f64) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = self.bounds.iter().position(|le| value <= *le) {
+            counts.buckets[i] += 1;
+        }
+        counts.count += 1;
+        counts.sum += value;
+    }
+}
+
+impl Exposition {
+    /// The histogram family `name`: its sum, its count, its cumulative buckets.
+    pub fn histogram(&mut self, name: &str, help: &str, unit: Option<&str>, h: &Histogram) {
+        let counts = h
+            .counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.family(name, help, Kind::Histogram, unit);
+        self.sample("_sum", &[], counts.sum);
+        self.sample("_count", &[], counts.count);
+        let mut below = 0;
+        let mut le = String::new();
+        for (bound, n) in h.bounds.iter().zip(counts.buckets) {
+            below += n;
+            le.clear();
+            bound.write(&mut le);
+            self.sample("_bucket", &[("le", &le)], below);
+        }
+        self.sample("_bucket", &[("le", "+Inf")], counts.count);
+    }
+}
+
 /// Appends `text` with backslashes and newlines escaped, and double quotes in a label value.
 fn escape(out: &mut String, text: &str, label: bool) {
     for c in text.chars() {
@@ -192,6 +256,21 @@ mod tests {
              pmcheck_build_info{version=\"0.1.0\"} 1\n\
              # HELP pmcheck_started_seconds When\n# TYPE pmcheck_started_seconds gauge\n\
              # UNIT pmcheck_started_seconds seconds\npmcheck_started_seconds 1.0\n# EOF\n"
+        );
+    }
+
+    #[test]
+    fn a_histograms_buckets_are_cumulative_and_end_at_inf() {
+        let h = Histogram::new(&[0.1, 1.0]);
+        for v in [0.05, 0.5, 0.7, 3.0] {
+            h.observe(v);
+        }
+        let (classic, _) = both(|e| e.histogram("d", "D", Some("seconds"), &h));
+        assert_eq!(
+            classic,
+            "# HELP d_seconds D\n# TYPE d_seconds histogram\nd_seconds_sum 4.25\n\
+             d_seconds_count 4\nd_seconds_bucket{le=\"0.1\"} 1\nd_seconds_bucket{le=\"1.0\"} 3\n\
+             d_seconds_bucket{le=\"+Inf\"} 4\n"
         );
     }
 

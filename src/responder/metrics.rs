@@ -8,8 +8,8 @@
 //! Prometheus asks for OpenMetrics and gets it. Anyone else (curl, `promtool check metrics`)
 //! gets the classic text format 0.0.4; both are written by `responder/exposition.rs`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::drain::audit::EventCounts;
@@ -21,7 +21,7 @@ use crate::puppet::pool::Pool;
 use crate::puppet::probe_error::ProbeError;
 use crate::puppet::readings::Readings;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::responder::exposition::{Exposition, Kind, Value as _};
+use crate::responder::exposition::{Exposition, Histogram, Kind};
 use crate::responder::pollers::Via;
 
 /// The `Content-Type` of an OpenMetrics scrape.
@@ -132,7 +132,7 @@ impl Metrics {
         Self {
             polls: Default::default(),
             failures: Default::default(),
-            probe_seconds: Histogram::default(),
+            probe_seconds: Histogram::new(&PROBE_BUCKETS),
             drain_events: Arc::default(),
         }
     }
@@ -167,7 +167,12 @@ impl Metrics {
             out.sample("_total", &[("action", action.as_str())], n);
         }
         now.encode(&mut out);
-        self.probe_seconds.encode(&mut out);
+        out.histogram(
+            "pmcheck_probe_duration",
+            "How long each probe of Puppet Server's status API took",
+            Some("seconds"),
+            &self.probe_seconds,
+        );
         out.family(
             "pmcheck_probe_failures",
             "Probes of Puppet Server that failed, by cause",
@@ -291,52 +296,6 @@ impl Current<'_> {
                 epoch_seconds(until),
             );
         }
-    }
-}
-
-/// How long probes took: fixed buckets, counted as they land.
-#[derive(Debug, Default)]
-struct Histogram {
-    counts: Mutex<Counts>,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Counts {
-    /// Probes per bucket, not cumulative: [`PROBE_BUCKETS`]' bounds in order.
-    buckets: [u64; PROBE_BUCKETS.len()],
-    count: u64,
-    sum: f64,
-}
-
-impl Histogram {
-    fn observe(&self, seconds: f64) {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = PROBE_BUCKETS.iter().position(|le| seconds <= *le) {
-            counts.buckets[i] += 1;
-        }
-        counts.count += 1;
-        counts.sum += seconds;
-    }
-
-    fn encode(&self, out: &mut Exposition) {
-        let counts = *self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        out.family(
-            "pmcheck_probe_duration",
-            "How long each probe of Puppet Server's status API took",
-            Kind::Histogram,
-            Some("seconds"),
-        );
-        out.sample("_sum", &[], counts.sum);
-        out.sample("_count", &[], counts.count);
-        let mut below = 0;
-        let mut le = String::new();
-        for (bound, n) in PROBE_BUCKETS.iter().zip(counts.buckets) {
-            below += n;
-            le.clear();
-            bound.write(&mut le);
-            out.sample("_bucket", &[("le", &le)], below);
-        }
-        out.sample("_bucket", &[("le", "+Inf")], counts.count);
     }
 }
 
