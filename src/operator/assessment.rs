@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::health::answer::{Answer, PollerAnswer, StateAnswer, ToldAnswer};
-use crate::health::lb_state::{Health, LbState};
+use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
 use crate::puppet::pool::Load;
 use crate::responder::pollers::REGULAR;
@@ -202,36 +202,11 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
             .filter_map(|s| s.seen.as_ref().map(|lb| (*s, lb)))
             .collect();
         if !seen.is_empty() {
-            judge_by_states(a, p, &seen, agent, verdict);
+            crate::operator::backends::judge_by_states(a, p, &seen, agent, verdict);
             continue;
         }
-        let enough = |t: Option<ToldAnswer>, n: u32| {
-            t.is_some_and(|t| t.verdict_is(verdict) && t.times >= n)
-        };
-        let polls = how.polls;
-        let acted = if verdict == Verdict::Drained {
-            enough(agent, 1) || enough(http, polls)
-        } else {
-            (agent.is_none() || enough(agent, 1)) && (http.is_none() || enough(http, polls))
-        };
-        let mut what = describe_told(p, false);
-        if let Some(why) = states.iter().find_map(|s| s.malformed.as_deref()) {
-            let _ = write!(what, "; its X-Haproxy-Server-State is malformed: {why}");
-        }
-        if acted {
-            a.met.push(format!("{} acted ({what})", p.address));
-            a.acted.push(p.address);
-        } else {
-            let need = match (verdict, agent.is_some()) {
-                (Verdict::Drained, true) => format!("one agent-check or {polls} HTTP answers"),
-                _ => format!("{polls} HTTP answers in a row"),
-            };
-            a.pending.push(format!(
-                "{} not told {} enough yet ({what}; needs {need})",
-                p.address,
-                verdict.as_str()
-            ));
-        }
+        let malformed = states.iter().find_map(|s| s.malformed.as_deref());
+        by_counts(a, p, (http, agent), malformed, verdict, how.polls);
     }
     if let Some(u) = answer.unrecorded {
         let ago = Duration::from_millis(u.last_ms_ago);
@@ -255,6 +230,44 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
             _ => a.met.push("no load balancer is polling".to_owned()),
         }
     }
+}
+
+/// A poller whose state header was not seen: it has acted once told `verdict` enough times,
+/// one agent-check `drain` or `polls` HTTP answers in a row (HAProxy's `fall`); coming back
+/// needs every kind of check it makes.
+fn by_counts(
+    a: &mut Assessment,
+    p: &PollerAnswer,
+    (http, agent): (Option<ToldAnswer>, Option<ToldAnswer>),
+    malformed: Option<&str>,
+    verdict: Verdict,
+    polls: u32,
+) {
+    let enough =
+        |t: Option<ToldAnswer>, n: u32| t.is_some_and(|t| t.verdict_is(verdict) && t.times >= n);
+    let acted = if verdict == Verdict::Drained {
+        enough(agent, 1) || enough(http, polls)
+    } else {
+        (agent.is_none() || enough(agent, 1)) && (http.is_none() || enough(http, polls))
+    };
+    let mut what = describe_told(p, false);
+    if let Some(why) = malformed {
+        let _ = write!(what, "; its X-Haproxy-Server-State is malformed: {why}");
+    }
+    if acted {
+        a.met.push(format!("{} acted ({what})", p.address));
+        a.acted.push(p.address);
+        return;
+    }
+    let need = match (verdict, agent.is_some()) {
+        (Verdict::Drained, true) => format!("one agent-check or {polls} HTTP answers"),
+        _ => format!("{polls} HTTP answers in a row"),
+    };
+    a.pending.push(format!(
+        "{} not told {} enough yet ({what}; needs {need})",
+        p.address,
+        verdict.as_str()
+    ));
 }
 
 /// A poller that does not prove it is a load balancer ([`crate::settings::lb_proof`]) may be
@@ -292,190 +305,14 @@ fn by_time(a: &mut Assessment, p: &PollerAnswer, limit: Duration, verdict: Verdi
     }
 }
 
-/// The load balancer's own word on this node's server lines (one per backend it is in), for
-/// `verdict`: it has acted when every one of them says so.
-fn judge_by_states(
-    a: &mut Assessment,
-    p: &PollerAnswer,
-    seen: &[(&StateAnswer, &LbState)],
-    agent: Option<ToldAnswer>,
-    verdict: Verdict,
-) {
-    let mut lines = Vec::new();
-    let mut all = true;
-    for &(s, lb) in seen {
-        // The agent check's current run of answers began before this header was sent.
-        let agent_before = |drained: bool| {
-            agent.is_some_and(|t| {
-                (t.told == Verdict::Drained) == drained && t.since_ms_ago > s.last_ms_ago
-            })
-        };
-        let says = format!(
-            "{} says {} for {}/{} (weight {}/{}, {} session(s), {} queued; {} ago)",
-            who_with(p, lb),
-            lb.word(),
-            lb.backend,
-            lb.server,
-            lb.weight,
-            lb.total_weight,
-            lb.scur,
-            lb.qcur,
-            seconds(Duration::from_millis(s.last_ms_ago))
-        );
-        // HAProxy writes the header before it reads that check's answer: it shows the effect of
-        // `verdict` only once this server line's check before it was answered so.
-        let fresh = written_after(s, verdict);
-        let before = format!(
-            "{says}: written before it had been answered {} once",
-            verdict.as_str()
-        );
-        let (ok, line) = if verdict == Verdict::Drained {
-            if lb.total_weight == 0 {
-                a.warnings.push(format!(
-                    "{} says backend {} has no server taking new agents now (total weight 0)",
-                    who_with(p, lb),
-                    lb.backend
-                ));
-            }
-            let serving = matches!(lb.health, Health::Up | Health::NoCheck) && lb.counted();
-            // An agent drain applies as HAProxy reads it, before any later header.
-            let out = (fresh && !serving) || agent_before(true);
-            if !out && !fresh {
-                (false, before)
-            } else if !out {
-                (false, format!("{says}: it still sends new agents here"))
-            } else if lb.scur > 0 {
-                (
-                    false,
-                    format!("{says}: out for new agents, sessions still open"),
-                )
-            } else {
-                (true, format!("{says}: out, no session left"))
-            }
-        } else {
-            let back = lb.health == Health::Up
-                && lb.counted()
-                && agent.is_none_or(|_| agent_before(false));
-            if !fresh {
-                (false, before)
-            } else if back {
-                (true, format!("{says}: back"))
-            } else {
-                (false, format!("{says}: not taking new agents here yet"))
-            }
-        };
-        all &= ok;
-        lines.push((ok, line));
-    }
-    if all {
-        a.met.extend(lines.into_iter().map(|(_, line)| line));
-        a.acted.push(p.address);
-    } else {
-        a.pending.extend(
-            lines
-                .into_iter()
-                .filter(|(ok, _)| !ok)
-                .map(|(_, line)| line),
-        );
-    }
-}
-
-/// The load balancers that say this node is the only server taking new agents in a
-/// backend: draining it would leave that backend empty. Read from regular pollers' latest
-/// `X-Haproxy-Server-State` (up to one check interval old).
-pub fn last_server(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
-    let mut found = Vec::new();
-    each_recent_state(answer, how, |p, lb, agent_drained| {
-        if lb.last_serving() && !agent_drained {
-            found.push(format!(
-                "{} says {} is the only server taking new agents in backend {} (weight {} of {})",
-                who_with(p, lb),
-                lb.server,
-                lb.backend,
-                lb.weight,
-                lb.total_weight
-            ));
-        }
-    });
-    found
-}
-
-/// The load balancers that say no server at all takes new agents in this node's backend (a
-/// total weight of 0): taking this node down now would leave agents nothing to come back to.
-pub fn empty_backend(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
-    let mut found = Vec::new();
-    each_recent_state(answer, how, |p, lb, _| {
-        if lb.total_weight == 0 {
-            found.push(format!(
-                "{} says no server takes new agents in backend {} (weight {} of 0)",
-                who_with(p, lb),
-                lb.backend,
-                lb.weight
-            ));
-        }
-    });
-    found
-}
-
-/// After a drain: whether every proven load balancer that sends its view has shown it after
-/// taking the drain (a header written after a check was answered DRAINED), so that a drain
-/// held there ([`crate::health::hold`]) would show. True when none sends its view.
-pub fn drain_settled(answer: &Answer<'_>, how: &Wait) -> bool {
-    polling_now(answer, how)
-        .filter(|p| p.proof.proven() && !p.states.is_empty())
-        .all(|p| (p.states.iter()).any(|s| s.seen.is_some() && written_after(s, Verdict::Drained)))
-}
-
-/// The regular pollers that send a load balancer's view without proving they are one: the
-/// last-server guard cannot read them, and says so.
-pub fn unproven_views(answer: &Answer<'_>, how: &Wait) -> Vec<String> {
-    polling_now(answer, how)
-        .filter(|p| !p.proof.proven() && !p.states.is_empty())
-        .map(|p| format!("{} ({})", who(p), p.proof.describe()))
-        .collect()
-}
-
-/// The regular pollers still keeping their rhythm ([`silence_limit`]).
-fn polling_now<'a>(answer: &'a Answer<'_>, how: &Wait) -> impl Iterator<Item = &'a PollerAnswer> {
-    let least = least_silence(how);
-    (answer.pollers.iter().flatten()).filter(move |p| {
-        p.regular && Duration::from_millis(p.last_ms_ago) <= silence_limit(p, least)
-    })
-}
-
 /// HAProxy wrote this header after its server line's check had been answered `verdict` once:
 /// it shows the effect of that answer (it writes a header before it reads the answer).
-fn written_after(s: &StateAnswer, verdict: Verdict) -> bool {
+pub(crate) fn written_after(s: &StateAnswer, verdict: Verdict) -> bool {
     s.told == verdict && s.since_ms_ago > s.last_ms_ago
 }
 
-/// Each regular poller's recent word on this node (up to one check interval old), with whether
-/// the agent check told it DRAINED since.
-fn each_recent_state(
-    answer: &Answer<'_>,
-    how: &Wait,
-    mut visit: impl FnMut(&PollerAnswer, &LbState, bool),
-) {
-    let least = least_silence(how);
-    for p in answer.pollers.iter().flatten() {
-        let limit = silence_limit(p, least);
-        if !p.regular || !p.proof.proven() || Duration::from_millis(p.last_ms_ago) > limit {
-            continue;
-        }
-        for s in &p.states {
-            let Some(lb) = s.seen.as_ref() else { continue };
-            let agent_drained = p
-                .agent
-                .is_some_and(|t| t.told == Verdict::Drained && t.since_ms_ago > s.last_ms_ago);
-            if Duration::from_millis(s.last_ms_ago) <= limit {
-                visit(p, lb, agent_drained);
-            }
-        }
-    }
-}
-
 /// The load balancer by address.
-fn who(p: &PollerAnswer) -> String {
+pub(crate) fn who(p: &PollerAnswer) -> String {
     match p.states.iter().find_map(|s| s.seen.as_ref()) {
         Some(lb) => who_with(p, lb),
         None => p.address.to_string(),
@@ -483,7 +320,7 @@ fn who(p: &PollerAnswer) -> String {
 }
 
 /// The load balancer by address and HAProxy's node name.
-fn who_with(p: &PollerAnswer, lb: &LbState) -> String {
+pub(crate) fn who_with(p: &PollerAnswer, lb: &LbState) -> String {
     if lb.node.is_empty() {
         format!("load balancer {}", p.address)
     } else {
@@ -492,13 +329,13 @@ fn who_with(p: &PollerAnswer, lb: &LbState) -> String {
 }
 
 /// How long a poller with one poll may be silent and still count.
-fn least_silence(how: &Wait) -> Duration {
+pub(crate) fn least_silence(how: &Wait) -> Duration {
     SILENCE.0.max(2 * how.lb_interval)
 }
 
 /// How long `p` may be silent and still count as polling: three of its intervals, within
 /// `least` and [`SILENCE`]'s most.
-fn silence_limit(p: &PollerAnswer, least: Duration) -> Duration {
+pub(crate) fn silence_limit(p: &PollerAnswer, least: Duration) -> Duration {
     let most = SILENCE.1.max(least);
     if p.polls < 2 {
         return least;
@@ -589,7 +426,7 @@ fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::health::answer::UnrecordedAnswer;
 
@@ -607,7 +444,7 @@ mod tests {
         .expect("a valid answer")
     }
 
-    fn how(polls: u32) -> Wait {
+    pub(crate) fn how(polls: u32) -> Wait {
         Wait {
             url: "http://127.0.0.1:9200/".into(),
             max_wait: Duration::from_secs(600),
@@ -823,7 +660,7 @@ mod tests {
     }
 
     /// `drained()` with its load balancer sending `header` 300 ms ago.
-    fn with_state(header: &str) -> Answer<'static> {
+    pub(crate) fn with_state(header: &str) -> Answer<'static> {
         let mut answer = drained();
         let p = poller(&mut answer);
         // Its HTTP checks had been answered DRAINED for 2 s when it wrote the header.
@@ -1035,28 +872,6 @@ mod tests {
                 .any(|m| m.starts_with("load balancer 10.0.0.5 (lb1) stopped checking 20.0s ago")),
             "{:?}",
             a.met
-        );
-    }
-
-    #[test]
-    fn the_last_server_is_found_and_an_empty_backend_is_a_warning() {
-        let answer = with_state("UP; name=bk/m2; node=lb1; weight=100/100; scur=0/0; qcur=0");
-        assert_eq!(
-            last_server(&answer, &how(3)),
-            [
-                "load balancer 10.0.0.5 (lb1) says m2 is the only server taking new agents in backend bk (weight 100 of 100)"
-            ]
-        );
-        let answer = with_state("UP; name=bk/m2; node=lb1; weight=100/160; scur=0/0; qcur=0");
-        assert!(last_server(&answer, &how(3)).is_empty());
-        let answer = with_state("NOLB; name=bk/m2; node=lb1; weight=100/0; scur=0/0; qcur=0");
-        assert!(last_server(&answer, &how(3)).is_empty());
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
-        assert_eq!(
-            a.warnings,
-            [
-                "load balancer 10.0.0.5 (lb1) says backend bk has no server taking new agents now (total weight 0)"
-            ]
         );
     }
 }

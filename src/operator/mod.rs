@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod assessment;
+pub mod backends;
 pub mod check;
 pub mod command;
 pub mod config;

@@ -14,9 +14,8 @@ use thiserror::Error;
 
 use crate::health::answer::Answer;
 use crate::health::verdict::Verdict;
-use crate::operator::assessment::{
-    Goal, Wait, assess, drain_settled, empty_backend, last_server, unproven_views,
-};
+use crate::operator::assessment::{Goal, Wait, assess};
+use crate::operator::backends::{drain_settled, empty_backend, last_server, unproven_views};
 use crate::operator::daemon::{self, OtherFile, StatusError, other_file};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
