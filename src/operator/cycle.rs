@@ -166,15 +166,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     })?;
     // Nothing is touched unless the daemon answers, about this drain record: without it
     // nobody can tell when it is safe.
-    let reply = daemon::ask(&cycle.wait.url)
-        .await
-        .map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
-    if let Some(e) = Answer::from_json(&reply.body)
-        .ok()
-        .and_then(|answer| daemon::other_file(&cycle.wait, &answer))
-    {
-        return Err(CycleError::NoDaemon(e.into()));
-    }
+    ask_daemon(&cycle.wait).await?;
 
     // 1. drain: this cycle holds the node drained, beside whoever already does
     let t = Instant::now();
@@ -218,28 +210,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     }
 
     // 3. the command
-    let t = Instant::now();
-    let status = run_command(&cycle.command, &mut signals, cycle.kill_after)
-        .await
-        .map_err(|how| match how {
-            None => CycleError::Interrupted {
-                step: Step::Command,
-                left: LEFT_DRAINED,
-            },
-            Some(how) => CycleError::Command {
-                command: command.clone(),
-                how,
-            },
-        })
-        .map_err(fail)?;
-    let ended = Instant::now();
-    if !status.success() {
-        return Err(fail(CycleError::Command {
-            command,
-            how: exited(status),
-        }));
-    }
-    step(Step::Command, t, &format!("{command} exited 0"));
+    let ended = command_step(cycle, &mut signals).await.map_err(fail)?;
 
     // 4. wait until Puppet Server can compile again
     let t = Instant::now();
@@ -282,7 +253,56 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         None,
     )
     .await
-    .map_err(|e| match e {
+    .map_err(undrained_already)?;
+    step(Step::WaitUndrained, t, &done.summary);
+    println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
+    Ok(())
+}
+
+/// The daemon answers, and watches this drain record.
+async fn ask_daemon(how: &Wait) -> Result<(), CycleError> {
+    let reply = daemon::ask(&how.url)
+        .await
+        .map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
+    match Answer::from_json(&reply.body)
+        .ok()
+        .and_then(|answer| daemon::other_file(how, &answer))
+    {
+        Some(e) => Err(CycleError::NoDaemon(e.into())),
+        None => Ok(()),
+    }
+}
+
+/// Step 3: the command, which must exit 0; when it ended.
+async fn command_step(cycle: &Cycle, signals: &mut Signals) -> Result<Instant, CycleError> {
+    let t = Instant::now();
+    let command = shown(&cycle.command);
+    let status = run_command(&cycle.command, signals, cycle.kill_after)
+        .await
+        .map_err(|how| match how {
+            None => CycleError::Interrupted {
+                step: Step::Command,
+                left: LEFT_DRAINED,
+            },
+            Some(how) => CycleError::Command {
+                command: command.clone(),
+                how,
+            },
+        })?;
+    let ended = Instant::now();
+    if !status.success() {
+        return Err(CycleError::Command {
+            command,
+            how: exited(status),
+        });
+    }
+    step(Step::Command, t, &format!("{command} exited 0"));
+    Ok(ended)
+}
+
+/// A failure after the undrain says the node is undrained already.
+fn undrained_already(e: CycleError) -> CycleError {
+    match e {
         CycleError::Wait { step, source, .. } => CycleError::Wait {
             step,
             source,
@@ -293,10 +313,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
             left: "; the node is already undrained",
         },
         other => other,
-    })?;
-    step(Step::WaitUndrained, t, &done.summary);
-    println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
-    Ok(())
+    }
 }
 
 /// Step 1: adds this cycle's hold to the record (after the last-server guard, unless the node

@@ -5,13 +5,13 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use crate::health::answer::{Answer, CertificatesAnswer, CodeAnswer, PollerAnswer};
+use crate::health::answer::{Answer, CertificatesAnswer, CodeAnswer, PollerAnswer, TrafficAnswer};
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
 use crate::operator::assessment::{Goal, Wait, assess, describe_told};
 use crate::operator::daemon::Reply;
-use crate::puppet::pool::Load;
+use crate::puppet::pool::{Load, Pool};
 use crate::text::seconds;
 
 /// The host names of `addrs` from reverse DNS, for a person. An address whose lookup fails or
@@ -53,32 +53,7 @@ pub fn describe(reply: &Reply) -> String {
         reply.status,
         answer.reason
     );
-    match &answer.drain {
-        None => out.push_str("drain:  not drained\n"),
-        Some(drain) => {
-            let mut line = format!(
-                "drain:  {}",
-                drain.reason.as_deref().unwrap_or("(no valid record)")
-            );
-            for (label, value) in [
-                ("by", &drain.by),
-                ("since", &drain.since),
-                ("until", &drain.until),
-            ] {
-                if let Some(value) = value {
-                    let _ = write!(line, ", {label} {value}");
-                }
-            }
-            if drain.expired {
-                line.push_str(" - EXPIRED, no longer counts; `pmcheck undrain` removes it");
-            }
-            if let Some(problem) = &drain.problem {
-                let _ = write!(line, " ({problem})");
-            }
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
+    out.push_str(&drain_line(&answer));
     let probe = &answer.probe;
     let ms = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));
     let _ = writeln!(
@@ -91,31 +66,7 @@ pub fn describe(reply: &Reply) -> String {
         probe.endpoint.as_deref().unwrap_or("")
     );
     if let Some(pool) = &answer.pool {
-        let load = answer.load.map_or("cannot compile", |l| match l {
-            Load::Warm => "warm",
-            Load::Warming => "warming",
-            Load::Busy => "busy",
-            Load::Paused => "paused (answered OK at the floor weight, for at most --pause-grace)",
-        });
-        let units = if pool.multithreaded {
-            "borrow slots of one multithreaded JRuby"
-        } else {
-            "JRubies"
-        };
-        let _ = writeln!(
-            out,
-            "pool:   {load}: {} of {} {units} free, {} compiling, {} waiting; average wait {} ms, \
-             borrow {} ms; {} refused at the queue limit, {} borrow timeouts; lock {}",
-            pool.free,
-            pool.size,
-            pool.borrowed,
-            pool.waiting,
-            pool.average_wait_ms,
-            pool.average_borrow_ms,
-            pool.queue_limit_hits,
-            pool.borrow_timeouts,
-            pool.lock,
-        );
+        let _ = writeln!(out, "pool:   {}", pool_line(&answer, pool));
     }
     if let Some(held) = &answer.drain_held {
         let _ = writeln!(out, "held:   {held}");
@@ -150,22 +101,7 @@ pub fn describe(reply: &Reply) -> String {
         let _ = writeln!(out, "others: {} (people and scripts)", others.join("; "));
     }
     if let Some(t) = &answer.traffic {
-        let line = match (&t.problem, t.count()) {
-            (Some(problem), _) => format!("cannot tell: {problem}"),
-            (None, 0) => format!("no connection to {}", t.listener),
-            (None, n) => {
-                let mut from: Vec<String> = t.connections.iter().map(ToString::to_string).collect();
-                if n > t.connections.len() {
-                    from.push(format!("and {} more", n - t.connections.len()));
-                }
-                format!(
-                    "{n} connection(s) to {} from {}",
-                    t.listener,
-                    from.join(", ")
-                )
-            }
-        };
-        let _ = writeln!(out, "agents: {line}");
+        let _ = writeln!(out, "agents: {}", traffic(t));
     }
     if let Some(c) = &answer.certificates {
         let _ = writeln!(out, "certs:  {}", certificates(c));
@@ -175,6 +111,81 @@ pub fn describe(reply: &Reply) -> String {
     }
     let _ = writeln!(out, "next:   {}", next_step(&answer));
     out
+}
+
+/// The `drain:` line, with its newline.
+fn drain_line(answer: &Answer<'_>) -> String {
+    let Some(drain) = &answer.drain else {
+        return "drain:  not drained\n".to_owned();
+    };
+    let mut line = format!(
+        "drain:  {}",
+        drain.reason.as_deref().unwrap_or("(no valid record)")
+    );
+    for (label, value) in [
+        ("by", &drain.by),
+        ("since", &drain.since),
+        ("until", &drain.until),
+    ] {
+        if let Some(value) = value {
+            let _ = write!(line, ", {label} {value}");
+        }
+    }
+    if drain.expired {
+        line.push_str(" - EXPIRED, no longer counts; `pmcheck undrain` removes it");
+    }
+    if let Some(problem) = &drain.problem {
+        let _ = write!(line, " ({problem})");
+    }
+    line.push('\n');
+    line
+}
+
+/// The pool as Puppet Server last reported it.
+fn pool_line(answer: &Answer<'_>, pool: &Pool) -> String {
+    let load = answer.load.map_or("cannot compile", |l| match l {
+        Load::Warm => "warm",
+        Load::Warming => "warming",
+        Load::Busy => "busy",
+        Load::Paused => "paused (answered OK at the floor weight, for at most --pause-grace)",
+    });
+    let units = if pool.multithreaded {
+        "borrow slots of one multithreaded JRuby"
+    } else {
+        "JRubies"
+    };
+    format!(
+        "{load}: {} of {} {units} free, {} compiling, {} waiting; average wait {} ms, \
+         borrow {} ms; {} refused at the queue limit, {} borrow timeouts; lock {}",
+        pool.free,
+        pool.size,
+        pool.borrowed,
+        pool.waiting,
+        pool.average_wait_ms,
+        pool.average_borrow_ms,
+        pool.queue_limit_hits,
+        pool.borrow_timeouts,
+        pool.lock,
+    )
+}
+
+/// The agent connections to Puppet Server, or why they cannot be told.
+fn traffic(t: &TrafficAnswer) -> String {
+    match (&t.problem, t.count()) {
+        (Some(problem), _) => format!("cannot tell: {problem}"),
+        (None, 0) => format!("no connection to {}", t.listener),
+        (None, n) => {
+            let mut from: Vec<String> = t.connections.iter().map(ToString::to_string).collect();
+            if n > t.connections.len() {
+                from.push(format!("and {} more", n - t.connections.len()));
+            }
+            format!(
+                "{n} connection(s) to {} from {}",
+                t.listener,
+                from.join(", ")
+            )
+        }
+    }
 }
 
 /// Each certificate's end and the CRL's nextUpdate, with the days left.
