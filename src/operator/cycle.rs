@@ -7,6 +7,10 @@
 //! half-way through an upgrade must not get agents. The cycle holds the drain beside whoever
 //! else does ([`crate::drain::holders`]): an operator's drain from before, another cycle. It
 //! lets go of its own hold only, and the node returns to rotation when nobody holds it.
+//!
+//! Over 500 lines on purpose: the six steps, their one error type and the cycle's hold in the
+//! record (taking it, letting go, marking it stopped) are one story, read top to bottom; the
+//! hold's functions return the steps' errors, so a file of their own would import this one back.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -198,16 +202,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     for warning in &done.warnings {
         eprintln!("pmcheck cycle: warning: {warning}");
     }
-    // The point of no return. The last-server guard looked before the drain; if another
-    // master fell out since, this node is the one agents could still have: give it back.
-    if !cycle.force
-        && let Some(said) = wait::empty_backend_now(&cycle.wait).await
-    {
-        // The trail says why the hold goes: the command was refused, as a drain would be.
-        log_refused(&file, &cycle.reason, &LastServer(said.clone()));
-        let left = let_go(&file)?.describe(&file);
-        return Err(CycleError::EmptyBackend { said, left });
-    }
+    give_back_if_needed(cycle, &file).await?;
 
     // 3. the command
     let ended = command_step(cycle, &mut signals).await.map_err(fail)?;
@@ -257,6 +252,21 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     step(Step::WaitUndrained, t, &done.summary);
     println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
     Ok(())
+}
+
+/// The point of no return. The last-server guard looked before the drain; if another master
+/// fell out since, this node is the one agents could still have: give it back.
+async fn give_back_if_needed(cycle: &Cycle, file: &DrainFile) -> Result<(), CycleError> {
+    if cycle.force {
+        return Ok(());
+    }
+    let Some(said) = wait::empty_backend_now(&cycle.wait).await else {
+        return Ok(());
+    };
+    // The trail says why the hold goes: the command was refused, as a drain would be.
+    log_refused(file, &cycle.reason, &LastServer(said.clone()));
+    let left = let_go(file)?.describe(file);
+    Err(CycleError::EmptyBackend { said, left })
 }
 
 /// The daemon answers, and watches this drain record.

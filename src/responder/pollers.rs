@@ -211,6 +211,87 @@ struct Table {
     unrecorded_last: Option<Instant>,
 }
 
+impl Table {
+    /// The entry of `address` with this proof, made when there is none (pushing out one that
+    /// counts for less, when the table is full); `None` when there is no room.
+    fn entry(&mut self, address: IpAddr, proof: Proof, now: Instant) -> Option<usize> {
+        let proven = proof.proven();
+        if let Some(index) =
+            (self.pollers.iter()).position(|p| p.address == address && p.proof.proven() == proven)
+        {
+            return Some(index);
+        }
+        let pollers = &mut self.pollers;
+        pollers.retain(|p| now.saturating_duration_since(p.last) < GONE_AFTER);
+        if pollers.len() >= CAPACITY {
+            // Unproven first, the one silent longest; a proven poller also pushes out a
+            // regular unproven one, an unproven poller never pushes out a proven one.
+            let loser = (0..pollers.len())
+                .filter(|&i| {
+                    let p = &pollers[i];
+                    !p.proof.proven() && (proven || !p.regular(now))
+                })
+                .min_by_key(|&i| (pollers[i].regular(now), pollers[i].last))
+                .or_else(|| {
+                    (0..pollers.len())
+                        .filter(|&i| proven && !pollers[i].regular(now))
+                        .min_by_key(|&i| pollers[i].last)
+                });
+            let Some(i) = loser else {
+                if proven {
+                    self.unrecorded = self.unrecorded.saturating_add(1);
+                    self.unrecorded_last = Some(now);
+                }
+                return None;
+            };
+            pollers.swap_remove(i);
+        }
+        pollers.push(Poller {
+            address,
+            proof,
+            first: now,
+            last: now,
+            polls: 0,
+            steady: 0,
+            http: None,
+            agent: None,
+            states: [None; STATES],
+            client: None,
+        });
+        Some(pollers.len() - 1)
+    }
+}
+
+impl Poller {
+    /// Keeps `header`, seen with `verdict`: a well-formed header replaces its server line's,
+    /// else takes a free place, else the oldest; a malformed one only another malformed
+    /// one's, else a free place.
+    fn note_state(&mut self, header: &[u8], well_formed: bool, verdict: Verdict, now: Instant) {
+        let name = lb_state::name_of(header);
+        let states = &mut self.states;
+        let same = states
+            .iter()
+            .position(|s| s.is_some_and(|s| s.well_formed && s.name() == name))
+            .filter(|_| well_formed);
+        let free = || states.iter().position(Option::is_none);
+        let slot = if well_formed {
+            same.or_else(free)
+                .or_else(|| (0..STATES).min_by_key(|&i| states[i].map(|s| s.at)))
+        } else {
+            (states.iter())
+                .position(|s| s.is_some_and(|s| !s.well_formed))
+                .or_else(free)
+        };
+        if let Some(slot) = slot {
+            let since = same
+                .and_then(|i| states[i])
+                .filter(|s| s.told == verdict)
+                .map_or(now, |s| s.since);
+            states[slot] = Some(StateSeen::new(now, verdict, since, header, well_formed));
+        }
+    }
+}
+
 /// The table of pollers; every poll records itself here.
 #[derive(Debug)]
 pub struct Pollers {
@@ -257,54 +338,11 @@ impl Pollers {
     /// Notes that `poll.address` was just told `poll.verdict`.
     pub fn record(&self, poll: Poll<'_>, now: Instant) {
         let address = poll.address.to_canonical();
-        let proven = poll.proof.proven();
         // Read before the lock: a malformed header never takes a good one's place.
         let well_formed = poll.state.map(lb_state::well_formed);
         let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let index = if let Some(index) =
-            (table.pollers.iter()).position(|p| p.address == address && p.proof.proven() == proven)
-        {
-            index
-        } else {
-            let pollers = &mut table.pollers;
-            pollers.retain(|p| now.saturating_duration_since(p.last) < GONE_AFTER);
-            if pollers.len() >= CAPACITY {
-                // Unproven first, the one silent longest; a proven poller also pushes out a
-                // regular unproven one, an unproven poller never pushes out a proven one.
-                let loser = (0..pollers.len())
-                    .filter(|&i| {
-                        let p = &pollers[i];
-                        !p.proof.proven() && (proven || !p.regular(now))
-                    })
-                    .min_by_key(|&i| (pollers[i].regular(now), pollers[i].last))
-                    .or_else(|| {
-                        (0..pollers.len())
-                            .filter(|&i| proven && !pollers[i].regular(now))
-                            .min_by_key(|&i| pollers[i].last)
-                    });
-                if let Some(i) = loser {
-                    pollers.swap_remove(i);
-                } else {
-                    if proven {
-                        table.unrecorded = table.unrecorded.saturating_add(1);
-                        table.unrecorded_last = Some(now);
-                    }
-                    return;
-                }
-            }
-            pollers.push(Poller {
-                address,
-                proof: poll.proof,
-                first: now,
-                last: now,
-                polls: 0,
-                steady: 0,
-                http: None,
-                agent: None,
-                states: [None; STATES],
-                client: None,
-            });
-            pollers.len() - 1
+        let Some(index) = table.entry(address, poll.proof, now) else {
+            return;
         };
         let poller = &mut table.pollers[index];
         let gap = now.saturating_duration_since(poller.last);
@@ -322,36 +360,7 @@ impl Pollers {
         // A check without the header leaves the last one in place: an operator's curl may
         // come from the load balancer's host. Its age tells the waits when it is stale.
         if let (Some(header), Some(well_formed)) = (poll.state, well_formed) {
-            let name = lb_state::name_of(header);
-            let states = &mut poller.states;
-            // A well-formed header replaces its server line's, else takes a free place, else
-            // the oldest; a malformed one only another malformed one's, else a free place.
-            let same = states
-                .iter()
-                .position(|s| s.is_some_and(|s| s.well_formed && s.name() == name))
-                .filter(|_| well_formed);
-            let free = || states.iter().position(Option::is_none);
-            let slot = if well_formed {
-                same.or_else(free)
-                    .or_else(|| (0..STATES).min_by_key(|&i| states[i].map(|s| s.at)))
-            } else {
-                (states.iter())
-                    .position(|s| s.is_some_and(|s| !s.well_formed))
-                    .or_else(free)
-            };
-            if let Some(slot) = slot {
-                let since = same
-                    .and_then(|i| states[i])
-                    .filter(|s| s.told == poll.verdict)
-                    .map_or(now, |s| s.since);
-                states[slot] = Some(StateSeen::new(
-                    now,
-                    poll.verdict,
-                    since,
-                    header,
-                    well_formed,
-                ));
-            }
+            poller.note_state(header, well_formed, poll.verdict, now);
         }
         let told = match poll.via {
             Via::Http => &mut poller.http,
