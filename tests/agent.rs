@@ -216,7 +216,7 @@ fn a_drained_status_other_than_503_or_404_is_refused_with_the_choice() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--drained-status"), "{err}");
+    assert_contains!(err, "--drained-status");
     assert!(err.contains("must be 503") && err.contains("404"), "{err}");
 }
 

@@ -112,13 +112,8 @@ fn each_environments_record_is_shown_and_what_is_not_a_record_is_said() {
     assert_eq!(by("ghost").state, "no_environment");
     let broken = by("broken");
     assert_eq!(broken.state, "unreadable");
-    assert!(
-        broken
-            .why
-            .unwrap()
-            .contains("not r10k's JSON deploy record")
-    );
-    assert!(by("huge").why.unwrap().contains("larger than 1024 KiB"));
+    assert_contains!(broken.why.unwrap(), "not r10k's JSON deploy record");
+    assert_contains!(by("huge").why.unwrap(), "larger than 1024 KiB");
     assert!(
         code.iter().all(|c| c.file_sync_status.is_none()),
         "open source has no file sync: {code:?}"
@@ -178,18 +173,15 @@ fn at_most_16_environments_and_each_a_puppet_name() {
     let out = s.pmcheck("config", &["--code-environment", &seventeen]);
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "{out:?}");
-    assert!(
-        said.contains("--code-environment (command line): 17 environments; at most 16"),
-        "{said}"
+    assert_contains!(
+        said,
+        "--code-environment (command line): 17 environments; at most 16"
     );
 
     let out = s.pmcheck("config", &["--code-environment", "Feature-X"]);
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "{out:?}");
-    assert!(
-        said.contains("`Feature-X` is not a Puppet environment name"),
-        "{said}"
-    );
+    assert_contains!(said, "`Feature-X` is not a Puppet environment name");
 }
 
 /// Puppet Enterprise: the file sync client's status beside each record (the stub answers a
@@ -235,6 +227,6 @@ fn on_puppet_enterprise_file_syncs_commit_is_shown_beside_the_record() {
     }
     // The file sync commit is file sync's own: never the metrics' commit.
     let body = scrape(&d);
-    assert!(body.contains("commit=\"aaaa1111\""), "{body}");
+    assert_contains!(body, "commit=\"aaaa1111\"");
     assert!(!body.contains("0a1b2c3d"), "{body}");
 }

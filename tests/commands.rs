@@ -39,16 +39,13 @@ fn check_says_ok_with_perfdata_on_one_line() {
         "{line}"
     );
     // The pool as perfdata, gauges bounded by the pool's size.
-    assert!(
-        line.contains("s;;;0 jrubies_free=1;;;0;1 jrubies_borrowed=0;;;0;1 jrubies_waiting=0;;;0 "),
-        "{line}"
+    assert_contains!(
+        line,
+        "s;;;0 jrubies_free=1;;;0;1 jrubies_borrowed=0;;;0;1 jrubies_waiting=0;;;0 "
     );
     // Then the days left of the certificates (the test CA's last 2,000 years: no warning).
-    assert!(
-        line.contains(" weight=100%;;;0;100 hostcert_days="),
-        "{line}"
-    );
-    assert!(line.contains(";30:;7: localcacert_days="), "{line}");
+    assert_contains!(line, " weight=100%;;;0;100 hostcert_days=");
+    assert_contains!(line, ";30:;7: localcacert_days=");
     assert_eq!(line.lines().count(), 1);
     // A plugin says its line and nothing else when all is well (no INFO about the identity).
     let quiet = pmcheck()
@@ -89,7 +86,7 @@ fn check_says_critical_when_puppet_server_is_unhealthy_even_when_drained() {
         "unhealthy beats drained: {crit:?}"
     );
     assert!(stdout(&crit).starts_with("PMCHECK CRITICAL - "), "{crit:?}");
-    assert!(stdout(&crit).contains("reports `error`"), "{crit:?}");
+    assert_contains!(stdout(&crit), "reports `error`", "{crit:?}");
 }
 
 #[test]
@@ -131,8 +128,9 @@ fn check_says_unknown_without_its_key() {
         stdout(&unknown).starts_with("PMCHECK UNKNOWN - maint"),
         "{unknown:?}"
     );
-    assert!(
-        stdout(&unknown).contains("Puppet Server's health is unknown: cannot read hostprivkey"),
+    assert_contains!(
+        stdout(&unknown),
+        "Puppet Server's health is unknown: cannot read hostprivkey",
         "{unknown:?}"
     );
 }
@@ -259,8 +257,9 @@ fn config_says_where_every_value_came_from() {
         row("hostcert").contains("/x/cert.pem") && row("hostcert").contains("(command line)"),
         "{text}"
     );
-    assert!(
-        row("hostprivkey").contains("/srv/ssl/private_keys/from-main.pem"),
+    assert_contains!(
+        row("hostprivkey"),
+        "/srv/ssl/private_keys/from-main.pem",
         "{text}"
     );
     assert!(
@@ -293,17 +292,14 @@ fn bad_settings_exit_78_and_usage_errors_64_naming_what_is_wrong() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "{out:?}");
-    assert!(
-        stderr(&out).contains(&format!("{}:2", conf.display())),
-        "{out:?}"
-    );
+    assert_contains!(stderr(&out), &format!("{}:2", conf.display()), "{out:?}");
 
     let out = pmcheck()
         .args(["serve", "--interval", "fast"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64), "{out:?}");
-    assert!(stderr(&out).contains("--interval"), "{out:?}");
+    assert_contains!(stderr(&out), "--interval", "{out:?}");
     let out = pmcheck()
         .args(["serve", "--listen", "9200"])
         .output()
@@ -322,8 +318,9 @@ fn a_listen_address_in_use_exits_69() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "{out:?}");
-    assert!(
-        stderr(&out).contains(&format!("cannot listen on {addr} (--listen)")),
+    assert_contains!(
+        stderr(&out),
+        &format!("cannot listen on {addr} (--listen)"),
         "{out:?}"
     );
     // The agent port's error names the agent port's option, not --listen.
@@ -359,14 +356,8 @@ fn drain_through_a_file_names_the_state_directory_and_how_to_fix_it() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(73), "{out:?}");
-    assert!(
-        stderr(&out).contains("cannot write the drain record in"),
-        "{out:?}"
-    );
-    assert!(
-        stderr(&out).contains("--state-dir"),
-        "says how to fix it: {out:?}"
-    );
+    assert_contains!(stderr(&out), "cannot write the drain record in", "{out:?}");
+    assert_contains!(stderr(&out), "--state-dir", "says how to fix it: {out:?}");
 }
 
 #[test]
@@ -410,15 +401,16 @@ fn drain_without_permission_names_the_directory_and_keeps_the_old_record() {
         format!("cannot write the drain record in {d}")
     };
     assert!(stderr(&out).contains(&said), "{out:?}");
-    assert!(stderr(&out).contains("Permission denied"), "{out:?}");
+    assert_contains!(stderr(&out), "Permission denied", "{out:?}");
     // The way out is who may write there; another --state-dir would split drains from the
     // daemon, which reads only its own.
-    assert!(
-        stderr(&out).contains(&format!(
+    assert_contains!(
+        stderr(&out),
+        &format!(
             "run the command as root (sudo), or as user {} (they own {d}); another --state-dir \
              would not help",
             whoami()
-        )),
+        ),
         "{out:?}"
     );
     assert_eq!(
@@ -614,29 +606,29 @@ fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
         ),
         "{out:?}"
     );
-    assert!(
-        stdout(&out).contains(
-            "\npool:   warm: 1 of 1 JRubies free, 0 compiling, 0 waiting; average wait 0 ms, \
+    assert_contains!(
+        stdout(&out),
+        "\npool:   warm: 1 of 1 JRubies free, 0 compiling, 0 waiting; average wait 0 ms, \
              borrow 0 ms; 0 refused at the queue limit, 0 borrow timeouts; lock not-in-use\n\
              weight: none sent: this daemon has no agent port (--agent-listen), so HAProxy uses \
              its own weight\n\
-             others: 127.0.0.1"
-        ),
+             others: 127.0.0.1",
         "{out:?}"
     );
     // The test's own polls: a person or a script, not a load balancer (named `localhost`
     // where reverse DNS says so).
-    assert!(stdout(&out).contains(" (curl, HTTP: OK x"), "{out:?}");
+    assert_contains!(stdout(&out), " (curl, HTTP: OK x", "{out:?}");
     assert!(
         !stdout(&out).contains("\nlb:"),
         "no load balancer polls: {out:?}"
     );
-    assert!(stdout(&out).contains(") (people and scripts)\n"), "{out:?}");
-    assert!(
-        stdout(&out).contains(&format!(
+    assert_contains!(stdout(&out), ") (people and scripts)\n", "{out:?}");
+    assert_contains!(
+        stdout(&out),
+        &format!(
             "\nagents: no connection to {}\ncerts:  hostcert CN={CERTNAME} (leaf) until ",
             s.stub.addr
-        )),
+        ),
         "{out:?}"
     );
     assert!(
@@ -659,7 +651,7 @@ fn status_prints_for_people_or_raw_json_and_exits_by_the_answer() {
     // Unreachable is not "not OK": 69, as the waits; --json still prints JSON.
     let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
     assert_eq!(out.status.code(), Some(69));
-    assert!(stderr(&out).contains("cannot reach pmcheck at"), "{out:?}");
+    assert_contains!(stderr(&out), "cannot reach pmcheck at", "{out:?}");
     let out = pmcheck()
         .args(["status", "--json", "--url", &url])
         .output()
@@ -742,17 +734,14 @@ fn completions_offer_closed_values_and_helps_say_what_their_flags_do() {
     );
     let help = |args: &[&str]| stdout(&pmcheck().args(args).output().unwrap());
     let top = help(&["--help"]);
-    assert!(top.contains("forces 503 (or 404, as packaged"), "{top}");
+    assert_contains!(top, "forces 503 (or 404, as packaged");
     let undrain = help(&["undrain", "--help"]);
     assert!(!undrain.contains("a drain stays in place"), "{undrain}");
-    assert!(
-        undrain.contains("what the command changed stays changed"),
-        "{undrain}"
-    );
+    assert_contains!(undrain, "what the command changed stays changed");
     let serve = help(&["serve", "--help"]);
-    assert!(
-        serve.contains("- 404: HAProxy with `http-check disable-on-404`: NOLB"),
-        "{serve}"
+    assert_contains!(
+        serve,
+        "- 404: HAProxy with `http-check disable-on-404`: NOLB"
     );
 }
 
@@ -767,14 +756,14 @@ fn the_manual_has_the_waits_the_cycle_and_the_defaults_file() {
         .split(".SH EXAMPLES")
         .nth(1)
         .expect("an EXAMPLES section");
-    assert!(examples.contains("--wait"), "{examples}");
-    assert!(examples.contains("pmcheck cycle"), "{examples}");
+    assert_contains!(examples, "--wait");
+    assert_contains!(examples, "pmcheck cycle");
     let files = page
         .split(".SH FILES")
         .nth(1)
         .and_then(|f| f.split(".SH").next())
         .expect("a FILES section");
-    assert!(files.contains("/etc/default/pmcheck"), "{files}");
+    assert_contains!(files, "/etc/default/pmcheck");
     let have_man = std::process::Command::new("man")
         .arg("--version")
         .output()
@@ -790,8 +779,9 @@ fn the_manual_has_the_waits_the_cycle_and_the_defaults_file() {
             .env("MANPAGER", "cat")
             .output()
             .unwrap();
-        assert!(
-            String::from_utf8_lossy(&shown.stdout).contains("EXAMPLES"),
+        assert_contains!(
+            String::from_utf8_lossy(&shown.stdout),
+            "EXAMPLES",
             "the documented one-liner shows the page: {shown:?}"
         );
     } else {
@@ -839,18 +829,15 @@ fn config_reads_the_environment_file_as_systemd_does_and_the_environment_wins() 
         row(&out, "drained-status"),
         format!("drained-status 404 ({f} PMCHECK_DRAINED_STATUS)")
     );
-    assert!(
-        row(&out, "slow-start").contains("(default: built in)"),
-        "{out:?}"
-    );
-    assert!(
-        row(&out, "listen").contains("(default: built in)"),
+    assert_contains!(row(&out, "slow-start"), "(default: built in)", "{out:?}");
+    assert_contains!(
+        row(&out, "listen"),
+        "(default: built in)",
         "an empty value is unset: {out:?}"
     );
-    assert!(
-        stdout(&out).contains(&format!(
-            "warning: {f} line 4: systemd ignores `export PMCHECK_SLOW_START=1s`"
-        )),
+    assert_contains!(
+        stdout(&out),
+        &format!("warning: {f} line 4: systemd ignores `export PMCHECK_SLOW_START=1s`"),
         "{out:?}"
     );
     let out = config(&[("PMCHECK_INTERVAL", "7s")]);
@@ -861,8 +848,9 @@ fn config_reads_the_environment_file_as_systemd_does_and_the_environment_wins() 
     std::fs::write(&file, "PMCHECK_INTERVAL=5x\n").unwrap();
     let out = config(&[]);
     assert_eq!(out.status.code(), Some(78), "{out:?}");
-    assert!(
-        stderr(&out).contains(&format!("{f}: PMCHECK_INTERVAL=5x: invalid value '5x'")),
+    assert_contains!(
+        stderr(&out),
+        &format!("{f}: PMCHECK_INTERVAL=5x: invalid value '5x'"),
         "{out:?}"
     );
 }
@@ -928,10 +916,9 @@ fn config_check_names_what_blocks_each_file() {
     .to_vec();
     let out = pmcheck().args(&args).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert!(
-        stdout(&out).contains(
-            "check: every file can be read by you (root) and by the service (user nobody"
-        ),
+    assert_contains!(
+        stdout(&out),
+        "check: every file can be read by you (root) and by the service (user nobody",
         "{out:?}"
     );
     for (name, file) in &files {
@@ -939,12 +926,13 @@ fn config_check_names_what_blocks_each_file() {
         let out = pmcheck().args(&args).output().unwrap();
         mode(file, 0o644);
         assert_eq!(out.status.code(), Some(78), "{name}: {out:?}");
-        assert!(
-            stdout(&out).contains(&format!(
+        assert_contains!(
+            stdout(&out),
+            &format!(
                 "problem: {name} {}: {} (0600 root:root) does not let the service (user nobody",
                 file.display(),
                 file.display()
-            )),
+            ),
             "{name}: {out:?}"
         );
     }
@@ -952,12 +940,13 @@ fn config_check_names_what_blocks_each_file() {
     mode(&ssl, 0o750);
     let out = pmcheck().args(&args).output().unwrap();
     assert_eq!(out.status.code(), Some(78), "{out:?}");
-    assert!(
-        stdout(&out).contains(&format!(
+    assert_contains!(
+        stdout(&out),
+        &format!(
             "problem: localcacert {}: {} (0750 root:root) does not let the service (user nobody",
             files[3].1.display(),
             ssl.display()
-        )),
+        ),
         "{out:?}"
     );
     // Run as nobody: the check is the user's own, and says so.
@@ -971,12 +960,13 @@ fn config_check_names_what_blocks_each_file() {
         .unwrap();
     mode(&ssl, 0o755);
     assert_eq!(out.status.code(), Some(78), "{out:?}");
-    assert!(
-        stdout(&out).contains(&format!(
+    assert_contains!(
+        stdout(&out),
+        &format!(
             "problem: hostcert {}: {} (0750 root:root) does not let you (nobody) enter it",
             files[1].1.display(),
             ssl.display()
-        )),
+        ),
         "{out:?}"
     );
 }
@@ -997,12 +987,13 @@ fn config_check_refuses_a_key_file_every_user_can_read() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "{out:?}");
-    assert!(
-        stdout(&out).contains(&format!(
+    assert_contains!(
+        stdout(&out),
+        &format!(
             "error: the load balancer key file {} (--lb-key-file) is readable by every user (mode 644): `chmod 0640 {}`",
             key.display(),
             key.display()
-        )),
+        ),
         "{out:?}"
     );
 }

@@ -110,10 +110,7 @@ fn every_action_appends_one_event_and_the_daemon_counts_them() {
     let shown = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(shown.lines().count(), 3, "{shown}");
-    assert!(
-        shown.lines().next().unwrap().contains(" undrain by "),
-        "{shown}"
-    );
+    assert_contains!(shown.lines().next().unwrap(), " undrain by ", "{shown}");
     let out = s.pmcheck("status", &["--history", "2", "--json"]);
     let json: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json.len(), 2);
@@ -206,16 +203,9 @@ fn only_root_and_the_state_directorys_group_read_the_log() {
     };
     let out = history_as("65534");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("drain by "),
-        "{}",
-        text(&out.stdout)
-    );
+    assert_contains!(text(&out.stdout), "drain by ", "{}", text(&out.stdout));
     let out = history_as("65533");
     let stderr = text(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
-    assert!(
-        stderr.contains("only root and the group pmcheck read it"),
-        "{stderr}"
-    );
+    assert_contains!(stderr, "only root and the group pmcheck read it");
 }

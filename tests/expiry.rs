@@ -158,12 +158,9 @@ fn each_file_warns_within_30_days_and_is_critical_within_7_or_past() {
             expected,
             "hostcrl at {days} days: {line}"
         );
-        assert!(
-            line.contains(&format!(" hostcrl_days={}", perf_days(days))),
-            "{line}"
-        );
+        assert_contains!(line, &format!(" hostcrl_days={}", perf_days(days)));
         if days < 0 {
-            assert!(line.contains("is past its nextUpdate"), "{line}");
+            assert_contains!(line, "is past its nextUpdate");
         }
         replace(&crl_path, crl(&s, at(-1), at(365)).as_bytes());
     }
@@ -188,15 +185,15 @@ fn an_intermediate_is_named_as_such_and_the_thresholds_are_settable() {
         &["--warn-expiry", "60d", "--crit-expiry", "10d"],
     );
     assert_eq!(code, Some(1), "{line}");
-    assert!(
-        line.contains("localcacert CN=Puppet Intermediate CA (intermediate) expires "),
-        "{line}"
+    assert_contains!(
+        line,
+        "localcacert CN=Puppet Intermediate CA (intermediate) expires "
     );
     assert!(
         line.contains(" localcacert_days=49.") || line.contains(" localcacert_days=50.0"),
         "{line}"
     );
-    assert!(line.contains(";60:;10:"), "{line}");
+    assert_contains!(line, ";60:;10:");
 }
 
 /// The worst state wins and the line names each: a drain's WARNING and a CRL's CRITICAL give
@@ -215,7 +212,7 @@ fn a_drain_and_an_expired_crl_give_critical_naming_both() {
         line.starts_with("PMCHECK CRITICAL - kernel upgrade (by "),
         "{line}"
     );
-    assert!(line.contains("is past its nextUpdate"), "{line}");
+    assert_contains!(line, "is past its nextUpdate");
 }
 
 /// A CRL that is no CRL is a warning naming the file; a missing one is not (Puppet can run
@@ -226,9 +223,9 @@ fn an_unreadable_crl_warns_and_a_missing_one_does_not() {
     std::fs::write(&crl_path, "not a CRL").unwrap();
     let (code, line) = check(&s, &crl_path, &[]);
     assert_eq!(code, Some(1), "{line}");
-    assert!(
-        line.contains(&format!("hostcrl {} holds no PEM CRL", crl_path.display())),
-        "{line}"
+    assert_contains!(
+        line,
+        &format!("hostcrl {} holds no PEM CRL", crl_path.display())
     );
     std::fs::remove_file(&crl_path).unwrap();
     let (code, line) = check(&s, &crl_path, &[]);
@@ -307,11 +304,12 @@ fn the_metrics_carry_the_dates_and_the_verdict_does_not_change() {
         humantime_date(leaf_end)
     );
     assert!(certs.contains(&leaf), "{leaf} in {text}");
-    assert!(
-        certs.contains("localcacert CN=Puppet Intermediate CA (intermediate) until "),
+    assert_contains!(
+        certs,
+        "localcacert CN=Puppet Intermediate CA (intermediate) until ",
         "{text}"
     );
-    assert!(certs.contains("due for its nextUpdate "), "{text}");
+    assert_contains!(certs, "due for its nextUpdate ", "{text}");
     let out = s.pmcheck("status", &["--url", &url, "--json"]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let certs = &json["certificates"];

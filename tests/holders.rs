@@ -70,15 +70,15 @@ fn two_cycles_at_once_keep_the_node_drained_until_the_last_one_ends() {
     let out = short.finish(SOON);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(
-        stdout.contains("step drain took 0.0s: already drained by cycle pid "),
-        "{stdout}"
+    assert_contains!(
+        stdout,
+        "step drain took 0.0s: already drained by cycle pid "
     );
-    assert!(
-        stdout.contains("this cycle let go; the node stays drained, held by cycle pid "),
-        "{stdout}"
+    assert_contains!(
+        stdout,
+        "this cycle let go; the node stays drained, held by cycle pid "
     );
-    assert!(stdout.contains("pmcheck cycle: done in "), "{stdout}");
+    assert_contains!(stdout, "pmcheck cycle: done in ");
     // The long cycle's command still runs: the node must stay out all along.
     let seen = answers_until_done(&d, &mut long, SOON);
     let back = seen.iter().position(|w| w == "OK");
@@ -90,7 +90,7 @@ fn two_cycles_at_once_keep_the_node_drained_until_the_last_one_ends() {
     let out = long.finish(SOON);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("s: removed "), "{stdout}");
+    assert_contains!(stdout, "s: removed ");
     assert!(
         record(&s).is_none(),
         "undrained when the last holder let go"
@@ -111,21 +111,19 @@ fn undrain_refuses_while_a_cycle_holds_the_node_and_drain_then_cycle_stays_drain
     let out = s.pmcheck("undrain", &[]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(77), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
+    assert_contains!(
+        stderr,
+        &format!(
             "refused: the node is held drained by cycle pid {} (pmcheck cycle: sleep 3, by ",
             running.0.id()
-        )),
+        ),
         "{stderr}"
     );
-    assert!(
-        stderr.contains("`pmcheck undrain --force` undrains now"),
-        "{stderr}"
-    );
+    assert_contains!(stderr, "`pmcheck undrain --force` undrains now");
     let out = running.finish(SOON);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("held by drain (kernel upgrade"), "{stdout}");
+    assert_contains!(stdout, "held by drain (kernel upgrade");
     assert!(
         quiet_poll(&d).body.starts_with("DRAINED"),
         "the operator's drain stays"
@@ -151,14 +149,14 @@ fn undrain_force_during_a_cycle_and_the_cycle_says_what_it_found() {
     let out = s.pmcheck("undrain", &["--force"]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert!(stdout.contains("let go of cycle pid "), "{stdout}");
+    assert_contains!(stdout, "let go of cycle pid ");
     // It neither waits for a Puppet Server it no longer holds out, nor claims a drain.
     let out = running.finish(SOON);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
-    assert!(
-        stderr.contains("wait-healthy: the drain record no longer holds this cycle (`pmcheck undrain --force`?); found no drain record at "),
-        "{stderr}"
+    assert_contains!(
+        stderr,
+        "wait-healthy: the drain record no longer holds this cycle (`pmcheck undrain --force`?); found no drain record at "
     );
     assert!(
         !stdout.contains("stays drained") && !stderr.contains("stays drained"),
@@ -175,9 +173,9 @@ fn undrain_force_during_a_cycle_and_the_cycle_says_what_it_found() {
     let out = running.finish(SOON);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("wait-drained: the drain record no longer holds this cycle (`pmcheck undrain --force`?); found no drain record at "),
-        "{stderr}"
+    assert_contains!(
+        stderr,
+        "wait-drained: the drain record no longer holds this cycle (`pmcheck undrain --force`?); found no drain record at "
     );
     assert!(!marker.exists(), "the command ran on an undrained node");
 }
@@ -205,11 +203,11 @@ fn a_cycle_that_died_is_stale_keeps_the_node_drained_but_does_not_block_undrain(
     let out = s.pmcheck("undrain", &[]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert!(
-        stdout.contains(&format!(
+    assert_contains!(
+        stdout,
+        &format!(
             "let go of cycle pid {dead} (pmcheck cycle: systemctl restart puppetserver, by root since 2026-11-23T08:00:00Z, no longer running)"
-        )),
-        "{stdout}"
+        )
     );
     assert!(record(&s).is_none());
 }

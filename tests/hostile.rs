@@ -81,9 +81,9 @@ fn a_fifo_at_the_drain_path_is_refused_and_nothing_hangs() {
     .unwrap();
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
     assert_eq!(a.status, 503, "fail closed: {a:?}");
-    assert!(
-        a.body
-            .contains("is a FIFO (named pipe), not a regular file"),
+    assert_contains!(
+        a.body,
+        "is a FIFO (named pipe), not a regular file",
         "{a:?}"
     );
     // The daemon keeps answering and probing, and the commands do not hang either.
@@ -115,9 +115,9 @@ fn a_symlink_to_dev_zero_is_refused_unread() {
     d.wait_for(SOON, "OK", is("OK"));
     std::os::unix::fs::symlink("/dev/zero", s.drain_path()).unwrap();
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
-    assert!(
-        a.body
-            .contains("is a symbolic link, which pmcheck does not follow"),
+    assert_contains!(
+        a.body,
+        "is a symbolic link, which pmcheck does not follow",
         "{a:?}"
     );
     d.wait_probes(3, SOON);
@@ -135,10 +135,7 @@ fn a_huge_record_is_refused_and_a_long_reason_is_cut_in_every_answer() {
     d.wait_for(SOON, "OK", is("OK"));
     std::fs::write(s.drain_path(), vec![b'{'; 1024 * 1024]).unwrap();
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
-    assert!(
-        a.body.contains("is 1048576 bytes, more than the 8192"),
-        "{a:?}"
-    );
+    assert_contains!(a.body, "is 1048576 bytes, more than the 8192", "{a:?}");
     // A hand-written record under the size limit with a 4,000-character reason.
     let record = serde_json::json!({
         "reason": format!("{}\r\nX-Injected: yes", "r".repeat(4000)),
@@ -169,7 +166,7 @@ fn drain_refuses_a_reason_too_long_or_on_several_lines() {
     let out = pmcheck_within(SOON, &["drain", "--state-dir", &dir, "--reason", &long]);
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("300 characters long; keep it to 256"), "{err}");
+    assert_contains!(err, "300 characters long; keep it to 256");
     let out = pmcheck_within(SOON, &["drain", "--state-dir", &dir, "--reason", "a\nb"]);
     assert_eq!(out.status.code(), Some(64), "{out:?}");
     assert!(!state.path().join("drain").exists(), "nothing written");
@@ -240,7 +237,7 @@ fn a_certificate_rewritten_in_place_with_its_size_and_mtime_kept_is_noticed() {
     file.set_modified(mtime).unwrap();
     drop(file);
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
-    assert!(a.body.contains("rejected this host's certificate"), "{a:?}");
+    assert_contains!(a.body, "rejected this host's certificate", "{a:?}");
 }
 
 #[test]
@@ -272,8 +269,8 @@ fn a_key_made_unreadable_is_unknown() {
     d.wait_for(SOON, "OK", is("OK"));
     std::fs::set_permissions(&s.files.hostprivkey, std::fs::Permissions::from_mode(0o000)).unwrap();
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
-    assert!(a.body.contains("cannot read hostprivkey"), "{a:?}");
-    assert!(a.body.contains("Permission denied"), "{a:?}");
+    assert_contains!(a.body, "cannot read hostprivkey", "{a:?}");
+    assert_contains!(a.body, "Permission denied", "{a:?}");
 }
 
 #[test]
@@ -285,7 +282,7 @@ fn pem_wrapped_garbage_is_named_as_such_not_as_a_mismatch() {
     );
     let d = s.daemon(&[]);
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
-    assert!(a.body.contains("not a valid X.509 certificate"), "{a:?}");
+    assert_contains!(a.body, "not a valid X.509 certificate", "{a:?}");
     assert!(!a.body.contains("do not fit together"), "{a:?}");
 }
 
@@ -341,10 +338,9 @@ fn serve_creates_a_missing_state_directory_and_warns_about_a_world_writable_one(
     config.insert(0, "config");
     let out = pmcheck_within(SOON, &config);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains(&format!(
-            "warning: state directory {missing_text} is writable by every user"
-        )),
+    assert_contains!(
+        text,
+        &format!("warning: state directory {missing_text} is writable by every user"),
         "{out:?}"
     );
 }
@@ -392,9 +388,9 @@ fn drain_over_a_directory_says_so_and_does_not_blame_permissions() {
     let out = pmcheck_within(SOON, &["drain", "--state-dir", &dir]);
     assert_eq!(out.status.code(), Some(73), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("/drain is a directory, not a record: remove it by hand"),
-        "{err}"
+    assert_contains!(
+        err,
+        "/drain is a directory, not a record: remove it by hand"
     );
     assert!(!err.contains("as root"), "{err}");
 }
@@ -448,7 +444,7 @@ async fn status_reads_a_bounded_answer() {
         "not pmcheck: unavailable {out:?}"
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("larger than 64 KiB"), "{err}");
+    assert_contains!(err, "larger than 64 KiB");
     server.abort();
 }
 
@@ -511,10 +507,7 @@ fn a_lock_of_the_state_directory_blocks_no_drain_and_a_held_lock_is_named() {
         "{err}"
     );
     if std::fs::read_to_string("/proc/locks").is_ok_and(|l| l.contains("FLOCK")) {
-        assert!(
-            err.contains(&format!("PID {} (", std::process::id())),
-            "{err}"
-        );
+        assert_contains!(err, &format!("PID {} (", std::process::id()), "{err}");
     }
     drop(held);
     assert!(
@@ -538,11 +531,9 @@ fn a_fifo_or_a_huge_file_where_a_crl_or_deploy_record_belongs_hangs_nothing() {
     let check: Vec<&str> = check.iter().map(String::as_str).collect();
     let out = pmcheck_within(SOON, &check);
     let line = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        line.contains(&format!(
-            "hostcrl {crl_arg} cannot be read: it is a FIFO (named pipe), not a regular file"
-        )),
-        "{line}"
+    assert_contains!(
+        line,
+        &format!("hostcrl {crl_arg} cannot be read: it is a FIFO (named pipe), not a regular file")
     );
 
     // A daemon with a FIFO at the CRL and at a deploy record: it answers, shows why, and
@@ -588,10 +579,10 @@ fn a_fifo_or_a_huge_file_where_a_crl_or_deploy_record_belongs_hangs_nothing() {
     huge.set_len(16 * 1024 * 1024 + 1).unwrap();
     let out = pmcheck_within(SOON, &check);
     let line = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        line.contains(&format!(
+    assert_contains!(
+        line,
+        &format!(
             "hostcrl {crl_arg} cannot be read: it is 16385 KiB, more than the 16384 KiB such a file may be"
-        )),
-        "{line}"
+        )
     );
 }

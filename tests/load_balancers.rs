@@ -71,10 +71,7 @@ fn a_fresh_daemon_is_not_taken_for_one_that_nobody_polls() {
         !stdout.contains("no load balancer is polling"),
         "believed a daemon that had heard nobody yet: {stdout}"
     );
-    assert!(
-        stdout.contains("127.0.0.2 acted (HTTP: DRAINED x"),
-        "{stdout}"
-    );
+    assert_contains!(stdout, "127.0.0.2 acted (HTTP: DRAINED x");
     assert!(
         lb.answered(503, started) >= 2,
         "safe before the load balancer had been told twice: {stdout}"
@@ -116,10 +113,7 @@ fn a_flood_of_addresses_cannot_end_a_wait_early() {
         lb.answered(503, started) >= 3,
         "safe before the load balancer had been told 3 times ({checks} flood checks): {stdout}"
     );
-    assert!(
-        stdout.contains("127.0.0.2 acted (HTTP: DRAINED x"),
-        "{stdout}"
-    );
+    assert_contains!(stdout, "127.0.0.2 acted (HTTP: DRAINED x");
 }
 
 /// The old daemon has no `regular` flag: there the load balancer's polls are counted instead.
@@ -146,10 +140,9 @@ fn the_waits_believe_what_the_load_balancer_says() {
     let started = Instant::now();
     let mut wait = Running::start(&s, "drain", &["--wait", "--polls", "2", "--url", &url(&d)]);
     let lines = wait.stderr_until("it still sends new agents here");
-    assert!(
-        lines.last().unwrap().contains(
-            "load balancer 127.0.0.2 (lb1) says UP for bk/m1 (weight 100/200, 0 session(s), 0 queued"
-        ),
+    assert_contains!(
+        lines.last().unwrap(),
+        "load balancer 127.0.0.2 (lb1) says UP for bk/m1 (weight 100/200, 0 session(s), 0 queued",
         "{lines:?}"
     );
     while lb.answered(503, started) < 6 {
@@ -163,13 +156,11 @@ fn the_waits_believe_what_the_load_balancer_says() {
     let out = wait.finish(SOON);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(
-        stdout.contains(
-            "load balancer 127.0.0.2 (lb1) says NOLB for bk/m1 (weight 100/100, 0 session(s)"
-        ),
-        "{stdout}"
+    assert_contains!(
+        stdout,
+        "load balancer 127.0.0.2 (lb1) says NOLB for bk/m1 (weight 100/100, 0 session(s)"
     );
-    assert!(stdout.contains(": out, no session left"), "{stdout}");
+    assert_contains!(stdout, ": out, no session left");
 
     // Back: 50 answers in a row would take 50 checks; the load balancer's UP takes one.
     let mut undrain = Running::start(
@@ -184,7 +175,7 @@ fn the_waits_believe_what_the_load_balancer_says() {
     let checks = lb.answered(200, said_up);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("says UP for bk/m1"), "{stdout}");
+    assert_contains!(stdout, "says UP for bk/m1");
     assert!(
         checks < 50,
         "undrain --wait returned after {checks} answers of 200 since the load balancer said UP: {stdout}"
@@ -262,11 +253,11 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
     let out = s.pmcheck("drain", &["--reason", "upgrade", "--url", &url(&d)]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(77), "{stderr}");
-    assert!(
-        stderr.contains("refused: load balancer 127.0.0.2 (lb1) says m2 is the only server taking new agents in backend bk (weight 100 of 100)"),
-        "{stderr}"
+    assert_contains!(
+        stderr,
+        "refused: load balancer 127.0.0.2 (lb1) says m2 is the only server taking new agents in backend bk (weight 100 of 100)"
     );
-    assert!(stderr.contains("--force"), "{stderr}");
+    assert_contains!(stderr, "--force");
     assert!(record(&s).is_none(), "nothing written");
 
     let marker = s.state.path().join("ran");
@@ -293,7 +284,7 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
     assert_eq!(logged_actions(&s), ["refused", "refused"], "{refused:?}");
     for event in &refused {
         let reason = event["reason"].as_str().unwrap_or_default();
-        assert!(reason.contains("says m2 is the only server"), "{refused:?}");
+        assert_contains!(reason, "says m2 is the only server", "{refused:?}");
     }
     assert!(
         refused[0]["reason"]
@@ -311,7 +302,7 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    assert!(forced.contains("says m2 is the only server"), "{forced}");
+    assert_contains!(forced, "says m2 is the only server");
     // Drained already: draining again (a new reason) is no loss.
     d.wait_for(SOON, "the drain", |r| r.body.starts_with("DRAINED"));
     let out = s.pmcheck("drain", &["--reason", "still upgrading", "--url", &url(&d)]);
@@ -370,9 +361,9 @@ fn the_load_balancer_holds_a_drain_that_would_empty_its_backend() {
             lb.agent_lines(since)
         );
         let status = text(&s.pmcheck("status", &["--url", &url(&d)]).stdout);
-        assert!(
-            status.contains(&format!("held:   drain held: load balancer (lb1) {why}")),
-            "{status}"
+        assert_contains!(
+            status,
+            &format!("held:   drain held: load balancer (lb1) {why}")
         );
     }
     // Forced, it takes effect whatever the load balancer says.
@@ -407,13 +398,11 @@ fn a_drain_the_load_balancer_holds_is_undone_and_refused() {
     let out = drain.finish(SOON);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(77), "{stderr}");
-    assert!(
-        stderr.contains(
-            "refused: drain held: load balancer (lb1) says no server takes new agents in backend bk"
-        ),
-        "{stderr}"
+    assert_contains!(
+        stderr,
+        "refused: drain held: load balancer (lb1) says no server takes new agents in backend bk"
     );
-    assert!(stderr.contains("This drain was undone"), "{stderr}");
+    assert_contains!(stderr, "This drain was undone");
     assert!(record(&s).is_none(), "the drain stayed");
     assert_eq!(logged_actions(&s), ["drain", "refused"]);
     d.wait_for(SOON, "OK", |r| r.body.starts_with("OK"));
@@ -483,11 +472,9 @@ fn drain_without_a_daemon_says_it_could_not_check_and_drains() {
     let out = s.pmcheck("drain", &["--url", &format!("http://{nobody}/")]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains(
-            "cannot check whether this node is the last server a load balancer sends agents to"
-        ),
-        "{stderr}"
+    assert_contains!(
+        stderr,
+        "cannot check whether this node is the last server a load balancer sends agents to"
     );
     assert!(record(&s).is_some());
 }
@@ -532,10 +519,7 @@ fn a_forged_state_from_the_load_balancers_own_address_ends_no_wait_and_lifts_no_
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(75), "{stdout}{stderr}");
-    assert!(
-        stderr.contains("says UP for bk/m1 (weight 100/200, 2 session(s)"),
-        "{stderr}"
-    );
+    assert_contains!(stderr, "says UP for bk/m1 (weight 100/200, 2 session(s)");
     let answer = d.poll_json();
     let pollers = answer.pollers.unwrap_or_default();
     let proofs: Vec<String> = (pollers.iter())
@@ -566,9 +550,9 @@ fn a_forged_state_from_the_load_balancers_own_address_ends_no_wait_and_lifts_no_
     let out = s.pmcheck("drain", &["--url", &url(&d)]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(77), "{stderr}");
-    assert!(
-        stderr.contains("says m2 is the only server taking new agents in backend bk"),
-        "{stderr}"
+    assert_contains!(
+        stderr,
+        "says m2 is the only server taking new agents in backend bk"
     );
     assert!(record(&s).is_none(), "nothing written");
 }
@@ -591,18 +575,18 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
     });
     let out = s.pmcheck("status", &["--url", &url(&d)]);
     let stdout = text(&out.stdout);
-    assert!(
-        stdout.contains("127.0.0.66: UNVERIFIED, sent no X-Pmcheck-Key: neither the waits nor the last-server guard believe it"),
-        "{stdout}"
+    assert_contains!(
+        stdout,
+        "127.0.0.66: UNVERIFIED, sent no X-Pmcheck-Key: neither the waits nor the last-server guard believe it"
     );
 
     // "The last server" from nobody refuses nothing, and the drain says why it could not check.
     let out = s.pmcheck("drain", &["--url", &url(&d)]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("cannot check whether this node is the last server a load balancer sends agents to: load balancer 127.0.0.66 (lb1) (unverified: sent no X-Pmcheck-Key)"),
-        "{stderr}"
+    assert_contains!(
+        stderr,
+        "cannot check whether this node is the last server a load balancer sends agents to: load balancer 127.0.0.66 (lb1) (unverified: sent no X-Pmcheck-Key)"
     );
     assert_eq!(logged_actions(&s), ["drain"]);
 
@@ -635,9 +619,9 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
         waited >= Duration::from_millis(1500) && waited < Duration::from_secs(10),
         "{waited:?}: {stdout}"
     );
-    assert!(
-        stdout.contains("127.0.0.66 (unverified: sent no X-Pmcheck-Key) told DRAINED for"),
-        "{stdout}"
+    assert_contains!(
+        stdout,
+        "127.0.0.66 (unverified: sent no X-Pmcheck-Key) told DRAINED for"
     );
 
     // "No server left in the backend" from nobody lets no cycle go: the command runs.

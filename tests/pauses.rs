@@ -117,7 +117,7 @@ fn a_lock_shorter_than_the_grace_is_ok_and_a_longer_one_is_not_ready() {
     );
     assert!(t0.elapsed() >= Duration::from_secs(2), "{:?}", t0.elapsed());
     assert_eq!(a.status, 503);
-    assert!(a.body.contains(": longer than --pause-grace 2s"), "{a:?}");
+    assert_contains!(a.body, ": longer than --pause-grace 2s", "{a:?}");
 }
 
 #[test]
@@ -268,7 +268,7 @@ fn numbers_that_cannot_be_true_make_the_pool_unreadable() {
         ),
     ];
     for (answer, words) in cases {
-        assert!(answer.contains("jrubies"), "{answer}");
+        assert_contains!(answer, "jrubies");
         s.stub.set(Behavior::Pool(answer));
         let a = d.wait_for(SOON, words, |a| a.body.contains(words));
         assert_eq!(a.status, 503, "{a:?}");
@@ -378,7 +378,7 @@ fn no_answer_during_a_pause_keeps_the_pause_within_the_grace() {
         "NOTREADY past the grace",
         starts("NOTREADY - paused: "),
     );
-    assert!(a.body.contains("longer than --pause-grace 3s"), "{a:?}");
+    assert_contains!(a.body, "longer than --pause-grace 3s", "{a:?}");
 }
 
 /// A lock says when it was taken: one held since long before pmcheck looked is no moment.
@@ -406,10 +406,7 @@ fn a_lock_taken_long_ago_is_not_ready_at_once() {
             .starts_with("NOTREADY - paused: JRuby pool locked since "),
         "{a:?}"
     );
-    assert!(
-        a.body.contains("(10m): longer than --pause-grace 1m"),
-        "{a:?}"
-    );
+    assert_contains!(a.body, "(10m): longer than --pause-grace 1m", "{a:?}");
 }
 
 /// `inetd` and `check` answer from one probe with no history: a pause is granted only from
@@ -475,7 +472,7 @@ fn one_shot_modes_grant_no_pause_whose_start_they_cannot_prove() {
     );
     let (code, text) = check();
     assert_eq!(code, Some(1), "{text}");
-    assert!(text.contains("paused"), "{text}");
+    assert_contains!(text, "paused");
     s.stub.set(Behavior::Pool(pool_changed(
         2,
         2,
@@ -486,10 +483,7 @@ fn one_shot_modes_grant_no_pause_whose_start_they_cannot_prove() {
     )));
     let a = inetd();
     assert_eq!(a.status, 503, "{a:?}");
-    assert!(
-        a.body.contains("(10m): longer than --pause-grace 1m"),
-        "{a:?}"
-    );
+    assert_contains!(a.body, "(10m): longer than --pause-grace 1m", "{a:?}");
 }
 
 /// A Puppet Server that reported its pool since it started and then answers

@@ -418,9 +418,6 @@ fn serverport_and_masterport_are_one_setting() {
 
 #[test]
 fn zero_is_refused() {
-    assert!(
-        parse_duration("0s")
-            .unwrap_err()
-            .contains("longer than zero")
-    );
+    let error = parse_duration("0s").unwrap_err();
+    assert!(error.contains("longer than zero"), "{error}");
 }

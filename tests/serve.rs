@@ -232,10 +232,7 @@ fn drain_and_undrain_are_seen_by_the_running_daemon() {
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let by = format!("(by {} since ", whoami());
-    assert!(
-        stdout.contains(&format!("drained: upgrading to 7.9.6 {by}")),
-        "{stdout}"
-    );
+    assert_contains!(stdout, &format!("drained: upgrading to 7.9.6 {by}"));
     // The daemon looks at the record every quarter second.
     let a = d.wait_for(SOON, "DRAINED", |a| a.status == 503);
     // The answer keeps who and when short, so that HAProxy's ~100 characters keep the reason.
@@ -245,7 +242,7 @@ fn drain_and_undrain_are_seen_by_the_running_daemon() {
         "{a:?}"
     );
     assert!(!a.body.contains(" since "), "{a:?}");
-    assert!(a.body.contains("Puppet Server is running"), "{a:?}");
+    assert_contains!(a.body, "Puppet Server is running", "{a:?}");
     assert!(
         a.status_line.starts_with(&format!(
             "HTTP/1.1 503 Drained: upgrading to 7.9.6 (by {} ",
@@ -255,8 +252,9 @@ fn drain_and_undrain_are_seen_by_the_running_daemon() {
     );
     // Draining again replaces the record.
     let out = s.pmcheck("drain", &["--reason", "second"]);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("replaced the previous drain: upgrading")
+    assert_contains!(
+        String::from_utf8_lossy(&out.stdout),
+        "replaced the previous drain: upgrading"
     );
     d.wait_for(SOON, "the new record", is("DRAINED - second"));
     let out = s.pmcheck("undrain", &[]);
@@ -296,13 +294,10 @@ fn drain_for_expires_by_itself_and_status_says_so() {
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     let out = s.pmcheck("drain", &["--reason", "short", "--for", "1s"]);
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains(" until "),
-        "{out:?}"
-    );
+    assert_contains!(String::from_utf8_lossy(&out.stdout), " until ", "{out:?}");
     d.wait_for(SOON, "DRAINED", |a| a.status == 503);
     let a = d.wait_for(SOON, "the drain to expire", |a| a.status == 200);
-    assert!(a.body.contains("drain expired: short"), "{a:?}");
+    assert_contains!(a.body, "drain expired: short", "{a:?}");
     let out = pmcheck()
         .args(["status", "--url", &format!("http://{}/", d.addr)])
         .output()
@@ -310,7 +305,7 @@ fn drain_for_expires_by_itself_and_status_says_so() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("OK (HTTP 200)"), "{text}");
-    assert!(text.contains("EXPIRED"), "{text}");
+    assert_contains!(text, "EXPIRED");
 }
 
 #[test]
@@ -563,7 +558,7 @@ fn puppet_enterprise_and_servers_without_the_pool_service_are_followed() {
                 a.body,
                 "OK - Puppet Server is running, 1 of 1 JRubies free\n"
             );
-            assert!(log.last().unwrap().1.contains("level=debug"), "{log:?}");
+            assert_contains!(log.last().unwrap().1, "level=debug", "{log:?}");
         } else {
             assert_eq!(
                 a.body, "OK - Puppet Server is running\n",
@@ -601,10 +596,9 @@ fn connection_refused_is_down_and_named() {
     let d = Daemon::start(&args(&s.files, addr, s.state.path(), FAST));
     let answer = d.wait_for(SOON, "DOWN", is("DOWN"));
     assert_eq!(answer.status, 503);
-    assert!(
-        answer
-            .body
-            .contains(&format!("connection to {addr} refused")),
+    assert_contains!(
+        answer.body,
+        &format!("connection to {addr} refused"),
         "{answer:?}"
     );
     d.wait_for_log(SOON, "verdict DOWN");
@@ -623,10 +617,7 @@ fn a_server_certificate_from_another_ca_is_refused() {
     let impostor = Stub::start_trusting(&rogue, &s.ca, &[CERTNAME], Behavior::Running);
     let d = Daemon::start(&args(&s.files, impostor.addr, s.state.path(), FAST));
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
-    assert!(
-        a.body.contains("certificate is not signed by the CA in"),
-        "{a:?}"
-    );
+    assert_contains!(a.body, "certificate is not signed by the CA in", "{a:?}");
     assert_eq!(
         impostor.requests(),
         0,
@@ -657,7 +648,7 @@ fn a_server_certificate_without_san_gets_a_precise_message() {
     let state = tempfile::tempdir().unwrap();
     let d = Daemon::start(&args(&files, stub.addr, state.path(), FAST));
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
-    assert!(a.body.contains("has no subjectAltName"), "{a:?}");
+    assert_contains!(a.body, "has no subjectAltName", "{a:?}");
 }
 
 /// A certificate for other names says them as names, and where pmcheck's certname came from.
@@ -669,11 +660,12 @@ fn a_server_certificate_for_another_name_names_both_and_the_certnames_source() {
     let state = tempfile::tempdir().unwrap();
     let d = Daemon::start(&args(&files, stub.addr, state.path(), FAST));
     let a = d.wait_for(SOON, "DOWN", is("DOWN"));
-    assert!(
-        a.body.contains(&format!(
+    assert_contains!(
+        a.body,
+        &format!(
             "certificate is for puppet, puppet.example.com but pmcheck expects {CERTNAME} \
              (the certname, from command line): set --certname"
-        )),
+        ),
         "{a:?}"
     );
     assert!(!a.body.contains("DnsName"), "{a:?}");
@@ -739,8 +731,8 @@ fn encrypted_and_missing_keys_say_exactly_that() {
     std::fs::remove_file(&s.files.hostprivkey).unwrap();
     let d = s.daemon(&[]);
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
-    assert!(a.body.contains("cannot read hostprivkey"), "{a:?}");
-    assert!(a.body.contains("No such file"), "{a:?}");
+    assert_contains!(a.body, "cannot read hostprivkey", "{a:?}");
+    assert_contains!(a.body, "No such file", "{a:?}");
 }
 
 #[test]
@@ -783,8 +775,8 @@ fn starting_until_the_first_probe_finishes() {
     assert_eq!(a.status, 503, "never healthy before a real check");
     assert!(a.body.starts_with("STARTING - "), "{a:?}");
     let a = d.wait_for(SOON, "the probe to time out", is("DOWN"));
-    assert!(a.body.contains("no answer from Puppet Server"), "{a:?}");
-    assert!(a.body.contains("within 3s"), "{a:?}");
+    assert_contains!(a.body, "no answer from Puppet Server", "{a:?}");
+    assert_contains!(a.body, "within 3s", "{a:?}");
 }
 
 /// A Puppet Server that accepts and never answers must not slow the polls down: they are answered

@@ -49,8 +49,9 @@ fn status_says_what_each_load_balancer_did_and_what_to_do_next() {
         o.contains("sends it agents")
     });
     let lb_line = line(&out, "lb:     127.0.0.2");
-    assert!(
-        lb_line.contains(": bk/m1 on lb1 sends it agents, still 2 session(s); told OK for "),
+    assert_contains!(
+        lb_line,
+        ": bk/m1 on lb1 sends it agents, still 2 session(s); told OK for ",
         "{out}"
     );
     assert!(
@@ -86,10 +87,9 @@ fn status_says_what_each_load_balancer_did_and_what_to_do_next() {
         "NOLB; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0",
     ));
     let out = status_until(&d, "HAProxy to act", |o| o.contains("took it out (NOLB)"));
-    assert!(
-        line(&out, "lb:     127.0.0.2").contains(
-            ": bk/m1 on lb1 took it out (NOLB): no new agents, no session left; told DRAINED for "
-        ),
+    assert_contains!(
+        line(&out, "lb:     127.0.0.2"),
+        ": bk/m1 on lb1 took it out (NOLB): no new agents, no session left; told DRAINED for ",
         "{out}"
     );
     let out = status_until(&d, "safe", |o| o.contains("safe to stop Puppet Server;"));
@@ -118,8 +118,9 @@ fn status_says_what_each_load_balancer_did_and_what_to_do_next() {
     assert!(s.pmcheck("undrain", &[]).status.success());
     let out = status_until(&d, "OK", |o| o.starts_with("OK"));
     let weight = line(&out, "weight:");
-    assert!(
-        weight.contains("%, ramping up after coming back (--slow-start): 100% in "),
+    assert_contains!(
+        weight,
+        "%, ramping up after coming back (--slow-start): 100% in ",
         "{out}"
     );
 }

@@ -24,11 +24,9 @@ fn drain_wait_returns_once_the_load_balancer_was_told_and_the_last_agent_left() 
     let mut wait = Running::start(&s, "drain", &["--reason", "upgrade", "--wait", "--url", &u]);
     let lines = wait.stderr_until("1 agent connection(s)");
     let pending = lines.last().unwrap();
-    assert!(
-        pending.contains(&format!(
-            "1 from {} (not a poller",
-            agent.local_addr().unwrap().ip()
-        )),
+    assert_contains!(
+        pending,
+        &format!("1 from {} (not a poller", agent.local_addr().unwrap().ip()),
         "{pending}"
     );
     std::thread::sleep(Duration::from_millis(300));
@@ -45,18 +43,12 @@ fn drain_wait_returns_once_the_load_balancer_was_told_and_the_last_agent_left() 
     let out = wait.finish(SOON);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(
-        stdout.contains("safe to stop Puppet Server after "),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("127.0.0.2 acted (HTTP: DRAINED x"),
-        "{stdout}"
-    );
-    assert!(stdout.contains("agent: DRAINED x"), "{stdout}");
-    assert!(
-        stdout.contains("up to 1 agent connection(s) in flight, the last closed after "),
-        "{stdout}"
+    assert_contains!(stdout, "safe to stop Puppet Server after ");
+    assert_contains!(stdout, "127.0.0.2 acted (HTTP: DRAINED x");
+    assert_contains!(stdout, "agent: DRAINED x");
+    assert_contains!(
+        stdout,
+        "up to 1 agent connection(s) in flight, the last closed after "
     );
 }
 
@@ -96,18 +88,12 @@ fn status_lists_the_load_balancer_and_not_itself() {
         .unwrap();
     let shown = text(&status.stdout);
     // One check is no rhythm yet: listed, but not as a load balancer until it polls again.
-    assert!(
-        shown.contains("others: 127.0.0.2 (HTTP: OK x1, last "),
-        "{shown}"
-    );
+    assert_contains!(shown, "others: 127.0.0.2 (HTTP: OK x1, last ");
     assert!(
         !shown.contains("127.0.0.1 ("),
         "pmcheck is no poller: {shown}"
     );
-    assert!(
-        shown.contains(&format!("agents: no connection to {}", s.stub.addr)),
-        "{shown}"
-    );
+    assert_contains!(shown, &format!("agents: no connection to {}", s.stub.addr));
 }
 
 #[test]
@@ -119,14 +105,8 @@ fn drain_wait_without_a_daemon_exits_69_at_once_and_the_node_is_drained() {
     assert_eq!(out.status.code(), Some(69), "{out:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains(&format!("cannot reach pmcheck at {u}")),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("is `pmcheck serve` running there?"),
-        "{stderr}"
-    );
+    assert_contains!(stderr, &format!("cannot reach pmcheck at {u}"));
+    assert_contains!(stderr, "is `pmcheck serve` running there?");
     assert!(record(&s).is_some(), "the drain itself was written");
 }
 
@@ -149,11 +129,8 @@ fn drain_wait_times_out_with_75_naming_what_is_left_and_stays_drained() {
     );
     assert_eq!(out.status.code(), Some(75), "{out:?}");
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("gave up after 1s: 1 agent connection(s) to "),
-        "{stderr}"
-    );
-    assert!(stderr.contains("(the node stays drained)"), "{stderr}");
+    assert_contains!(stderr, "gave up after 1s: 1 agent connection(s) to ");
+    assert_contains!(stderr, "(the node stays drained)");
     assert!(!stderr.contains("deprecated"), "{stderr}");
     assert!(record(&s).is_some());
 }
@@ -186,10 +163,7 @@ fn the_old_names_of_the_waits_limit_still_work_with_a_warning() {
     for (out, gave_up) in [(&by_env, "gave up after 1s"), (&by_flag, "")] {
         let stderr = text(&out.stderr);
         assert!(stderr.contains(gave_up), "{stderr}");
-        assert!(
-            stderr.contains("deprecated: write --max-wait (PMCHECK_MAX_WAIT)"),
-            "{stderr}"
-        );
+        assert_contains!(stderr, "deprecated: write --max-wait (PMCHECK_MAX_WAIT)");
     }
     assert_eq!(by_env.status.code(), Some(75), "{by_env:?}");
 }
@@ -208,7 +182,7 @@ fn undrain_wait_returns_once_the_load_balancer_was_told_ok_enough_times() {
     let out = s.pmcheck("undrain", &["--wait", "--polls", "4", "--url", &url(&d)]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("back in rotation after "), "{stdout}");
+    assert_contains!(stdout, "back in rotation after ");
     let told: u32 = stdout
         .split("127.0.0.2 acted (HTTP: OK x")
         .nth(1)
@@ -243,7 +217,7 @@ fn cycle_runs_the_command_while_drained_then_undrains() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     let seen = std::fs::read_to_string(s.state.path().join("seen-by-command")).unwrap();
-    assert!(seen.contains("\"reason\": \"restart\""), "{seen}");
+    assert_contains!(seen, "\"reason\": \"restart\"");
     let steps: Vec<&str> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("pmcheck cycle: step "))
@@ -261,7 +235,7 @@ fn cycle_runs_the_command_while_drained_then_undrains() {
         ],
         "{stdout}"
     );
-    assert!(stdout.contains("Puppet Server is healthy"), "{stdout}");
+    assert_contains!(stdout, "Puppet Server is healthy");
     assert!(record(&s).is_none(), "undrained");
     assert!(
         stdout
@@ -278,9 +252,9 @@ fn cycle_keeps_the_node_drained_and_says_why_when_the_command_fails() {
     let d = daemon(&s);
     let out = s.pmcheck("cycle", &["--url", &url(&d), "--", "sh", "-c", "exit 3"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(
-        text(&out.stderr)
-            .contains("the command `sh -c 'exit 3'` exited with 3; the node stays drained")
+    assert_contains!(
+        text(&out.stderr),
+        "the command `sh -c 'exit 3'` exited with 3; the node stays drained"
     );
     let reason = record(&s).unwrap()["reason"].as_str().unwrap().to_owned();
     assert_eq!(
@@ -313,15 +287,10 @@ fn cycle_never_removes_a_drain_that_was_there_before() {
     let out = s.pmcheck("cycle", &["--url", &url(&d), "--", "true"]);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(
-        stdout.contains("already drained by drain (kernel upgrade"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains(
-            "s: this cycle let go; the node stays drained, held by drain (kernel upgrade"
-        ),
-        "{stdout}"
+    assert_contains!(stdout, "already drained by drain (kernel upgrade");
+    assert_contains!(
+        stdout,
+        "s: this cycle let go; the node stays drained, held by drain (kernel upgrade"
     );
     assert_eq!(record(&s).unwrap()["reason"], "kernel upgrade");
     assert_eq!(
@@ -349,10 +318,7 @@ fn cycle_exits_2_and_stays_drained_when_puppet_server_does_not_come_back() {
     );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("wait-healthy: gave up after 2s: Puppet Server: "),
-        "{stderr}"
-    );
+    assert_contains!(stderr, "wait-healthy: gave up after 2s: Puppet Server: ");
     let reason = record(&s).unwrap()["reason"].as_str().unwrap().to_owned();
     assert!(
         reason.ends_with("; cycle stopped: wait-healthy timed out after 2s"),
@@ -388,8 +354,9 @@ fn cycle_without_a_daemon_exits_69_and_touches_nothing() {
     let u = format!("http://{}/", closed_port());
     let out = s.pmcheck("cycle", &["--url", &u, "--", "true"]);
     assert_eq!(out.status.code(), Some(69), "{out:?}");
-    assert!(
-        text(&out.stderr).contains("nothing done: cannot reach pmcheck"),
+    assert_contains!(
+        text(&out.stderr),
+        "nothing done: cannot reach pmcheck",
         "{out:?}"
     );
     assert!(record(&s).is_none());
@@ -494,8 +461,9 @@ fn a_command_that_ignores_signals_is_killed_after_kill_after_or_at_a_second_sign
         took >= Duration::from_secs(1) && took < Duration::from_secs(5),
         "{took:?}"
     );
-    assert!(
-        text(&out.stderr).contains("still running 1s after SIGINT: SIGKILL"),
+    assert_contains!(
+        text(&out.stderr),
+        "still running 1s after SIGINT: SIGKILL",
         "{out:?}"
     );
     assert!(!running(pids[0]));
@@ -514,10 +482,7 @@ fn a_command_that_ignores_signals_is_killed_after_kill_after_or_at_a_second_sign
     let out = cycle.finish(SOON);
     assert_eq!(out.status.code(), Some(130), "{out:?}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    assert!(
-        text(&out.stderr).contains("SIGINT again: SIGKILL"),
-        "{out:?}"
-    );
+    assert_contains!(text(&out.stderr), "SIGINT again: SIGKILL", "{out:?}");
     assert!(!running(pids[0]));
 }
 
@@ -546,14 +511,11 @@ fn status_and_drain_wait_work_with_thousands_of_agent_connections() {
         "{shown}{}",
         text(&status.stderr)
     );
-    assert!(
-        shown.contains(&format!(
-            "agents: 3500 connection(s) to {} from ",
-            s.stub.addr
-        )),
-        "{shown}"
+    assert_contains!(
+        shown,
+        &format!("agents: 3500 connection(s) to {} from ", s.stub.addr)
     );
-    assert!(shown.contains("and 3436 more"), "{shown}");
+    assert_contains!(shown, "and 3436 more");
     let out = s.pmcheck(
         "drain",
         &[
@@ -568,11 +530,12 @@ fn status_and_drain_wait_work_with_thousands_of_agent_connections() {
     );
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(75), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
+    assert_contains!(
+        stderr,
+        &format!(
             "3500 agent connection(s) to {}: 3500 from 127.0.0.1 (not a poller",
             s.stub.addr
-        )),
+        ),
         "{stderr}"
     );
     drop(agents);
@@ -586,19 +549,14 @@ fn drain_reports_what_the_daemon_answers_or_that_none_answers() {
     let out = s.pmcheck("drain", &["--reason", "kernel", "--url", &url(&d)]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert!(
-        stdout.contains(&format!(
-            "pmcheck at {} answers DRAINED (503): kernel (by ",
-            url(&d)
-        )),
+    assert_contains!(
+        stdout,
+        &format!("pmcheck at {} answers DRAINED (503): kernel (by ", url(&d)),
         "{stdout}"
     );
     let out = s.pmcheck("undrain", &["--url", &url(&d)]);
     let stdout = text(&out.stdout);
-    assert!(
-        stdout.contains(&format!("pmcheck at {} answers OK (200)", url(&d))),
-        "{stdout}"
-    );
+    assert_contains!(stdout, &format!("pmcheck at {} answers OK (200)", url(&d)));
     let nobody = format!("http://{}/", closed_port());
     let out = s.pmcheck("drain", &["--url", &nobody]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
@@ -632,13 +590,13 @@ fn a_wait_on_a_record_the_daemon_does_not_watch_fails_at_once() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let theirs = std::fs::canonicalize(s.state.path()).unwrap().join("drain");
     let ours = std::fs::canonicalize(other.path()).unwrap().join("drain");
-    assert!(
-        stderr.contains(&format!(
+    assert_contains!(
+        stderr,
+        &format!(
             "watches the drain record {}, not {}: it does not see this drain",
             theirs.display(),
             ours.display()
-        )),
-        "{stderr}"
+        )
     );
     let marker = other.path().join("ran");
     let touch = format!("touch {}", marker.display());
@@ -657,10 +615,7 @@ fn a_wait_on_a_record_the_daemon_does_not_watch_fails_at_once() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(78), "{out:?}");
-    assert!(
-        text(&out.stderr).contains("nothing done: the daemon at "),
-        "{out:?}"
-    );
+    assert_contains!(text(&out.stderr), "nothing done: the daemon at ", "{out:?}");
     assert!(!marker.exists());
 }
 
@@ -683,9 +638,9 @@ fn a_cycle_waits_for_the_processes_its_command_left_in_its_group() {
         done.exists(),
         "the cycle ended (and undrained) while its command's job still ran: {out:?}"
     );
-    assert!(
-        text(&out.stderr)
-            .contains("the command exited with 0; waiting for the processes it left in its group"),
+    assert_contains!(
+        text(&out.stderr),
+        "the command exited with 0; waiting for the processes it left in its group",
         "{out:?}"
     );
     assert!(record(&s).is_none(), "undrained once the job ended");

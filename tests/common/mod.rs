@@ -21,6 +21,28 @@ pub use stub::*;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+/// Asserts that `haystack` (any text) holds `needle`, showing both when it does not; an optional
+/// message after them says why it should.
+#[allow(unused_macros)]
+macro_rules! assert_contains {
+    ($haystack:expr, $needle:expr $(,)?) => {{
+        let haystack: &str = &$haystack;
+        let needle: &str = &$needle;
+        assert!(haystack.contains(needle), "{needle:?} is not in:\n{haystack}");
+    }};
+    ($haystack:expr, $needle:expr, $($why:tt)+) => {{
+        let haystack: &str = &$haystack;
+        let needle: &str = &$needle;
+        assert!(
+            haystack.contains(needle),
+            "{needle:?} is not in:\n{haystack}\n({})",
+            format_args!($($why)+)
+        );
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use assert_contains;
+
 pub const CERTNAME: &str = "puppet01.example.test";
 
 pub fn fixture(name: &str) -> PathBuf {
