@@ -20,21 +20,6 @@ fn agent_daemon(s: &Setup, extra: &[&str]) -> Daemon {
     d
 }
 
-/// Connects, optionally sends `send` (and half-closes), and reads until the daemon closes.
-fn agent_line(addr: SocketAddr, send: Option<&[u8]>) -> (String, Duration) {
-    let started = Instant::now();
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(SOON)).unwrap();
-    if let Some(bytes) = send {
-        stream.write_all(bytes).unwrap();
-    }
-    let mut line = String::new();
-    stream
-        .read_to_string(&mut line)
-        .expect("the daemon closes after its line");
-    (line, started.elapsed())
-}
-
 fn wait_line(addr: SocketAddr, what: &str, pred: impl Fn(&str) -> bool) -> String {
     let deadline = Instant::now() + SOON;
     loop {

@@ -54,14 +54,6 @@ fn status(s: &Setup, d: &Daemon) -> String {
     text(&s.pmcheck("status", &["--url", &url(d)]).stdout)
 }
 
-fn scrape(d: &Daemon) -> String {
-    request(
-        d.addr,
-        "GET /metrics HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
-    )
-    .body
-}
-
 #[test]
 fn each_environments_record_is_shown_and_what_is_not_a_record_is_said() {
     let s = Setup::new(Behavior::Running);
@@ -145,7 +137,7 @@ fn each_environments_record_is_shown_and_what_is_not_a_record_is_said() {
     }
 
     // /metrics: series for the readable records only; the commit as a label.
-    let body = scrape(&d);
+    let body = d.scrape();
     for wanted in [
         "pmcheck_code_info{commit=\"aaaa1111\",environment=\"production\"} 1",
         "pmcheck_code_info{commit=\"dddd4444\",environment=\"linked\"} 1",
@@ -226,7 +218,7 @@ fn on_puppet_enterprise_file_syncs_commit_is_shown_beside_the_record() {
         assert!(text.contains(part), "{part:?} in {text}");
     }
     // The file sync commit is file sync's own: never the metrics' commit.
-    let body = scrape(&d);
+    let body = d.scrape();
     assert_contains!(body, "commit=\"aaaa1111\"");
     assert!(!body.contains("0a1b2c3d"), "{body}");
 }

@@ -15,14 +15,6 @@ fn log(s: &Setup) -> std::path::PathBuf {
     s.state.path().join("drain-events.log")
 }
 
-fn scrape(d: &Daemon) -> String {
-    request(
-        d.addr,
-        "GET /metrics HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
-    )
-    .body
-}
-
 fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
@@ -88,7 +80,7 @@ fn every_action_appends_one_event_and_the_daemon_counts_them() {
 
     let deadline = Instant::now() + SOON;
     loop {
-        let metrics = scrape(&d);
+        let metrics = d.scrape();
         let want = [
             "pmcheck_drain_events_total{action=\"drain\"} 2",
             "pmcheck_drain_events_total{action=\"undrain\"} 2",

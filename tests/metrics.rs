@@ -26,20 +26,6 @@ fn scrape_as(d: &Daemon, method: &str, accept: Option<&str>) -> Reply {
     )
 }
 
-/// A scrape as curl makes it: the classic text format.
-fn scrape(d: &Daemon) -> String {
-    let reply = scrape_as(d, "GET", None);
-    assert_eq!(reply.status, 200, "{}", reply.raw);
-    reply.body
-}
-
-/// The value of one series (name and labels exactly as written), if present.
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{series} = {v:?}")))
-}
-
 fn verdict_is(word: &str) -> impl Fn(&str) -> bool + '_ {
     move |text| value(text, &format!("pmcheck_verdict{{verdict=\"{word}\"}}")) == Some(1.0)
 }
@@ -47,7 +33,7 @@ fn verdict_is(word: &str) -> impl Fn(&str) -> bool + '_ {
 fn wait_scrape(d: &Daemon, what: &str, pred: impl Fn(&str) -> bool) -> String {
     let deadline = std::time::Instant::now() + SOON;
     loop {
-        let text = scrape(d);
+        let text = d.scrape();
         if pred(&text) {
             return text;
         }
@@ -185,7 +171,7 @@ fn a_scrape_is_neither_a_poll_nor_a_probe() {
     let polls = |t: &str| value(t, r#"pmcheck_polls_total{kind="http",verdict="OK"}"#).unwrap();
     let before = polls(&text);
     for _ in 0..50 {
-        scrape(&d);
+        d.scrape();
     }
     // The polls come from another address than the scrapes: a scrape taken for a poll would
     // make a second poller.
@@ -204,7 +190,7 @@ fn a_scrape_is_neither_a_poll_nor_a_probe() {
         .read_to_string(&mut line)
         .unwrap();
     assert!(line.starts_with("up ready"), "{line}");
-    let text = scrape(&d);
+    let text = d.scrape();
     assert_eq!(s.stub.requests(), probes, "scrapes never probe");
     assert_eq!(polls(&text), before + 3.0, "only the polls count:\n{text}");
     assert_eq!(
@@ -304,4 +290,9 @@ fn the_shipped_alert_rules_pass_promtool() {
         return;
     };
     assert!(ok && said.contains("SUCCESS"), "{said}");
+}
+
+/// The value of one series (name and labels exactly as written), if present, as a number.
+fn value(text: &str, name: &str) -> Option<f64> {
+    series(text, name).map(|v| v.parse().unwrap_or_else(|_| panic!("{name} = {v:?}")))
 }

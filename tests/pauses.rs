@@ -26,30 +26,6 @@ fn starts(text: &'static str) -> impl Fn(&Reply) -> bool {
     move |a| a.body.starts_with(text)
 }
 
-/// The daemon's agent-check line: it writes one and closes.
-fn agent_line(addr: std::net::SocketAddr) -> String {
-    use std::io::Read as _;
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(SOON)).unwrap();
-    let mut line = String::new();
-    stream
-        .read_to_string(&mut line)
-        .expect("a line, then close");
-    line
-}
-
-fn metric(d: &Daemon, series: &str) -> Option<String> {
-    let reply = request(
-        d.addr,
-        "GET /metrics HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
-    );
-    reply.body.lines().find_map(|l| {
-        l.strip_prefix(series)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .map(str::to_owned)
-    })
-}
-
 #[test]
 fn a_flush_after_the_pool_was_ready_is_a_pause_at_the_floor_weight() {
     let s = Setup::new(Behavior::Running);
@@ -59,7 +35,7 @@ fn a_flush_after_the_pool_was_ready_is_a_pause_at_the_floor_weight() {
         .store(1_795_343_659_248, Ordering::SeqCst);
     let d = daemon(&s, &["--agent-listen", "127.0.0.1:0"]);
     d.wait_for(SOON, "OK", starts("OK - Puppet Server is running"));
-    assert_eq!(metric(&d, "pmcheck_paused").as_deref(), Some("0"));
+    assert_eq!(series(&d.scrape(), "pmcheck_paused"), Some("0"));
     s.stub.set(EMPTY());
     let a = d.wait_for(
         SOON,
@@ -73,10 +49,10 @@ fn a_flush_after_the_pool_was_ready_is_a_pause_at_the_floor_weight() {
         json.weight, 10,
         "every paused master at the floor: load stays spread"
     );
-    let line = agent_line(d.agent_addr());
+    let line = agent_line(d.agent_addr(), None).0;
     assert!(line.starts_with("up ready 10% #OK - paused: "), "{line}");
-    assert_eq!(metric(&d, "pmcheck_paused").as_deref(), Some("1"));
-    assert!(metric(&d, "pmcheck_pause_started_timestamp_seconds").is_some());
+    assert_eq!(series(&d.scrape(), "pmcheck_paused"), Some("1"));
+    assert!(series(&d.scrape(), "pmcheck_pause_started_timestamp_seconds").is_some());
     // Refilled: OK with the pool's own words, and no pause left.
     s.stub.set(Behavior::Running);
     d.wait_for(
@@ -84,8 +60,8 @@ fn a_flush_after_the_pool_was_ready_is_a_pause_at_the_floor_weight() {
         "OK again",
         starts("OK - Puppet Server is running, 1 of 1"),
     );
-    assert_eq!(metric(&d, "pmcheck_paused").as_deref(), Some("0"));
-    assert!(metric(&d, "pmcheck_pause_started_timestamp_seconds").is_none());
+    assert_eq!(series(&d.scrape(), "pmcheck_paused"), Some("0"));
+    assert!(series(&d.scrape(), "pmcheck_pause_started_timestamp_seconds").is_none());
 }
 
 #[test]

@@ -209,6 +209,16 @@ impl Daemon {
             .unwrap_or_else(|e| panic!("not an answer ({e}): {reply:?}"))
     }
 
+    /// A scrape of `/metrics` as curl makes it (the classic text format), which must answer 200.
+    pub fn scrape(&self) -> String {
+        let reply = request(
+            self.addr,
+            "GET /metrics HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        reply.body
+    }
+
     /// Polls for JSON until `pred` holds, failing after `within`.
     pub fn wait_for_json(
         &self,
@@ -297,4 +307,10 @@ impl Daemon {
             .filter(|l| l.contains(needle))
             .count()
     }
+}
+
+/// The value of one series of a scrape (its name and labels exactly as written), if present.
+pub fn series<'t>(text: &'t str, series: &str) -> Option<&'t str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
 }

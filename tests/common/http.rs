@@ -72,3 +72,21 @@ pub fn parse_answer(raw: &str) -> Reply {
         body: body.to_owned(),
     }
 }
+
+/// HAProxy's agent check: connects, sends `send` if any, and reads until the daemon closes;
+/// the line, and how long it took.
+pub fn agent_line(addr: SocketAddr, send: Option<&[u8]>) -> (String, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    if let Some(bytes) = send {
+        stream.write_all(bytes).unwrap();
+    }
+    let mut line = String::new();
+    stream
+        .read_to_string(&mut line)
+        .expect("the daemon closes after its line");
+    (line, started.elapsed())
+}
