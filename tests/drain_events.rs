@@ -15,10 +15,6 @@ fn log(s: &Setup) -> std::path::PathBuf {
     s.state.path().join("drain-events.log")
 }
 
-fn running_as_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
 #[test]
 fn every_action_appends_one_event_and_the_daemon_counts_them() {
     let s = Setup::new(Behavior::Running);

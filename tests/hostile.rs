@@ -10,31 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-const FAST: &[&str] = &["--interval", "100ms", "--timeout", "1s"];
 const SOON: Duration = Duration::from_secs(10);
 
-fn is(word: &'static str) -> impl Fn(&Reply) -> bool {
-    move |a| a.body.starts_with(word)
-}
-
-fn running_as_root() -> bool {
-    nix::unistd::getuid().is_root()
-}
-
-impl Setup {
-    fn daemon(&self, extra: &[&str]) -> Daemon {
-        Daemon::start(&self.fast_args(extra))
-    }
-
-    fn fast_args(&self, extra: &[&str]) -> Vec<String> {
-        let mut all = FAST.to_vec();
-        all.extend_from_slice(extra);
-        self.args(&all)
-    }
-
-    fn drain_path(&self) -> std::path::PathBuf {
-        self.state.path().join("drain")
-    }
+fn drain_path(s: &Setup) -> std::path::PathBuf {
+    s.state.path().join("drain")
 }
 
 /// Runs `pmcheck ARGS` with a deadline: a command that hangs fails the test instead of it.
@@ -75,7 +54,7 @@ fn a_fifo_at_the_drain_path_is_refused_and_nothing_hangs() {
     let mut d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
     nix::unistd::mkfifo(
-        &s.drain_path(),
+        &drain_path(&s),
         nix::sys::stat::Mode::from_bits_truncate(0o644),
     )
     .unwrap();
@@ -99,7 +78,7 @@ fn a_fifo_at_the_drain_path_is_refused_and_nothing_hangs() {
     assert!(out.status.success(), "{out:?}");
     d.wait_for(SOON, "OK", is("OK"));
     nix::unistd::mkfifo(
-        &s.drain_path(),
+        &drain_path(&s),
         nix::sys::stat::Mode::from_bits_truncate(0o644),
     )
     .unwrap();
@@ -113,7 +92,7 @@ fn a_symlink_to_dev_zero_is_refused_unread() {
     let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
-    std::os::unix::fs::symlink("/dev/zero", s.drain_path()).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", drain_path(&s)).unwrap();
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
     assert_contains!(
         a.body,
@@ -133,7 +112,7 @@ fn a_huge_record_is_refused_and_a_long_reason_is_cut_in_every_answer() {
     let s = Setup::new(Behavior::Running);
     let d = s.daemon(&[]);
     d.wait_for(SOON, "OK", is("OK"));
-    std::fs::write(s.drain_path(), vec![b'{'; 1024 * 1024]).unwrap();
+    std::fs::write(drain_path(&s), vec![b'{'; 1024 * 1024]).unwrap();
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
     assert_contains!(a.body, "is 1048576 bytes, more than the 8192", "{a:?}");
     // A hand-written record under the size limit with a 4,000-character reason.
@@ -142,7 +121,7 @@ fn a_huge_record_is_refused_and_a_long_reason_is_cut_in_every_answer() {
         "by": "someone",
         "since": "2026-11-22T10:00:00Z",
     });
-    std::fs::write(s.drain_path(), record.to_string()).unwrap();
+    std::fs::write(drain_path(&s), record.to_string()).unwrap();
     let a = d.wait_for(SOON, "DRAINED", is("DRAINED"));
     assert!(a.body.len() < 600, "bounded: {} bytes", a.body.len());
     assert_eq!(a.body.lines().count(), 1, "{a:?}");

@@ -59,7 +59,27 @@ pub struct Setup {
     pub state: tempfile::TempDir,
 }
 
+/// A daemon that probes ten times a second and gives up on Puppet Server after a second.
+pub const FAST: &[&str] = &["--interval", "100ms", "--timeout", "1s"];
+
+/// An answer whose body starts with `word` (a verdict).
+pub fn is(word: &'static str) -> impl Fn(&Reply) -> bool {
+    move |a| a.body.starts_with(word)
+}
+
 impl Setup {
+    /// `pmcheck serve` with this setup, [`FAST`], and `extra`.
+    pub fn daemon(&self, extra: &[&str]) -> Daemon {
+        Daemon::start(&self.fast_args(extra))
+    }
+
+    /// This setup's arguments with [`FAST`] and `extra`.
+    pub fn fast_args(&self, extra: &[&str]) -> Vec<String> {
+        let mut all = FAST.to_vec();
+        all.extend_from_slice(extra);
+        self.args(&all)
+    }
+
     /// With an RSA key in PKCS#1 form, as Puppet writes it.
     pub fn new(behavior: Behavior) -> Self {
         Self::with_key(behavior, "rsa.pkcs8.pem", "rsa.pkcs1.pem")
@@ -136,4 +156,24 @@ pub fn args(files: &HostFiles, stub: SocketAddr, state: &Path, extra: &[&str]) -
     ]);
     args.extend(extra.iter().map(|s| s.to_string()));
     args
+}
+
+/// Runs `pmcheck COMMAND ARGS...` to its end.
+pub fn run(command: &str, args: &[String]) -> std::process::Output {
+    pmcheck().arg(command).args(args).output().unwrap()
+}
+
+/// A command's standard output, as text.
+pub fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A command's standard error, as text.
+pub fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The tests run as root (CI does): they may act as other users.
+pub fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
 }

@@ -1,0 +1,140 @@
+//! Drains and undrains that cannot write the record: what they say, and what they keep.
+
+mod common;
+
+use std::process::Output;
+
+use common::*;
+
+#[test]
+fn drain_through_a_file_names_the_state_directory_and_how_to_fix_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // A file where the directory should be is an obstacle even root cannot write through.
+    let blocked = dir.path().join("file");
+    std::fs::write(&blocked, "").unwrap();
+    let out = pmcheck()
+        .args([
+            "drain",
+            "--state-dir",
+            &blocked.join("sub").display().to_string(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(73), "{out:?}");
+    assert_contains!(stderr(&out), "cannot write the drain record in", "{out:?}");
+    assert_contains!(stderr(&out), "--state-dir", "says how to fix it: {out:?}");
+}
+
+#[test]
+fn drain_without_permission_names_the_directory_and_keeps_the_old_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let d = state.display().to_string();
+    let out = pmcheck()
+        .args(["drain", "--state-dir", &d, "--reason", "first"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "creates the directory: {out:?}");
+    let before = std::fs::read(state.join("drain")).unwrap();
+    // The state directory belongs to someone else: as root, run pmcheck as nobody; otherwise
+    // make the directory read-only for ourselves.
+    use std::os::unix::fs::PermissionsExt;
+    let mut drain = if running_as_root() {
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_pmcheck"),
+        ]);
+        c.env_clear().envs(no_puppet_env()).env("USER", "nobody");
+        c
+    } else {
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o555)).unwrap();
+        pmcheck()
+    };
+    let out = drain
+        .args(["drain", "--state-dir", &d, "--reason", "second"])
+        .output()
+        .unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(out.status.code(), Some(73), "{out:?}");
+    // As nobody the lock (0660) cannot be opened; as its owner the record cannot be written.
+    let said = if running_as_root() {
+        format!("cannot change the drain record in {d}: cannot open its lock {d}/lock: ")
+    } else {
+        format!("cannot write the drain record in {d}")
+    };
+    assert!(stderr(&out).contains(&said), "{out:?}");
+    assert_contains!(stderr(&out), "Permission denied", "{out:?}");
+    // The way out is who may write there; another --state-dir would split drains from the
+    // daemon, which reads only its own.
+    assert_contains!(
+        stderr(&out),
+        &format!(
+            "run the command as root (sudo), or as user {} (they own {d}); another --state-dir \
+             would not help",
+            whoami()
+        ),
+        "{out:?}"
+    );
+    assert_eq!(
+        std::fs::read(state.join("drain")).unwrap(),
+        before,
+        "the previous record is intact"
+    );
+    let out = drain_as_nobody_or_self(&d, "undrain");
+    if let Some(out) = out {
+        assert_eq!(out.status.code(), Some(73), "{out:?}");
+        assert!(
+            stderr(&out).contains(&format!(
+                "cannot change the drain record in {d}: cannot open its lock"
+            )) && stderr(&out).contains("run the command as root (sudo)"),
+            "{out:?}"
+        );
+        assert_eq!(std::fs::read(state.join("drain")).unwrap(), before);
+    }
+}
+
+/// `undrain` as a user who may not write `dir` (root: as nobody), or None when not root.
+fn drain_as_nobody_or_self(dir: &str, command: &str) -> Option<Output> {
+    running_as_root().then(|| {
+        std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                env!("CARGO_BIN_EXE_pmcheck"),
+            ])
+            .env_clear()
+            .envs(no_puppet_env())
+            .args([command, "--state-dir", dir])
+            .output()
+            .unwrap()
+    })
+}
+
+#[test]
+fn the_drain_record_is_readable_by_the_daemon_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "umask 077; exec \"$0\" drain --state-dir \"$1\"",
+            env!("CARGO_BIN_EXE_pmcheck"),
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mode = std::fs::metadata(dir.path().join("drain"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(
+        mode, 0o644,
+        "the daemon runs as another user and must read it"
+    );
+}
