@@ -212,6 +212,13 @@ impl Drain {
             s.push_str(&clock(until, r.since.get(..10).unwrap_or(&today)));
         }
         s.push(')');
+        self.tail(r, &mut s);
+        s
+    }
+
+    /// What both phrases end with: a `--force` that went past a load balancer's hold, and what
+    /// is wrong with the record.
+    fn tail(&self, r: &DrainRecord, s: &mut String) {
         if let Some(forced) = &r.forced {
             s.push_str("; forced: ");
             s.push_str(forced);
@@ -220,7 +227,6 @@ impl Drain {
             s.push_str("; ");
             s.push_str(&problem.to_string());
         }
-        s
     }
 
     /// One phrase for people: the reason, who and since when.
@@ -233,14 +239,7 @@ impl Drain {
                     s.push_str(until);
                 }
                 s.push(')');
-                if let Some(forced) = &r.forced {
-                    s.push_str("; forced: ");
-                    s.push_str(forced);
-                }
-                if let Some(problem) = &self.problem {
-                    s.push_str("; ");
-                    s.push_str(&problem.to_string());
-                }
+                self.tail(r, &mut s);
                 s
             }
             None => format!(
