@@ -128,6 +128,9 @@ pub struct Drain {
     pub record: Option<DrainRecord>,
     /// What is wrong with the file, if anything.
     pub problem: Option<DrainProblem>,
+    /// The record's times, read once here. The record keeps them as written: a hand-made
+    /// file's time that is not RFC 3339 is shown as it is, and the node stays drained.
+    since: Option<SystemTime>,
     until: Option<SystemTime>,
 }
 
@@ -140,6 +143,7 @@ impl Drain {
                 return Self {
                     record: None,
                     problem: Some(DrainProblem::NotARecord(Arc::new(e))),
+                    since: None,
                     until: None,
                 };
             }
@@ -174,17 +178,18 @@ impl Drain {
                 (None, Some(DrainProblem::BadUntil(e)))
             }
         };
+        let since = humantime::parse_rfc3339_weak(&record.since).ok();
         Self {
             record: Some(record),
             problem,
+            since,
             until,
         }
     }
 
     /// When the drain began, if the record says so in RFC 3339.
     pub fn since(&self) -> Option<SystemTime> {
-        let since = &self.record.as_ref()?.since;
-        humantime::parse_rfc3339_weak(since).ok()
+        self.since
     }
 
     /// When a `drain --for` lapses; `None` for a drain that lasts until `pmcheck undrain`.
