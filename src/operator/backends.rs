@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::health::answer::{Answer, PollerAnswer, StateAnswer, ToldAnswer};
 use crate::health::lb_state::{Health, LbState};
 use crate::health::verdict::Verdict;
-use crate::operator::assessment::{
+use crate::operator::goal::{
     Assessment, Wait, least_silence, silence_limit, who, who_with, written_after,
 };
 use crate::text::seconds;
@@ -193,8 +193,9 @@ pub(crate) fn judge_by_states(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operator::assessment::assess;
     use crate::operator::assessment::tests::{how, with_state};
-    use crate::operator::assessment::{Goal, assess};
+    use crate::operator::goal::Goal;
 
     #[test]
     fn the_last_server_is_found_and_an_empty_backend_is_a_warning() {

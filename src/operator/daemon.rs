@@ -9,7 +9,7 @@ use thiserror::Error;
 
 use crate::health::answer::Answer;
 use crate::health::verdict::Verdict;
-use crate::operator::assessment::Wait;
+use crate::operator::goal::Wait;
 use crate::settings::duration::format_duration;
 
 const DEADLINE: Duration = Duration::from_secs(5);

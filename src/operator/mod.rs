@@ -10,6 +10,7 @@ pub mod config;
 pub mod cycle;
 pub mod daemon;
 pub mod drain;
+pub mod goal;
 pub mod history;
 pub mod manual;
 pub mod status;

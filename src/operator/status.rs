@@ -9,8 +9,9 @@ use crate::health::answer::{Answer, CertificatesAnswer, CodeAnswer, PollerAnswer
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
-use crate::operator::assessment::{Goal, Wait, assess, describe_told};
+use crate::operator::assessment::assess;
 use crate::operator::daemon::Reply;
+use crate::operator::goal::{Goal, Wait, describe_told};
 use crate::puppet::pool::{Load, Pool};
 use crate::text::seconds;
 

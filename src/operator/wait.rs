@@ -14,9 +14,10 @@ use thiserror::Error;
 
 use crate::health::answer::Answer;
 use crate::health::verdict::Verdict;
-use crate::operator::assessment::{Goal, Wait, assess};
+use crate::operator::assessment::assess;
 use crate::operator::backends::{drain_settled, empty_backend, last_server, unproven_views};
 use crate::operator::daemon::{self, OtherFile, StatusError, other_file};
+use crate::operator::goal::{Goal, Wait};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 

@@ -13,7 +13,6 @@ use tokio::sync::Mutex;
 
 use crate::file_stamp::FileStamp;
 use crate::puppet::identity::IdentityFiles;
-use crate::puppet::probe::ProbeTarget;
 use crate::puppet::probe_error::{CannotProbe, ProbeError, TlsProblem, causes, plain_name};
 use crate::puppet::status_api::{JVM_STATUS_PATH, jvm_start_time, server_timeout};
 
@@ -33,14 +32,21 @@ pub struct PuppetClient {
 type Built = ([Option<FileStamp>; 3], reqwest::Client);
 
 impl PuppetClient {
-    /// A client for `target`'s Puppet Server; the TLS client is built at the first request.
-    pub fn new(target: &ProbeTarget) -> Self {
+    /// A client of the Puppet Server at `addr`, whose certificate must be for `certname` (set
+    /// by `certname_from`, for the error when it is not), with this host's `identity` and a
+    /// deadline of `timeout` per request; the TLS client is built at the first request.
+    pub fn new(
+        identity: IdentityFiles,
+        (certname, certname_from): (String, String),
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Self {
         Self {
-            identity: target.identity.clone(),
-            certname: target.certname.clone(),
-            certname_from: target.certname_from.clone(),
-            addr: target.addr,
-            timeout: target.timeout,
+            identity,
+            certname,
+            certname_from,
+            addr,
+            timeout,
             built: Mutex::new(None),
         }
     }
