@@ -51,14 +51,18 @@ pub fn held(lb: &LbState, drain: &Drain, now: SystemTime) -> Option<Held> {
     (young && lb.total_weight == 0).then_some(Held::EmptyBackend)
 }
 
+/// A header older than this says nothing of now: its load balancer stopped checking (a
+/// server in MAINT is not checked), and holds nothing.
+pub const CURRENT: Duration = Duration::from_secs(60);
+
 /// Why `drain` is held now, from the pollers as the operator's JSON lists them: a proven
-/// load balancer whose latest check of a server line was answered as not drained, and whose
-/// header still holds it.
+/// load balancer whose latest check of a server line, within [`CURRENT`], was answered as not
+/// drained, and whose header still holds it.
 pub fn held_by(pollers: &[PollerAnswer], drain: &Drain, now: SystemTime) -> Option<String> {
     (pollers.iter())
         .filter(|p| p.regular && p.proof.proven())
         .flat_map(|p| &p.states)
-        .filter(|s| s.told != Verdict::Drained)
+        .filter(|s| s.told != Verdict::Drained && Duration::from_millis(s.last_ms_ago) <= CURRENT)
         .find_map(|s| {
             let lb = s.seen.as_ref()?;
             held(lb, drain, now).map(|h| h.describe(lb))
@@ -129,6 +133,41 @@ mod tests {
             Held::LastServer
                 .describe(&up_last)
                 .starts_with("drain held: load balancer (lb1) says m1 is the only server")
+        );
+    }
+
+    /// The operator's view holds a drain only by a header that is current.
+    #[test]
+    fn only_a_current_header_holds_the_drain_in_the_operators_view() {
+        use crate::health::answer::StateAnswer;
+        use crate::settings::lb_proof::Proof;
+        let header = "UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+        let poller = |last_ms_ago| PollerAnswer {
+            address: "10.0.0.5".parse().unwrap(),
+            proof: Proof::Key,
+            first_ms_ago: 600_000,
+            last_ms_ago,
+            polls: 300,
+            http: None,
+            agent: None,
+            regular: true,
+            client: None,
+            states: vec![StateAnswer {
+                last_ms_ago,
+                told: Verdict::Ok,
+                since_ms_ago: last_ms_ago,
+                seen: parse(header.as_bytes()).ok(),
+                malformed: None,
+            }],
+        };
+        let young = drain("2026-11-25T10:00:00Z", false);
+        let now = at("2026-11-25T10:00:30Z");
+        let held = held_by(&[poller(2_000)], &young, now);
+        assert!(held.is_some_and(|h| h.contains("only server")));
+        assert_eq!(
+            held_by(&[poller(61_000)], &young, now),
+            None,
+            "a minute old"
         );
     }
 }
