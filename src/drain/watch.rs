@@ -103,6 +103,7 @@ fn watch_dir(dir: &Path) -> Option<Inotify> {
 /// deprecated as unsound (tokio #8587) and its replacement, `AsyncFd::register`, is `unsafe`,
 /// which this crate forbids. The thread blocks in `read`, costing nothing while nothing changes.
 fn forward_events(inotify: Inotify, changes: Arc<watch::Sender<u64>>, watching: Arc<AtomicBool>) {
+    let unheard = Arc::clone(&watching);
     let wake = move || changes.send_modify(|n| *n = n.wrapping_add(1));
     let gone =
         AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF;
@@ -133,6 +134,9 @@ fn forward_events(inotify: Inotify, changes: Arc<watch::Sender<u64>>, watching: 
         .spawn(forward)
         .is_err()
     {
+        // Nothing hears the events: the watcher looks every quarter second, and the next look
+        // tries again.
+        unheard.store(false, Ordering::Release);
         tracing::debug!("no thread for the state directory's events; looking every {EVERY:?}");
     }
 }
