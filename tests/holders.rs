@@ -70,9 +70,13 @@ fn two_cycles_at_once_keep_the_node_drained_until_the_last_one_ends() {
     let out = short.finish(SOON);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert_contains!(
-        stdout,
-        "step drain took 0.0s: already drained by cycle pid "
+    // However long the step took on this machine.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("pmcheck cycle: step drain took ")
+                && l.contains("s: already drained by cycle pid ")),
+        "{stdout}"
     );
     assert_contains!(
         stdout,
