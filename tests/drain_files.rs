@@ -138,3 +138,85 @@ fn the_drain_record_is_readable_by_the_daemon_whatever_the_umask() {
         "the daemon runs as another user and must read it"
     );
 }
+
+/// Every drain record an earlier pmcheck wrote, or an operator wrote by hand
+/// (`tests/fixtures/drain/`), still drains the node, reads the same, and is written back with
+/// the same fields: the record's format did not change when its times became typed.
+#[test]
+fn every_drain_record_format_in_the_fixtures_still_drains_and_writes_back_its_fields() {
+    use pmcheck::drain::record::{Drain, DrainProblem};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/drain");
+    let at = |t: &str| humantime::parse_rfc3339(t).unwrap();
+    for (file, says, until) in [
+        (
+            "drain.json",
+            "kernel upgrade (by root since 2026-11-25T22:22:38Z)",
+            None,
+        ),
+        (
+            "drain-for.json",
+            "kernel upgrade (by root since 2026-11-25T22:22:38Z until 2026-11-25T22:52:38.956Z)",
+            Some("2026-11-25T22:52:38.956Z"),
+        ),
+        (
+            "pre-holders.json",
+            "kernel upgrade (by alice via sudo since 2026-11-20T17:32:05Z until 2026-11-20T18:32:05.000Z)",
+            Some("2026-11-20T18:32:05.000Z"),
+        ),
+        (
+            "held.json",
+            "kernel upgrade (by alice via sudo since 2026-11-20T17:32:05Z); forced: haproxy at 10.0.0.5 (backend puppet) said this node was its last server taking traffic",
+            None,
+        ),
+        (
+            "hand-written.json",
+            "upgrade (by bob since yesterday until when the upgrade is done); `until` is not an RFC 3339 time (timestamp format is invalid), so the drain does not expire",
+            None,
+        ),
+        (
+            "touched",
+            "drain file is not a valid drain record (EOF while parsing a value at line 1 column 0); it still counts as drained",
+            None,
+        ),
+    ] {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        let drain = Drain::parse(&bytes);
+        assert_eq!(drain.describe(), says, "{file}");
+        assert_eq!(drain.until(), until.map(at), "{file}");
+        let far = at("2100-01-01T00:00:00Z");
+        assert_eq!(drain.expired_at(far), until.is_some(), "{file}");
+        let Some(record) = &drain.record else {
+            assert!(
+                matches!(drain.problem, Some(DrainProblem::NotARecord(_))),
+                "{file}"
+            );
+            continue;
+        };
+        let written: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(serde_json::to_value(record).unwrap(), written, "{file}");
+        let holders = record.holders();
+        assert!(!holders.is_empty(), "{file}");
+        assert_eq!(holders[0].tenure.by, record.tenure.by, "{file}");
+    }
+}
+
+/// Every line an earlier pmcheck wrote in the drain event log reads the same.
+#[test]
+fn every_drain_event_in_the_fixtures_reads_and_writes_back_the_same() {
+    use pmcheck::drain::log::Event;
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/drain/events.log");
+    let log = std::fs::read_to_string(path).unwrap();
+    assert_eq!(
+        log.lines().count(),
+        5,
+        "drain, undrain, drain --for, expire, refused"
+    );
+    for line in log.lines() {
+        let event: Event = serde_json::from_str(line).unwrap();
+        let written: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(serde_json::to_value(&event).unwrap(), written, "{line}");
+        assert!(event.at.time().is_some(), "{line}");
+        assert_contains!(event.describe(), event.action.as_str(), "{line}");
+    }
+}

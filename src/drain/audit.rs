@@ -13,6 +13,7 @@ use crate::drain::file::DrainFile;
 use crate::drain::holders::Kind;
 use crate::drain::log::{Action, DrainLog, Event, Follower};
 use crate::drain::record::DrainState;
+use crate::drain::tenure::Stamp;
 use crate::drain::watch::{Directory, Drains};
 
 /// Events seen by the daemon, by action: `pmcheck_drain_events_total{action}`.
@@ -40,7 +41,7 @@ struct Audit {
     file: DrainFile,
     follower: Follower,
     /// The `--for` drains whose end is logged already (since, until).
-    expired: HashSet<(String, String)>,
+    expired: HashSet<(Stamp, Stamp)>,
     /// The last read error, said once until it changes.
     failing: Option<String>,
 }
@@ -129,13 +130,13 @@ impl Audit {
         };
         let now = SystemTime::now();
         for holder in record.holders() {
-            let Some(until) = holder.until.clone() else {
+            let Some(until) = holder.tenure.until.clone() else {
                 continue;
             };
             if holder.kind != Kind::Drain || !holder.expired_at(now) {
                 continue;
             }
-            let key = (holder.since.clone(), until);
+            let key = (holder.tenure.since.clone(), until);
             if self.expired.contains(&key) || self.logged_before(&key) {
                 self.expired.insert(key);
                 continue;
@@ -156,7 +157,7 @@ impl Audit {
         }
     }
 
-    fn logged_before(&self, (since, until): &(String, String)) -> bool {
+    fn logged_before(&self, (since, until): &(Stamp, Stamp)) -> bool {
         let log = DrainLog::new(self.file.dir());
         log.tail(32).is_ok_and(|events| {
             events.iter().any(|e| {
@@ -175,8 +176,8 @@ impl Audit {
             action = event.action.as_str(),
             who = %event.who,
             reason = event.reason.as_deref(),
-            since = event.since.as_deref(),
-            until = event.until.as_deref(),
+            since = event.since.as_ref().map(Stamp::as_str),
+            until = event.until.as_ref().map(Stamp::as_str),
             holder = event.holder.as_deref(),
             event_time = %event.at,
             "drain event: {}",

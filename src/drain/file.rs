@@ -438,6 +438,7 @@ mod tests {
     use super::*;
     use crate::drain::holders::{Holder, Kind};
     use crate::drain::record::{DrainProblem, REASON_LIMIT, parse_reason};
+    use crate::drain::tenure::{Stamp, Tenure};
     use crate::text;
     use proptest::prelude::*;
     use std::os::unix::fs::MetadataExt;
@@ -480,8 +481,9 @@ mod tests {
         let file = DrainFile::new(dir.path());
         let now = at("2026-11-22T10:00:00Z");
         let record = DrainRecord::new("upgrade".into(), Some(Duration::from_secs(1800)), now);
-        assert_eq!(record.since, "2026-11-22T10:00:00Z");
-        assert_eq!(record.until.as_deref(), Some("2026-11-22T10:30:00.000Z"));
+        assert_eq!(record.tenure.since.as_str(), "2026-11-22T10:00:00Z");
+        let until = record.tenure.until.as_ref().map(Stamp::as_str);
+        assert_eq!(until, Some("2026-11-22T10:30:00.000Z"));
         file.write(&record).unwrap();
         let DrainState::Drained(drain) = file.state(at("2026-11-22T10:29:59Z")) else {
             panic!("drained before `until`");
@@ -600,9 +602,11 @@ mod tests {
         let reason = format!("line one\r\nline two {}", "x".repeat(2000));
         let bytes = serde_json::to_vec(&DrainRecord {
             reason,
-            by: "mallory\u{1b}[2J".into(),
-            since: "2026-01-01T00:00:00Z".into(),
-            until: None,
+            tenure: Tenure {
+                by: "mallory\u{1b}[2J".into(),
+                since: Stamp::read("2026-01-01T00:00:00Z"),
+                until: None,
+            },
             forced: None,
             holders: Vec::new(),
         })
@@ -611,7 +615,7 @@ mod tests {
         let record = drain.record.unwrap();
         assert!(record.reason.starts_with("line one line two xxx"));
         assert!(record.reason.chars().count() <= REASON_LIMIT + 3);
-        assert_eq!(record.by, "mallory\\u{1b}[2J");
+        assert_eq!(record.tenure.by, "mallory\\u{1b}[2J");
     }
 
     #[test]
@@ -689,10 +693,11 @@ mod tests {
 
         #[test]
         fn any_record_round_trips_its_one_line_fields(reason in "[^\\p{Cc}]{1,256}", by in "[a-z]{1,32}") {
-            let record = DrainRecord { reason, by, since: "2026-01-01T00:00:00Z".into(), until: None, forced: None, holders: Vec::new() };
+            let tenure = Tenure { by, since: Stamp::read("2026-01-01T00:00:00Z"), until: None };
+            let record = DrainRecord { reason, tenure, forced: None, holders: Vec::new() };
             let bytes = serde_json::to_vec(&record).unwrap();
             let parsed = Drain::parse(&bytes).record.unwrap();
-            prop_assert_eq!(parsed.by, record.by);
+            prop_assert_eq!(parsed.tenure, record.tenure);
             prop_assert_eq!(parsed.reason, text::one_line(&record.reason, REASON_LIMIT).into_owned());
         }
     }
@@ -715,10 +720,13 @@ mod tests {
         let drain = Holder::drain("kernel".into(), Some(Duration::from_secs(60)), now);
         let both = DrainRecord::held_by(vec![cycle.clone(), drain.clone()], None).unwrap();
         assert_eq!(both.reason, "kernel");
-        assert_eq!(both.until, None, "a cycle's drain never expires under it");
+        assert_eq!(
+            both.tenure.until, None,
+            "a cycle's drain never expires under it"
+        );
         assert_eq!(both.holders[1], cycle);
         let alone = DrainRecord::held_by(vec![drain.clone()], None).unwrap();
-        assert_eq!(alone.until, drain.until);
+        assert_eq!(alone.tenure.until, drain.tenure.until);
         assert_eq!(DrainRecord::held_by(Vec::new(), None), None);
         assert!(cycle.is_me() && cycle.running());
         assert!(cycle.describe().starts_with(&format!(

@@ -9,9 +9,11 @@
 //! half-way through an upgrade) but does not stop `pmcheck undrain`; a running one does, unless
 //! `--force`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
+
+use crate::drain::tenure::Tenure;
 
 /// What kind of holder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,15 +72,11 @@ fn start_of(pid: u32) -> Option<u64> {
 pub struct Holder {
     /// What kind.
     pub kind: Kind,
-    /// Who (`alice`, `alice via sudo`).
-    pub by: String,
-    /// Since when (RFC 3339).
-    pub since: String,
+    /// Who, since when, until when (`by`, `since`, `until` in the file).
+    #[serde(flatten)]
+    pub tenure: Tenure,
     /// The drain's reason, or the cycle's command.
     pub what: String,
-    /// The end of a `drain --for` (RFC 3339).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<String>,
     /// The cycle's process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<Process>,
@@ -94,11 +92,8 @@ impl Holder {
     pub fn drain(reason: String, lasting: Option<Duration>, now: SystemTime) -> Self {
         Self {
             kind: Kind::Drain,
-            by: operator(),
-            since: rfc3339(now),
+            tenure: Tenure::from(operator(), now, lasting),
             what: reason,
-            // To the millisecond, rounded up: `--for 3s` lasts 3 s, and never ends early.
-            until: lasting.map(|d| rfc3339_millis(ceil_milli(now + d))),
             process: None,
             guarded: false,
         }
@@ -108,10 +103,8 @@ impl Holder {
     pub fn cycle(reason: String, now: SystemTime) -> Self {
         Self {
             kind: Kind::Cycle,
-            by: operator(),
-            since: rfc3339(now),
+            tenure: Tenure::from(operator(), now, None),
             what: reason,
-            until: None,
             process: Process::this(),
             guarded: false,
         }
@@ -129,10 +122,7 @@ impl Holder {
 
     /// A drain whose `--for` has passed: it holds nothing any more.
     pub fn expired_at(&self, now: SystemTime) -> bool {
-        self.until
-            .as_deref()
-            .and_then(|u| humantime::parse_rfc3339_weak(u).ok())
-            .is_some_and(|until| now >= until)
+        self.tenure.expired_at(now)
     }
 
     /// For people: `cycle pid 4242 (pmcheck cycle: systemctl restart puppetserver, by alice
@@ -149,10 +139,8 @@ impl Holder {
         } else {
             ""
         };
-        format!(
-            "{who} ({}, by {} since {}{stale})",
-            self.what, self.by, self.since
-        )
+        let Tenure { by, since, .. } = &self.tenure;
+        format!("{who} ({}, by {by} since {since}{stale})", self.what)
     }
 }
 
@@ -186,24 +174,6 @@ pub(crate) fn user_name(uid: nix::unistd::Uid) -> String {
     }
 }
 
-/// RFC 3339 in whole seconds, UTC.
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
-}
-
-fn rfc3339_millis(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
-fn ceil_milli(t: SystemTime) -> SystemTime {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) if d.subsec_nanos() % 1_000_000 > 0 => {
-            UNIX_EPOCH + Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX) + 1)
-        }
-        _ => t,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,18 +196,5 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         assert_eq!(start_of(pid), None, "reaped");
-    }
-
-    #[test]
-    fn a_drain_for_lasts_exactly_that_long_to_the_millisecond() {
-        let now = humantime::parse_rfc3339("2026-11-22T10:00:00.250Z").unwrap();
-        let d = Holder::drain("x".into(), Some(Duration::from_secs(3)), now);
-        assert_eq!(d.until.as_deref(), Some("2026-11-22T10:00:03.250Z"));
-        assert!(!d.expired_at(now + Duration::from_millis(2999)));
-        assert!(d.expired_at(now + Duration::from_secs(3)));
-        // Below a millisecond, rounded up: never early.
-        let now = now + Duration::from_micros(1);
-        let d = Holder::drain("x".into(), Some(Duration::from_secs(3)), now);
-        assert_eq!(d.until.as_deref(), Some("2026-11-22T10:00:03.251Z"));
     }
 }

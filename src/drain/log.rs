@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::drain::holders::{Holder, Kind};
+use crate::drain::tenure::Stamp;
 
 /// The log's name in the state directory.
 pub const LOG_NAME: &str = "drain-events.log";
@@ -81,7 +82,7 @@ impl Action {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     /// When it happened (RFC 3339, UTC).
-    pub at: String,
+    pub at: Stamp,
     /// What happened.
     pub action: Action,
     /// Who did it (`alice via sudo`; `pmcheck` for an expiry the daemon saw).
@@ -91,10 +92,10 @@ pub struct Event {
     pub reason: Option<String>,
     /// Since when the holder held the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<String>,
+    pub since: Option<Stamp>,
     /// The end of a `drain --for`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<String>,
+    pub until: Option<Stamp>,
     /// The holder concerned (`drain`, `cycle pid 123`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<String>,
@@ -104,12 +105,12 @@ impl Event {
     /// `action` of `holder`, now, by whoever runs this process.
     pub fn of(action: Action, holder: &Holder, now: SystemTime) -> Self {
         Self {
-            at: humantime::format_rfc3339_seconds(now).to_string(),
+            at: Stamp::seconds(now),
             action,
             who: crate::drain::holders::operator(),
             reason: Some(holder.what.clone()),
-            since: Some(holder.since.clone()),
-            until: holder.until.clone(),
+            since: Some(holder.tenure.since.clone()),
+            until: holder.tenure.until.clone(),
             holder: Some(match (holder.kind, &holder.process) {
                 (Kind::Drain, _) => "drain".to_owned(),
                 (_, Some(p)) => format!("cycle pid {}", p.pid),
@@ -121,7 +122,7 @@ impl Event {
     /// `action` when the record names no holder (written by hand).
     pub fn bare(action: Action, now: SystemTime) -> Self {
         Self {
-            at: humantime::format_rfc3339_seconds(now).to_string(),
+            at: Stamp::seconds(now),
             action,
             who: crate::drain::holders::operator(),
             reason: None,
@@ -134,7 +135,7 @@ impl Event {
     /// A drain refused by the last-server guard: `why` says which load balancer refused it.
     pub fn refused(reason: &str, why: &str, now: SystemTime) -> Self {
         Self {
-            at: humantime::format_rfc3339_seconds(now).to_string(),
+            at: Stamp::seconds(now),
             action: Action::Refused,
             who: crate::drain::holders::operator(),
             reason: Some(format!(

@@ -8,4 +8,5 @@ pub mod holders;
 pub mod lock;
 pub mod log;
 pub mod record;
+pub mod tenure;
 pub mod watch;

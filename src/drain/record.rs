@@ -15,14 +15,13 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::drain::holders::{Holder, Kind};
+use crate::drain::tenure::{STAMP_LIMIT, Stamp, Tenure};
 use crate::text;
 
 /// The largest drain file read. What `pmcheck drain` writes stays under 2 KiB.
 pub const RECORD_LIMIT: u64 = 8 * 1024;
 /// The longest reason `pmcheck drain` accepts, and the most of a hand-written one shown.
 pub const REASON_LIMIT: usize = 256;
-/// The most of a hand-written `by` shown.
-const BY_LIMIT: usize = 64;
 /// The longest `forced` note kept from a record.
 const FORCED_LIMIT: usize = 512;
 
@@ -31,13 +30,9 @@ const FORCED_LIMIT: usize = 512;
 pub struct DrainRecord {
     /// Why the node is drained.
     pub reason: String,
-    /// Who drained it (`alice`, `alice via sudo`).
-    pub by: String,
-    /// RFC 3339, UTC.
-    pub since: String,
-    /// RFC 3339, UTC; absent for a drain that lasts until `pmcheck undrain`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub until: Option<String>,
+    /// Who drained it, since when, until when (`by`, `since`, `until` in the file).
+    #[serde(flatten)]
+    pub tenure: Tenure,
     /// Why `drain --force` was needed: which load balancer said this node was the last server
     /// taking traffic. Absent for an ordinary drain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,9 +49,7 @@ impl DrainRecord {
         let drain = Holder::drain(reason, lasting, now);
         Self {
             reason: drain.what,
-            by: drain.by,
-            since: drain.since,
-            until: drain.until,
+            tenure: drain.tenure,
             forced: None,
             holders: Vec::new(),
         }
@@ -70,10 +63,8 @@ impl DrainRecord {
         }
         vec![Holder {
             kind: Kind::Drain,
-            by: self.by.clone(),
-            since: self.since.clone(),
+            tenure: self.tenure.clone(),
             what: self.reason.clone(),
-            until: self.until.clone(),
             process: None,
             guarded: false,
         }]
@@ -85,15 +76,13 @@ impl DrainRecord {
     pub fn held_by(mut holders: Vec<Holder>, forced: Option<String>) -> Option<Self> {
         holders.sort_by_key(|h| h.kind != Kind::Drain);
         let first = holders.first()?.clone();
-        let until = match holders.as_slice() {
-            [only] => only.until.clone(),
-            _ => None,
-        };
+        let mut tenure = first.tenure;
+        if holders.len() > 1 {
+            tenure.until = None;
+        }
         Some(Self {
             reason: first.what,
-            by: first.by,
-            since: first.since,
-            until,
+            tenure,
             forced,
             holders,
         })
@@ -128,10 +117,6 @@ pub struct Drain {
     pub record: Option<DrainRecord>,
     /// What is wrong with the file, if anything.
     pub problem: Option<DrainProblem>,
-    /// The record's times, read once here. The record keeps them as written: a hand-made
-    /// file's time that is not RFC 3339 is shown as it is, and the node stays drained.
-    since: Option<SystemTime>,
-    until: Option<SystemTime>,
 }
 
 impl Drain {
@@ -143,63 +128,48 @@ impl Drain {
                 return Self {
                     record: None,
                     problem: Some(DrainProblem::NotARecord(Arc::new(e))),
-                    since: None,
-                    until: None,
                 };
             }
         };
-        for (field, limit) in [
-            (&mut record.reason, REASON_LIMIT),
-            (&mut record.by, BY_LIMIT),
-            (&mut record.since, BY_LIMIT),
-        ] {
-            *field = text::one_line(field, limit).into_owned();
-        }
+        record.reason = text::one_line(&record.reason, REASON_LIMIT).into_owned();
+        record.tenure.by = text::one_line(&record.tenure.by, STAMP_LIMIT).into_owned();
         if let Some(forced) = &mut record.forced {
             *forced = text::one_line(forced, FORCED_LIMIT).into_owned();
         }
         for holder in &mut record.holders {
-            for (field, limit) in [
-                (&mut holder.what, REASON_LIMIT),
-                (&mut holder.by, BY_LIMIT),
-                (&mut holder.since, BY_LIMIT),
-            ] {
-                *field = text::one_line(field, limit).into_owned();
-            }
+            holder.what = text::one_line(&holder.what, REASON_LIMIT).into_owned();
+            holder.tenure.by = text::one_line(&holder.tenure.by, STAMP_LIMIT).into_owned();
         }
-        let (until, problem) = match record.until.as_deref().map(humantime::parse_rfc3339_weak) {
-            None => (None, None),
-            Some(Ok(t)) => (Some(t), None),
-            Some(Err(e)) => {
-                record.until = record
-                    .until
-                    .as_deref()
-                    .map(|u| text::one_line(u, BY_LIMIT).into_owned());
-                (None, Some(DrainProblem::BadUntil(e)))
-            }
-        };
-        let since = humantime::parse_rfc3339_weak(&record.since).ok();
+        let problem = record
+            .tenure
+            .until
+            .as_ref()
+            .and_then(Stamp::problem)
+            .map(DrainProblem::BadUntil);
         Self {
             record: Some(record),
             problem,
-            since,
-            until,
         }
+    }
+
+    /// The record's times.
+    fn tenure(&self) -> Option<&Tenure> {
+        self.record.as_ref().map(|r| &r.tenure)
     }
 
     /// When the drain began, if the record says so in RFC 3339.
     pub fn since(&self) -> Option<SystemTime> {
-        self.since
+        self.tenure()?.since.time()
     }
 
     /// When a `drain --for` lapses; `None` for a drain that lasts until `pmcheck undrain`.
     pub fn until(&self) -> Option<SystemTime> {
-        self.until
+        self.tenure()?.until.as_ref()?.time()
     }
 
     /// Whether the drain lapsed by itself (`drain --for`).
     pub fn expired_at(&self, now: SystemTime) -> bool {
-        self.until.is_some_and(|until| until <= now)
+        self.tenure().is_some_and(|t| t.expired_at(now))
     }
 
     /// The reason first, then who and when in few characters (`kernel upgrade (by alice
@@ -210,11 +180,11 @@ impl Drain {
             return self.describe();
         };
         let today = rfc3339_date(now);
-        let since = clock(&r.since, &today);
-        let mut s = format!("{} (by {} {since}", r.reason, r.by);
-        if let Some(until) = &r.until {
+        let Tenure { by, since, until } = &r.tenure;
+        let mut s = format!("{} (by {by} {}", r.reason, clock(since, &today));
+        if let Some(until) = until {
             s.push('-');
-            s.push_str(&clock(until, r.since.get(..10).unwrap_or(&today)));
+            s.push_str(&clock(until, since.as_str().get(..10).unwrap_or(&today)));
         }
         s.push(')');
         self.tail(r, &mut s);
@@ -238,10 +208,11 @@ impl Drain {
     pub fn describe(&self) -> String {
         match &self.record {
             Some(r) => {
-                let mut s = format!("{} (by {} since {}", r.reason, r.by, r.since);
-                if let Some(until) = &r.until {
+                let Tenure { by, since, until } = &r.tenure;
+                let mut s = format!("{} (by {by} since {since}", r.reason);
+                if let Some(until) = until {
                     s.push_str(" until ");
-                    s.push_str(until);
+                    s.push_str(until.as_str());
                 }
                 s.push(')');
                 self.tail(r, &mut s);
@@ -266,9 +237,9 @@ fn rfc3339_date(t: SystemTime) -> String {
 
 /// An RFC 3339 time in few characters: `17:32Z` on `day` (`17:32:05Z` when the seconds count),
 /// else `2026-11-20T17:32Z`; a time that does not parse, as written.
-fn clock(time: &str, day: &str) -> String {
-    let Ok(t) = humantime::parse_rfc3339_weak(time) else {
-        return time.to_owned();
+fn clock(time: &Stamp, day: &str) -> String {
+    let Some(t) = time.time() else {
+        return time.as_str().to_owned();
     };
     let full = humantime::format_rfc3339_seconds(t).to_string();
     let (date, rest) = full.split_at(10);

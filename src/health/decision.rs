@@ -167,11 +167,14 @@ impl<'a> Decision<'a> {
     pub fn answer(&self) -> Answer<'_> {
         let drain = |d: &'a Drain, expired: bool| {
             let record = d.record.as_ref();
+            let tenure = record.map(|r| &r.tenure);
             DrainAnswer {
                 reason: record.map(|r| r.reason.as_str().into()),
-                by: record.map(|r| r.by.as_str().into()),
-                since: record.map(|r| r.since.as_str().into()),
-                until: record.and_then(|r| r.until.as_deref()).map(Cow::from),
+                by: tenure.map(|t| t.by.as_str().into()),
+                since: tenure.map(|t| t.since.as_str().into()),
+                until: tenure
+                    .and_then(|t| t.until.as_ref())
+                    .map(|u| u.as_str().into()),
                 expired,
                 problem: d.problem.as_ref().map(|p| Cow::Owned(p.to_string())),
             }
@@ -237,6 +240,7 @@ impl<'a> Decision<'a> {
 mod tests {
     use super::*;
     use crate::drain::record::DrainRecord;
+    use crate::drain::tenure::{Stamp, Tenure};
     use crate::puppet::identity::IdentityError;
     use crate::puppet::probe_error::ProbeError;
     use std::time::{Instant, SystemTime};
@@ -280,9 +284,11 @@ mod tests {
     fn drained(until: Option<&str>) -> Drain {
         let record = DrainRecord {
             reason: "upgrading".into(),
-            by: "alice".into(),
-            since: "2026-11-22T10:00:00Z".into(),
-            until: until.map(str::to_owned),
+            tenure: Tenure {
+                by: "alice".into(),
+                since: Stamp::read("2026-11-22T10:00:00Z"),
+                until: until.map(Stamp::read),
+            },
             forced: None,
             holders: Vec::new(),
         };

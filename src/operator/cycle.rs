@@ -22,6 +22,7 @@ use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::Holder;
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
+use crate::drain::tenure::Tenure;
 use crate::health::answer::Answer;
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon;
@@ -393,7 +394,8 @@ async fn hold(
     })?;
     say_lost(lost);
     let detail = if found.is_empty() {
-        format!("drained: {} (by {} since {})", me.what, me.by, me.since)
+        let Tenure { by, since, .. } = &me.tenure;
+        format!("drained: {} (by {by} since {since})", me.what)
     } else {
         let held: Vec<String> = found.iter().map(Holder::describe).collect();
         format!(
@@ -645,7 +647,7 @@ mod tests {
             mine.process, None,
             "held until `pmcheck undrain`, not until this process ends"
         );
-        assert_eq!((&mine.by, &mine.since), (&me.by, &me.since));
+        assert_eq!(mine.tenure, me.tenure);
         assert_eq!(mine.what.chars().count(), REASON_LIMIT);
         assert!(mine.what.starts_with("xxxx"));
         assert!(

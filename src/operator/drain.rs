@@ -12,6 +12,7 @@ use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord};
+use crate::drain::tenure::Tenure;
 use crate::operator::daemon;
 use crate::operator::goal::{Goal, Wait};
 use crate::operator::run_single_threaded;
@@ -100,17 +101,15 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
     }) {
         writeln!(out, "replaced the previous drain: {}", previous.describe())?;
     }
-    let until = mine
-        .until
-        .as_deref()
+    let Tenure { by, since, until } = &mine.tenure;
+    let until = until
+        .as_ref()
         .map(|u| format!(" until {u}"))
         .unwrap_or_default();
     writeln!(
         out,
-        "drained: {} (by {} since {}{until}); wrote {}",
+        "drained: {} (by {by} since {since}{until}); wrote {}",
         mine.what,
-        mine.by,
-        mine.since,
         file.path().display()
     )?;
     for other in &others {

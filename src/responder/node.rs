@@ -132,7 +132,7 @@ impl Node {
     /// what it sends, [`Node::agent_told`]).
     pub fn agent_line(&self, peer: IpAddr) -> (String, Verdict, Instant) {
         self.decide_for(Asker::Agent(peer), |decision, now| {
-            (agent::line(decision), decision.verdict, now)
+            (agent::line(decision), decision.verdict, now.at)
         })
     }
 
@@ -151,7 +151,7 @@ impl Node {
     }
 
     /// Decides from the latest drain state, probe report and rejoin state, as of now.
-    pub(crate) fn decide<R>(&self, then: impl FnOnce(&Decision<'_>, Instant) -> R) -> R {
+    pub(crate) fn decide<R>(&self, then: impl FnOnce(&Decision<'_>, Now) -> R) -> R {
         self.decide_for(Asker::Anyone, then)
     }
 
@@ -160,7 +160,7 @@ impl Node {
     pub(crate) fn decide_for<R>(
         &self,
         asker: Asker<'_>,
-        then: impl FnOnce(&Decision<'_>, Instant) -> R,
+        then: impl FnOnce(&Decision<'_>, Now) -> R,
     ) -> R {
         let now = now();
         let drain = Arc::clone(&self.drain.borrow());
@@ -173,13 +173,13 @@ impl Node {
         let Some(why) = held else {
             return then(
                 &Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules),
-                now.at,
+                now,
             );
         };
         let mut decision =
             Decision::decide(&NOT_DRAINED, probe.as_deref(), rejoin, now, &self.rules);
         decision.reason = Cow::Owned(format!("{why}; {}", decision.reason));
-        then(&decision, now.at)
+        then(&decision, now)
     }
 
     /// Why `drain` is held from `asker`, if it is.
@@ -252,7 +252,7 @@ impl Node {
                     client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
                     proof,
                 },
-                now,
+                now.at,
                 own,
             );
             if local && wants_json(headers) {
@@ -274,7 +274,7 @@ impl Node {
                 client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
                 proof: Proof::Unlisted,
             };
-            self.count(poll, now, true);
+            self.count(poll, now.at, true);
             if peer.to_canonical().is_loopback() {
                 self.operator_json(decision, now, method)
             } else {
@@ -283,22 +283,23 @@ impl Node {
         })
     }
 
-    /// The operator's JSON: the answer, the pollers, the agents and the slow readings.
+    /// The operator's JSON: the answer, the pollers, the agents and the slow readings, all as
+    /// of the moment the decision was made.
     fn operator_json(
         &self,
         decision: &Decision<'_>,
-        now: Instant,
+        now: Now,
         method: &Method,
     ) -> Response<Full<Bytes>> {
         let mut answer = decision.answer();
-        let pollers = self.pollers.answer(now);
+        let pollers = self.pollers.answer(now.at);
         if let DrainState::Drained(drain) = decision.drain {
-            answer.drain_held = hold::held_by(&pollers, drain, SystemTime::now());
+            answer.drain_held = hold::held_by(&pollers, drain, now.wall);
         }
         answer.pollers = Some(pollers);
-        answer.unrecorded = self.pollers.unrecorded(now);
+        answer.unrecorded = self.pollers.unrecorded(now.at);
         answer.listening_ms = Some(
-            u64::try_from(now.saturating_duration_since(self.started).as_millis())
+            u64::try_from(now.at.saturating_duration_since(self.started).as_millis())
                 .unwrap_or(u64::MAX),
         );
         answer.traffic = self.agents.latest().map(|t| (*t).clone());
@@ -331,7 +332,7 @@ impl Node {
                         .probe
                         .and_then(|p| p.pause.as_ref())
                         .map(|p| p.since),
-                    pollers: self.pollers.count(now),
+                    pollers: self.pollers.count(now.at),
                 },
                 &self.readings,
                 openmetrics,
