@@ -109,6 +109,11 @@ impl Activity {
         self.asked.store(self.stamp(), Ordering::Relaxed);
     }
 
+    /// A complete request has arrived on this connection.
+    pub fn has_asked(&self) -> bool {
+        self.asked.load(Ordering::Relaxed) != 0
+    }
+
     /// A write waits for the client (`true`), or went through (`false`).
     pub fn stalled(&self, waiting: bool) {
         if !waiting {
