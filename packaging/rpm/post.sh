@@ -2,7 +2,13 @@
 # pmcheck %post ($1: 1 on installation, 2 or more on upgrade): create the drain record's
 # directory, enable pmcheck.service and start it on installation. pmcheck.socket is optional
 # and left as the administrator set it. Upgrades restart the service in %postun.
-[ -d /var/lib/pmcheck ] || install -d -m 0755 -o pmcheck -g "$(id -gn pmcheck)" /var/lib/pmcheck
+# Group-writable: members of the service's group may drain without root. A directory an
+# earlier version made 0755 is opened to the group; any other mode is the administrator's.
+if [ ! -d /var/lib/pmcheck ]; then
+  install -d -m 0775 -o pmcheck -g "$(id -gn pmcheck)" /var/lib/pmcheck
+elif [ "$(stat -c %a /var/lib/pmcheck)" = 755 ]; then
+  chmod 0775 /var/lib/pmcheck
+fi
 # Where the load balancers' key goes: readable by root and the service's group only.
 [ -d /etc/pmcheck ] || install -d -m 0750 -o root -g "$(id -gn pmcheck)" /etc/pmcheck
 if [ "$1" -eq 1 ]; then
