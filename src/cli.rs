@@ -417,9 +417,15 @@ pub struct StatusArgs {
     /// Print the daemon's JSON answer as it is
     #[arg(long, env = "PMCHECK_JSON")]
     pub(crate) json: bool,
-    /// Show the last N drain events (who drained what, when) from the state directory's event
-    /// log instead of asking the daemon (root or group pmcheck)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    /// Show the last N drain events (who drained what, when; 20 without N) from the state
+    /// directory's event log instead of asking the daemon (root or group pmcheck)
+    #[arg(
+        long,
+        value_name = "N",
+        num_args = 0..=1,
+        default_missing_value = "20",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
     pub(crate) history: Option<u16>,
     #[command(flatten)]
     pub(crate) state: StateArgs,
@@ -479,6 +485,7 @@ pub fn env_hint(error: &clap::Error, args: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use clap::CommandFactory;
 
     /// The packaged settings file is where operators find settings: a new PMCHECK_* of

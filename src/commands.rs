@@ -8,6 +8,7 @@ use clap::ArgMatches;
 use thiserror::Error;
 
 use crate::cli::{Cli, Command, ConfigArgs, CycleArgs, Generate, StatusArgs};
+use crate::console::{errln, out, outln};
 use crate::exit::Exit;
 use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::drain::{self, ChangeError, wait_settings};
@@ -148,7 +149,7 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
     result.unwrap_or_else(|e| {
         // Under xinetd stderr is the connection: no stray text there.
         if !quiet {
-            eprintln!("pmcheck: {e}");
+            errln!("pmcheck: {e}");
         }
         e.exit()
     })
@@ -176,6 +177,20 @@ fn config_command(
 
 fn serve(given: &Given) -> Result<Exit, Error> {
     let settings = Settings::resolve(given, &Host::REAL)?;
+    // Under systemd the environment is /etc/default/pmcheck: a misspelt name there is said
+    // once, where the operator looks (`pmcheck config` says it before the restart).
+    let environment: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    for (name, meant) in
+        crate::settings::env_file::unread_names(environment.iter().map(String::as_str))
+    {
+        tracing::warn!(
+            variable = name,
+            "{}",
+            crate::settings::env_file::unread_name_said(name, meant.as_deref())
+        );
+    }
     let Some(daemon) = &settings.daemon else {
         unreachable!("`serve` takes the daemon's options, so its settings have them");
     };
@@ -257,7 +272,7 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
         // A script reading --json gets JSON whatever happens, and the exit says which case.
         Err(e) if args.json => {
             let exit = status_exit(&e);
-            println!(
+            outln!(
                 "{}",
                 serde_json::json!({"error": e.to_string(), "url": args.url, "exit": exit.code()})
             );
@@ -266,9 +281,9 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
         Err(e) => return Err(e.into()),
     };
     if args.json {
-        print!("{}", reply.body);
+        out!("{}", reply.body);
     } else {
-        print!("{}", status::describe(&reply));
+        out!("{}", status::describe(&reply));
     }
     Ok(if reply.status == 200 {
         Exit::Ok
@@ -278,10 +293,12 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
 }
 
 fn generate(what: Generate) -> Result<Exit, Error> {
-    let mut out = std::io::stdout().lock();
+    // Made whole first, then written as the other commands write ([`crate::console`]).
+    let mut text = Vec::new();
     match what {
-        Generate::Man => manual::man(&mut out)?,
-        Generate::Completions { shell } => manual::completions(shell, &mut out),
+        Generate::Man => manual::man(&mut text)?,
+        Generate::Completions { shell } => manual::completions(shell, &mut text),
     }
+    out!("{}", String::from_utf8_lossy(&text));
     Ok(Exit::Ok)
 }

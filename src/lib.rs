@@ -58,6 +58,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod console;
 pub mod drain;
 pub mod exit;
 pub mod file_stamp;

@@ -23,7 +23,7 @@ fn main() -> ExitCode {
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
             if let Some(hint) = pmcheck::cli::env_hint(&error, &args) {
-                eprintln!("{hint}");
+                pmcheck::console::to_stderr(format_args!("{hint}\n"));
             }
             Exit::for_usage(&error, &args).into()
         }

@@ -195,3 +195,49 @@ fn the_manual_has_the_waits_the_cycle_and_the_defaults_file() {
         );
     }
 }
+
+/// `pmcheck drain ... | head -0`: a reader that went away ends the words, not the command. The
+/// drain is written, each command exits with its own status, and none panics (exit 101), on
+/// standard output or standard error.
+#[test]
+fn a_closed_pipe_ends_the_words_not_the_command() {
+    let s = Setup::new(Behavior::Running);
+    let state = s.state.path().display().to_string();
+    let closed = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        writer
+    };
+    let drain = pmcheck()
+        .args(["drain", "--reason", "closed pipe", "--state-dir", &state])
+        .stdout(closed())
+        .output()
+        .unwrap();
+    assert_eq!(drain.status.code(), Some(0), "{}", stderr(&drain));
+    assert!(!stderr(&drain).contains("panicked"), "{}", stderr(&drain));
+    let record = std::fs::read_to_string(s.state.path().join("drain")).unwrap();
+    assert!(record.contains("closed pipe"), "{record}");
+    for args in [
+        &["status", "--history", "5", "--state-dir", &state][..],
+        &["generate", "completions", "bash"],
+        &["generate", "man"],
+        &["config", "--state-dir", &state],
+    ] {
+        let out = pmcheck().args(args).stdout(closed()).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(
+            !stderr(&out).contains("panicked"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    // Both closed: `undrain` still lets go, and says nothing anywhere.
+    let undrain = pmcheck()
+        .args(["undrain", "--state-dir", &state])
+        .stdout(closed())
+        .stderr(closed())
+        .output()
+        .unwrap();
+    assert_eq!(undrain.status.code(), Some(0));
+    assert!(!s.state.path().join("drain").exists());
+}

@@ -4,6 +4,7 @@
 mod common;
 
 use std::process::Output;
+use std::time::Duration;
 
 use common::*;
 
@@ -424,4 +425,33 @@ fn config_check_refuses_a_key_file_every_user_can_read() {
         ),
         "{out:?}"
     );
+}
+
+/// A misspelt name in /etc/default/pmcheck changes nothing: `config` (and `config --check`, run
+/// before a restart) say so with the name it meant, and the daemon that gets it from its unit
+/// says so once at start.
+#[test]
+fn a_name_no_option_reads_is_said_with_the_one_it_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pmcheck");
+    std::fs::write(&file, "PMCHECK_DRAINED_STAUTS=404\nPMCHECK_INTERVAL=5s\n").unwrap();
+    let f = file.display().to_string();
+    let want = "PMCHECK_DRAINED_STAUTS is read by no option of pmcheck (did you mean PMCHECK_DRAINED_STATUS?): it changes nothing";
+    for check in [&[][..], &["--check"]] {
+        let out = pmcheck()
+            .args(["config", "--certname", "x", "--env-file", &f])
+            .args(check)
+            .output()
+            .unwrap();
+        assert_contains!(stdout(&out), &format!("warning: {f}: {want}"), "{out:?}");
+        assert!(
+            !stdout(&out).contains("PMCHECK_INTERVAL is read by no option"),
+            "{out:?}"
+        );
+    }
+    let s = Setup::new(Behavior::Running);
+    let mut command = pmcheck();
+    command.env("PMCHECK_DRAINED_STAUTS", "404");
+    let d = Daemon::start_with(command, &s.args(&[]));
+    d.wait_for_log(Duration::from_secs(10), want);
 }

@@ -99,6 +99,10 @@ fn every_action_appends_one_event_and_the_daemon_counts_them() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(shown.lines().count(), 3, "{shown}");
     assert_contains!(shown.lines().next().unwrap(), " undrain by ", "{shown}");
+    // Without N, the last 20: every event of this test.
+    let all = text(&s.pmcheck("status", &["--history"]).stdout);
+    assert_eq!(all, text(&s.pmcheck("status", &["--history", "20"]).stdout));
+    assert!(all.lines().count() > 3, "{all}");
     let out = s.pmcheck("status", &["--history", "2", "--json"]);
     let json: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json.len(), 2);

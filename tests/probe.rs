@@ -296,3 +296,35 @@ fn older_servers_fall_back_to_the_master_path_and_remember_it() {
         .count();
     assert_eq!(server_hits, 1, "the fallback is remembered: {log:?}");
 }
+
+/// Puppet Server 7.9.5 (Debian 12) and 8.7.0 (Debian 13, Java 21), each as captured: the same
+/// six services and pool fields, read alike. The JVM's start time is read from each one's
+/// status service (Java 21 renamed a garbage collector there, which pmcheck does not read):
+/// an empty pool under another JVM is then a restart, not a pause of the JVM that was ready.
+#[test]
+fn puppet_server_7_and_8_as_captured_are_read_alike() {
+    for file in [
+        "puppetserver-7.9.5-status-services-debug.json",
+        "puppetserver-8.7.0-services-debug.json",
+    ] {
+        let s = Setup::new(Behavior::Captured(file));
+        let d = s.daemon(&[]);
+        let a = d.wait_for(SOON, "OK", is("OK"));
+        assert_eq!(a.status, 200, "{file}: {a:?}");
+        assert!(
+            a.body
+                .starts_with("OK - Puppet Server is running, 1 of 1 JRubies free"),
+            "{file}: {a:?}"
+        );
+        s.stub
+            .seen
+            .jvm_start
+            .store(1, std::sync::atomic::Ordering::SeqCst);
+        s.stub.set(Behavior::Pool(pool(1, 0, 0, 0, ":not-in-use")));
+        let a = d.wait_for(SOON, "not OK", |a| !a.body.starts_with("OK"));
+        assert!(
+            a.body.starts_with("NOTREADY - Puppet Server has none"),
+            "{file}: another JVM's empty pool is not a pause: {a:?}"
+        );
+    }
+}

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::console::outln;
 use crate::drain::file::DrainFile;
 use crate::exit::Exit;
 use crate::health::decision::{Decision, Rules};
@@ -22,7 +23,7 @@ pub fn check(given: &Given, warn: Duration, crit: Duration) -> Exit {
     let settings = match Settings::resolve(given, &Host::REAL) {
         Ok(s) => s,
         Err(e) => {
-            println!("PMCHECK UNKNOWN - {e}");
+            outln!("PMCHECK UNKNOWN - {e}");
             return Exit::Unknown;
         }
     };
@@ -31,7 +32,7 @@ pub fn check(given: &Given, warn: Duration, crit: Duration) -> Exit {
         {
             Ok(report) => report,
             Err(e) => {
-                println!("PMCHECK UNKNOWN - cannot start the probe: {e}");
+                outln!("PMCHECK UNKNOWN - cannot start the probe: {e}");
                 return Exit::Unknown;
             }
         };
@@ -72,7 +73,7 @@ pub fn check(given: &Given, warn: Duration, crit: Duration) -> Exit {
         text.push_str("; ");
         text.push_str(problem);
     }
-    println!("PMCHECK {label} - {text} | {perfdata}");
+    outln!("PMCHECK {label} - {text} | {perfdata}");
     code
 }
 

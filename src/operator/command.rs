@@ -9,6 +9,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::console::errln;
 use crate::settings::duration::format_duration;
 
 /// Runs the command in a process group of its own. On SIGINT, SIGTERM or SIGHUP the same
@@ -45,7 +46,7 @@ pub async fn run_command(
             // What the command left running in its group is the command's too (`job &`): the
             // node must not return while it runs.
             if killpg(group, None).is_ok() {
-                eprintln!(
+                errln!(
                     "pmcheck cycle: the command {}; waiting for the processes it left in its group",
                     exited(status)
                 );
@@ -63,20 +64,20 @@ pub async fn run_command(
         let _ = killpg(group, Signal::SIGTERM);
     }
     // Said at once: the operator who pressed Ctrl-C learns that a second one kills.
-    eprintln!(
+    errln!(
         "pmcheck cycle: {first}: stopping the command's processes; SIGKILL after {} or at a second signal",
         format_duration(kill_after)
     );
     tokio::select! {
         () = group_gone(group, &mut child) => return Err(None),
         () = tokio::time::sleep(kill_after) => {
-            eprintln!(
+            errln!(
                 "pmcheck cycle: the command's processes are still running {} after {first}: SIGKILL",
                 format_duration(kill_after)
             );
         }
         second = signals.next() => {
-            eprintln!("pmcheck cycle: {second} again: SIGKILL to the command's processes");
+            errln!("pmcheck cycle: {second} again: SIGKILL to the command's processes");
         }
     }
     let _ = killpg(group, Signal::SIGKILL);

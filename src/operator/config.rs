@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::console::{out, outln};
 use crate::exit::Exit;
 use crate::operator::access::{self, Needed, Reader, UNIT_LOCATIONS};
 use crate::settings::env_file::EnvFile;
@@ -30,12 +31,21 @@ pub fn config(
     unit: Option<&Path>,
 ) -> Result<Exit, SettingsError> {
     let settings = Settings::resolve(given, &Host::REAL)?;
-    print!("{settings}");
+    out!("{settings}");
     if let Some(file) = file {
         for (line, text) in &file.ignored {
-            println!(
+            outln!(
                 "warning: {} line {line}: systemd ignores `{text}` (write VAR=value, no `export`)",
                 file.path.display()
+            );
+        }
+        for (name, meant) in
+            crate::settings::env_file::unread_names(file.vars.iter().map(|(n, _)| n.as_str()))
+        {
+            outln!(
+                "warning: {}: {}",
+                file.path.display(),
+                crate::settings::env_file::unread_name_said(name, meant.as_deref())
             );
         }
     }
@@ -46,7 +56,7 @@ pub fn config(
         if let Err(e) = crate::safe_file::read(&path, crate::safe_file::CONFIG_LIMIT)
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            println!(
+            outln!(
                 "warning: cannot read {}: {e}; its settings were not applied (run `pmcheck config --check`)",
                 path.display()
             );
@@ -80,7 +90,7 @@ pub fn config(
             ok = false;
         }
     }
-    print!("{out}");
+    out!("{out}");
     Ok(if ok { Exit::Ok } else { Exit::Config })
 }
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use thiserror::Error;
 
+use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::Holder;
 use crate::drain::log::{Action, Event};
@@ -201,7 +202,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     .map_err(fail)?;
     step(Step::WaitDrained, t, &done.summary);
     for warning in &done.warnings {
-        eprintln!("pmcheck cycle: warning: {warning}");
+        errln!("pmcheck cycle: warning: {warning}");
     }
     give_back_if_needed(cycle, &file).await?;
 
@@ -232,7 +233,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
         } else {
             "; the node stays drained"
         };
-        println!(
+        outln!(
             "pmcheck cycle: done in {}{left}",
             seconds(started.elapsed())
         );
@@ -251,7 +252,7 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     .await
     .map_err(undrained_already)?;
     step(Step::WaitUndrained, t, &done.summary);
-    println!("pmcheck cycle: done in {}", seconds(started.elapsed()));
+    outln!("pmcheck cycle: done in {}", seconds(started.elapsed()));
     Ok(())
 }
 
@@ -354,7 +355,7 @@ async fn hold(
             Err(refused) => {
                 if !waiting {
                     waiting = true;
-                    eprintln!(
+                    errln!(
                         "pmcheck cycle: waiting its turn (up to --max-wait {}): {}",
                         format_duration(cycle.wait.max_wait),
                         refused.0
@@ -573,13 +574,13 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
     });
     match updated {
         Ok((true, lost)) => say_lost(lost),
-        Ok((false, _)) => eprintln!(
+        Ok((false, _)) => errln!(
             "pmcheck cycle: the drain record does not hold this cycle any more; left as it is: {}",
             file.path().display()
         ),
-        Err(e) => eprintln!(
-            "pmcheck cycle: the node stays drained, but the record could not say why: {e}"
-        ),
+        Err(e) => {
+            errln!("pmcheck cycle: the node stays drained, but the record could not say why: {e}")
+        }
     }
 }
 
@@ -597,7 +598,7 @@ enum LetGo {
 
 /// `pmcheck cycle: step NAME took 1.2s: DETAIL`, the line scripts may read.
 fn step(name: Step, since: Instant, detail: &str) {
-    println!(
+    outln!(
         "pmcheck cycle: step {name} took {}: {detail}",
         seconds(since.elapsed())
     );

@@ -2,12 +2,12 @@
 //! directory's lock, say what was written and what the daemon answers, and with `--wait` wait
 //! for the load balancers.
 
-use std::io::Write;
 use std::time::SystemTime;
 
 use thiserror::Error;
 
 use crate::cli::{DrainArgs, StateArgs, UndrainArgs, WaitArgs};
+use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::log::{Action, Event, LogError};
@@ -93,29 +93,26 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
         && previous
             .as_ref()
             .is_none_or(|p| p.expired_at(SystemTime::now()));
-    let mut out = std::io::stdout().lock();
     if let Some(previous) = previous.filter(|p| {
         p.record
             .as_ref()
             .is_none_or(|r| r.holders().iter().any(|h| h.kind == Kind::Drain))
     }) {
-        writeln!(out, "replaced the previous drain: {}", previous.describe())?;
+        outln!("replaced the previous drain: {}", previous.describe());
     }
     let Tenure { by, since, until } = &mine.tenure;
     let until = until
         .as_ref()
         .map(|u| format!(" until {u}"))
         .unwrap_or_default();
-    writeln!(
-        out,
+    outln!(
         "drained: {} (by {by} since {since}{until}); wrote {}",
         mine.what,
         file.path().display()
-    )?;
+    );
     for other in &others {
-        writeln!(out, "also held by {}", other.describe())?;
+        outln!("also held by {}", other.describe());
     }
-    drop(out);
     // A new drain's effect, as the load balancers' own checks show it: held where this node
     // turned out to be the last server (another drain went out first), it is undone.
     if fresh && let Some(held) = run_single_threaded(wait::drain_held(&how))? {
@@ -124,21 +121,21 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
     }
     if !args.wait {
         match run_single_threaded(daemon::daemon_answer(&how, true))? {
-            Ok(said) => println!(
+            Ok(said) => outln!(
                 "{said}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks. `pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
             ),
-            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
+            Err(warning) => errln!("pmcheck: warning: {warning}"),
         }
         return Ok(());
     }
     let done = wait_for(Goal::Drained, &how).map_err(|e| annotate(e, "the node stays drained"))?;
-    println!(
+    outln!(
         "safe to stop Puppet Server after {}: {}",
         seconds(done.waited),
         done.summary
     );
     for warning in &done.warnings {
-        eprintln!("pmcheck: warning: {warning}");
+        errln!("pmcheck: warning: {warning}");
     }
     Ok(())
 }
@@ -147,7 +144,7 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
 pub fn wait_settings(args: &WaitArgs, state: &StateArgs) -> Wait {
     let (max_wait, deprecated) = args.max_wait();
     if deprecated {
-        eprintln!(
+        errln!(
             "pmcheck: warning: --timeout (PMCHECK_WAIT_TIMEOUT) of drain, undrain and cycle is deprecated: write --max-wait (PMCHECK_MAX_WAIT); --timeout is the probe's deadline elsewhere"
         );
     }
@@ -211,7 +208,7 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
     })?;
     say_lost(lost);
     match outcome {
-        Undrain::NotDrained => println!(
+        Undrain::NotDrained => outln!(
             "not drained: there is no {}; nothing to do",
             file.path().display()
         ),
@@ -220,13 +217,13 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
             return Err(ChangeError::Held(held.join(", ")));
         }
         Undrain::Removed(previous, held) => {
-            println!(
+            outln!(
                 "undrained: removed {} (was: {})",
                 file.path().display(),
                 previous.describe()
             );
             for h in held.iter().filter(|h| h.kind != Kind::Drain) {
-                println!("let go of {}", h.describe());
+                outln!("let go of {}", h.describe());
             }
         }
     }
@@ -234,15 +231,15 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
     if args.wait {
         let done =
             wait_for(Goal::Undrained, &how).map_err(|e| annotate(e, "the node is undrained"))?;
-        println!(
+        outln!(
             "back in rotation after {}: {}",
             seconds(done.waited),
             done.summary
         );
     } else {
         match run_single_threaded(daemon::daemon_answer(&how, false))? {
-            Ok(said) => println!("{said}"),
-            Err(warning) => eprintln!("pmcheck: warning: {warning}"),
+            Ok(said) => outln!("{said}"),
+            Err(warning) => errln!("pmcheck: warning: {warning}"),
         }
     }
     Ok(())
@@ -268,14 +265,14 @@ fn undo(file: &DrainFile, mine: &Holder, why: &str) {
     });
     match result {
         Ok(((), lost)) => say_lost(lost),
-        Err(e) => eprintln!("pmcheck: warning: the held drain could not be undone: {e}"),
+        Err(e) => errln!("pmcheck: warning: the held drain could not be undone: {e}"),
     }
 }
 
 /// Says on stderr which events the log lost: never silently.
 pub(crate) fn say_lost(lost: Vec<LogError>) {
     for e in lost {
-        eprintln!("pmcheck: warning: {e}");
+        errln!("pmcheck: warning: {e}");
     }
 }
 
@@ -284,7 +281,7 @@ pub(crate) fn log_refused(file: &DrainFile, reason: &str, refused: &LastServer) 
     let event = Event::refused(reason, &refused.0, SystemTime::now());
     match file.log(&[event]) {
         Ok(lost) => say_lost(lost),
-        Err(e) => eprintln!("pmcheck: warning: the refused drain was not logged: {e}"),
+        Err(e) => errln!("pmcheck: warning: the refused drain was not logged: {e}"),
     }
 }
 

@@ -1,11 +1,12 @@
 //! `pmcheck status --history N`: the last drain events, read from the state directory's event
 //! log (its tail only), for a person or as JSON. Needs no daemon: the log is the record.
 
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use crate::console::outln;
 use crate::drain::log::DrainLog;
 
 /// Why the event log cannot be shown.
@@ -35,15 +36,14 @@ pub fn show(state_dir: &Path, n: usize, json: bool) -> Result<(), HistoryError> 
         source,
     };
     let events = log.tail(n).map_err(fail)?;
-    let mut out = io::stdout().lock();
     if json {
         let text = serde_json::to_string_pretty(&events).map_err(|e| fail(e.into()))?;
-        writeln!(out, "{text}").map_err(fail)?;
+        outln!("{text}");
     } else if events.is_empty() {
-        writeln!(out, "no drain events in {}", log.path().display()).map_err(fail)?;
+        outln!("no drain events in {}", log.path().display());
     } else {
         for event in &events {
-            writeln!(out, "{}", event.describe()).map_err(fail)?;
+            outln!("{}", event.describe());
         }
     }
     Ok(())

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::console::errln;
 use crate::health::answer::Answer;
 use crate::health::verdict::Verdict;
 use crate::operator::assessment::assess;
@@ -172,7 +173,7 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Guard, LastSer
         Ok(reply) => match Answer::from_json(&reply.body) {
             Ok(answer) => answer,
             Err(e) => {
-                eprintln!(
+                errln!(
                     "pmcheck: warning: {} does not answer like pmcheck ({e}); cannot check whether this node is the last server a load balancer sends agents to",
                     how.url
                 );
@@ -180,7 +181,7 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Guard, LastSer
             }
         },
         Err(e) => {
-            eprintln!(
+            errln!(
                 "pmcheck: warning: {e}; cannot check whether this node is the last server a load balancer sends agents to"
             );
             return Ok(Guard::default());
@@ -194,7 +195,7 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Guard, LastSer
     if last.is_empty() {
         let unproven = unproven_views(&answer, how);
         if !unproven.is_empty() {
-            eprintln!(
+            errln!(
                 "pmcheck: warning: cannot check whether this node is the last server a load balancer sends agents to: {} (set PMCHECK_LB_KEY_FILE and send its key from HAProxy: `http-check send hdr X-Pmcheck-Key <key>`)",
                 unproven.join("; ")
             );
@@ -206,7 +207,7 @@ pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Guard, LastSer
     }
     let said = last.join("; ");
     if force {
-        eprintln!("pmcheck: --force: draining although {said}");
+        errln!("pmcheck: --force: draining although {said}");
         return Ok(Guard {
             forced: Some(said),
             checked: true,
@@ -245,8 +246,8 @@ pub async fn empty_backend_now(how: &Wait) -> Option<String> {
 }
 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
-/// never wider than the terminal; plain lines otherwise (a line when the text changes, and
-/// every [`REPEAT`] when it does not).
+/// never wider than the terminal; plain lines otherwise (a line when the state it tells
+/// changes, and every [`REPEAT`] when it does not: the timers in it are not a change).
 struct Ticker {
     terminal: bool,
     shown: bool,
@@ -296,12 +297,13 @@ impl Ticker {
         let due = if self.terminal {
             self.last_at.is_none_or(|t| now.duration_since(t) >= REDRAW)
         } else {
-            pending != self.last || self.last_at.is_none_or(|t| now.duration_since(t) >= REPEAT)
+            without_timers(pending) != self.last
+                || self.last_at.is_none_or(|t| now.duration_since(t) >= REPEAT)
         };
         if !due {
             return None;
         }
-        self.last = pending.to_owned();
+        self.last = without_timers(pending);
         self.last_at = Some(now);
         if !self.terminal {
             return Some(line);
@@ -323,9 +325,89 @@ impl Ticker {
     }
 }
 
+/// `text` with its running times (`2.0s`, `850ms`, `3m`) blanked: what a wait is waiting for,
+/// whose words change when the state does, not with every tick of its clocks.
+fn without_timers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
+        let (before, from) = rest.split_at(start);
+        out.push_str(before);
+        let number = from
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(from.len());
+        let after = &from[number..];
+        let unit = ["ms", "s", "m", "h"].into_iter().find(|u| {
+            after
+                .strip_prefix(u)
+                .is_some_and(|tail| !tail.starts_with(|c: char| c.is_ascii_alphanumeric()))
+        });
+        let preceded = out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == ':');
+        match unit {
+            Some(unit) if !preceded => {
+                out.push('#');
+                out.push_str(unit);
+                rest = &after[unit.len()..];
+            }
+            _ => {
+                out.push_str(&from[..number]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timers_are_not_a_change_counts_and_clock_times_are() {
+        let said = |n: &str, free: u32| {
+            format!(
+                "NOLB (as of {n}s ago), told DRAINED for 2{n}s, {free} of 2 JRubies free, wait 850ms, since 01:44:30Z, 10m left"
+            )
+        };
+        assert_eq!(
+            without_timers(&said("1.1", 2)),
+            without_timers(&said("39.2", 2))
+        );
+        assert_ne!(
+            without_timers(&said("1.1", 2)),
+            without_timers(&said("1.1", 1))
+        );
+        assert_eq!(
+            without_timers("since 01:44:30Z (3s) for 2.5s, 12 sessions"),
+            "since 01:44:30Z (#s) for #s, 12 sessions"
+        );
+    }
+
+    #[test]
+    fn elsewhere_a_ticking_clock_alone_writes_no_line() {
+        let mut t = ticker(false);
+        let t0 = Instant::now();
+        assert!(
+            t.frame(t0, Duration::ZERO, "NOLB, told DRAINED for 1.0s", 80)
+                .is_some()
+        );
+        for tick in 1..40 {
+            let now = t0 + Duration::from_millis(250 * tick);
+            let text = format!("NOLB, told DRAINED for {:.1}s", 1.0 + 0.25 * tick as f64);
+            assert_eq!(t.frame(now, now - t0, &text, 80), None, "tick {tick}");
+        }
+        let heartbeat = t0 + REPEAT;
+        assert!(
+            t.frame(heartbeat, REPEAT, "NOLB, told DRAINED for 11.0s", 80)
+                .is_some()
+        );
+        assert!(
+            t.frame(heartbeat, REPEAT, "UP, told OK for 0.1s", 80)
+                .is_some(),
+            "a change of state is said at once"
+        );
+    }
 
     fn ticker(terminal: bool) -> Ticker {
         Ticker {

@@ -24,6 +24,9 @@ use super::{CERTNAME, fixture};
 pub enum Behavior {
     /// Puppet Server 7.9.5 as captured: the pool service answers with one idle instance.
     Running,
+    /// A Puppet Server as captured in this fixture (a whole `/status/v1/services?level=debug`
+    /// answer): its pool service and its status service, each as it answered.
+    Captured(&'static str),
     /// The pool service answers `running` with this `status.experimental` (see [`pool`]).
     Pool(String),
     /// A server without the pool service: only the simple status answers.
@@ -43,12 +46,20 @@ pub enum Behavior {
 
 /// The `jruby-metrics` entry of the captured Puppet Server answer, as the service path sends it.
 pub fn captured_pool_service() -> String {
-    let text =
-        std::fs::read_to_string(fixture("puppetserver-7.9.5-status-services-debug.json")).unwrap();
+    captured_service(
+        "puppetserver-7.9.5-status-services-debug.json",
+        "jruby-metrics",
+    )
+}
+
+/// `service`'s entry of a captured `/status/v1/services?level=debug` answer in `file`, as
+/// `/status/v1/services/SERVICE?level=debug` sends it (the entry plus its `service_name`).
+pub fn captured_service(file: &str, service: &str) -> String {
+    let text = std::fs::read_to_string(fixture(file)).unwrap();
     let all: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let mut service = all["jruby-metrics"].clone();
-    service["service_name"] = "jruby-metrics".into();
-    service.to_string()
+    let mut entry = all[service].clone();
+    entry["service_name"] = service.into();
+    entry.to_string()
 }
 
 /// A pool service answer with these numbers: `size` instances, `free` idle, `borrowed`
@@ -327,6 +338,9 @@ fn stub_answer(
             .to_string(),
         ),
         (Behavior::Running, Some("jruby-metrics")) => json(200, captured_pool_service()),
+        (Behavior::Captured(file), Some(name @ ("jruby-metrics" | "status-service"))) => {
+            json(200, captured_service(file, name))
+        }
         (Behavior::Pool(answer), Some("jruby-metrics")) => json(200, answer),
         (Behavior::EnterprisePool(answer), Some("pe-jruby-metrics")) => {
             json(200, answer.replace("\"jruby-metrics\"", "\"pe-jruby-metrics\""))
@@ -344,6 +358,7 @@ fn stub_answer(
         }
         (_, Some(service)) if !reply_any => not_found(service),
         (Behavior::Running
+            | Behavior::Captured(_)
             | Behavior::Simple
             | Behavior::Enterprise
             | Behavior::EnterprisePool(_)

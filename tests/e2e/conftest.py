@@ -15,6 +15,13 @@ the pmchecks with other flags).
 A component that cannot run here (not root, program missing, port 8140 taken by
 someone else) skips the test with a loud reason -- except under CI=true, where it
 fails: CI must never turn green by skipping the real stack.
+
+The suite runs on two stacks: this machine's (Debian 12: Puppet Server 7.9, HAProxy 2.6) and,
+with `scripts/e2e --trixie`, a Debian 13 root (Puppet Server 8.7, puppet-agent 8.10, HAProxy
+3.0). Every test passes on both. Each says with ``ci_on(...)`` (``"debian12"``, ``"debian13"``)
+on which CI runs it, at least one (docs/testing.md says which and why). `--ci-selection` (what
+scripts/e2e passes when given no test arguments) runs those of this stack; without it, every
+collected test runs.
 """
 
 from __future__ import annotations
@@ -73,11 +80,34 @@ def pytest_configure(config):
         "markers",
         "fleet(order): runs on the session's two-master stack, after every other test, by order",
     )
+    config.addinivalue_line(
+        "markers",
+        "ci_on(*stacks): the stacks CI runs it on: debian12 (this machine), debian13 (scripts/e2e --trixie)",
+    )
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--ci-selection",
+        action="store_true",
+        help="run only the tests whose ci_on(...) names this stack (debian12, debian13)",
+    )
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The fleet tests last (their stack holds 127.0.0.1:8140, where the session's Puppet Server
-    listens), in the order their marks give; the others keep theirs."""
+    """Every test names the stacks CI runs it on; with --ci-selection, those of other stacks are
+    deselected. The fleet tests last (their stack holds 127.0.0.1:8140, where the session's
+    Puppet Server listens), in the order their marks give; the others keep theirs."""
+    unmarked = [item.nodeid for item in items if item.get_closest_marker("ci_on") is None]
+    if unmarked:
+        raise pytest.UsageError(f"e2e tests without ci_on(...) (the stacks CI runs them on): {unmarked}")
+    if config.getoption("--ci-selection"):
+        here = f"debian{st.stack().debian}"
+        chosen = [item for item in items if here in item.get_closest_marker("ci_on").args]
+        others = [item for item in items if item not in chosen]
+        if others:
+            config.hook.pytest_deselected(items=others)
+        items[:] = chosen
 
     def key(item):
         mark = item.get_closest_marker("fleet")
@@ -100,10 +130,14 @@ def pytest_runtest_makereport(item, call):
         item.session.e2e_failed = True
 
 
+def pytest_report_header(config):
+    return f"pmcheck e2e stack: {st.stack()}"
+
+
 def pytest_terminal_summary(terminalreporter):
     if not TIMINGS:
         return
-    terminalreporter.section("pmcheck e2e measurements")
+    terminalreporter.section(f"pmcheck e2e measurements on {st.stack()}")
     for name, value in TIMINGS:
         terminalreporter.write_line(f"{name}: {value}")
 

@@ -13,8 +13,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import e2e_stack as st
 from conftest import record, unavailable
+
+# CI runs it on both stacks: it needs no Puppet Server (conftest.py).
+pytestmark = pytest.mark.ci_on("debian12", "debian13")
 
 ALERT = "PmcheckCodeDiverged"
 

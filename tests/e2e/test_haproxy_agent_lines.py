@@ -1,4 +1,4 @@
-"""How the real HAProxy 2.6 reads each agent line pmcheck writes, with the HTTP answer that goes
+"""How the real HAProxy (2.6 or 3.0) reads each agent line pmcheck writes, with the HTTP answer that goes
 with it: the shipped backend (`option httpchk`, `http-check disable-on-404`, `agent-check`,
 `weight 100`, rise 3 fall 3) with its intervals shortened, its check and agent ports served by
 stand-ins (e2e_stack/stubs.py: HttpStatusStub, AgentLineStub) that answer exactly the bytes
@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import e2e_stack as st
 from conftest import record
+
+# CI runs it on both stacks: it needs no Puppet Server (conftest.py).
+pytestmark = pytest.mark.ci_on("debian12", "debian13")
 
 INTER = "250ms"
 TIMING = f"inter {INTER} rise 3 fall 3 agent-inter {INTER}"
@@ -129,7 +134,7 @@ def test_haproxy_reads_each_agent_line(haproxy, shipped_haproxy):
             for x in logged:
                 print(f"[e2e]   log: {x}")
             record(
-                f"HAProxy 2.6 reading HTTP {status} + agent {line!r} ({what})",
+                f"{st.stack().haproxy} reading HTTP {status} + agent {line!r} ({what})",
                 f"{shown(s)}; transitions {seen}; log {logged[:3]}",
             )
             if not want(s):

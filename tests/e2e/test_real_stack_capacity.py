@@ -18,8 +18,13 @@ import signal
 import socket
 import time
 
+import pytest
+
 import e2e_stack as st
 from conftest import record
+
+# CI runs it on Debian 13, where one Puppet Server serves all of these (conftest.py).
+pytestmark = pytest.mark.ci_on("debian13")
 
 SLOW_START = 10  # seconds: short enough to watch, long enough to see several steps
 

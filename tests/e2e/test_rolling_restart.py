@@ -45,6 +45,7 @@ STEPS = ["drain", "wait-drained", "command", "wait-healthy", "undrain", "wait-un
 CONNECTIONS = re.compile(r"up to (\d+) agent connection\(s\) in flight, the last closed after ([0-9.]+)s")
 
 
+@pytest.mark.ci_on("debian12")
 @pytest.mark.fleet(3)
 def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testdir):
     t_test = time.monotonic()

@@ -57,6 +57,7 @@ class Asker(st.Sampler):
             pass
 
 
+@pytest.mark.ci_on("debian12")
 @pytest.mark.fleet(5)
 def test_a_wedged_pool_is_out_until_its_jruby_is_free(fleet, agent_loops, testdir):
     tuning = st.master_tuning().with_jruby(borrow_timeout=BORROW_TIMEOUT * 1000)

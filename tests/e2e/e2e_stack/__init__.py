@@ -19,6 +19,7 @@ One module per component; this package re-exports what the tests and scripts/dem
     agents        real `puppet agent` runs and loops
     fleet         two compile masters behind one HAProxy (the fleet tests, scripts/soak), its watchers
     stubs         stand-ins for pmcheck's check and agent ports
+    versions      the Debian release and its components' versions (Debian 12 or 13)
 """
 
 from .agents import ENVIRONMENTS, AgentLoop, AgentRunRecord, agent_run, slow_environment
@@ -82,6 +83,7 @@ from .puppetserver import (
     session_tuning,
 )
 from .stubs import AgentLineStub, HttpStatusStub
+from .versions import Stack, stack
 from .xinetd import Xinetd, ensure_system_user, render_xinetd, xinetd_attrs
 
 __all__ = [
@@ -113,6 +115,7 @@ __all__ = [
     "Reply",
     "Said",
     "Sampler",
+    "Stack",
     "StackError",
     "TLSReply",
     "Tuning",
@@ -146,6 +149,7 @@ __all__ = [
     "session_tuning",
     "sessions_ended",
     "slow_environment",
+    "stack",
     "start_agent_loops",
     "status_check",
     "stop_pid",
