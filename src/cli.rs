@@ -273,6 +273,10 @@ pub struct CheckArgs {
     /// CRITICAL when one falls due within this long, or is past it
     #[arg(long, env = "PMCHECK_CRIT_EXPIRY", value_name = "DURATION", value_parser = parse_duration, default_value = "7d")]
     pub(crate) crit_expiry: Duration,
+    /// Where the line is compared with the daemon's answer, when one answers there: it may
+    /// run as a user that cannot read what this check can.
+    #[command(flatten)]
+    pub(crate) daemon: DaemonUrl,
     #[command(flatten)]
     pub(crate) puppet: PuppetArgs,
     #[command(flatten)]
@@ -314,8 +318,15 @@ pub struct WaitArgs {
     /// With --wait and in cycle: the longest check interval (inter, agent-inter) of the load balancers polling this node; a wait believes that none polls only after the daemon has listened for two of them
     #[arg(long, env = "PMCHECK_LB_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "2s")]
     pub(crate) lb_interval: Duration,
-    /// With --wait and in cycle: the daemon to ask what each load balancer was told (its
-    /// /status when the URL names no path)
+    /// With --wait and in cycle: the daemon to ask what each load balancer was told.
+    #[command(flatten)]
+    pub(crate) daemon: DaemonUrl,
+}
+
+/// The running daemon the operator's commands ask, over plain HTTP on this host.
+#[derive(Debug, Clone, Args)]
+pub struct DaemonUrl {
+    /// The running daemon to ask (its /status when the URL names no path)
     #[arg(
         long,
         env = "PMCHECK_URL",
@@ -406,14 +417,9 @@ pub struct CycleArgs {
 /// `pmcheck status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The daemon to ask (its /status when the URL names no path)
-    #[arg(
-        long,
-        env = "PMCHECK_URL",
-        value_name = "URL",
-        default_value = "http://127.0.0.1:9200/"
-    )]
-    pub(crate) url: String,
+    /// The daemon to ask.
+    #[command(flatten)]
+    pub(crate) daemon: DaemonUrl,
     /// Print the daemon's JSON answer as it is
     #[arg(long, env = "PMCHECK_JSON")]
     pub(crate) json: bool,

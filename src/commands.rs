@@ -137,7 +137,12 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
                 .map_err(Error::from)
         }
         Command::Check(args) => {
-            return check::check(&given(), args.warn_expiry, args.crit_expiry);
+            return check::check(
+                &given(),
+                args.warn_expiry,
+                args.crit_expiry,
+                &args.daemon.url,
+            );
         }
         Command::Config(args) => config_command(&args, matches, argv),
         Command::Drain(args) => drain::drain(args).map(|()| Exit::Ok).map_err(Error::from),
@@ -267,14 +272,14 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
         history::show(&args.state.state_dir, n.into(), args.json)?;
         return Ok(Exit::Ok);
     }
-    let reply = match run_single_threaded(daemon::ask(&args.url))? {
+    let reply = match run_single_threaded(daemon::ask(&args.daemon.url))? {
         Ok(reply) => reply,
         // A script reading --json gets JSON whatever happens, and the exit says which case.
         Err(e) if args.json => {
             let exit = status_exit(&e);
             outln!(
                 "{}",
-                serde_json::json!({"error": e.to_string(), "url": args.url, "exit": exit.code()})
+                serde_json::json!({"error": e.to_string(), "url": args.daemon.url, "exit": exit.code()})
             );
             return Ok(exit);
         }
@@ -283,7 +288,14 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
     if args.json {
         out!("{}", reply.body);
     } else {
-        out!("{}", status::describe(&reply));
+        // Who holds the node out, from the record on this host: a cycle that stopped half-way
+        // keeps it drained until `pmcheck undrain`, and says so nowhere else.
+        let holders = crate::drain::file::DrainFile::new(&args.state.state_dir)
+            .current()
+            .and_then(|d| d.record)
+            .map(|r| r.holders())
+            .unwrap_or_default();
+        out!("{}", status::describe(&reply, &holders));
     }
     Ok(if reply.status == 200 {
         Exit::Ok

@@ -218,8 +218,10 @@ fn the_allow_list_guards_the_agent_port_too() {
     d.wait_for_log(SOON, "refused 1 connection(s)");
 }
 
+/// One line per change of the verdict: not per compile, and not per busy spell of a small pool
+/// (twice per agent run with a pool of one), which is logged at debug only.
 #[test]
-fn the_log_follows_the_load_not_every_compile() {
+fn the_log_follows_the_verdict_not_every_compile_or_busy_spell() {
     let s = Setup::new(Behavior::Pool(pool(4, 4, 0, 0, ":not-in-use")));
     let d = agent_daemon(&s, &[]);
     for free in [3, 2, 3, 4] {
@@ -228,13 +230,29 @@ fn the_log_follows_the_load_not_every_compile() {
         let text = format!("OK - Puppet Server is running, {free} of 4 JRubies free");
         d.wait_for(SOON, &text, |a| a.body.starts_with(&text));
     }
+    for _ in 0..2 {
+        s.stub.set(Behavior::Pool(pool(4, 0, 4, 1, ":not-in-use")));
+        d.wait_for(SOON, "busy", |a| a.body.starts_with("OK - busy: 0 of 4"));
+        s.stub.set(Behavior::Pool(pool(4, 4, 0, 0, ":not-in-use")));
+        d.wait_for(SOON, "warm", |a| {
+            a.body.starts_with("OK - Puppet Server is running")
+        });
+    }
+    d.wait_probes(3, SOON);
     assert_eq!(d.logged("verdict OK"), 1, "{:?}", d.log.lock().unwrap());
-    s.stub.set(Behavior::Pool(pool(4, 0, 4, 1, ":not-in-use")));
-    d.wait_for_log(
-        SOON,
-        "verdict OK: busy: 0 of 4 JRubies free, 1 request waiting",
-    );
-    assert_eq!(d.logged("verdict OK"), 2);
+    // A new verdict is said, and OK again after it.
+    s.stub.set(Behavior::Reply(503, "error", "text/plain"));
+    d.wait_for_log(SOON, "verdict DOWN: Puppet Server reports `error`");
+    s.stub.set(Behavior::Pool(pool(4, 4, 0, 0, ":not-in-use")));
+    let deadline = std::time::Instant::now() + SOON;
+    while d.logged("verdict OK") < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            d.log.lock().unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// An agent check proves it is the load balancer's with the key as HAProxy's `agent-send`

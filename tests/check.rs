@@ -2,7 +2,11 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
+
+const SOON: Duration = Duration::from_secs(10);
 
 fn check_setup() -> (Setup, Vec<String>) {
     let s = Setup::with_key(Behavior::Running, "ec.pkcs8.pem", "ec.sec1.pem");
@@ -127,4 +131,46 @@ fn check_says_unknown_when_the_drain_state_is_unreadable() {
         Some(3),
         "unreadable drain state: {unknown:?}"
     );
+}
+
+/// Run as root (or a monitoring agent's user), `check` may read what the daemon cannot, a key
+/// of mode 0600: where the daemon at `--url` answers otherwise, the line says what HAProxy is
+/// told, and a daemon that keeps the node out makes the check CRITICAL.
+#[test]
+fn check_says_where_the_daemon_answers_otherwise() {
+    let (_s, a) = check_setup();
+    let mut broken = a.clone();
+    let at = broken.iter().position(|x| x == "--hostprivkey").unwrap();
+    broken[at + 1] = "/nonexistent/private_keys/host.pem".into();
+    let d = Daemon::start(&broken);
+    d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+    let check_against = |url: &str| {
+        pmcheck()
+            .arg("check")
+            .args(&a)
+            .args(["--url", url])
+            .output()
+            .unwrap()
+    };
+    let url = format!("http://{}/", d.addr);
+    let out = check_against(&url);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let line = stdout(&out);
+    assert!(
+        line.starts_with("PMCHECK CRITICAL - Puppet Server is running"),
+        "{line}"
+    );
+    assert_contains!(
+        line,
+        &format!(
+            "; but the daemon at {url}, which HAProxy follows, answers UNKNOWN - cannot probe Puppet Server: cannot read hostprivkey /nonexistent/private_keys/host.pem"
+        ),
+        "{line}"
+    );
+    // A daemon that agrees adds nothing.
+    let agreeing = Daemon::start(&a);
+    agreeing.wait_for(SOON, "OK", is("OK"));
+    let out = check_against(&format!("http://{}/", agreeing.addr));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!stdout(&out).contains("the daemon at"), "{out:?}");
 }

@@ -182,6 +182,18 @@ fn every_drain_record_format_in_the_fixtures_still_drains_and_writes_back_its_fi
         let bytes = std::fs::read(dir.join(file)).unwrap();
         let drain = Drain::parse(&bytes);
         assert_eq!(drain.describe(), says, "{file}");
+        // The verdict's short form marks a `--force` and leaves its note to the record, so
+        // that Puppet Server's state after it fits in what HAProxy shows.
+        let short = drain.summary(at("2026-11-26T00:00:00Z"));
+        assert!(
+            short.len() < 100 || drain.problem.is_some(),
+            "{file}: {short}"
+        );
+        assert_eq!(
+            short.ends_with("; forced"),
+            file == "held.json",
+            "{file}: {short}"
+        );
         assert_eq!(drain.until(), until.map(at), "{file}");
         let far = at("2100-01-01T00:00:00Z");
         assert_eq!(drain.expired_at(far), until.is_some(), "{file}");

@@ -565,3 +565,81 @@ fn a_fifo_or_a_huge_file_where_a_crl_or_deploy_record_belongs_hangs_nothing() {
         )
     );
 }
+
+/// Whatever the daemon refuses to read at the record's path it answers UNKNOWN for, naming
+/// `pmcheck undrain`; and `pmcheck undrain` clears it: a link itself (never what it points to),
+/// a FIFO, an empty directory. The node is back to OK after each.
+#[test]
+fn undrain_clears_what_the_daemon_refuses_to_read() {
+    let s = Setup::new(Behavior::Running);
+    let d = s.daemon(&[]);
+    d.wait_for(SOON, "OK", is("OK"));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("precious");
+    std::fs::write(&target, "not pmcheck's").unwrap();
+    type Plant<'a> = (&'a str, &'a dyn Fn(&std::path::Path));
+    let plant: [Plant; 3] = [
+        ("a symbolic link", &|p| {
+            std::os::unix::fs::symlink(&target, p).unwrap()
+        }),
+        ("a FIFO", &|p| {
+            nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap()
+        }),
+        ("an empty directory", &|p| std::fs::create_dir(p).unwrap()),
+    ];
+    for (what, plant) in plant {
+        plant(&drain_path(&s));
+        let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+        assert_contains!(a.body, "pmcheck undrain", "{what}: {a:?}");
+        let out = s.pmcheck("undrain", &[]);
+        assert_eq!(out.status.code(), Some(0), "{what}: {out:?}");
+        assert_contains!(
+            stdout(&out),
+            "which pmcheck could not read as a drain record",
+            "{what}: {out:?}"
+        );
+        assert!(std::fs::symlink_metadata(drain_path(&s)).is_err(), "{what}");
+        d.wait_for(SOON, "OK again", is("OK"));
+    }
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "not pmcheck's");
+}
+
+/// An `--allow` that leaves out loopback shuts the operator's own commands out: `config` warns
+/// before the restart, and `status` says the daemon refused it by --allow, not that it is down.
+#[test]
+fn an_allow_without_loopback_is_warned_of_and_named_when_it_refuses() {
+    let s = Setup::new(Behavior::Running);
+    let config = pmcheck()
+        .args(["config", "--certname", "x", "--env-file", "none"])
+        .args(["--allow", "192.0.2.10/32"])
+        .output()
+        .unwrap();
+    assert_contains!(
+        stdout(&config),
+        "warning: --allow (PMCHECK_ALLOW) 192.0.2.10/32 admits neither 127.0.0.1 nor ::1",
+        "{config:?}"
+    );
+    let with_loopback = pmcheck()
+        .args(["config", "--certname", "x", "--env-file", "none"])
+        .args(["--allow", "192.0.2.10/32", "--allow", "127.0.0.1/32"])
+        .output()
+        .unwrap();
+    assert!(
+        !stdout(&with_loopback).contains("admits neither"),
+        "{with_loopback:?}"
+    );
+    let d = s.daemon(&["--allow", "192.0.2.10/32"]);
+    d.wait_for_log(SOON, "accepting polls only from 192.0.2.10/32");
+    let url = format!("http://{}/", d.addr);
+    let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
+    assert_eq!(out.status.code(), Some(69), "{out:?}");
+    assert_contains!(
+        stderr(&out),
+        "refused by its --allow (PMCHECK_ALLOW)",
+        "{out:?}"
+    );
+    assert!(
+        !stderr(&out).contains("is `pmcheck serve` running there"),
+        "{out:?}"
+    );
+}

@@ -48,10 +48,10 @@ fn status_says_what_each_load_balancer_did_and_what_to_do_next() {
     let out = status_until(&d, "the load balancer's view", |o| {
         o.contains("sends it agents")
     });
-    let lb_line = line(&out, "lb:     127.0.0.2");
+    let lb_line = line(&out, "lb:     127.0.0.2 (lb1)");
     assert_contains!(
         lb_line,
-        ": bk/m1 on lb1 sends it agents, still 2 session(s); told OK for ",
+        ": bk/m1 sends it agents, still 2 session(s); told OK for ",
         "{out}"
     );
     assert!(
@@ -88,8 +88,8 @@ fn status_says_what_each_load_balancer_did_and_what_to_do_next() {
     ));
     let out = status_until(&d, "HAProxy to act", |o| o.contains("took it out (NOLB)"));
     assert_contains!(
-        line(&out, "lb:     127.0.0.2"),
-        ": bk/m1 on lb1 took it out (NOLB): no new agents, no session left; told DRAINED for ",
+        line(&out, "lb:     127.0.0.2 (lb1)"),
+        ": bk/m1 took it out (NOLB): no new agents, no session left; told DRAINED for ",
         "{out}"
     );
     let out = status_until(&d, "safe", |o| o.contains("safe to stop Puppet Server;"));
@@ -123,4 +123,75 @@ fn status_says_what_each_load_balancer_did_and_what_to_do_next() {
         "%, ramping up after coming back (--slow-start): 100% in ",
         "{out}"
     );
+}
+
+/// A load balancer whose checks stop sending its view (`http-check send-state` removed from the
+/// backend, HAProxy reloaded): its last header is no longer shown as its state, nor judged by;
+/// status says it stopped, and what its checks were told stands in for it.
+#[test]
+fn a_view_the_load_balancer_stopped_sending_is_not_shown_as_current() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(Polling::new(d.addr, Some(d.agent_addr())));
+    lb.send_state(Some(
+        "UP; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/200; scur=2/5; qcur=0",
+    ));
+    status_until(&d, "the load balancer's view", |o| {
+        o.contains("sends it agents")
+    });
+    lb.send_state(None);
+    let out = status_until(&d, "the view to stop", |o| {
+        o.contains("it stopped sending its own view")
+    });
+    let lb_line = line(&out, "lb:     127.0.0.2");
+    assert!(!lb_line.contains("sends it agents"), "{out}");
+    assert!(!lb_line.contains("session"), "{out}");
+    assert_contains!(lb_line, "judged by what they were told", "{out}");
+}
+
+/// HAProxy's words as it means them: an agent drain keeps the word UP (and the header's
+/// weights show it only when the other servers weigh less), and `UP 2/3` is on its way DOWN.
+/// The `lb:` line says what HAProxy does and where it is heading, never "sends it agents".
+#[test]
+fn an_agent_drain_under_the_word_up_is_read_as_haproxy_means_it() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(Polling::new(d.addr, Some(d.agent_addr())));
+    assert!(s.pmcheck("drain", &["--reason", "kernel"]).status.success());
+    // Drains answered 503 (no `disable-on-404`): the HTTP check fails while the agent drains.
+    lb.send_state(Some(
+        "UP 2/3; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/200; scur=0/3; qcur=0",
+    ));
+    let out = status_until(&d, "the agent's drain", |o| o.contains("DRAIN"));
+    let lb_line = line(&out, "lb:     127.0.0.2");
+    assert_contains!(
+        lb_line,
+        "127.0.0.2 (lb1): bk/m1 holds it in DRAIN (its agent check said `drain`): no new agents, and it \
+         fails its checks: DOWN after 2 more, no session left; told DRAINED for ",
+        "{out}"
+    );
+    assert!(!lb_line.contains("sends it agents"), "{out}");
+}
+
+/// A cycle that stopped half-way keeps the node drained until `pmcheck undrain`: `status`
+/// shows it beside the drain, read from the record on this host.
+#[test]
+fn a_stopped_cycle_that_holds_the_node_is_shown() {
+    let s = Setup::new(Behavior::Running);
+    let record = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/drain/held.json"),
+    )
+    .unwrap();
+    std::fs::write(s.state.path().join("drain"), record).unwrap();
+    let d = daemon(&s);
+    d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
+    let out = s.pmcheck("status", &["--url", &format!("http://{}/", d.addr)]);
+    let shown = stdout(&out);
+    let held = line(&shown, "holders:");
+    assert_contains!(
+        held,
+        "stopped cycle (pmcheck cycle: apt-get -y upgrade, by bob since 2026-11-19T09:00:00Z)",
+        "{shown}"
+    );
+    assert_contains!(held, "drain (kernel upgrade, by alice via sudo", "{shown}");
 }

@@ -309,7 +309,12 @@ impl DrainFile {
     pub fn remove(&self) -> Result<Option<Drain>, DrainError> {
         self.sweep_leftovers();
         let previous = self.current();
-        match fs::remove_file(&self.path) {
+        // An empty directory someone made there goes too; a full one is theirs to empty.
+        let removed = fs::remove_file(&self.path).or_else(|e| match e.kind() {
+            io::ErrorKind::IsADirectory => fs::remove_dir(&self.path),
+            _ => Err(e),
+        });
+        match removed {
             Ok(()) => {
                 let _ = File::open(&self.dir).and_then(|d| d.sync_all());
                 Ok(Some(previous.unwrap_or_else(|| Drain::parse(b""))))
@@ -320,6 +325,11 @@ impl DrainFile {
                 source,
             }),
         }
+    }
+
+    /// Whether anything (a record, a link, a FIFO...) stands at the record's path.
+    pub fn occupied(&self) -> bool {
+        fs::symlink_metadata(&self.path).is_ok()
     }
 
     /// The record's path with the state directory's symbolic links resolved, as a daemon and a

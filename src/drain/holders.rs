@@ -149,7 +149,7 @@ impl Holder {
 /// SUDO_USER and SUDO_UID name the same account).
 pub(crate) fn operator() -> String {
     let uid = nix::unistd::getuid();
-    let me = user_name(uid);
+    let me = crate::accounts::user_name(uid.as_raw());
     if !uid.is_root() {
         return me;
     }
@@ -158,19 +158,11 @@ pub(crate) fn operator() -> String {
             .ok()
             .and_then(|id| id.parse().ok())
             .filter(|&id| id != 0)
-            .is_some_and(|id| user_name(nix::unistd::Uid::from_raw(id)) == *name)
+            .is_some_and(|id| crate::accounts::user_name(id) == *name)
     });
     match sudoer {
         Some(name) => format!("{name} via sudo"),
         None => me,
-    }
-}
-
-/// The user database's name for `uid`, else `uid N`.
-pub(crate) fn user_name(uid: nix::unistd::Uid) -> String {
-    match nix::unistd::User::from_uid(uid) {
-        Ok(Some(user)) => user.name,
-        _ => format!("uid {uid}"),
     }
 }
 

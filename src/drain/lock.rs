@@ -117,7 +117,7 @@ fn holder(file: &File) -> String {
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let user = fs::metadata(format!("/proc/{pid}"))
         .ok()
-        .map(|m| crate::drain::holders::user_name(m.uid().into()));
+        .map(|m| crate::accounts::user_name(m.uid()));
     match user {
         Some(user) => format!("PID {pid} ({}, user {user})", comm.trim()),
         None => format!("PID {pid}"),

@@ -187,12 +187,21 @@ impl Drain {
             s.push_str(&clock(until, since.as_str().get(..10).unwrap_or(&today)));
         }
         s.push(')');
-        self.tail(r, &mut s);
+        // Only the mark of a `--force`: its note would push Puppet Server's state, which
+        // follows, out of the 100 characters HAProxy shows (the record keeps the note, and
+        // `describe` says it).
+        if r.forced.is_some() {
+            s.push_str("; forced");
+        }
+        if let Some(problem) = &self.problem {
+            s.push_str("; ");
+            s.push_str(&problem.to_string());
+        }
         s
     }
 
-    /// What both phrases end with: a `--force` that went past a load balancer's hold, and what
-    /// is wrong with the record.
+    /// What [`Self::describe`] ends with: a `--force` that went past a load balancer's hold,
+    /// and what is wrong with the record.
     fn tail(&self, r: &DrainRecord, s: &mut String) {
         if let Some(forced) = &r.forced {
             s.push_str("; forced: ");

@@ -285,6 +285,11 @@ pub struct PollerAnswer {
     /// line it checks this node for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub states: Vec<StateAnswer>,
+    /// How long ago the latest state header its checks stopped sending was sent: its later
+    /// checks carry none (`http-check send-state` is gone from its backend), so that header
+    /// is no longer its view, and is left out of `states`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub states_stopped_ms_ago: Option<u64>,
 }
 
 /// What a load balancer said of this server in its latest HTTP check of one server line.

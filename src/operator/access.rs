@@ -8,7 +8,9 @@ use std::fmt::Write as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-use nix::unistd::{Gid, Group, Uid, User};
+use nix::unistd::{Gid, Group, User};
+
+use crate::accounts::{group_name, user_name};
 
 /// Where the unit is installed, the administrator's copy first.
 pub const UNIT_LOCATIONS: [&str; 3] = [
@@ -150,20 +152,6 @@ impl Reader {
         }
         Err(why)
     }
-}
-
-fn user_name(uid: u32) -> String {
-    User::from_uid(Uid::from_raw(uid))
-        .ok()
-        .flatten()
-        .map_or_else(|| uid.to_string(), |u| u.name)
-}
-
-fn group_name(gid: u32) -> String {
-    Group::from_gid(Gid::from_raw(gid))
-        .ok()
-        .flatten()
-        .map_or_else(|| gid.to_string(), |g| g.name)
 }
 
 /// One file the daemon reads: what it is, where, and whether it must exist.

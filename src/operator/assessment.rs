@@ -605,7 +605,11 @@ pub(crate) mod tests {
         (p.states[0].told, p.agent) = (Verdict::Ok, None);
         let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
         assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
-        assert!(a.pending[0].ends_with("written before it had been answered DRAINED once"));
+        assert!(
+            a.pending[0].ends_with(
+                "from before its checks were first answered DRAINED; waiting for the next"
+            )
+        );
         // DOWN (1/3 on its way up) takes nothing either.
         let answer = with_state("DOWN 1/3; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
         assert!(
@@ -688,7 +692,8 @@ pub(crate) mod tests {
         let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
         assert_eq!(a.pending.len(), 1);
         assert!(
-            a.pending[0].ends_with("written before it had been answered OK once"),
+            a.pending[0]
+                .ends_with("from before its checks were first answered OK; waiting for the next"),
             "{:?}",
             a.pending
         );

@@ -136,7 +136,7 @@ pub(crate) fn judge_by_states(
         // `verdict` only once this server line's check before it was answered so.
         let fresh = written_after(s, verdict);
         let before = format!(
-            "{says}: written before it had been answered {} once",
+            "{says}: that is from before its checks were first answered {}; waiting for the next",
             verdict.as_str()
         );
         let (ok, line) = if verdict == Verdict::Drained {

@@ -18,8 +18,9 @@ use crate::settings::{Given, Host, Settings};
 /// A monitoring-plugin line and exit code: 0 OK, 1 WARNING (drained, the JRuby pool paused
 /// while Puppet Server is healthy, or a certificate or the CRL due within `warn`), 2 CRITICAL
 /// (Puppet unhealthy, or one due within `crit` or past), 3 UNKNOWN (bad settings, unreadable
-/// drain state). The worst wins, and the line names each problem.
-pub fn check(given: &Given, warn: Duration, crit: Duration) -> Exit {
+/// drain state). The worst wins, and the line names each problem, and where the daemon at
+/// `url` answers otherwise, what it answers.
+pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
     let settings = match Settings::resolve(given, &Host::REAL) {
         Ok(s) => s,
         Err(e) => {
@@ -73,8 +74,42 @@ pub fn check(given: &Given, warn: Duration, crit: Duration) -> Exit {
         text.push_str("; ");
         text.push_str(problem);
     }
+    let (label, code) = match daemon_differs(url, decision.verdict) {
+        Some((verdict, said)) => {
+            text.push_str("; ");
+            text.push_str(&said);
+            match verdict {
+                Verdict::Down | Verdict::NotReady | Verdict::Unknown => {
+                    ("CRITICAL", Exit::Critical)
+                }
+                Verdict::Drained if code == Exit::Ok => ("WARNING", Exit::Warning),
+                _ => (label, code),
+            }
+        }
+        None => (label, code),
+    };
     outln!("PMCHECK {label} - {text} | {perfdata}");
     code
+}
+
+/// What the daemon at `url` answers HAProxy, when one answers there and its verdict is not
+/// `mine`: run as root or as a monitoring agent's user, this check may read what the daemon
+/// cannot (a key of mode 0600), and HAProxy follows the daemon.
+fn daemon_differs(url: &str, mine: Verdict) -> Option<(Verdict, String)> {
+    let reply = run_single_threaded(crate::operator::daemon::ask(url))
+        .ok()?
+        .ok()?;
+    let answer = crate::health::answer::Answer::from_json(&reply.body).ok()?;
+    (answer.verdict != mine).then(|| {
+        let said = format!(
+            "but the daemon at {url}, which HAProxy follows, answers {} - {} (it may run as \
+             a user that cannot read what this check read: `sudo pmcheck config --check` names \
+             what the service cannot read)",
+            answer.verdict.as_str(),
+            answer.reason
+        );
+        (answer.verdict, said)
+    })
 }
 
 /// The pool as monitoring-plugin performance data: gauges with their bounds, counters as `c`.

@@ -62,6 +62,24 @@ pub fn config(
             );
         }
     }
+    // The commands on this host ask the daemon over loopback: an --allow without it shuts
+    // out `status`, the waits and `cycle`, which then cannot tell a refusal from a dead daemon.
+    if let Some(daemon) = &settings.daemon
+        && shuts_out_loopback(&daemon.allow.value)
+    {
+        outln!(
+            "warning: --allow (PMCHECK_ALLOW) {} admits neither 127.0.0.1 nor ::1: `pmcheck status`, \
+             `drain --wait`, `undrain --wait` and `cycle` on this host will be refused; add \
+             127.0.0.1/32 and ::1/128 to it",
+            daemon
+                .allow
+                .value
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+    }
     if !check {
         return Ok(Exit::Ok);
     }
@@ -124,4 +142,11 @@ fn needed(s: &Settings) -> Vec<Needed> {
         files.push(need("lb-key-file", key_file, true));
     }
     files
+}
+
+/// Whether `allow` restricts polls and admits neither loopback address.
+fn shuts_out_loopback(allow: &[ipnet::IpNet]) -> bool {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    let admits = |ip| crate::settings::allow::permits(allow, ip);
+    !admits(Ipv4Addr::LOCALHOST.into()) && !admits(Ipv6Addr::LOCALHOST.into())
 }

@@ -28,7 +28,7 @@ pub enum StatusError {
         problem: &'static str,
     },
     /// Nothing answered, or the exchange broke.
-    #[error("cannot reach pmcheck at {url}: {} (is `pmcheck serve` running there?)", cause(.source))]
+    #[error("cannot reach pmcheck at {url}: {}", said(.source))]
     Unreachable {
         /// The URL asked.
         url: String,
@@ -115,6 +115,40 @@ pub async fn ask(url: &str) -> Result<Reply, StatusError> {
         status,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
+}
+
+/// Why the exchange failed, in words: a daemon that accepted the connection and closed it
+/// unanswered refused this host (its `--allow`), which a dead daemon never does.
+fn said(e: &reqwest::Error) -> String {
+    if closed_unanswered(e) {
+        return "it closed the connection without answering: refused by its --allow \
+                (PMCHECK_ALLOW), which must admit this host (127.0.0.1/32 and ::1/128) for \
+                `pmcheck status`, the waits and `cycle`; or shedding connections under load \
+                (its log says which)"
+            .to_owned();
+    }
+    format!("{} (is `pmcheck serve` running there?)", cause(e))
+}
+
+/// Whether the connection was taken and then closed, or reset, before any answer.
+fn closed_unanswered(e: &reqwest::Error) -> bool {
+    let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = inner {
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+            || err.downcast_ref::<std::io::Error>().is_some_and(|io| {
+                matches!(
+                    io.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+                )
+            })
+        {
+            return true;
+        }
+        inner = err.source();
+    }
+    false
 }
 
 /// The innermost cause reqwest saw, or that it timed out.

@@ -11,7 +11,7 @@ use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::log::{Action, Event, LogError};
-use crate::drain::record::{Drain, DrainRecord};
+use crate::drain::record::{Drain, DrainRecord, DrainState, Unreadable};
 use crate::drain::tenure::Tenure;
 use crate::operator::daemon;
 use crate::operator::goal::{Goal, Wait};
@@ -149,7 +149,7 @@ pub fn wait_settings(args: &WaitArgs, state: &StateArgs) -> Wait {
         );
     }
     Wait {
-        url: args.url.clone(),
+        url: args.daemon.url.clone(),
         max_wait,
         polls: args.polls,
         lb_interval: args.lb_interval,
@@ -188,7 +188,17 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
     let force = args.force;
     let (outcome, lost) = file.update_logged(|current| {
         let Some(drain) = current else {
-            return (Change::Keep, Vec::new(), Undrain::NotDrained);
+            // What the daemon refuses to read there (a link, a FIFO, a record too large or
+            // unreadable) answers UNKNOWN, and its message names `pmcheck undrain`: cleared
+            // here as a record is, the link itself and never what it points to.
+            return match file.state(SystemTime::now()) {
+                DrainState::Unknown(why) if file.occupied() => (
+                    Change::Remove,
+                    vec![Event::bare(Action::Undrain, SystemTime::now())],
+                    Undrain::Cleared(why),
+                ),
+                _ => (Change::Keep, Vec::new(), Undrain::NotDrained),
+            };
         };
         let held = drain
             .record
@@ -210,6 +220,10 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
     match outcome {
         Undrain::NotDrained => outln!(
             "not drained: there is no {}; nothing to do",
+            file.path().display()
+        ),
+        Undrain::Cleared(why) => outln!(
+            "undrained: removed {}, which pmcheck could not read as a drain record ({why})",
             file.path().display()
         ),
         Undrain::Held(running) => {
@@ -293,4 +307,6 @@ enum Undrain {
     Held(Vec<Holder>),
     /// The record was removed: what it was, and who held it.
     Removed(Drain, Vec<Holder>),
+    /// What stood at the record's path and could not be read as one was removed: why not.
+    Cleared(Unreadable),
 }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use crate::drain::holders::{Holder, Kind};
 use crate::health::answer::{Answer, CertificatesAnswer, CodeAnswer, PollerAnswer, TrafficAnswer};
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
@@ -43,8 +44,9 @@ fn names(addrs: impl Iterator<Item = IpAddr>) -> HashMap<IpAddr, String> {
     names
 }
 
-/// The reply for a person: the verdict line, then the drain and the probe.
-pub fn describe(reply: &Reply) -> String {
+/// The reply for a person: the verdict line, then the drain (with `holders`, the drain
+/// record's on this host) and the probe.
+pub fn describe(reply: &Reply, holders: &[Holder]) -> String {
     let Ok(answer) = Answer::from_json(&reply.body) else {
         return format!("HTTP {}: {}", reply.status, reply.body.trim());
     };
@@ -55,6 +57,10 @@ pub fn describe(reply: &Reply) -> String {
         answer.reason
     );
     out.push_str(&drain_line(&answer));
+    if holders.iter().any(|h| h.kind != Kind::Drain) {
+        let held: Vec<String> = holders.iter().map(Holder::describe).collect();
+        let _ = writeln!(out, "holders: {}", held.join("; "));
+    }
     let probe = &answer.probe;
     let ms = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));
     let _ = writeln!(
@@ -75,7 +81,9 @@ pub fn describe(reply: &Reply) -> String {
     let _ = writeln!(out, "weight: {}", weight(&answer));
     let pollers = answer.pollers.as_deref().unwrap_or_default();
     let names = names(pollers.iter().map(|p| p.address));
-    let named = |p: &PollerAnswer| match names.get(&p.address) {
+    // A load balancer by the name its own view gives (HAProxy's `node`), as the waits name it;
+    // else by reverse DNS.
+    let named = |p: &PollerAnswer| match node_of(p).or_else(|| names.get(&p.address).cloned()) {
         Some(name) => format!("{} ({name})", p.address),
         None => p.address.to_string(),
     };
@@ -339,32 +347,72 @@ fn load_balancer(p: &PollerAnswer) -> String {
     )
 }
 
+/// HAProxy's `node` name in the load balancer's own view, if it sends one and proves it is a
+/// load balancer (an unproven poller's word names nothing).
+fn node_of(p: &PollerAnswer) -> Option<String> {
+    if !p.proof.proven() {
+        return None;
+    }
+    (p.states.iter())
+        .filter_map(|s| s.seen.as_ref())
+        .map(|lb| lb.node.clone())
+        .find(|node| !node.is_empty())
+}
+
 /// What one load balancer did, from its own view when it sends it (`http-check send-state`).
 fn own_view(p: &PollerAnswer) -> String {
     let told = describe_told(p, false);
+    if let (true, Some(stopped)) = (p.states.is_empty(), p.states_stopped_ms_ago) {
+        return format!(
+            "{told}, last {} ago (it stopped sending its own view {} ago: its checks since \
+             carry no `http-check send-state`; judged by what they were told)",
+            seconds(Duration::from_millis(p.last_ms_ago)),
+            seconds(Duration::from_millis(stopped))
+        );
+    }
     if p.states.is_empty() {
         return format!(
             "{told}, last {} ago (it does not send its own view: add `http-check send-state`)",
             seconds(Duration::from_millis(p.last_ms_ago))
         );
     }
+    // An agent drain keeps HAProxy's word UP and takes the server out of the backend's
+    // weight, which the header's weights show only when the others weigh less: the agent
+    // check's own answer tells.
+    let agent_drained = p.agent.is_some_and(|a| a.told == Verdict::Drained);
     let views: Vec<String> = p
         .states
         .iter()
         .map(|st| match &st.seen {
             Some(seen) => {
-                let node = if seen.node.is_empty() {
+                // The load balancer is named by its node already; another one's is said.
+                let node = if seen.node.is_empty() || Some(&seen.node) == node_of(p).as_ref() {
                     String::new()
                 } else {
                     format!(" on {}", seen.node)
                 };
-                let did = match seen.health {
+                let mut did = match seen.health {
+                    Health::Up if agent_drained => {
+                        "holds it in DRAIN (its agent check said `drain`): no new agents".to_owned()
+                    }
                     Health::Up if seen.counted() => "sends it agents".to_owned(),
                     Health::Up => "keeps it out of the backend's weight (drain)".to_owned(),
                     Health::Nolb => "took it out (NOLB): no new agents".to_owned(),
                     Health::Down => "took it out (DOWN)".to_owned(),
                     Health::NoCheck => "does not check it".to_owned(),
                 };
+                // `UP 2/3`: failing its checks, DOWN after 2 more; `DOWN 1/3`: passing them,
+                // UP after 2 more (HAProxy's fall and rise).
+                match (seen.health, seen.transition) {
+                    (Health::Up, Some((n, _))) => {
+                        did.push_str(&format!(", and it fails its checks: DOWN after {n} more"));
+                    }
+                    (Health::Down, Some((n, m))) => {
+                        let left = m.saturating_sub(n);
+                        did.push_str(&format!(", and it passes its checks: UP after {left} more"));
+                    }
+                    _ => {}
+                }
                 let sessions = match seen.scur {
                     0 => "no session left".to_owned(),
                     n => format!("still {n} session(s)"),

@@ -28,7 +28,7 @@ pub struct IdentityFiles {
 #[derive(Debug, Error)]
 pub enum IdentityError {
     /// A file cannot be read.
-    #[error("cannot read {setting} {path}: {source}{hint}", hint = read_hint(source))]
+    #[error("cannot read {setting} {path}: {source}{hint}", hint = read_hint(source, path))]
     Read {
         /// The Puppet setting that names the file.
         setting: &'static str,
@@ -118,15 +118,39 @@ pub enum IdentityError {
     },
 }
 
-fn read_hint(e: &io::Error) -> &'static str {
+/// What to do about a file that cannot be read, from what blocks it: its own mode bits when
+/// they are the cause (a key of mode 0600: no group helps), else the directories on its path.
+fn read_hint(e: &io::Error, path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt as _;
     match e.kind() {
         io::ErrorKind::NotFound => {
-            " (has this host got its Puppet certificate yet? Start Puppet Server or run the agent once, or point pmcheck at the files with --hostcert/--hostprivkey/--localcacert)"
+            " (has this host got its Puppet certificate yet? Start Puppet Server or run the agent once, or point pmcheck at the files with --hostcert/--hostprivkey/--localcacert)".to_owned()
         }
-        io::ErrorKind::PermissionDenied => {
-            " (run pmcheck as a user that may read it, such as a member of group puppet)"
-        }
-        _ => "",
+        io::ErrorKind::PermissionDenied => match std::fs::metadata(path) {
+            Ok(meta) if meta.mode() & 0o044 == 0 => format!(
+                " (its mode {:04o} lets only its owner {} read it, and no group helps: make \
+                 it 0640 with group puppet, as Puppet writes it, or run pmcheck as {})",
+                meta.mode() & 0o7777,
+                crate::accounts::user_name(meta.uid()),
+                crate::accounts::user_name(meta.uid())
+            ),
+            Ok(meta) => format!(
+                " (mode {:04o}, group {}: run pmcheck as a member of group {})",
+                meta.mode() & 0o7777,
+                crate::accounts::group_name(meta.gid()),
+                crate::accounts::group_name(meta.gid())
+            ),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                " (a directory on its path blocks it: `sudo pmcheck config --check` names which, \
+                 and the group that may enter it)"
+                    .to_owned()
+            }
+            Err(_) => {
+                " (run pmcheck as a user that may read it, such as a member of group puppet)"
+                    .to_owned()
+            }
+        },
+        _ => String::new(),
     }
 }
 
@@ -234,4 +258,36 @@ fn read_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, IdentityError
         path: path.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
+
+    /// A key the daemon may not read is named with what blocks it: a mode that no group
+    /// helps is not answered with "join group puppet".
+    #[test]
+    fn a_refused_file_is_named_with_what_blocks_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("key.pem");
+        std::fs::write(&key, "x").unwrap();
+        let denied = || io::Error::from(io::ErrorKind::PermissionDenied);
+        let owner = crate::accounts::user_name(nix::unistd::getuid().as_raw());
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            read_hint(&denied(), &key),
+            format!(
+                " (its mode 0600 lets only its owner {owner} read it, and no group helps: make \
+                 it 0640 with group puppet, as Puppet writes it, or run pmcheck as {owner})"
+            )
+        );
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let group = crate::accounts::group_name(nix::unistd::getgid().as_raw());
+        assert_eq!(
+            read_hint(&denied(), &key),
+            format!(" (mode 0640, group {group}: run pmcheck as a member of group {group})")
+        );
+        assert!(read_hint(&denied(), &dir.path().join("gone")).contains("group puppet"));
+    }
 }

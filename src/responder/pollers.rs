@@ -143,11 +143,20 @@ pub struct Poller {
     pub agent: Option<Told>,
     /// The latest load-balancer state header its HTTP checks sent, one per server line.
     pub states: [Option<StateSeen>; STATES],
+    /// Its latest HTTP check that named no client (a load balancer's own, not curl) and sent
+    /// no state header: a header older than that is no longer the load balancer's word (its
+    /// `http-check send-state` is gone), and is not shown or judged by.
+    pub headerless: Option<Instant>,
     /// The client its latest HTTP poll named (`User-Agent`); `None` for HAProxy's checks.
     pub client: Option<ClientName>,
 }
 
 impl Poller {
+    /// Whether `state` was sent before the load balancer's checks stopped sending one.
+    fn stopped(&self, state: &StateSeen) -> bool {
+        self.headerless.is_some_and(|h| h > state.at)
+    }
+
     /// Polls at a steady rhythm and has not fallen silent: a load balancer, never pushed out.
     pub fn regular(&self, now: Instant) -> bool {
         self.steady >= REGULAR && now.saturating_duration_since(self.last) <= MAX_GAP
@@ -256,6 +265,7 @@ impl Table {
             http: None,
             agent: None,
             states: [None; STATES],
+            headerless: None,
             client: None,
         });
         Some(pollers.len() - 1)
@@ -361,6 +371,8 @@ impl Pollers {
         // come from the load balancer's host. Its age tells the waits when it is stale.
         if let (Some(header), Some(well_formed)) = (poll.state, well_formed) {
             poller.note_state(header, well_formed, poll.verdict, now);
+        } else if poll.via == Via::Http && poll.client.is_none() {
+            poller.headerless = Some(now);
         }
         let told = match poll.via {
             Via::Http => &mut poller.http,
@@ -436,10 +448,15 @@ impl Pollers {
                 agent: told(p.agent),
                 regular: p.regular(now),
                 client: p.client.map(|c| c.as_str().to_owned()),
+                states_stopped_ms_ago: (p.states.iter().flatten())
+                    .filter(|s| p.stopped(s))
+                    .map(|s| ago(s.at))
+                    .min(),
                 states: p
                     .states
                     .iter()
                     .flatten()
+                    .filter(|s| !p.stopped(s))
                     .map(|s| {
                         let (seen, malformed) = match s.read() {
                             Ok(state) => (Some(state), None),
@@ -708,10 +725,27 @@ mod tests {
             },
             at(600),
         );
-        pollers.record(poll(None), at(700));
+        let curl = Poll {
+            client: Some(b"curl/8.1.2"),
+            ..poll(None)
+        };
+        pollers.record(curl, at(700));
+        assert_eq!(pollers.answer(at(700))[0].states.len(), STATES);
+        assert_eq!(pollers.answer(at(700))[0].states_stopped_ms_ago, None);
+        // The load balancer's own check without one: its `http-check send-state` is gone, and
+        // the headers before are no longer its view.
+        pollers.record(poll(None), at(800));
+        let answer = pollers.answer(at(900));
+        assert!(answer[0].states.is_empty(), "{answer:?}");
+        assert_eq!(answer[0].states_stopped_ms_ago, Some(597), "{answer:?}");
+        // Sent again: that server line is its view again.
+        pollers.record(poll(Some(m1_later)), at(1000));
+        let answer = pollers.answer(at(1000));
+        assert_eq!(answer[0].states.len(), 1, "{answer:?}");
         assert_eq!(
-            pollers.list(at(700))[0].states.iter().flatten().count(),
-            STATES
+            answer[0].states_stopped_ms_ago,
+            Some(697),
+            "the other lines stay stopped"
         );
     }
 

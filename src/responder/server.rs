@@ -343,9 +343,10 @@ fn observe(health: Arc<Node>) -> impl FnMut(&ProbeReport) {
     }
 }
 
-/// Logs one line whenever the verdict changes, not one per poll: a new verdict, a new cause
-/// of a 503, or an OK node turning busy, warming or warm (not every change of the pool's
-/// numbers, which move with every compile).
+/// Logs one line whenever the verdict changes, not one per poll: a new verdict, or a new cause
+/// of a 503. The pool's comings and goings while OK (busy, warm, paused: on a small pool, twice
+/// per agent run) are logged at debug only, and its numbers, which move with every compile,
+/// not at all.
 #[derive(Debug, Default)]
 struct VerdictLog {
     last: Option<(Verdict, String)>,
@@ -366,7 +367,10 @@ impl VerdictLog {
         }
         let verdict = decision.verdict.as_str();
         let (reason, weight) = (&decision.reason, decision.weight);
-        if decision.verdict == Verdict::Ok {
+        let new_verdict = (self.last.as_ref()).is_none_or(|(v, _)| *v != decision.verdict);
+        if decision.verdict == Verdict::Ok && !new_verdict {
+            tracing::debug!(verdict, %reason, weight, "verdict {verdict}: {reason}");
+        } else if decision.verdict == Verdict::Ok {
             tracing::info!(verdict, %reason, weight, "verdict {verdict}: {reason}");
         } else {
             tracing::warn!(verdict, %reason, weight, "verdict {verdict}: {reason}");
