@@ -368,7 +368,8 @@ impl Pollers {
             poller.client = poll.client.and_then(ClientName::of);
         }
         // A check without the header leaves the last one in place: an operator's curl may
-        // come from the load balancer's host. Its age tells the waits when it is stale.
+        // come from the load balancer's host. One that names no client is the load
+        // balancer's own, which stopped sending it: what it sent before is no longer its view.
         if let (Some(header), Some(well_formed)) = (poll.state, well_formed) {
             poller.note_state(header, well_formed, poll.verdict, now);
         } else if poll.via == Via::Http && poll.client.is_none() {
