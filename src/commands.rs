@@ -187,13 +187,11 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     let environment: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
         .collect();
-    for (name, meant) in
-        crate::settings::env_file::unread_names(environment.iter().map(String::as_str))
-    {
+    for (name, meant) in crate::provenance::unread_names(environment.iter().map(String::as_str)) {
         tracing::warn!(
             variable = name,
             "{}",
-            crate::settings::env_file::unread_name_said(name, meant.as_deref())
+            crate::provenance::unread_name_said(name, meant.as_deref())
         );
     }
     let Some(daemon) = &settings.daemon else {

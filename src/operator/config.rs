@@ -40,12 +40,12 @@ pub fn config(
             );
         }
         for (name, meant) in
-            crate::settings::env_file::unread_names(file.vars.iter().map(|(n, _)| n.as_str()))
+            crate::provenance::unread_names(file.vars.iter().map(|(n, _)| n.as_str()))
         {
             outln!(
                 "warning: {}: {}",
                 file.path.display(),
-                crate::settings::env_file::unread_name_said(name, meant.as_deref())
+                crate::provenance::unread_name_said(name, meant.as_deref())
             );
         }
     }

@@ -83,51 +83,6 @@ impl EnvFile {
     }
 }
 
-/// The `PMCHECK_*` names among `names` that no option of any command reads, each with the
-/// name it most likely meant: a typo in /etc/default/pmcheck (`PMCHECK_DRAINED_STAUTS`) would
-/// otherwise change nothing, and say nothing.
-pub fn unread_names<'a>(
-    names: impl IntoIterator<Item = &'a str>,
-) -> Vec<(&'a str, Option<String>)> {
-    use clap::CommandFactory;
-    let cli = crate::cli::Cli::command();
-    let known: Vec<String> = cli
-        .get_subcommands()
-        .flat_map(clap::Command::get_arguments)
-        .chain(cli.get_arguments())
-        .filter_map(|a| a.get_env())
-        .map(|v| v.to_string_lossy().into_owned())
-        .collect();
-    let mut unread: Vec<_> = names
-        .into_iter()
-        .filter(|n| n.starts_with("PMCHECK_") && !known.iter().any(|k| k == n))
-        .map(|n| {
-            let meant = known
-                .iter()
-                .map(|k| (strsim::levenshtein(n, k), k))
-                .filter(|(d, _)| *d <= 3)
-                .min()
-                .map(|(_, k)| k.clone());
-            (n, meant)
-        })
-        .collect();
-    unread.sort();
-    unread.dedup();
-    unread
-}
-
-/// [`unread_names`]'s finding in words: `NAME is read by no option (did you mean OTHER?)`.
-pub fn unread_name_said(name: &str, meant: Option<&str>) -> String {
-    match meant {
-        Some(meant) => format!(
-            "{name} is read by no option of pmcheck (did you mean {meant}?): it changes nothing"
-        ),
-        None => format!(
-            "{name} is read by no option of pmcheck (see `pmcheck config` for every name): it changes nothing"
-        ),
-    }
-}
-
 fn is_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
@@ -163,52 +118,6 @@ fn unquote(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_misspelt_name_is_unread_and_the_meant_one_named() {
-        let names = [
-            "PMCHECK_DRAINED_STAUTS",
-            "PMCHECK_INTERVAL",
-            "PATH",
-            "PMCHECK_NOTHING_LIKE_IT",
-            "PMCHECK_DRAINED_STAUTS",
-        ];
-        assert_eq!(
-            unread_names(names),
-            vec![
-                (
-                    "PMCHECK_DRAINED_STAUTS",
-                    Some("PMCHECK_DRAINED_STATUS".to_owned())
-                ),
-                ("PMCHECK_NOTHING_LIKE_IT", None),
-            ]
-        );
-    }
-
-    /// What the packages set or document (/etc/default/pmcheck, the units, xinetd, the Puppet
-    /// module) is read by an option: the warning never fires on a shipped name.
-    #[test]
-    fn every_name_the_packages_use_is_read() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut names = Vec::new();
-        let mut dirs = vec![root.join("packaging"), root.join("systemd")];
-        while let Some(dir) = dirs.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    dirs.push(path);
-                } else if let Ok(text) = std::fs::read_to_string(&path) {
-                    for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                        if word.len() > "PMCHECK_".len() && word.starts_with("PMCHECK_") {
-                            names.push(word.to_owned());
-                        }
-                    }
-                }
-            }
-        }
-        assert!(names.len() > 20, "{names:?}");
-        assert_eq!(unread_names(names.iter().map(String::as_str)), vec![]);
-    }
 
     #[test]
     fn reads_what_systemd_reads() {
