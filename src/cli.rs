@@ -51,6 +51,10 @@ pub enum Command {
     Cycle(CycleArgs),
     /// Ask the running daemon what it answers HAProxy now (exit 0 when it answers 200).
     Status(StatusArgs),
+    /// For pmcheck-drain-on-stop@.service, as Puppet Server's unit stops: drain, and wait (within --max-wait) until the load balancers have acted and the agents have left. Never fails the stop.
+    OnStop(OnStopArgs),
+    /// For pmcheck-drain-on-stop@.service, once Puppet Server's unit has started: let go of the hold `on-stop` took; every other drain stays.
+    OnStart(StopArgs),
     /// Print the man page or a shell completion script (for packaging).
     Generate(GenerateArgs),
 }
@@ -414,6 +418,37 @@ pub struct CycleArgs {
     pub(crate) command: Vec<std::ffi::OsString>,
 }
 
+/// How `pmcheck on-stop` and `on-start` know their unit, and whether they are on.
+#[derive(Debug, Args)]
+pub struct StopArgs {
+    /// `no` turns draining on Puppet Server's stops off: `on-stop` then holds nothing (`on-start` still lets go of an earlier stop's hold)
+    #[arg(long, env = "PMCHECK_DRAIN_ON_STOP", value_name = "yes|no", default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
+    pub(crate) drain_on_stop: bool,
+    /// Puppet Server's unit; `on-stop` holds the node only while systemd stops or restarts it (stopping pmcheck-drain-on-stop@ alone drains nothing)
+    #[arg(long, value_name = "UNIT")]
+    pub(crate) unit: Option<String>,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+}
+
+/// `pmcheck on-stop`.
+#[derive(Debug, Args)]
+pub struct OnStopArgs {
+    #[command(flatten)]
+    pub(crate) stop: StopArgs,
+    #[command(flatten)]
+    pub(crate) waiting: WaitArgs,
+}
+
+/// `yes` or `no` (also `true`/`false`, `on`/`off`, `1`/`0`), as systemd reads booleans.
+fn parse_yes_no(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "yes" | "true" | "on" | "1" => Ok(true),
+        "no" | "false" | "off" | "0" => Ok(false),
+        _ => Err(format!("`{value}` is neither yes nor no")),
+    }
+}
+
 /// `pmcheck status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -454,38 +489,6 @@ pub enum Generate {
         /// bash, zsh, fish, elvish or powershell
         shell: clap_complete::Shell,
     },
-}
-
-/// When clap refused a value that came from the environment, which variable held it and where
-/// the service reads it: clap's message names a flag nobody typed.
-pub fn env_hint(error: &clap::Error, args: &[String]) -> Option<String> {
-    use clap::CommandFactory;
-    use clap::error::{ContextKind, ContextValue};
-    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
-        return None;
-    };
-    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
-    let typed = format!("--{long}");
-    if args
-        .iter()
-        .any(|a| *a == typed || a.starts_with(&format!("{typed}=")))
-    {
-        return None;
-    }
-    let cli = Cli::command();
-    let var = cli
-        .get_subcommands()
-        .flat_map(clap::Command::get_arguments)
-        .find(|a| a.get_long() == Some(long))?
-        .get_env()?
-        .to_owned();
-    let value = std::env::var_os(&var)?;
-    Some(format!(
-        "hint: {typed} was not given: its value came from the environment, {}={}; the service \
-         reads it from /etc/default/pmcheck (/etc/sysconfig/pmcheck on RPM systems): fix it there",
-        var.to_string_lossy(),
-        value.to_string_lossy()
-    ))
 }
 
 #[cfg(test)]

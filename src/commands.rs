@@ -14,7 +14,7 @@ use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::drain::{self, ChangeError, wait_settings};
 use crate::operator::wait::WaitError;
 use crate::operator::{
-    check, config, daemon, history, manual, run_single_threaded, runtime, status,
+    check, config, daemon, history, manual, run_single_threaded, runtime, status, stop,
 };
 use crate::provenance::{Provenance, ProvenanceError};
 use crate::puppet::probe::ProbeTarget;
@@ -149,6 +149,13 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
         Command::Undrain(args) => drain::undrain(args).map(|()| Exit::Ok).map_err(Error::from),
         Command::Cycle(args) => cycle_command(args),
         Command::Status(args) => status_command(args),
+        Command::OnStop(args) => {
+            stop::on_stop(args);
+            Ok(Exit::Ok)
+        }
+        Command::OnStart(args) => stop::on_start(args)
+            .map(|()| Exit::Ok)
+            .map_err(|e| Error::from(ChangeError::from(e))),
         Command::Generate(args) => generate(args.what),
     };
     result.unwrap_or_else(|e| {

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
                 .iter()
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
-            if let Some(hint) = pmcheck::cli::env_hint(&error, &args) {
+            if let Some(hint) = pmcheck::provenance::env_hint(&error, &args) {
                 pmcheck::console::to_stderr(format_args!("{hint}\n"));
             }
             Exit::for_usage(&error, &args).into()

@@ -260,6 +260,37 @@ pub fn unread_name_said(name: &str, meant: Option<&str>) -> String {
     }
 }
 
+/// When clap refused a value that came from the environment, which variable held it and where
+/// the service reads it: clap's message names a flag nobody typed.
+pub fn env_hint(error: &clap::Error, args: &[String]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = arg.split_whitespace().next()?.strip_prefix("--")?;
+    let typed = format!("--{long}");
+    if args
+        .iter()
+        .any(|a| *a == typed || a.starts_with(&format!("{typed}=")))
+    {
+        return None;
+    }
+    let cli = Cli::command();
+    let var = cli
+        .get_subcommands()
+        .flat_map(clap::Command::get_arguments)
+        .find(|a| a.get_long() == Some(long))?
+        .get_env()?
+        .to_owned();
+    let value = std::env::var_os(&var)?;
+    Some(format!(
+        "hint: {typed} was not given: its value came from the environment, {}={}; the service \
+         reads it from /etc/default/pmcheck (/etc/sysconfig/pmcheck on RPM systems): fix it there",
+        var.to_string_lossy(),
+        value.to_string_lossy()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

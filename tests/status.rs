@@ -149,6 +149,49 @@ fn a_view_the_load_balancer_stopped_sending_is_not_shown_as_current() {
     assert_contains!(lb_line, "judged by what they were told", "{out}");
 }
 
+/// A load balancer whose agent checks stop (`agent-check` removed from its server line,
+/// HAProxy reloaded) while its HTTP checks go on: the weight is read by nobody now, and what the
+/// agent checks were told before is shown as past.
+#[test]
+fn an_agent_check_the_load_balancer_stopped_making_is_not_shown_as_current() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = LoadBalancer::start(Polling::new(d.addr, Some(d.agent_addr())));
+    // Three agent checks give their rhythm, by which their silence is judged.
+    let out = status_until(&d, "three agent checks", |o| {
+        o.split("agent: OK x")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n >= 3)
+    });
+    assert_eq!(
+        line(&out, "weight:"),
+        "weight: 100%: all of the configured weight",
+        "{out}"
+    );
+    lb.stop_agent_checks();
+    let out = status_until(&d, "the agent checks to stop", |o| {
+        o.contains("then no more agent checks")
+    });
+    assert_contains!(
+        line(&out, "weight:"),
+        "weight: 100%: all of the configured weight, but no load balancer reads it now: their \
+         agent checks stopped (127.0.0.2's ",
+        "{out}"
+    );
+    assert_contains!(
+        line(&out, "lb:     127.0.0.2"),
+        " ago, then no more agent checks (`agent-check` gone from its server line?)",
+        "{out}"
+    );
+    // An agent drain told before is no longer HAProxy's state: a drain is judged by the HTTP
+    // checks alone.
+    assert!(s.pmcheck("drain", &["--reason", "kernel"]).status.success());
+    let out = status_until(&d, "DRAINED", |o| o.starts_with("DRAINED"));
+    assert!(!out.contains("agent: DRAINED"), "{out}");
+}
+
 /// HAProxy's words as it means them: an agent drain keeps the word UP (and the header's
 /// weights show it only when the other servers weigh less), and `UP 2/3` is on its way DOWN.
 /// The `lb:` line says what HAProxy does and where it is heading, never "sends it agents".

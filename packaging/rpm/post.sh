@@ -11,13 +11,20 @@ elif [ "$(stat -c %a /var/lib/pmcheck)" = 755 ]; then
 fi
 # Where the load balancers' key goes: readable by root and the service's group only.
 [ -d /etc/pmcheck ] || install -d -m 0750 -o root -g "$(id -gn pmcheck)" /etc/pmcheck
+# Drain on every stop of Puppet Server (PMCHECK_DRAIN_ON_STOP=no turns it off).
+drain_on_stop=pmcheck-drain-on-stop@puppetserver.service
 if [ "$1" -eq 1 ]; then
-  systemctl --no-reload enable pmcheck.service >/dev/null 2>&1 || :
+  systemctl --no-reload enable pmcheck.service "$drain_on_stop" >/dev/null 2>&1 || :
 fi
 if [ -d /run/systemd/system ]; then
   systemctl daemon-reload >/dev/null 2>&1 || :
   if [ "$1" -eq 1 ]; then
     systemctl start pmcheck.service >/dev/null 2>&1 || :
+  fi
+  # Active beside a running Puppet Server, or its next stop would not be drained.
+  if systemctl --quiet is-enabled "$drain_on_stop" 2>/dev/null &&
+    systemctl --quiet is-active puppetserver.service 2>/dev/null; then
+    systemctl start "$drain_on_stop" >/dev/null 2>&1 || :
   fi
 else
   # A container or chroot: the unit is installed and enabled, but nothing started it.

@@ -25,6 +25,9 @@ pub enum Kind {
     Cycle,
     /// A cycle that stopped half-way: until `pmcheck undrain`.
     StoppedCycle,
+    /// Puppet Server's unit stopping (`pmcheck on-stop`): until it has started again
+    /// (`pmcheck on-start`).
+    Stop,
 }
 
 /// A process, told apart from any later one with the same PID.
@@ -110,6 +113,17 @@ impl Holder {
         }
     }
 
+    /// Puppet Server's `unit` stopping, from now.
+    pub fn stop(unit: &str, now: SystemTime) -> Self {
+        Self {
+            kind: Kind::Stop,
+            tenure: Tenure::from(operator(), now, None),
+            what: format!("{unit} stopping"),
+            process: None,
+            guarded: false,
+        }
+    }
+
     /// The holder is this process.
     pub fn is_me(&self) -> bool {
         self.process.is_some() && self.process == Process::this()
@@ -133,6 +147,7 @@ impl Holder {
             (Kind::Cycle, Some(p)) => format!("cycle pid {}", p.pid),
             (Kind::Cycle, None) => "cycle".to_owned(),
             (Kind::StoppedCycle, _) => "stopped cycle".to_owned(),
+            (Kind::Stop, _) => "stop".to_owned(),
         };
         let stale = if self.kind == Kind::Cycle && !self.running() {
             ", no longer running"

@@ -50,11 +50,15 @@ pub enum Action {
     CycleStopped,
     /// A drain refused by the last-server guard.
     Refused,
+    /// Puppet Server's unit began to stop (`pmcheck on-stop`): the node is held drained.
+    StopDrain,
+    /// Puppet Server's unit started again (`pmcheck on-start`): the stop's hold is let go.
+    StopUndrain,
 }
 
 impl Action {
     /// Every action: the metric's fixed label values.
-    pub const ALL: [Action; 7] = [
+    pub const ALL: [Action; 9] = [
         Action::Drain,
         Action::Undrain,
         Action::Expire,
@@ -62,6 +66,8 @@ impl Action {
         Action::CycleUndrain,
         Action::CycleStopped,
         Action::Refused,
+        Action::StopDrain,
+        Action::StopUndrain,
     ];
 
     /// The action's name, as in the log, the metric and the journal.
@@ -74,6 +80,8 @@ impl Action {
             Action::CycleUndrain => "cycle_undrain",
             Action::CycleStopped => "cycle_stopped",
             Action::Refused => "refused",
+            Action::StopDrain => "stop_drain",
+            Action::StopUndrain => "stop_undrain",
         }
     }
 }
@@ -113,6 +121,7 @@ impl Event {
             until: holder.tenure.until.clone(),
             holder: Some(match (holder.kind, &holder.process) {
                 (Kind::Drain, _) => "drain".to_owned(),
+                (Kind::Stop, _) => "stop".to_owned(),
                 (_, Some(p)) => format!("cycle pid {}", p.pid),
                 (_, None) => "cycle".to_owned(),
             }),
@@ -276,12 +285,19 @@ impl DrainLog {
     /// Opens for appending without following links, creating it 0660 with the state
     /// directory's group (whoever creates it, the other side can still append).
     fn open(&self) -> io::Result<File> {
-        let file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(MODE)
-            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-            .open(&self.path)?;
+        let open = || {
+            OpenOptions::new()
+                .append(true)
+                .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+                .open(&self.path)
+        };
+        let file = match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.create()?;
+                open()?
+            }
+            opened => opened?,
+        };
         let meta = file.metadata()?;
         if !meta.is_file() {
             return Err(io::Error::other("not a regular file: remove it"));
@@ -296,6 +312,30 @@ impl DrainLog {
             file.set_permissions(fs::Permissions::from_mode(MODE))?;
         }
         Ok(file)
+    }
+
+    /// Makes the log with the state directory's group and its mode before it has its name: a
+    /// log that appeared with its creator's group (root) refused the daemon until the creator
+    /// changed it. When another process made it first, theirs stays.
+    fn create(&self) -> io::Result<()> {
+        let aside = self.dir.join(format!(".{LOG_NAME}.{}", std::process::id()));
+        let _ = fs::remove_file(&aside);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(MODE)
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
+            .open(&aside)?;
+        let dir_gid = fs::metadata(&self.dir)?.gid();
+        let _ = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
+        // The umask took bits off.
+        file.set_permissions(fs::Permissions::from_mode(MODE))?;
+        let linked = fs::hard_link(&aside, &self.path);
+        let _ = fs::remove_file(&aside);
+        match linked {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            linked => linked,
+        }
     }
 
     /// The last `n` events, oldest first, from the log and the old log after it. Reads only the

@@ -290,6 +290,18 @@ pub struct PollerAnswer {
     /// is no longer its view, and is left out of `states`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub states_stopped_ms_ago: Option<u64>,
+    /// How long ago its latest agent check was, when its agent checks fell silent while its
+    /// HTTP checks went on (`agent-check` gone from its server line): what they were told is
+    /// no longer its state, nor is the weight read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_stopped_ms_ago: Option<u64>,
+}
+
+impl PollerAnswer {
+    /// What its agent checks were told, unless it stopped making them.
+    pub fn agent_now(&self) -> Option<ToldAnswer> {
+        self.agent.filter(|_| self.agent_stopped_ms_ago.is_none())
+    }
 }
 
 /// What a load balancer said of this server in its latest HTTP check of one server line.

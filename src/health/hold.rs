@@ -160,6 +160,7 @@ mod tests {
                 malformed: None,
             }],
             states_stopped_ms_ago: None,
+            agent_stopped_ms_ago: None,
         };
         let young = drain("2026-11-25T10:00:00Z", false);
         let now = at("2026-11-25T10:00:30Z");

@@ -142,7 +142,7 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
         }
         let recent =
             |t: &Option<ToldAnswer>| t.filter(|t| Duration::from_millis(t.last_ms_ago) <= limit);
-        let (http, agent) = (recent(&p.http), recent(&p.agent));
+        let (http, agent) = (recent(&p.http), recent(&p.agent_now()));
         let states: Vec<&StateAnswer> = (p.states.iter())
             .filter(|s| Duration::from_millis(s.last_ms_ago) <= limit)
             .collect();

@@ -93,7 +93,7 @@ fn each_recent_state(
         for s in &p.states {
             let Some(lb) = s.seen.as_ref() else { continue };
             let agent_drained = p
-                .agent
+                .agent_now()
                 .is_some_and(|t| t.told == Verdict::Drained && t.since_ms_ago > s.last_ms_ago);
             if Duration::from_millis(s.last_ms_ago) <= limit {
                 visit(p, lb, agent_drained);

@@ -3,6 +3,7 @@
 //! (its silence against its own rhythm) and named. Shared by [`crate::operator::assessment`]
 //! and [`crate::operator::backends`], which judge the answers.
 
+use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -106,13 +107,22 @@ pub fn silence_limit(p: &PollerAnswer, least: Duration) -> Duration {
     (3 * span / (p.polls - 1)).clamp(least, most)
 }
 
-/// `HTTP: DRAINED x3, agent: DRAINED x1`, and `, last 0.8s ago` with `when`.
+/// `HTTP: DRAINED x3, agent: DRAINED x1`, and `, last 0.8s ago` with `when`; an agent check
+/// that stopped says so.
 pub fn describe_told(p: &PollerAnswer, when: bool) -> String {
     let mut parts = Vec::new();
     for (kind, told) in [("HTTP", &p.http), ("agent", &p.agent)] {
         if let Some(t) = told {
             parts.push(format!("{kind}: {} x{}", t.told.as_str(), t.times));
         }
+    }
+    // What its agent checks were told before they stopped is no longer its state.
+    if let (Some(ago), Some(last)) = (p.agent_stopped_ms_ago, parts.last_mut()) {
+        let _ = write!(
+            last,
+            " until {} ago, then no more agent checks (`agent-check` gone from its server line?)",
+            seconds(Duration::from_millis(ago))
+        );
     }
     if when {
         parts.push(format!(

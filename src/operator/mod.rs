@@ -1,5 +1,5 @@
 //! What the operator runs and reads: `pmcheck status`, the waits of `drain --wait` and
-//! `undrain --wait`, `pmcheck cycle`, and the manual.
+//! `undrain --wait`, `pmcheck cycle`, `on-stop` and `on-start`, and the manual.
 
 pub mod access;
 pub mod assessment;
@@ -14,6 +14,7 @@ pub mod goal;
 pub mod history;
 pub mod manual;
 pub mod status;
+pub mod stop;
 pub mod wait;
 
 use std::time::Duration;

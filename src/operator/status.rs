@@ -314,7 +314,7 @@ fn weight(answer: &Answer<'_>) -> String {
             .to_owned();
     }
     let w = answer.weight;
-    match answer.weight_cause {
+    let sent = match answer.weight_cause {
         _ if answer.verdict == Verdict::Drained => {
             "none sent while drained: the agent line says `drain` and carries no weight".to_owned()
         }
@@ -331,7 +331,32 @@ fn weight(answer: &Answer<'_>) -> String {
         Some(WeightCause::Paused) => format!("{w}%, the floor: the JRuby pool is paused"),
         Some(WeightCause::Full) => format!("{w}%: all of the configured weight"),
         None => format!("{w}% (HAProxy agent check)"),
+    };
+    format!("{sent}{}", unread(answer))
+}
+
+/// When the load balancers that made agent checks all stopped, the weight is read by none.
+fn unread(answer: &Answer<'_>) -> String {
+    let agents: Vec<&PollerAnswer> = (answer.pollers.iter().flatten())
+        .filter(|p| p.proof.proven() && p.agent.is_some())
+        .collect();
+    if agents.is_empty() || agents.iter().any(|p| p.agent_now().is_some()) {
+        return String::new();
     }
+    let stopped: Vec<String> = (agents.iter())
+        .filter_map(|p| {
+            let ago = p.agent_stopped_ms_ago?;
+            Some(format!(
+                "{}'s {} ago",
+                p.address,
+                seconds(Duration::from_millis(ago))
+            ))
+        })
+        .collect();
+    format!(
+        ", but no load balancer reads it now: their agent checks stopped ({})",
+        stopped.join(", ")
+    )
 }
 
 /// A poller that does not prove it is a load balancer is shown for what it claims, and that
@@ -379,7 +404,7 @@ fn own_view(p: &PollerAnswer) -> String {
     // An agent drain keeps HAProxy's word UP and takes the server out of the backend's
     // weight, which the header's weights show only when the others weigh less: the agent
     // check's own answer tells.
-    let agent_drained = p.agent.is_some_and(|a| a.told == Verdict::Drained);
+    let agent_drained = p.agent_now().is_some_and(|a| a.told == Verdict::Drained);
     let views: Vec<String> = p
         .states
         .iter()

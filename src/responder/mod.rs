@@ -4,6 +4,7 @@
 pub(crate) mod agent;
 pub mod agents;
 pub(crate) mod bind;
+pub mod client_name;
 pub(crate) mod connections;
 pub(crate) mod deadline;
 pub(crate) mod exposition;

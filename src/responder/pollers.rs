@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use crate::health::answer::{PollerAnswer, StateAnswer, ToldAnswer, UnrecordedAnswer};
 use crate::health::lb_state::{self, Malformed};
 use crate::health::verdict::Verdict;
+use crate::responder::client_name::ClientName;
 use crate::settings::lb_proof::Proof;
 
 /// Most pollers remembered: a few load balancers, monitoring and an operator's curl fit.
@@ -59,6 +60,20 @@ pub struct Told {
     pub since: Instant,
     /// When the latest answer was given.
     pub last: Instant,
+    /// The time between the latest two checks of this kind, whatever they were told: its
+    /// rhythm, by which its silence is judged.
+    pub gap: Option<Duration>,
+}
+
+impl Told {
+    /// Silent for longer than three of its own intervals (one second at least, at most
+    /// [`MAX_GAP`]; [`MAX_GAP`] before a second check gave its rhythm).
+    fn silent(&self, now: Instant) -> bool {
+        let limit = self
+            .gap
+            .map_or(MAX_GAP, |g| (g * 3).clamp(Duration::from_secs(1), MAX_GAP));
+        now.saturating_duration_since(self.last) > limit
+    }
 }
 
 /// The raw `X-Haproxy-Server-State` of a poller's latest HTTP check of one server line, kept
@@ -157,6 +172,15 @@ impl Poller {
         self.headerless.is_some_and(|h| h > state.at)
     }
 
+    /// Its agent checks fell silent while its HTTP checks go on: `agent-check` is gone from
+    /// its server line, and the weight the agent check sends is no longer read.
+    fn agent_stopped(&self, now: Instant) -> bool {
+        match (self.agent, self.http) {
+            (Some(agent), Some(http)) => agent.silent(now) && !http.silent(now),
+            _ => false,
+        }
+    }
+
     /// Polls at a steady rhythm and has not fallen silent: a load balancer, never pushed out.
     pub fn regular(&self, now: Instant) -> bool {
         self.steady >= REGULAR && now.saturating_duration_since(self.last) <= MAX_GAP
@@ -178,38 +202,6 @@ pub struct Poll<'a> {
     pub client: Option<&'a [u8]>,
     /// How it proved that it comes from a load balancer.
     pub proof: Proof,
-}
-
-/// A client's name, the product token of its `User-Agent` (`curl`), kept without allocating.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientName {
-    bytes: [u8; 15],
-    len: u8,
-}
-
-impl ClientName {
-    /// The product token of `user_agent`: up to `/` or a space, printable ASCII, at most 15
-    /// bytes; `None` when there is none.
-    pub fn of(user_agent: &[u8]) -> Option<Self> {
-        let token = user_agent
-            .iter()
-            .take_while(|&&b| b != b'/' && b.is_ascii_graphic())
-            .take(15);
-        let mut name = Self {
-            bytes: [0; 15],
-            len: 0,
-        };
-        for (slot, &b) in name.bytes.iter_mut().zip(token) {
-            *slot = b;
-            name.len += 1;
-        }
-        (name.len > 0).then_some(name)
-    }
-
-    /// The name.
-    pub fn as_str(&self) -> &str {
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or("?")
-    }
 }
 
 #[derive(Debug)]
@@ -379,10 +371,12 @@ impl Pollers {
             Via::Http => &mut poller.http,
             Via::Agent => &mut poller.agent,
         };
+        let gap = told.map(|t| now.saturating_duration_since(t.last));
         *told = Some(match *told {
             Some(t) if t.verdict == poll.verdict => Told {
                 times: t.times.saturating_add(1),
                 last: now,
+                gap,
                 ..t
             },
             _ => Told {
@@ -390,6 +384,7 @@ impl Pollers {
                 times: 1,
                 since: now,
                 last: now,
+                gap,
             },
         });
     }
@@ -449,6 +444,9 @@ impl Pollers {
                 agent: told(p.agent),
                 regular: p.regular(now),
                 client: p.client.map(|c| c.as_str().to_owned()),
+                agent_stopped_ms_ago: (p.agent)
+                    .filter(|_| p.agent_stopped(now))
+                    .map(|t| ago(t.last)),
                 states_stopped_ms_ago: (p.states.iter().flatten())
                     .filter(|s| p.stopped(s))
                     .map(|s| ago(s.at))
@@ -529,6 +527,30 @@ mod tests {
         record(&pollers, ip(5), Via::Http, Verdict::Drained, at(6));
         let http = pollers.list(t0)[0].http.unwrap();
         assert_eq!((http.times, http.since), (2, at(4)));
+    }
+
+    #[test]
+    fn agent_checks_silent_for_three_of_their_intervals_while_http_goes_on_have_stopped() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        for s in 0..=4 {
+            record(&pollers, ip(5), Via::Http, Verdict::Ok, at(s));
+            record(&pollers, ip(5), Via::Agent, Verdict::Ok, at(s));
+        }
+        let stopped = |now| pollers.answer(now)[0].agent_stopped_ms_ago;
+        assert_eq!(stopped(at(7)), None, "three seconds of a 1 s rhythm");
+        assert_eq!(
+            stopped(at(8)),
+            None,
+            "both silent: the poller is, not its agent"
+        );
+        for s in 5..=8 {
+            record(&pollers, ip(5), Via::Http, Verdict::Ok, at(s));
+        }
+        assert_eq!(stopped(at(8)), Some(4_000));
+        record(&pollers, ip(5), Via::Agent, Verdict::Drained, at(9));
+        assert_eq!(stopped(at(9)), None, "back");
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub fn lb_key_file() -> PathBuf {
 /// The stand-in, polling until dropped.
 pub struct LoadBalancer {
     stop: Arc<AtomicBool>,
+    agent_gone: Arc<AtomicBool>,
     header: Arc<Mutex<Option<String>>>,
     seen: Arc<Mutex<Seen>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -85,6 +86,8 @@ impl LoadBalancer {
     /// Starts polling as `how` says, without a state header.
     pub fn start(how: Polling) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
+        let agent_gone = Arc::new(AtomicBool::new(false));
+        let no_agent = Arc::clone(&agent_gone);
         let header = Arc::new(Mutex::new(None::<String>));
         let seen = Arc::new(Mutex::new(Seen::default()));
         let (stopped, sent, kept) = (Arc::clone(&stop), Arc::clone(&header), Arc::clone(&seen));
@@ -96,7 +99,7 @@ impl LoadBalancer {
                 if let Some(status) = http_check(how.from, how.http, state.as_deref(), how.key) {
                     kept.lock().unwrap().http.push((Instant::now(), status));
                 }
-                if let Some(agent) = how.agent
+                if let Some(agent) = how.agent.filter(|_| !no_agent.load(Ordering::SeqCst))
                     && let Ok(mut s) = connect_from(how.from, agent, Duration::from_secs(5))
                 {
                     if let Some(key) = how.key {
@@ -111,6 +114,7 @@ impl LoadBalancer {
         });
         Self {
             stop,
+            agent_gone,
             header,
             seen,
             thread: Some(thread),
@@ -120,6 +124,11 @@ impl LoadBalancer {
     /// What its HTTP checks send as `X-Haproxy-Server-State` from now on.
     pub fn send_state(&self, header: Option<&str>) {
         *self.header.lock().unwrap() = header.map(str::to_owned);
+    }
+
+    /// Makes no more agent checks, as HAProxy once `agent-check` is gone from its server line.
+    pub fn stop_agent_checks(&self) {
+        self.agent_gone.store(true, Ordering::SeqCst);
     }
 
     /// How many HTTP checks were answered `status` since `since`.

@@ -98,6 +98,12 @@
 # @param state_dir
 #   PMCHECK_STATE_DIR (`--state-dir`). Default: /var/lib/pmcheck. `pmcheck drain` and
 #   `undrain` do not read the settings file: give them the same `--state-dir`.
+# @param drain_on_stop
+#   PMCHECK_DRAIN_ON_STOP: `false` writes `no`, and stops of puppetserver.service are no longer
+#   drained first (pmcheck-drain-on-stop@puppetserver.service). Default: true.
+# @param stop_max_wait
+#   PMCHECK_MAX_WAIT: how long a stop of Puppet Server waits for the load balancers and the
+#   agents; keep it under the helper's TimeoutStopSec= (150s). Default: 120s.
 # @param log_level
 #   RUST_LOG: error, warn, info or debug (tracing EnvFilter syntax). Default: info.
 class pmcheck (
@@ -132,6 +138,8 @@ class pmcheck (
   Optional[Pattern[/\A\/[^\s'"`$\\]*\z/]] $status_path = undef,
   Optional[Stdlib::Unixpath] $state_dir = undef,
   Optional[Pattern[/\A[A-Za-z0-9_:=,.\/-]+\z/]] $log_level = undef,
+  Boolean $drain_on_stop = true,
+  Optional[Pmcheck::Duration] $stop_max_wait = undef,
 ) {
   case $facts['os']['family'] {
     'Debian': {
@@ -182,6 +190,8 @@ class pmcheck (
     ['PMCHECK_STATUS_PATH', $status_path, '/status/v1/services/jruby-metrics'],
     ['PMCHECK_STATE_DIR', $state_dir, '/var/lib/pmcheck'],
     ['RUST_LOG', $log_level, 'info'],
+    ['PMCHECK_DRAIN_ON_STOP', $drain_on_stop ? { true => undef, default => 'no' }, 'yes'],
+    ['PMCHECK_MAX_WAIT', $stop_max_wait, '120s'],
   ]
 
   $removing = $package_ensure in ['absent', 'purged']

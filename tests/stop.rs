@@ -1,0 +1,143 @@
+//! `pmcheck on-stop` and `on-start`, as pmcheck-drain-on-stop@.service runs them around a stop
+//! of Puppet Server: the stop holds the node drained and waits for the load balancer; the start
+//! lets go of that hold only; a last server, a missing daemon and the off switch never hold the
+//! stop up. (scripts/check-systemd runs them under a real systemd, around puppetserver.service.)
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::lb::{LoadBalancer, Polling};
+use common::operator::*;
+use common::*;
+
+const UP: &str =
+    "UP; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/200; scur=0/1; qcur=0";
+const NOLB: &str =
+    "NOLB; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+const LAST: &str =
+    "UP; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+
+/// The kinds of the drain record's holders.
+fn holders(s: &Setup) -> Vec<String> {
+    record(s)
+        .and_then(|r| r["holders"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| h["kind"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+/// A load balancer polling `d` every 50 ms with `state`, once `d` counts it as regular.
+fn load_balancer(d: &Daemon, state: &str) -> LoadBalancer {
+    let lb = LoadBalancer::start(Polling::new(d.addr, None));
+    lb.send_state(Some(state));
+    d.wait_for_json(SOON, "the load balancer to be regular", |a| {
+        (a.pollers.iter().flatten()).any(|p| p.regular && p.address.to_string() == "127.0.0.2")
+    });
+    lb
+}
+
+#[test]
+fn a_stop_waits_for_the_load_balancer_and_the_start_lets_go_of_its_own_hold_only() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let lb = load_balancer(&d, UP);
+    let url = url(&d);
+    let mut stop = Running::start(&s, "on-stop", &["--url", &url, "--lb-interval", "100ms"]);
+    d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
+    assert_eq!(holders(&s), ["stop"]);
+    // HAProxy still says UP: the stop is held up, the JVM not yet told to stop.
+    stop.stderr_until("waiting");
+    assert!(
+        stop.0.try_wait().unwrap().is_none(),
+        "on-stop returned early"
+    );
+    lb.send_state(Some(NOLB));
+    let out = stop.finish(SOON);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert_contains!(stdout, "drained for this stop of puppetserver.service");
+    assert_contains!(stdout, "; puppetserver.service stops now");
+    assert!(stdout.contains("safe to stop after "), "{stdout}");
+
+    // An operator drains while Puppet Server is down: the start leaves that drain.
+    assert!(s.pmcheck("drain", &["--reason", "kernel"]).status.success());
+    let mut both = holders(&s);
+    both.sort();
+    assert_eq!(both, ["drain", "stop"]);
+    let out = s.pmcheck("on-start", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_contains!(
+        stdout_of(&out),
+        "puppetserver.service started; the node stays drained, held by drain (kernel"
+    );
+    assert_eq!(holders(&s), ["drain"]);
+    let history = stdout_of(&s.pmcheck("status", &["--history", "--json"]));
+    let events: serde_json::Value = serde_json::from_str(&history).expect("JSON");
+    let actions: Vec<&str> = (events.as_array().into_iter().flatten())
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert_eq!(
+        actions,
+        ["stop_drain", "drain", "stop_undrain"],
+        "{history}"
+    );
+
+    // Alone, the stop's hold is let go and the record goes with it.
+    assert!(s.pmcheck("undrain", &[]).status.success());
+    assert!(s.pmcheck("on-stop", &["--url", &url]).status.success());
+    let out = s.pmcheck("on-start", &["--unit", "pe-puppetserver.service"]);
+    assert_contains!(
+        stdout_of(&out),
+        "pe-puppetserver.service started: let go of the stop's hold"
+    );
+    assert!(record(&s).is_none(), "{:?}", record(&s));
+    d.wait_for(SOON, "OK", |a| a.body.starts_with("OK"));
+}
+
+#[test]
+fn a_last_server_a_missing_daemon_and_the_off_switch_never_hold_a_stop_up() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let _lb = load_balancer(&d, LAST);
+    let url = url(&d);
+    let started = Instant::now();
+    let out = s.pmcheck("on-stop", &["--url", &url, "--max-wait", "60s"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(30), "it waited");
+    assert_contains!(
+        stderr,
+        "is the only server taking new agents in backend bk (weight 100 of 100): not waiting; puppetserver.service stops now"
+    );
+    assert_eq!(holders(&s), ["stop"], "the drain is written all the same");
+    assert!(s.pmcheck("on-start", &[]).status.success());
+    assert!(record(&s).is_none());
+
+    // No daemon: said loudly, and the stop goes on.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let out = s.pmcheck("on-stop", &["--url", &format!("http://{closed}/")]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_contains!(stderr, "pmcheck on-stop: WARNING: ");
+    assert_contains!(stderr, "the load balancers were not waited for");
+    assert_eq!(holders(&s), ["stop"]);
+    assert!(s.pmcheck("on-start", &[]).status.success());
+
+    // Off: nothing written, and it says so.
+    let out = s.pmcheck("on-stop", &["--url", &url, "--drain-on-stop", "no"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_contains!(
+        stdout_of(&out),
+        "PMCHECK_DRAIN_ON_STOP=no: puppetserver.service stops without a drain"
+    );
+    assert!(record(&s).is_none());
+}
+
+fn stdout_of(out: &std::process::Output) -> String {
+    text(&out.stdout)
+}
