@@ -18,11 +18,10 @@ use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::log::{Action, Event};
 use crate::drain::record::DrainRecord;
-use crate::operator::daemon;
 use crate::operator::drain::{say_lost, wait_settings};
 use crate::operator::goal::Goal;
 use crate::operator::run_single_threaded;
-use crate::operator::wait;
+use crate::operator::wait::{self, WaitError};
 use crate::text::seconds;
 
 /// The unit named when `--unit` is not given.
@@ -69,25 +68,16 @@ pub fn on_stop(args: OnStopArgs) {
         errln!("pmcheck on-stop: WARNING: {said}: not waiting; {name} stops now");
         return;
     }
-    match run_single_threaded(daemon::daemon_answer(&how, true)) {
-        Ok(Ok(_)) => {}
-        Ok(Err(why)) => {
-            errln!(
-                "pmcheck on-stop: WARNING: {why}; the load balancers were not waited for: {name} stops now, and agents still sent here fail"
-            );
-            return;
-        }
-        Err(e) => {
-            errln!("pmcheck on-stop: WARNING: {e}; {name} stops now");
-            return;
-        }
-    }
+    // The wait's first question finds out whether the daemon can be asked at all.
     let waited = run_single_threaded(wait::wait(Goal::Drained, &how, std::future::pending()));
     match waited {
         Ok(Ok(done)) => outln!(
             "safe to stop after {}: {}; {name} stops now",
             seconds(done.waited),
             done.summary
+        ),
+        Ok(Err(WaitError::NoDaemon(e))) => errln!(
+            "pmcheck on-stop: WARNING: {e}; the load balancers were not waited for: {name} stops now, and agents still sent here fail"
         ),
         Ok(Err(e)) => errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
         Err(e) => errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
