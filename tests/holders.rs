@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::operator::*;
@@ -26,6 +27,18 @@ fn cycle_of(s: &Setup, d: &Daemon, lb_interval: &str, command: &[&str]) -> Runni
 /// A cycle of `sleep SECONDS` against `d`, started now.
 fn cycle(s: &Setup, d: &Daemon, seconds: &str) -> Running {
     cycle_of(s, d, "100ms", &["sleep", seconds])
+}
+
+/// A cycle against `d` whose command runs until the test creates the returned path (20 s at
+/// most): what happens "while the command runs" then needs no guess at how fast this machine
+/// is.
+fn cycle_until_released(s: &Setup, d: &Daemon, name: &str) -> (Running, PathBuf) {
+    let release = s.state.path().join(name);
+    let script = format!(
+        "i=0; while [ ! -e {} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done",
+        release.display()
+    );
+    (cycle_of(s, d, "100ms", &["sh", "-c", &script]), release)
 }
 
 /// Waits until the drain record names a cycle among its holders.
@@ -64,7 +77,7 @@ fn answers_until_done(d: &Daemon, running: &mut Running, within: Duration) -> Ve
 fn two_cycles_at_once_keep_the_node_drained_until_the_last_one_ends() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
-    let mut long = cycle(&s, &d, "4");
+    let (mut long, release) = cycle_until_released(&s, &d, "release");
     until_held_by_a_cycle(&s);
     let short = cycle(&s, &d, "0.3");
     let out = short.finish(SOON);
@@ -84,12 +97,24 @@ fn two_cycles_at_once_keep_the_node_drained_until_the_last_one_ends() {
     );
     assert_contains!(stdout, "pmcheck cycle: done in ");
     // The long cycle's command still runs: the node must stay out all along.
-    let seen = answers_until_done(&d, &mut long, SOON);
-    let back = seen.iter().position(|w| w == "OK");
-    let during: Vec<&String> = seen[..back.unwrap_or(seen.len())].iter().collect();
+    let during: Vec<String> = (0..10)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            quiet_poll(&d).body
+        })
+        .collect();
     assert!(
-        during.len() >= 10 && during.iter().all(|w| *w == "DRAINED"),
-        "answers while the long cycle ran: {seen:?}"
+        during.iter().all(|b| b.starts_with("DRAINED")),
+        "answers while the long cycle ran: {during:?}"
+    );
+    std::fs::write(&release, "").unwrap();
+    let seen = answers_until_done(&d, &mut long, SOON + SOON);
+    let back = seen.iter().position(|w| w == "OK");
+    assert!(
+        seen[..back.unwrap_or(seen.len())]
+            .iter()
+            .all(|w| w == "DRAINED"),
+        "answers until the long cycle let go: {seen:?}"
     );
     let out = long.finish(SOON);
     let stdout = text(&out.stdout);
@@ -110,7 +135,7 @@ fn undrain_refuses_while_a_cycle_holds_the_node_and_drain_then_cycle_stays_drain
             .status
             .success()
     );
-    let running = cycle(&s, &d, "3");
+    let (running, release) = cycle_until_released(&s, &d, "release");
     until_held_by_a_cycle(&s);
     let out = s.pmcheck("undrain", &[]);
     let stderr = text(&out.stderr);
@@ -118,13 +143,14 @@ fn undrain_refuses_while_a_cycle_holds_the_node_and_drain_then_cycle_stays_drain
     assert_contains!(
         stderr,
         &format!(
-            "refused: the node is held drained by cycle pid {} (pmcheck cycle: sleep 3, by ",
+            "refused: the node is held drained by cycle pid {} (pmcheck cycle: sh -c 'i=0; while [ ! -e ",
             running.0.id()
         ),
         "{stderr}"
     );
     assert_contains!(stderr, "`pmcheck undrain --force` undrains now");
-    let out = running.finish(SOON);
+    std::fs::write(&release, "").unwrap();
+    let out = running.finish(SOON + SOON);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     assert_contains!(stdout, "held by drain (kernel upgrade");
@@ -141,9 +167,16 @@ fn undrain_refuses_while_a_cycle_holds_the_node_and_drain_then_cycle_stays_drain
 fn undrain_force_during_a_cycle_and_the_cycle_says_what_it_found() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
-    // Forced while the command runs: the cycle finds no record when it lets go.
+    // Forced while the command runs: the cycle finds no record when it lets go. The command
+    // runs until the test says the forced undrain is done (at most 10 s), not for a time a
+    // loaded machine may outlast.
     let marker = s.state.path().join("running");
-    let script = format!("touch {}; sleep 1", marker.display());
+    let done = s.state.path().join("forced");
+    let script = format!(
+        "touch {}; i=0; while [ ! -e {} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done",
+        marker.display(),
+        done.display()
+    );
     let running = cycle_of(&s, &d, "100ms", &["sh", "-c", &script]);
     let deadline = Instant::now() + SOON;
     while !marker.exists() {
@@ -154,6 +187,7 @@ fn undrain_force_during_a_cycle_and_the_cycle_says_what_it_found() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert_contains!(stdout, "let go of cycle pid ");
+    std::fs::write(&done, "").unwrap();
     // It neither waits for a Puppet Server it no longer holds out, nor claims a drain.
     let out = running.finish(SOON);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));

@@ -21,6 +21,7 @@ use thiserror::Error;
 use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::Holder;
+use crate::drain::holding::{Forced, Release};
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
 use crate::drain::tenure::Tenure;
@@ -225,10 +226,10 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
     let t = Instant::now();
     let let_go = let_go(&file)?;
-    let undrained = matches!(let_go, LetGo::Undrained);
-    step(Step::Undrain, t, &let_go.describe(&file));
+    let undrained = matches!(let_go, Release::Undrained);
+    step(Step::Undrain, t, &described(&let_go, &file));
     if !undrained {
-        let left = if matches!(let_go, LetGo::Gone) {
+        let left = if matches!(let_go, Release::NotDrained) {
             ""
         } else {
             "; the node stays drained"
@@ -267,7 +268,7 @@ async fn give_back_if_needed(cycle: &Cycle, file: &DrainFile) -> Result<(), Cycl
     };
     // The trail says why the hold goes: the command was refused, as a drain would be.
     log_refused(file, &cycle.reason, &LastServer(said.clone()));
-    let left = let_go(file)?.describe(file);
+    let left = described(&let_go(file)?, file);
     Err(CycleError::EmptyBackend { said, left })
 }
 
@@ -374,26 +375,9 @@ async fn hold(
     let forced = guard.forced;
     let mut me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
     me.guarded = guard.checked;
-    let (found, lost) = file.update_logged(|current| {
-        let now = SystemTime::now();
-        let mut held: Vec<Holder> = (current.as_ref())
-            .and_then(|d| d.record.as_ref())
-            .map(DrainRecord::holders)
-            .unwrap_or_default();
-        held.retain(|h| !h.expired_at(now));
-        let found = held.clone();
-        held.push(me.clone());
-        let forced = forced.or_else(|| current.and_then(|d| d.record).and_then(|r| r.forced));
-        match DrainRecord::held_by(held, forced) {
-            Some(record) => (
-                Change::Write(record),
-                vec![Event::of(Action::CycleDrain, &me, now)],
-                found,
-            ),
-            None => (Change::Keep, Vec::new(), found),
-        }
-    })?;
+    let (held, lost) = file.hold(&me, |_| false, Forced::Keep(forced), Action::CycleDrain)?;
     say_lost(lost);
+    let found = held.others;
     let detail = if found.is_empty() {
         let Tenure { by, since, .. } = &me.tenure;
         format!("drained: {} (by {by} since {since})", me.what)
@@ -409,53 +393,34 @@ async fn hold(
 
 /// Step 5: takes this cycle's hold out of the record, removing the record when no holder is
 /// left.
-fn let_go(file: &DrainFile) -> Result<LetGo, DrainError> {
-    let (let_go, lost) = file.update_logged(|current| {
-        let Some(record) = current.and_then(|d| d.record) else {
-            return (Change::Keep, Vec::new(), LetGo::Gone);
-        };
-        let now = SystemTime::now();
-        let held = record.holders();
-        let Some(me) = held.iter().find(|h| h.is_me()).cloned() else {
-            return (Change::Keep, Vec::new(), LetGo::NotMine(held));
-        };
-        let events = vec![Event::of(Action::CycleUndrain, &me, now)];
-        let rest: Vec<Holder> = (held.into_iter())
-            .filter(|h| !h.is_me() && !h.expired_at(now))
-            .collect();
-        match DrainRecord::held_by(rest.clone(), record.forced) {
-            None => (Change::Remove, events, LetGo::Undrained),
-            Some(record) => (Change::Write(record), events, LetGo::StillHeld(rest)),
-        }
-    })?;
+fn let_go(file: &DrainFile) -> Result<Release, DrainError> {
+    let (release, lost) = file.release(Holder::is_me, Action::CycleUndrain)?;
     say_lost(lost);
-    Ok(let_go)
+    Ok(release)
 }
 
-impl LetGo {
-    /// The undrain step's line.
-    fn describe(&self, file: &DrainFile) -> String {
-        let holders = |held: &[Holder]| {
-            held.iter()
-                .map(Holder::describe)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        match self {
-            LetGo::Undrained => format!("removed {}", file.path().display()),
-            LetGo::Gone => format!(
-                "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
-                file.path().display()
-            ),
-            LetGo::NotMine(held) => format!(
-                "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",
-                holders(held)
-            ),
-            LetGo::StillHeld(held) => format!(
-                "this cycle let go; the node stays drained, held by {}",
-                holders(held)
-            ),
-        }
+/// The undrain step's line.
+fn described(release: &Release, file: &DrainFile) -> String {
+    let holders = |held: &[Holder]| {
+        held.iter()
+            .map(Holder::describe)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match release {
+        Release::Undrained => format!("removed {}", file.path().display()),
+        Release::NotDrained => format!(
+            "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
+            file.path().display()
+        ),
+        Release::NotHeld(held) => format!(
+            "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",
+            holders(held)
+        ),
+        Release::StillHeld(held) => format!(
+            "this cycle let go; the node stays drained, held by {}",
+            holders(held)
+        ),
     }
 }
 
@@ -582,18 +547,6 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
             errln!("pmcheck cycle: the node stays drained, but the record could not say why: {e}")
         }
     }
-}
-
-/// What the cycle found when it let go of the node.
-enum LetGo {
-    /// It was the last holder: the record is removed.
-    Undrained,
-    /// Others still hold the node.
-    StillHeld(Vec<Holder>),
-    /// The record is gone.
-    Gone,
-    /// The record does not name this cycle any more.
-    NotMine(Vec<Holder>),
 }
 
 /// `pmcheck cycle: step NAME took 1.2s: DETAIL`, the line scripts may read.

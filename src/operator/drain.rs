@@ -10,6 +10,7 @@ use crate::cli::{DrainArgs, StateArgs, UndrainArgs, WaitArgs};
 use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
+use crate::drain::holding::Forced;
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord, DrainState, Unreadable};
 use crate::drain::tenure::Tenure;
@@ -68,25 +69,10 @@ pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
     let mut mine = Holder::drain(args.reason, args.for_, SystemTime::now());
     mine.guarded = guard.checked;
     let forcing = forced.is_some();
-    let ((previous, others), lost) = file.update_logged(|current| {
-        let now = SystemTime::now();
-        let mut held: Vec<Holder> = (current.as_ref())
-            .and_then(|d| d.record.as_ref())
-            .map(DrainRecord::holders)
-            .unwrap_or_default();
-        held.retain(|h| h.kind != Kind::Drain && !h.expired_at(now));
-        let others = held.clone();
-        held.push(mine.clone());
-        match DrainRecord::held_by(held, forced) {
-            Some(record) => (
-                Change::Write(record),
-                vec![Event::of(Action::Drain, &mine, now)],
-                (current, others),
-            ),
-            None => (Change::Keep, Vec::new(), (current, others)),
-        }
-    })?;
+    let replaces = |h: &Holder| h.kind == Kind::Drain;
+    let (held, lost) = file.hold(&mine, replaces, Forced::Set(forced), Action::Drain)?;
     say_lost(lost);
+    let (previous, others) = (held.before, held.others);
     // A node drained already takes nothing out: the guard let it through, and so does this.
     let fresh = !forcing
         && mine.guarded

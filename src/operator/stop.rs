@@ -14,10 +14,10 @@ use std::time::SystemTime;
 
 use crate::cli::{OnStopArgs, StopArgs};
 use crate::console::{errln, outln};
-use crate::drain::file::{Change, DrainError, DrainFile};
+use crate::drain::file::{DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
-use crate::drain::log::{Action, Event};
-use crate::drain::record::DrainRecord;
+use crate::drain::holding::{Forced, Release};
+use crate::drain::log::Action;
 use crate::operator::drain::{say_lost, wait_settings};
 use crate::operator::goal::Goal;
 use crate::operator::run_single_threaded;
@@ -88,31 +88,14 @@ pub fn on_stop(args: OnStopArgs) {
 pub fn on_start(args: StopArgs) -> Result<(), DrainError> {
     let file = DrainFile::new(&args.state.state_dir);
     let name = args.unit.as_deref().unwrap_or(DEFAULT_UNIT);
-    let (left, lost) = file.update_logged(|current| {
-        let Some(record) = current.and_then(|d| d.record) else {
-            return (Change::Keep, Vec::new(), None);
-        };
-        let now = SystemTime::now();
-        let held = record.holders();
-        let Some(stop) = held.iter().find(|h| h.kind == Kind::Stop).cloned() else {
-            return (Change::Keep, Vec::new(), Some(held));
-        };
-        let events = vec![Event::of(Action::StopUndrain, &stop, now)];
-        let rest: Vec<Holder> = (held.into_iter())
-            .filter(|h| h.kind != Kind::Stop && !h.expired_at(now))
-            .collect();
-        match DrainRecord::held_by(rest.clone(), record.forced) {
-            None => (Change::Remove, events, Some(Vec::new())),
-            Some(record) => (Change::Write(record), events, Some(rest)),
-        }
-    })?;
+    let (left, lost) = file.release(|h| h.kind == Kind::Stop, Action::StopUndrain)?;
     say_lost(lost);
     match left {
-        None => outln!("{name} started; not drained"),
-        Some(rest) if rest.is_empty() => outln!(
+        Release::NotDrained => outln!("{name} started; not drained"),
+        Release::Undrained => outln!(
             "{name} started: let go of the stop's hold; the node returns once pmcheck's probe finds Puppet Server ready"
         ),
-        Some(rest) => {
+        Release::NotHeld(rest) | Release::StillHeld(rest) => {
             let held: Vec<String> = rest.iter().map(Holder::describe).collect();
             outln!(
                 "{name} started; the node stays drained, held by {}",
@@ -125,25 +108,8 @@ pub fn on_start(args: StopArgs) -> Result<(), DrainError> {
 
 /// Adds `mine` to the holders, in place of an earlier stop's.
 fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
-    let ((), lost) = file.update_logged(|current| {
-        let now = SystemTime::now();
-        let record = current.and_then(|d| d.record);
-        let forced = record.as_ref().and_then(|r| r.forced.clone());
-        let mut held: Vec<Holder> = record
-            .as_ref()
-            .map(DrainRecord::holders)
-            .unwrap_or_default();
-        held.retain(|h| h.kind != Kind::Stop && !h.expired_at(now));
-        held.push(mine.clone());
-        match DrainRecord::held_by(held, forced) {
-            Some(record) => (
-                Change::Write(record),
-                vec![Event::of(Action::StopDrain, mine, now)],
-                (),
-            ),
-            None => (Change::Keep, Vec::new(), ()),
-        }
-    })?;
+    let replaces = |h: &Holder| h.kind == Kind::Stop;
+    let (_, lost) = file.hold(mine, replaces, Forced::Keep(None), Action::StopDrain)?;
     say_lost(lost);
     Ok(())
 }

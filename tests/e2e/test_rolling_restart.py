@@ -11,8 +11,14 @@ agent -t` loops, each with its own certname signed by the CA and its own ssldir 
 through the frontend against an environment whose catalog takes seconds to compile (in a code
 dir the masters share, in the temp dir: the host's /etc/puppet/code is left alone).
 
-1. `pmcheck cycle -- puppetserver_ctl.py restart A`, then the same for B, each begun while a
-   catalog compile is under way on that master: zero failed agent runs.
+0. The shipped Ansible playbook (packaging/ansible/rolling-restart.yml, run by Debian's
+   ansible-core) refuses a batch that would take every master out, before touching any.
+1. The rolling restart by that playbook over A and B (e2e_stack/ansible.py): each master through
+   `pmcheck cycle -- puppetserver_ctl.py restart M`, begun while a catalog compile is under way on
+   A: zero failed agent runs, HAProxy never without a master UP, B's cycle only once A is back.
+1c. A play whose command fails on its first master, A: the play stops, A stays drained with the
+   play's reason, B is not touched; the playbook's pre-check then refuses to begin while A is
+   drained.
 2. The baseline: A restarted by the same program without pmcheck, while a compile is under way
    on it: the agents see failed runs, so the zero above means something. The runs judged are
    those under way from the restart's start until 5 s after its stop; the test does not wait
@@ -52,11 +58,20 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
     cycle_help = fleet.pm.run("cycle", "--help")
     assert cycle_help.returncode == 0, f"this pmcheck has no `cycle`:\n{cycle_help.stderr}"
 
-    # -- both masters as made, each pmcheck with its default flags, both UP in HAProxy
-    fleet.ensure()
+    # -- both masters as made, both UP in HAProxy; each pmcheck believes what HAProxy, polling
+    # from 127.0.0.1, says of it (the playbook believes only a load balancer that proves itself)
+    fleet.ensure(serve_flags=["--lb-address", "127.0.0.1/32"])
     a, b = fleet.a, fleet.b
     serves, h, backend, srv = fleet.serves, fleet.h, fleet.backend, fleet.srv
     assert h is not None
+
+    # -- 0. a batch of both masters is refused before anything is touched
+    refused = st.ansible_roll(
+        fleet, pmcheck_bin, testdir / "roll-batch", ["a", "b"], extra={"pmcheck_batch": 2}
+    )
+    assert refused.code != 0 and not refused.cycles, refused.describe()
+    assert "batches of 1 to 1" in refused.failed.get("a", ""), refused.describe()
+    assert not any((serves[n].state_dir / "drain").exists() for n in ("a", "b")), "a refused play drained"
 
     # -- the agents, all along
     with fleet.slow_environment("pmcheck_e2e_rolling") as env:
@@ -92,23 +107,33 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
         )
 
         with st.HAProxyWatch(h, backend) as watch:
-            # -- 1. the rolling restart: A, then B, each begun during a compile on it
-            cycles: list[st.Cycle] = []
-            t_cycles = time.monotonic()
-            for m in (a, b):
-                _, waited = st.wait_until(
-                    f"a catalog compile in flight on {m.name}, the other master taking agents",
-                    lambda m=m: st.compile_in_flight(m) and st.others_take_agents(serves[m.name]),
-                    120,
-                    0.2,
-                )
-                c = st.run_cycle(pmcheck_bin, m, serves[m.name], testdir / f"cycle-{m.name}.stderr")
-                cycles.append(c)
+            # -- 1. the rolling restart by the shipped playbook: A, then B, begun during a compile
+            # on A
+            st.wait_until(
+                "a catalog compile in flight on a, b taking agents",
+                lambda: st.compile_in_flight(a) and st.others_take_agents(serves["a"]),
+                120,
+                0.2,
+            )
+            roll = st.ansible_roll(fleet, pmcheck_bin, testdir / "roll", ["a", "b"])
+            t_cycles, t_cycles_end = roll.start, roll.end
+            assert roll.code == 0, roll.describe() + "\n" + roll.output[-4000:]
+            assert list(roll.cycles) == ["a", "b"], roll.describe()
+            cycles = list(roll.cycles.values())
+            for c in cycles:
                 assert c.code == 0, (
-                    f"pmcheck cycle of {m.name} exited {c.code}:\n" + "\n".join(c.stdout) + f"\n{c.stderr}"
+                    f"pmcheck cycle of {c.master} exited {c.code}:\n" + "\n".join(c.stdout) + c.stderr
                 )
                 assert list(c.steps) == STEPS, c.stdout
-            t_cycles_end = time.monotonic()
+            assert cycles[0].end <= cycles[1].start, "B's cycle began before A's had ended"
+            # per master, the playbook printed the pre-check's word and the word after its cycle:
+            # what HAProxy itself says
+            for name in ("a", "b"):
+                ups = [line for line in roll.said.get(name, []) if " says UP (weight" in line]
+                assert len(ups) >= 2, f"{name}: {roll.said.get(name)}"
+            worst_roll = watch.worst(t_cycles, t_cycles_end)
+            assert worst_roll.fewest >= 1, f"HAProxy had no master UP during the roll: {worst_roll}"
+            record("rolling: HAProxy during the Ansible roll", str(worst_roll))
 
             # -- 1b. two cycles on B at once: its restart, and a short one begun once the first
             # holds the drain. Neither may put B back while the other's command runs.
@@ -164,11 +189,43 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
                 f"let go: {let_go}",
             )
 
-            # every run that overlapped the rolling restart and the two cycles has ended before
+            # -- 1c. a play whose command fails on A: the play stops there, A stays drained with
+            # the play's reason, B is untouched; the pre-check then refuses to begin
+            b_jvm = b.pid()
+            reason = "e2e: a play whose command fails"
+            failing = st.ansible_roll(
+                fleet, pmcheck_bin, testdir / "roll-fails", ["a", "b"],
+                command="echo 'e2e: the upgrade failed' >&2; exit 3", extra={"pmcheck_reason": reason},
+            )  # fmt: skip
+            assert failing.code != 0 and list(failing.cycles) == ["a"], failing.describe()
+            assert failing.cycles["a"].code != 0, failing.cycles["a"]
+            assert "the roll stops here" in failing.failed.get("a", ""), failing.describe()
+            assert "e2e: the upgrade failed" in failing.cycles["a"].stderr, failing.cycles["a"]
+            held = json.loads((serves["a"].state_dir / "drain").read_text())
+            assert held["reason"] == f"{reason}; cycle stopped: the command exited with 3", held
+            verdict = serves["a"].get(headers={"User-Agent": st.fleet.USER_AGENT}).body
+            assert verdict.startswith("DRAINED"), verdict
+            assert not (serves["b"].state_dir / "drain").exists(), "the play touched B"
+            assert b.pid() == b_jvm, "B's Puppet Server was restarted"
+            again = st.ansible_roll(fleet, pmcheck_bin, testdir / "roll-refused", ["a", "b"])
+            assert again.code != 0 and not again.cycles, again.describe()
+            assert "a is not taking agents" in again.failed.get("a", ""), again.describe()
+            assert reason in again.failed["a"], again.describe()
+            undo = fleet.pm.run("undrain", "--state-dir", str(serves["a"].state_dir))
+            assert undo.returncode == 0, undo
+            back = fleet.wait_serving(["a"])
+            t_fail_end = time.monotonic()
+            record(
+                "rolling: a play whose command fails on A",
+                f"{failing.end - failing.start:.1f}s; {failing.failed['a']}; the pre-check then: "
+                f"{again.failed['a']}; A UP {back:.1f}s after `pmcheck undrain`",
+            )
+
+            # every run that overlapped the rolling restart, the two cycles and the failed play has ended before
             # the baseline begins (its restart of A fails the runs under way there)
             st.wait_until(
                 "the runs under way at the end of the two cycles on B to end",
-                lambda: all(loop.current_start is None or loop.current_start > t_double_end for loop in loops),
+                lambda: all(loop.current_start is None or loop.current_start > t_fail_end for loop in loops),
                 120, interval=0.2,
             )  # fmt: skip
 
@@ -228,6 +285,7 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
         f"({t_cycles_end - t_cycles:.1f}s), {len(failed_rolling)} failed; {len(baseline)} overlapped the "
         f"baseline restart ({t_base_end - t_base:.1f}s), {len(failed_base)} failed",
     )
+    waited_for_agents: list[bool] = []
     for c in cycles:
         m = a if c.master == "a" else b
         ctl = [line.split(": ", 2)[2] for line in c.stdout if line.startswith("puppetserver_ctl: ")]
@@ -242,8 +300,7 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
             f"rolling: drain of {c.master} waited for in-flight runs",
             f"{c.steps['wait-drained'][1]:.1f}s: {wd}",
         )
-        # the cycle began during a compile on this master: the drain had agents to wait for
-        assert conn and int(conn[1]) >= 1, f"the drain of {c.master} found no agent connection: {wd!r}"
+        waited_for_agents.append(bool(conn and int(conn[1]) >= 1))
         # while its Puppet Server was restarted, HAProxy had no session on it
         c0, c1 = c.window("command")
         during = [int(s[srv[c.master]]["scur"]) for _, s in watch.between(c0, c1)]
@@ -258,6 +315,8 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
             busy = [r for r in all_runs if r.start <= t1 and r.end >= t0]
             assert busy, f"no agent run in flight during step {name} of {c.master}'s cycle"
 
+    # the roll began during a compile on A: a drain had agents to wait for
+    assert any(waited_for_agents), "no drain of the roll found an agent connection to wait for"
     assert not failed_rolling, "agent runs failed during the rolling restart:\n" + "\n\n".join(
         f"{r.agent} run {r.number} (exit {r.code}, {r.log}):\n{st.tail(r.log, 25)}" for r in failed_rolling
     )

@@ -17,12 +17,14 @@ One module per component; this package re-exports what the tests and scripts/dem
     xinetd        xinetd and the shipped service file
     prometheus    Prometheus and its HTTP API
     agents        real `puppet agent` runs and loops
+    ansible       the shipped Ansible rolling restart, run over the fleet's masters
     fleet         two compile masters behind one HAProxy (the fleet tests, scripts/soak), its watchers
     stubs         stand-ins for pmcheck's check and agent ports
     versions      the Debian release and its components' versions (Debian 12 or 13)
 """
 
 from .agents import ENVIRONMENTS, AgentLoop, AgentRunRecord, agent_run, slow_environment
+from .ansible import PLAYBOOK, Roll, ansible_roll
 from .clients import Reply, TLSReply, http_request, https_request, raw_http, tls_context
 from .fleet import (
     ADMIN_CERTNAME,
@@ -94,6 +96,7 @@ __all__ = [
     "LB_KEY",
     "LB_KEY_PLACEHOLDER",
     "LOOPBACK",
+    "PLAYBOOK",
     "PUPPETSERVER_JAR",
     "PUPPET_PORT",
     "AgentLineStub",
@@ -113,6 +116,7 @@ __all__ = [
     "PuppetServer",
     "PuppetSettings",
     "Reply",
+    "Roll",
     "Said",
     "Sampler",
     "Stack",
@@ -121,6 +125,7 @@ __all__ = [
     "Tuning",
     "Xinetd",
     "agent_run",
+    "ansible_roll",
     "ca_sign",
     "clean_env",
     "compile_in_flight",

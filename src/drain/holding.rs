@@ -1,0 +1,151 @@
+//! Holding the node drained and letting go: the one rule every holder follows (an operator's
+//! `drain`, each `cycle`, the stop's hold). A hold joins the live holders, in place of those it
+//! replaces; letting go takes one holder out, and the record goes with the last one. Both are
+//! made under the state directory's lock, with their event logged in the same section.
+
+use std::time::SystemTime;
+
+use crate::drain::file::{Change, DrainError, DrainFile};
+use crate::drain::holders::Holder;
+use crate::drain::log::{Action, Event, LogError};
+use crate::drain::record::{Drain, DrainRecord};
+
+/// The record's `forced` note after a hold.
+#[derive(Debug, Clone)]
+pub enum Forced {
+    /// This note, or none: a new drain says for itself whether it was forced.
+    Set(Option<String>),
+    /// This note, else the one the record had: a hold beside others keeps theirs.
+    Keep(Option<String>),
+}
+
+/// What a hold found.
+#[derive(Debug)]
+pub struct Held {
+    /// The drain as it was before.
+    pub before: Option<Drain>,
+    /// The live holders beside the new one.
+    pub others: Vec<Holder>,
+}
+
+/// What letting go of one holder left.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Release {
+    /// There was no record: nobody held the node.
+    NotDrained,
+    /// The record does not name that holder, and is left as it is.
+    NotHeld(Vec<Holder>),
+    /// It was the last holder: the record is removed.
+    Undrained,
+    /// These others still hold the node.
+    StillHeld(Vec<Holder>),
+}
+
+impl DrainFile {
+    /// Adds `mine` to the record's holders, logged as `action`; the holders `replaces` names
+    /// and the expired ones go.
+    pub fn hold(
+        &self,
+        mine: &Holder,
+        replaces: impl Fn(&Holder) -> bool,
+        forced: Forced,
+        action: Action,
+    ) -> Result<(Held, Vec<LogError>), DrainError> {
+        self.update_logged(|before| {
+            let now = SystemTime::now();
+            let record = before.as_ref().and_then(|d| d.record.as_ref());
+            let mut held = record.map(DrainRecord::holders).unwrap_or_default();
+            held.retain(|h| !replaces(h) && !h.expired_at(now));
+            let others = held.clone();
+            held.push(mine.clone());
+            let forced = match forced {
+                Forced::Set(note) => note,
+                Forced::Keep(note) => note.or_else(|| record.and_then(|r| r.forced.clone())),
+            };
+            let (change, events) = match DrainRecord::held_by(held, forced) {
+                Some(record) => (Change::Write(record), vec![Event::of(action, mine, now)]),
+                None => (Change::Keep, Vec::new()),
+            };
+            (change, events, Held { before, others })
+        })
+    }
+
+    /// Takes out the holder `which` names, logged as `action`; the record goes when no live
+    /// holder is left.
+    pub fn release(
+        &self,
+        which: impl Fn(&Holder) -> bool,
+        action: Action,
+    ) -> Result<(Release, Vec<LogError>), DrainError> {
+        self.update_logged(|current| {
+            let Some(record) = current.and_then(|d| d.record) else {
+                return (Change::Keep, Vec::new(), Release::NotDrained);
+            };
+            let now = SystemTime::now();
+            let held = record.holders();
+            let Some(gone) = held.iter().find(|h| which(h)).cloned() else {
+                return (Change::Keep, Vec::new(), Release::NotHeld(held));
+            };
+            let events = vec![Event::of(action, &gone, now)];
+            let rest: Vec<Holder> = (held.into_iter())
+                .filter(|h| !which(h) && !h.expired_at(now))
+                .collect();
+            match DrainRecord::held_by(rest.clone(), record.forced) {
+                None => (Change::Remove, events, Release::Undrained),
+                Some(record) => (Change::Write(record), events, Release::StillHeld(rest)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::drain::holders::Kind;
+
+    fn file() -> (tempfile::TempDir, DrainFile) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = DrainFile::new(dir.path());
+        (dir, file)
+    }
+
+    #[test]
+    fn a_hold_replaces_its_own_kind_and_keeps_the_others_until_the_last_lets_go() {
+        let (_dir, file) = file();
+        let now = SystemTime::now();
+        let drain = Holder::drain("kernel".into(), None, now);
+        let stop = Holder::stop("puppetserver.service", now);
+        let is = |kind: Kind| move |h: &Holder| h.kind == kind;
+
+        let hold = |mine: &Holder, forced: Forced| {
+            let (held, lost) = file
+                .hold(mine, is(mine.kind), forced, Action::Drain)
+                .unwrap();
+            assert!(lost.is_empty(), "{lost:?}");
+            held
+        };
+        let forced = || file.current().and_then(|d| d.record).and_then(|r| r.forced);
+
+        let held = hold(&drain, Forced::Set(None));
+        assert!(held.before.is_none() && held.others.is_empty());
+        let held = hold(&stop, Forced::Keep(Some("--force".to_owned())));
+        assert_eq!(held.others, vec![drain.clone()]);
+        // A second stop replaces the first and keeps the note; a new drain says for itself.
+        let held = hold(&stop, Forced::Keep(None));
+        assert_eq!(held.others, vec![drain.clone()]);
+        assert_eq!(forced().as_deref(), Some("--force"));
+        let held = hold(&drain, Forced::Set(None));
+        assert_eq!(held.others, vec![stop.clone()]);
+        assert_eq!(forced(), None);
+
+        let (left, _) = file.release(is(Kind::Stop), Action::StopUndrain).unwrap();
+        assert_eq!(left, Release::StillHeld(vec![drain.clone()]));
+        let (left, _) = file.release(is(Kind::Stop), Action::StopUndrain).unwrap();
+        assert_eq!(left, Release::NotHeld(vec![drain]));
+        let (left, _) = file.release(is(Kind::Drain), Action::Undrain).unwrap();
+        assert_eq!(left, Release::Undrained);
+        assert!(file.current().is_none());
+        let (left, _) = file.release(is(Kind::Drain), Action::Undrain).unwrap();
+        assert_eq!(left, Release::NotDrained);
+    }
+}
