@@ -221,10 +221,10 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
                 f"{again.failed['a']}; A UP {back:.1f}s after `pmcheck undrain`",
             )
 
-            # every run that overlapped the rolling restart, the two cycles and the failed play has ended before
-            # the baseline begins (its restart of A fails the runs under way there)
+            # every run that overlapped the rolling restart, the two cycles and the failed play has
+            # ended before the baseline begins (its restart of A fails the runs under way there)
             st.wait_until(
-                "the runs under way at the end of the two cycles on B to end",
+                "the runs under way at the end of the failed play to end",
                 lambda: all(loop.current_start is None or loop.current_start > t_fail_end for loop in loops),
                 120, interval=0.2,
             )  # fmt: skip
