@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,10 @@ def ansible_roll(
 ) -> Roll:
     """`ansible-playbook rolling-restart.yml` over the masters ``names`` (in that order), each
     restarted by puppetserver_ctl.py unless ``command`` is given; ``extra`` as `-e`."""
+    if shutil.which("ansible-playbook") is None:
+        raise StackError(
+            "ansible-playbook is missing (Debian's package ansible-core; scripts/e2e installs it)"
+        )
     workdir.mkdir(parents=True, exist_ok=True)
     hosts = {}
     for name in names:
