@@ -1,8 +1,8 @@
 # shellcheck shell=bash
-# The checks' one way of saying what passed: sourced by scripts/check-packages and
-# scripts/check-puppet-module. `ok`/`bad` count and print one line each, `check` runs a command
-# as one check, `section` heads a group with the seconds so far, `summary` ends the run and
-# sets its exit status.
+# The checks' one way of saying what passed: sourced by scripts/check-packages,
+# check-systemd, check-fleet and check-puppet-module. `ok`/`bad` count and print one line
+# each, `check` runs a command as one check, `section` heads a group with the seconds so far,
+# `summary` ends the run and sets its exit status.
 
 passed=0
 failed=0

@@ -19,7 +19,8 @@ fails: CI must never turn green by skipping the real stack.
 The suite runs on two stacks: this machine's (Debian 12: Puppet Server 7.9, HAProxy 2.6) and,
 with `scripts/e2e --trixie`, a Debian 13 root (Puppet Server 8.7, puppet-agent 8.10, HAProxy
 3.0). Every test passes on both. Each says with ``ci_on(...)`` (``"debian12"``, ``"debian13"``)
-on which CI runs it, at least one (docs/testing.md says which and why). `--ci-selection` (what
+on which CI runs it (docs/testing.md says which and why); ``ci_on()`` with none: CI leaves it out
+to stay within its time, and it runs by hand (`--all`, or pytest args). `--ci-selection` (what
 scripts/e2e passes when given no test arguments) runs those of this stack; without it, every
 collected test runs.
 """
@@ -82,7 +83,8 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
-        "ci_on(*stacks): the stacks CI runs it on: debian12 (this machine), debian13 (scripts/e2e --trixie)",
+        "ci_on(*stacks): the stacks CI runs it on: debian12 (this machine), debian13 (scripts/e2e --trixie);"
+        " none: by hand only",
     )
 
 

@@ -207,7 +207,7 @@ def test_both_pools_flushed_at_once_leave_a_server_up(fleet, agent_loops, testdi
     assert not fm.failed, "agent runs failed during the flush:\n" + failures(fm.failed)
 
 
-@pytest.mark.ci_on("debian13")
+@pytest.mark.ci_on()  # by hand: CI leaves it out to fit the booted fleet in its time
 @pytest.mark.fleet(2)
 def test_flush_baseline_without_pause_takes_servers_out(fleet, agent_loops, testdir):
     fleet.ensure(serve_flags=["--pause-grace", "0s"])
@@ -226,7 +226,7 @@ def test_flush_baseline_without_pause_takes_servers_out(fleet, agent_loops, test
     assert any(out.values()), f"HAProxy kept both servers UP without the pause: {out}"
 
 
-@pytest.mark.ci_on("debian13")
+@pytest.mark.ci_on()  # by hand: CI leaves it out to fit the booted fleet in its time
 @pytest.mark.fleet(4)
 def test_multithreaded_master_pauses_for_its_internal_flush(fleet, agent_loops, testdir):
     mt = st.master_tuning().with_jruby(

@@ -51,7 +51,7 @@ STEPS = ["drain", "wait-drained", "command", "wait-healthy", "undrain", "wait-un
 CONNECTIONS = re.compile(r"up to (\d+) agent connection\(s\) in flight, the last closed after ([0-9.]+)s")
 
 
-@pytest.mark.ci_on("debian12")
+@pytest.mark.ci_on()  # CI: tests/fleet, the same roll, baseline and failing play on 3 booted masters
 @pytest.mark.fleet(3)
 def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testdir):
     t_test = time.monotonic()
@@ -67,7 +67,7 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
 
     # -- 0. a batch of both masters is refused before anything is touched
     refused = st.ansible_roll(
-        fleet, pmcheck_bin, testdir / "roll-batch", ["a", "b"], extra={"pmcheck_batch": 2}
+        st.local_hosts(fleet, pmcheck_bin, ["a", "b"]), testdir / "roll-batch", extra={"pmcheck_batch": 2}
     )
     assert refused.code != 0 and not refused.cycles, refused.describe()
     assert "batches of 1 to 1" in refused.failed.get("a", ""), refused.describe()
@@ -115,7 +115,7 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
                 120,
                 0.2,
             )
-            roll = st.ansible_roll(fleet, pmcheck_bin, testdir / "roll", ["a", "b"])
+            roll = st.ansible_roll(st.local_hosts(fleet, pmcheck_bin, ["a", "b"]), testdir / "roll")
             t_cycles, t_cycles_end = roll.start, roll.end
             assert roll.code == 0, roll.describe() + "\n" + roll.output[-4000:]
             assert list(roll.cycles) == ["a", "b"], roll.describe()
@@ -194,8 +194,8 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
             b_jvm = b.pid()
             reason = "e2e: a play whose command fails"
             failing = st.ansible_roll(
-                fleet, pmcheck_bin, testdir / "roll-fails", ["a", "b"],
-                command="echo 'e2e: the upgrade failed' >&2; exit 3", extra={"pmcheck_reason": reason},
+                st.local_hosts(fleet, pmcheck_bin, ["a", "b"], "echo 'e2e: the upgrade failed' >&2; exit 3"),
+                testdir / "roll-fails", extra={"pmcheck_reason": reason},
             )  # fmt: skip
             assert failing.code != 0 and list(failing.cycles) == ["a"], failing.describe()
             assert failing.cycles["a"].code != 0, failing.cycles["a"]
@@ -207,7 +207,7 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
             assert verdict.startswith("DRAINED"), verdict
             assert not (serves["b"].state_dir / "drain").exists(), "the play touched B"
             assert b.pid() == b_jvm, "B's Puppet Server was restarted"
-            again = st.ansible_roll(fleet, pmcheck_bin, testdir / "roll-refused", ["a", "b"])
+            again = st.ansible_roll(st.local_hosts(fleet, pmcheck_bin, ["a", "b"]), testdir / "roll-refused")
             assert again.code != 0 and not again.cycles, again.describe()
             assert "a is not taking agents" in again.failed.get("a", ""), again.describe()
             assert reason in again.failed["a"], again.describe()

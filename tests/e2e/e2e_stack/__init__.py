@@ -17,14 +17,14 @@ One module per component; this package re-exports what the tests and scripts/dem
     xinetd        xinetd and the shipped service file
     prometheus    Prometheus and its HTTP API
     agents        real `puppet agent` runs and loops
-    ansible       the shipped Ansible rolling restart, run over the fleet's masters
+    ansible       the shipped Ansible rolling restart, run over a fleet's masters
     fleet         two compile masters behind one HAProxy (the fleet tests, scripts/soak), its watchers
     stubs         stand-ins for pmcheck's check and agent ports
     versions      the Debian release and its components' versions (Debian 12 or 13)
 """
 
 from .agents import ENVIRONMENTS, AgentLoop, AgentRunRecord, agent_run, slow_environment
-from .ansible import PLAYBOOK, Roll, ansible_roll
+from .ansible import PLAYBOOK, Roll, ansible_roll, local_hosts
 from .clients import Reply, TLSReply, http_request, https_request, raw_http, tls_context
 from .fleet import (
     ADMIN_CERTNAME,
@@ -126,6 +126,7 @@ __all__ = [
     "Xinetd",
     "agent_run",
     "ansible_roll",
+    "local_hosts",
     "ca_sign",
     "clean_env",
     "compile_in_flight",

@@ -81,12 +81,17 @@ class AgentRunRecord:
 
 class AgentLoop:
     """``puppet agent --test --noop`` as one node (its own certname, ssldir and vardir), run
-    again and again through the load balancer at ``server``:``port`` until stopped. Every run
-    is recorded with its exit code (0 and 2 are successes) and its log file."""
+    again and again through the load balancer at ``server``:``port`` until stopped, ``pause``
+    seconds apart (a run's Ruby takes most of a core: three loops with no pause starve the
+    masters of a 2-core machine). Every run is recorded with its exit code (0 and 2 are
+    successes) and its log file."""
 
-    def __init__(self, ident: Identity, workdir: Path, server: str, port: int, environment: str):
+    def __init__(
+        self, ident: Identity, workdir: Path, server: str, port: int, environment: str, pause: float = 0.0
+    ):
         self.ident, self.dir = ident, workdir
         self.server, self.port, self.environment = server, port, environment
+        self.pause = pause
         self.runs: list[AgentRunRecord] = []
         self.current: subprocess.Popen | None = None
         self.current_start: float | None = None
@@ -137,6 +142,7 @@ class AgentLoop:
                         )
                     )
                     self.current, self.current_start = None, None
+                self._stop.wait(self.pause)
         except BaseException as e:  # noqa: BLE001 - reported by finish()
             self.error = e
 

@@ -1,11 +1,11 @@
-"""The shipped Ansible rolling restart (packaging/ansible/rolling-restart.yml), run over the fleet's
+"""The shipped Ansible rolling restart (packaging/ansible/rolling-restart.yml), run over compile
 masters by a real `ansible-playbook` (Debian's ansible-core).
 
-The masters are loopback addresses of this one machine, so the inventory reaches each with
-``ansible_connection: local``; its host variables say where that master's pmcheck daemon and drain
-record are and what restarts it (tests/e2e/puppetserver_ctl.py). The playbook runs with the suite's
-own stdout callback (ansible_callback/pmcheck_e2e.py): one JSON line per task result, read into a
-``Roll``.
+The inventory's hosts come from the caller: the Debian 12 fleet's masters are loopback addresses of
+this one machine (``local_hosts``: ``ansible_connection: local``, with host variables saying where
+each master's pmcheck daemon and drain record are and what restarts it), the booted fleet's are
+reached by SSH (tests/fleet). The playbook runs with the suite's own stdout callback
+(ansible_callback/pmcheck_e2e.py): one JSON line per task result, read into a ``Roll``.
 """
 
 from __future__ import annotations
@@ -47,22 +47,11 @@ class Roll:
         return f"ansible-playbook exited {self.code}; failed: {self.failed}; said: {self.said}"
 
 
-def ansible_roll(
-    fleet: Fleet,
-    pmcheck_bin: str,
-    workdir: Path,
-    names: list[str],
-    command: str | None = None,
-    extra: dict[str, object] | None = None,
-    timeout: float = 900,
-) -> Roll:
-    """`ansible-playbook rolling-restart.yml` over the masters ``names`` (in that order), each
-    restarted by puppetserver_ctl.py unless ``command`` is given; ``extra`` as `-e`."""
-    if shutil.which("ansible-playbook") is None:
-        raise StackError(
-            "ansible-playbook is missing (Debian's package ansible-core; scripts/e2e installs it)"
-        )
-    workdir.mkdir(parents=True, exist_ok=True)
+def local_hosts(
+    fleet: Fleet, pmcheck_bin: str, names: list[str], command: str | None = None
+) -> dict[str, dict[str, str]]:
+    """The Debian 12 fleet's masters ``names`` as inventory hosts (in that order): reached locally,
+    each restarted by puppetserver_ctl.py unless ``command`` is given."""
     hosts = {}
     for name in names:
         m, serve = fleet.masters[name], fleet.serves[name]
@@ -74,6 +63,22 @@ def ansible_roll(
             "pmcheck_state_dir": str(serve.state_dir),
             "pmcheck_command": command or shlex.join(m.ctl_argv("restart")),
         }
+    return hosts
+
+
+def ansible_roll(
+    hosts: dict[str, dict[str, str]],
+    workdir: Path,
+    extra: dict[str, object] | None = None,
+    timeout: float = 900,
+) -> Roll:
+    """`ansible-playbook rolling-restart.yml` over the inventory ``hosts`` (group compile_masters,
+    in that order, each with its host variables); ``extra`` as `-e`."""
+    if shutil.which("ansible-playbook") is None:
+        raise StackError(
+            "ansible-playbook is missing (Debian's package ansible-core; scripts/e2e installs it)"
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
     inventory = workdir / "inventory.yml"  # JSON is YAML
     inventory.write_text(json.dumps({"all": {"children": {"compile_masters": {"hosts": hosts}}}}))
     extra_file = workdir / "extra.json"
@@ -87,7 +92,7 @@ def ansible_roll(
         ANSIBLE_RETRY_FILES_ENABLED="0",
         ANSIBLE_NOCOLOR="1",
     )
-    print(f"[e2e] $ {' '.join(cmd)}  (hosts {', '.join(names)})")
+    print(f"[e2e] $ {' '.join(cmd)}  (hosts {', '.join(hosts)})")
     wall_minus_mono = time.time() - time.monotonic()
     start = time.monotonic()
     proc = subprocess.Popen(

@@ -203,6 +203,7 @@ def render_haproxy(
     agent_port: int | None = None,
     targets: list[tuple[str, int, int]] | None = None,
     key: str = LB_KEY,
+    network: str = r"127\.\d+\.\d+\.\d+",
 ) -> tuple[str, str, list[str]]:
     """Turn packaging/haproxy/pmcheck.cfg into a loopback-only config.
 
@@ -216,7 +217,9 @@ def render_haproxy(
     * with ``targets`` (one ``(address:port, check port, agent port)`` per shipped server line, in
       order: several compile masters on loopback addresses of their own) each server line gets its
       own, instead of ``backend_addr``, ``check_port`` and ``agent_port``.
-    * the placeholder of the load balancers' key becomes ``key`` (the stack's own by default).
+    * the placeholder of the load balancers' key becomes ``key`` (the stack's own by default);
+    * every address left must match ``network`` (a regex: loopback unless a test's own network,
+      tests/fleet's, is named).
     Returns (config, backend name, server names).  Raises when the file does not have the
     shape the suite relies on, so the test fails instead of testing something else.
     """
@@ -263,8 +266,8 @@ def render_haproxy(
     backends = re.findall(r"(?m)^backend\s+(\S+)", out)
     if len(backends) != 1:
         raise StackError(f"expected exactly one backend in the shipped HAProxy file, found {backends}")
-    # nothing in it may point anywhere but loopback
+    # nothing in it may point anywhere but loopback (or the test's own network)
     for m in re.finditer(r"(?m)^\s*(bind|server)\s.*$", out):
-        if not re.search(r"\s127\.\d+\.\d+\.\d+:\d+", m[0]):
-            raise StackError(f"non-loopback address left in rendered config: {m[0]!r}")
+        if not re.search(rf"\s{network}:\d+", m[0]):
+            raise StackError(f"an address outside {network} left in rendered config: {m[0]!r}")
     return out, backends[0], names
