@@ -12,7 +12,6 @@ loudly, and fails under CI=true.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -66,13 +65,8 @@ class Master:
 
     def answer(self, timeout: float = 1.0) -> tuple[int, str]:
         """pmcheck's answer on port 9200: its status code and first line."""
-        conn = http.client.HTTPConnection(self.addr, 9200, timeout=timeout)
-        try:
-            conn.request("GET", "/", headers={"User-Agent": "pmcheck/fleet"})
-            r = conn.getresponse()
-            return r.status, r.read().decode("utf-8", "replace").split("\n", 1)[0]
-        finally:
-            conn.close()
+        r = st.http_request(9200, headers={"User-Agent": "pmcheck/fleet"}, host=self.addr, timeout=timeout)
+        return r.status, r.body.split("\n", 1)[0]
 
     def journal(self, since_wall: float) -> list[tuple[float, str]]:
         """The master's journal since a wall-clock time: (time, `UNIT: message` as journalctl
