@@ -440,9 +440,12 @@ async fn wait_step(
             })
             .await
             .map_err(Ok),
+            // The record first: a hold let go of before the wait began is found at once,
+            // whatever the wait would have said.
             Some(file) => tokio::select! {
-                result = wait::wait(goal, how, async { signals.next().await; }) => result.map_err(Ok),
+                biased;
                 found = released(file) => Err(Err(found)),
+                result = wait::wait(goal, how, async { signals.next().await; }) => result.map_err(Ok),
             },
         }
     };
@@ -468,7 +471,6 @@ async fn wait_step(
 /// Resolves when the drain record no longer holds this cycle, with what it holds instead.
 async fn released(file: &DrainFile) -> String {
     loop {
-        tokio::time::sleep(Duration::from_millis(250)).await;
         match file.current() {
             None => return format!("no drain record at {}", file.path().display()),
             Some(d) => match d.record.as_ref().map(DrainRecord::holders) {
@@ -480,6 +482,7 @@ async fn released(file: &DrainFile) -> String {
                 None => return d.describe(),
             },
         }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
