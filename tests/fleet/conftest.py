@@ -81,6 +81,25 @@ class Master:
                 continue
         return lines
 
+    def heard_up(self) -> bool:
+        """Whether every load balancer that proves itself said UP (no transition, weight above
+        0) in its last check, as `pmcheck status --json` shows and the playbook's pre-check reads."""
+        out = self.ssh("pmcheck status --json", check=False).stdout
+        try:
+            pollers = json.loads(out).get("pollers") or []
+        except ValueError:
+            return False
+        seen = [
+            s["seen"]
+            for p in pollers
+            if p.get("proof") in ("key", "address") and p.get("last_ms_ago", 10000) < 10000
+            for s in p.get("states") or []
+            if s.get("seen")
+        ]
+        return bool(seen) and all(
+            v.get("health") == "UP" and not v.get("transition") and (v.get("weight") or 0) > 0 for v in seen
+        )
+
     def drain_record(self) -> dict | None:
         cp = self.ssh("cat /var/lib/pmcheck/drain", check=False)
         return json.loads(cp.stdout) if cp.returncode == 0 else None
@@ -209,7 +228,11 @@ class Fleet:
         except TimeoutError as e:
             said = m.ssh("pmcheck status | head -n 3; systemctl --failed --no-legend --plain", check=False)
             raise st.StackError(f"{e}\n{m.name} says:\n{said.stdout}{said.stderr}") from e
-        return time.monotonic()
+        up = time.monotonic()
+        # The master hears HAProxy's view in its next check's send-state header, one check
+        # (2 s) after HAProxy's own: what the next test's playbook asks the master must be UP too.
+        st.wait_until(f"{m.name} to hear HAProxy say UP", m.heard_up, 30, interval=0.5)
+        return up
 
     def busy(self, m: Master, timeout: float = 60) -> bool:
         """Until HAProxy has an agent's session open on the master (a run in flight there), at
