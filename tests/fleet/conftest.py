@@ -86,16 +86,9 @@ class Master:
         0) in its last check, as `pmcheck status --json` shows and the playbook's pre-check reads."""
         out = self.ssh("pmcheck status --json", check=False).stdout
         try:
-            pollers = json.loads(out).get("pollers") or []
+            seen = st.fleet.lb_views(json.loads(out), proven_within_ms=10000)
         except ValueError:
             return False
-        seen = [
-            s["seen"]
-            for p in pollers
-            if p.get("proof") in ("key", "address") and p.get("last_ms_ago", 10000) < 10000
-            for s in p.get("states") or []
-            if s.get("seen")
-        ]
         return bool(seen) and all(
             v.get("health") == "UP" and not v.get("transition") and (v.get("weight") or 0) > 0 for v in seen
         )

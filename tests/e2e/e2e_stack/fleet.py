@@ -600,11 +600,26 @@ class Cycle:
         return t_end - took, t_end
 
 
+def lb_views(answer: dict, proven_within_ms: int | None = None) -> list[dict]:
+    """The load balancers' latest words in pmcheck's JSON answer (each poller's states' `seen`);
+    with ``proven_within_ms``, only from pollers that prove themselves (key or address) and
+    polled within that, as the shipped playbook reads them."""
+    return [
+        s["seen"]
+        for p in answer.get("pollers") or []
+        if proven_within_ms is None
+        or (
+            p.get("proof") in ("key", "address") and p.get("last_ms_ago", proven_within_ms) < proven_within_ms
+        )
+        for s in p.get("states") or []
+        if s.get("seen")
+    ]
+
+
 def others_take_agents(serve: PmcheckServe) -> bool:
     """The load balancer's latest word to ``serve`` counts another server in the backend: a
     cycle's last-server guard lets it drain (a master whose pool is refilling is briefly out)."""
-    answer = serve.get(headers={"User-Agent": USER_AGENT, "Accept": "application/json"}).json()
-    seen = [s["seen"] for p in answer.get("pollers", []) for s in p.get("states", []) if s.get("seen")]
+    seen = lb_views(serve.get(headers={"User-Agent": USER_AGENT, "Accept": "application/json"}).json())
     return bool(seen) and all(s["total_weight"] > s["weight"] for s in seen)
 
 
