@@ -63,6 +63,8 @@ fn the_daemon_does_not_count_its_own_probes_as_agent_traffic() {
     assert_eq!(traffic.listener, s.stub.addr);
     assert_eq!(traffic.problem, None);
     assert_eq!(traffic.connections, [], "the probe is not an agent");
+    // How old the read is, so a wait can tell whether it came after the load balancers acted.
+    assert!(traffic.age_ms.is_some_and(|ms| ms < 500), "{traffic:?}");
     let agent = TcpStream::connect(s.stub.addr).unwrap();
     let answer = d.wait_for_json(SOON, "the agent's connection", |a| {
         a.traffic

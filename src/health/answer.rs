@@ -356,6 +356,10 @@ pub struct TrafficAnswer {
     pub other_sources: usize,
     /// Why the connections cannot be read, if they cannot.
     pub problem: Option<String>,
+    /// How long before the answer the tables were read (a read serves requests for
+    /// [`crate::responder::agents::FRESH`]); `None` from a daemon before this field.
+    #[serde(default)]
+    pub age_ms: Option<u64>,
 }
 
 /// How many connections come from one address.
@@ -377,6 +381,7 @@ impl TrafficAnswer {
             sources: Vec::new(),
             other_sources: 0,
             problem: Some(problem),
+            age_ms: None,
         }
     }
 

@@ -39,6 +39,7 @@ pub fn assess(goal: Goal, answer: &Answer<'_>, how: &Wait, since: Duration) -> A
                 a.pending.push(held.clone());
             }
             told(&mut a, answer, Verdict::Drained, how);
+            a.every_poller_acted = a.pending.is_empty();
             agent_traffic(&mut a, answer);
         }
         Goal::Undrained => {

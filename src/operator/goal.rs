@@ -61,6 +61,9 @@ pub struct Assessment {
     pub met: Vec<String>,
     /// Agent connections seen, for `Drained`.
     pub connections: usize,
+    /// For `Drained`: pmcheck answers DRAINED and every poller has acted on it, so the load
+    /// balancers send no new agent here.
+    pub every_poller_acted: bool,
     /// The pollers that have acted, for the progress line.
     pub acted: Vec<IpAddr>,
     /// What the operator should know although the goal is reached (a backend left with no

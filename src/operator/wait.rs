@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 
 use crate::console::errln;
-use crate::health::answer::Answer;
+use crate::health::answer::{Answer, TrafficAnswer};
 use crate::health::verdict::Verdict;
 use crate::operator::assessment::assess;
 use crate::operator::backends::{drain_settled, empty_backend, last_server, unproven_views};
 use crate::operator::daemon::{self, OtherFile, StatusError, other_file};
-use crate::operator::goal::{Goal, Wait};
+use crate::operator::goal::{Assessment, Goal, Wait};
+use crate::responder::agents::FRESH;
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
@@ -26,6 +27,9 @@ use crate::text::seconds;
 const EVERY: Duration = Duration::from_millis(250);
 /// How often a line is repeated when nothing changes and the output is not a terminal.
 const REPEAT: Duration = Duration::from_secs(10);
+/// How long after an answer first showed every load balancer acted on DRAINED the agent
+/// connections must be read again before `Drained` is reached ([`Acted`]).
+const SETTLE: Duration = Duration::from_millis(250);
 
 /// Why a wait ended without reaching its goal.
 #[derive(Debug, Error)]
@@ -77,6 +81,7 @@ pub async fn wait(
     let mut first = true;
     // The agent connections: the most seen at once, and when the last one went.
     let mut traffic: (usize, Option<Duration>) = (0, None);
+    let mut acted = Acted::default();
     tokio::pin!(stop);
     loop {
         let asked = Instant::now();
@@ -92,6 +97,8 @@ pub async fn wait(
                         _ => Duration::ZERO,
                     };
                     let a = assess(goal, &answer, how, since);
+                    let read_after = goal != Goal::Drained
+                        || acted.read_after(&a, answer.traffic.as_ref(), asked, Instant::now());
                     let (most, gone) = &mut traffic;
                     if a.connections > 0 {
                         *most = (*most).max(a.connections);
@@ -99,7 +106,7 @@ pub async fn wait(
                     } else if *most > 0 && gone.is_none() {
                         *gone = Some(start.elapsed());
                     }
-                    if a.pending.is_empty() {
+                    if a.pending.is_empty() && read_after {
                         ticker.clear();
                         let mut met = a.met;
                         if let (n @ 1.., Some(after)) = traffic {
@@ -115,6 +122,9 @@ pub async fn wait(
                         });
                     }
                     let mut line = a.pending.join("; ");
+                    if a.pending.is_empty() {
+                        line = "every load balancer has acted: reading the agent connections once more, for one it sent just before".to_owned();
+                    }
                     if !a.acted.is_empty() {
                         let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
                         let _ = write!(line, "; acted: {}", acted.join(", "));
@@ -143,6 +153,42 @@ pub async fn wait(
                 return Err(WaitError::Interrupted { waited: start.elapsed(), pending });
             }
         }
+    }
+}
+
+/// When the answers began to show every load balancer acted on DRAINED. A load balancer may
+/// open an agent's connection here just before it acts, after the daemon's latest read of the
+/// connections (one read serves the requests of [`FRESH`]): an answer can show it acted and
+/// no connection while one is compiling. `Drained` is reached only on a read made [`SETTLE`]
+/// after the answer that first showed the acting, which sees any such connection (HAProxy
+/// acts on an agent check's `drain` as it reads it, on an HTTP check's 404 before it sends the
+/// check whose `send-state` says so).
+#[derive(Debug, Default)]
+struct Acted(Option<Instant>);
+
+impl Acted {
+    /// Whether `a`'s answer, asked for at `asked` and received at `received`, read the agent
+    /// connections late enough. An answer in which a load balancer has not acted starts over.
+    fn read_after(
+        &mut self,
+        a: &Assessment,
+        traffic: Option<&TrafficAnswer>,
+        asked: Instant,
+        received: Instant,
+    ) -> bool {
+        if !a.every_poller_acted {
+            self.0 = None;
+            return false;
+        }
+        let since = *self.0.get_or_insert(received);
+        // The daemon answered after `asked`, from a read `age` older; a daemon that does not
+        // say kept a read for FRESH.
+        let age = traffic
+            .and_then(|t| t.age_ms)
+            .map_or(FRESH, Duration::from_millis);
+        asked
+            .checked_sub(age)
+            .is_some_and(|read| read >= since + SETTLE)
     }
 }
 
@@ -362,6 +408,41 @@ fn without_timers(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn read(age_ms: Option<u64>) -> TrafficAnswer {
+        TrafficAnswer {
+            age_ms,
+            ..TrafficAnswer::unreadable("127.0.0.1:8140".parse().unwrap(), String::new())
+        }
+    }
+
+    #[test]
+    fn a_read_of_the_connections_from_before_the_load_balancers_acted_does_not_count() {
+        let ms = Duration::from_millis;
+        let acted = Assessment {
+            every_poller_acted: true,
+            ..Assessment::default()
+        };
+        let t0 = Instant::now() + Duration::from_secs(10);
+        let mut a = Acted::default();
+        // The first answer that shows the acting, from a read 400 ms old: the connection
+        // HAProxy opened just before it acted may be missing from it.
+        assert!(!a.read_after(&acted, Some(&read(Some(400))), t0, t0 + ms(5)));
+        // Read 100 ms after that answer: still too close to the acting.
+        assert!(!a.read_after(&acted, Some(&read(Some(0))), t0 + ms(105), t0 + ms(110)));
+        // A read SETTLE after it counts, whether fresh or kept a while.
+        assert!(a.read_after(&acted, Some(&read(Some(0))), t0 + ms(255), t0 + ms(260)));
+        assert!(a.read_after(&acted, Some(&read(Some(100))), t0 + ms(355), t0 + ms(360)));
+        assert!(!a.read_after(&acted, Some(&read(Some(200))), t0 + ms(355), t0 + ms(360)));
+        // A daemon that does not say how old its read is kept it up to FRESH.
+        assert!(!a.read_after(&acted, Some(&read(None)), t0 + ms(600), t0 + ms(605)));
+        assert!(a.read_after(&acted, None, t0 + ms(800), t0 + ms(805)));
+        // An answer in which a load balancer has not acted (the drain let go and taken
+        // again) starts over.
+        assert!(!a.read_after(&Assessment::default(), None, t0 + ms(900), t0 + ms(905)));
+        assert!(!a.read_after(&acted, Some(&read(Some(0))), t0 + ms(1000), t0 + ms(1005)));
+        assert!(a.read_after(&acted, Some(&read(Some(0))), t0 + ms(1255), t0 + ms(1260)));
+    }
 
     #[test]
     fn timers_are_not_a_change_counts_and_clock_times_are() {

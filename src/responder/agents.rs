@@ -40,10 +40,16 @@ impl Agents {
         }
     }
 
-    /// The latest read, without reading.
-    pub fn latest(&self) -> Option<Arc<TrafficAnswer>> {
+    /// The latest read, without reading, saying how long before `now` it was made: a wait
+    /// for the agents to leave must know whether it was made after the load balancers acted.
+    pub fn latest(&self, now: Instant) -> Option<TrafficAnswer> {
         let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
-        latest.as_ref().map(|(_, t)| Arc::clone(t))
+        latest.as_ref().map(|(at, t)| TrafficAnswer {
+            age_ms: Some(
+                u64::try_from(now.saturating_duration_since(*at).as_millis()).unwrap_or(u64::MAX),
+            ),
+            ..TrafficAnswer::clone(t)
+        })
     }
 
     fn fresh(&self) -> bool {
@@ -116,6 +122,7 @@ pub fn bounded(puppet: SocketAddr, mut connections: Vec<SocketAddr>) -> TrafficA
         sources,
         other_sources,
         problem: None,
+        age_ms: None,
     }
 }
 
@@ -142,14 +149,18 @@ mod tests {
     #[tokio::test]
     async fn one_read_serves_the_requests_that_come_within_fresh() {
         let agents = Agents::new(Some("127.0.0.1:1".parse().unwrap()));
-        assert!(agents.latest().is_none());
+        assert!(agents.latest(Instant::now()).is_none());
         agents.refresh().await;
-        let first = agents.latest().expect("read");
+        let read = |agents: &Agents| agents.latest.lock().unwrap().as_ref().map(|(at, _)| *at);
+        let first = read(&agents).expect("read");
         agents.refresh().await;
-        assert!(
-            Arc::ptr_eq(&first, &agents.latest().unwrap()),
-            "read again within FRESH"
+        assert_eq!(read(&agents), Some(first), "read again within FRESH");
+        let later = agents.latest(first + Duration::from_millis(300)).unwrap();
+        assert_eq!(
+            later.age_ms,
+            Some(300),
+            "the answer says how old the read is"
         );
-        assert!(Agents::new(None).latest().is_none());
+        assert!(Agents::new(None).latest(Instant::now()).is_none());
     }
 }

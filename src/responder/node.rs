@@ -302,7 +302,7 @@ impl Node {
             u64::try_from(now.at.saturating_duration_since(self.started).as_millis())
                 .unwrap_or(u64::MAX),
         );
-        answer.traffic = self.agents.latest().map(|t| (*t).clone());
+        answer.traffic = self.agents.latest(now.at);
         answer.drain_file = Some(self.drain_file.clone());
         answer.agent_check = Some(self.rules.agent_check);
         answer.certificates = self.certificates();
