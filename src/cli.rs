@@ -1,6 +1,9 @@
 //! The command line. Every option but the `--wait` and `--force` switches also reads
 //! `PMCHECK_<OPTION>` so a systemd `EnvironmentFile` can configure the daemon without editing
 //! the unit.
+//!
+//! Over 500 lines: one home for every subcommand's flags, their variables and their help, read
+//! a subcommand at a time.
 
 // The doc comments are clap's help text, where `[::]:9200` is an address, not a link.
 #![allow(rustdoc::broken_intra_doc_links)]
@@ -55,6 +58,8 @@ pub enum Command {
     OnStop(OnStopArgs),
     /// For pmcheck-drain-on-stop@.service, once Puppet Server's unit has started: let go of the hold `on-stop` took; every other drain stays.
     OnStart(StopArgs),
+    /// What pmcheck-drain-on-stop@.service runs while Puppet Server's unit runs: `on-start` at once, then `on-stop` when systemd stops it (SIGTERM), so a stop needs no new process.
+    StopGuard(GuardArgs),
     /// Print the man page or a shell completion script (for packaging).
     Generate(GenerateArgs),
 }
@@ -419,7 +424,7 @@ pub struct CycleArgs {
 }
 
 /// How `pmcheck on-stop` and `on-start` know their unit, and whether they are on.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct StopArgs {
     /// `no` turns draining on Puppet Server's stops off: `on-stop` then holds nothing (`on-start` still lets go of an earlier stop's hold)
     #[arg(long, env = "PMCHECK_DRAIN_ON_STOP", value_name = "yes|no", default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
@@ -432,12 +437,22 @@ pub struct StopArgs {
 }
 
 /// `pmcheck on-stop`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct OnStopArgs {
     #[command(flatten)]
     pub(crate) stop: StopArgs,
     #[command(flatten)]
     pub(crate) waiting: WaitArgs,
+}
+
+/// `pmcheck stop-guard`.
+#[derive(Debug, Args)]
+pub struct GuardArgs {
+    #[command(flatten)]
+    pub(crate) on_stop: OnStopArgs,
+    /// The service's environment file, read again at the stop as systemd reads `EnvironmentFile=`: `on-stop` runs with it as it is then; `none` for no file [default: /etc/default/pmcheck, else /etc/sysconfig/pmcheck]
+    #[arg(long, env = "PMCHECK_ENV_FILE", value_name = "PATH")]
+    pub(crate) env_file: Option<PathBuf>,
 }
 
 /// `yes` or `no` (also `true`/`false`, `on`/`off`, `1`/`0`), as systemd reads booleans.

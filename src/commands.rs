@@ -156,6 +156,14 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
         Command::OnStart(args) => stop::on_start(args)
             .map(|()| Exit::Ok)
             .map_err(|e| Error::from(ChangeError::from(e))),
+        Command::StopGuard(args) => {
+            stop::stop_guard(args)
+                .map(|()| Exit::Ok)
+                .map_err(|e| match e {
+                    stop::GuardError::Drain(e) => Error::from(ChangeError::from(e)),
+                    stop::GuardError::Signal(e) => Error::from(e),
+                })
+        }
         Command::Generate(args) => generate(args.what),
     };
     result.unwrap_or_else(|e| {

@@ -1,7 +1,8 @@
-//! `pmcheck on-stop` and `on-start`, as pmcheck-drain-on-stop@.service runs them around a stop
-//! of Puppet Server: the stop holds the node drained and waits for the load balancer; the start
-//! lets go of that hold only; a last server, a missing daemon and the off switch never hold the
-//! stop up. (scripts/check-systemd runs them under a real systemd, around puppetserver.service.)
+//! `pmcheck on-stop` and `on-start`, as pmcheck-drain-on-stop@.service's `pmcheck stop-guard`
+//! runs them around a stop of Puppet Server: the stop holds the node drained and waits for the
+//! load balancer; the start lets go of that hold only; a last server, a missing daemon and the
+//! off switch never hold the stop up. (scripts/check-systemd and scripts/check-fleet run the
+//! guard under a real systemd, around puppetserver.service.)
 
 mod common;
 
@@ -136,6 +137,109 @@ fn a_last_server_a_missing_daemon_and_the_off_switch_never_hold_a_stop_up() {
         "PMCHECK_DRAIN_ON_STOP=no: puppetserver.service stops without a drain"
     );
     assert!(record(&s).is_none());
+}
+
+#[test]
+fn the_guard_lets_go_of_the_hold_at_once_and_drains_when_systemd_stops_it() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    // A stop that found no daemon left its hold, as one that Puppet Server's start follows.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    assert!(
+        s.pmcheck("on-stop", &["--url", &format!("http://{closed}/")])
+            .status
+            .success()
+    );
+    assert_eq!(holders(&s), ["stop"]);
+    let lb = load_balancer(&d, UP);
+    let url = url(&d);
+    // The service's environment file, none yet; systemd's notify socket (`Type=notify`).
+    let etc = tempfile::tempdir().unwrap();
+    let notify = Notify::bind(etc.path());
+    let env_file = etc.path().join("pmcheck");
+    let env_arg = env_file.display().to_string();
+    let args = [
+        "--url",
+        &url,
+        "--lb-interval",
+        "100ms",
+        "--env-file",
+        &env_arg,
+    ];
+    let mut guard = Running::start_with_env(&s, "stop-guard", &args, &notify.env());
+    notify.ready();
+    d.wait_for(SOON, "OK once the guard let go", |a| {
+        a.body.starts_with("OK")
+    });
+    assert!(record(&s).is_none(), "{:?}", record(&s));
+    assert!(
+        guard.0.try_wait().unwrap().is_none(),
+        "the guard exited: no stop would drain"
+    );
+
+    // systemd stops the unit: SIGTERM, and only then the drain and the wait.
+    let pid = nix::unistd::Pid::from_raw(guard.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
+    assert_eq!(holders(&s), ["stop"]);
+    guard.stderr_until("waiting");
+    assert!(
+        guard.0.try_wait().unwrap().is_none(),
+        "the guard exited before the load balancer acted"
+    );
+    lb.send_state(Some(NOLB));
+    let out = guard.finish(SOON);
+    let stdout = stdout_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert_contains!(
+        stdout,
+        "puppetserver.service started: let go of the stop's hold"
+    );
+    assert_contains!(stdout, "drained for this stop of puppetserver.service");
+    assert_contains!(stdout, "; puppetserver.service stops now");
+
+    // The off switch written while the guard runs counts at the stop, as it did for an
+    // `ExecStop=`: the stop reads the environment file again.
+    assert!(s.pmcheck("on-start", &[]).status.success());
+    let guard = Running::start_with_env(&s, "stop-guard", &args, &notify.env());
+    notify.ready();
+    std::fs::write(&env_file, "PMCHECK_DRAIN_ON_STOP=no\n").unwrap();
+    let pid = nix::unistd::Pid::from_raw(guard.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = guard.finish(SOON);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_contains!(
+        stdout_of(&out),
+        "PMCHECK_DRAIN_ON_STOP=no: puppetserver.service stops without a drain"
+    );
+    assert!(record(&s).is_none(), "{:?}", record(&s));
+}
+
+/// A stand-in for systemd's `NOTIFY_SOCKET`.
+struct Notify(std::os::unix::net::UnixDatagram, String);
+
+impl Notify {
+    fn bind(dir: &std::path::Path) -> Self {
+        let path = dir.join("notify");
+        let socket = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        socket.set_read_timeout(Some(SOON)).unwrap();
+        Self(socket, path.display().to_string())
+    }
+
+    fn env(&self) -> [(&str, &str); 1] {
+        [("NOTIFY_SOCKET", &self.1)]
+    }
+
+    /// Until the guard says READY=1: from then on it catches SIGTERM.
+    fn ready(&self) {
+        let mut buf = [0u8; 512];
+        let n = self.0.recv(&mut buf).expect("READY=1 within SOON");
+        let said = String::from_utf8_lossy(&buf[..n]);
+        assert!(said.starts_with("READY=1\n"), "{said}");
+    }
 }
 
 fn stdout_of(out: &std::process::Output) -> String {

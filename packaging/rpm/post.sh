@@ -21,10 +21,11 @@ if [ -d /run/systemd/system ]; then
   if [ "$1" -eq 1 ]; then
     systemctl start pmcheck.service >/dev/null 2>&1 || :
   fi
-  # Active beside a running Puppet Server, or its next stop would not be drained.
+  # Active beside a running Puppet Server, or its next stop would not be drained; restarted
+  # on upgrades, so the new binary guards the stops (a stop of the helper alone drains nothing).
   if systemctl --quiet is-enabled "$drain_on_stop" 2>/dev/null &&
     systemctl --quiet is-active puppetserver.service 2>/dev/null; then
-    systemctl start "$drain_on_stop" >/dev/null 2>&1 || :
+    systemctl restart "$drain_on_stop" >/dev/null 2>&1 || :
   fi
 else
   # A container or chroot: the unit is installed and enabled, but nothing started it.

@@ -3,25 +3,35 @@
 //! (an operator's `systemctl restart`, a package upgrade, Puppet's own `service` refresh)
 //! drains first.
 //!
-//! The helper unit is `PartOf=` and `After=` Puppet Server's: systemd stops it (running
-//! `on-stop`) before it stops Puppet Server, and starts it (running `on-start`) once Puppet
-//! Server's start has finished. `on-stop` adds a hold of its own ([`Kind::Stop`]) beside
-//! whatever else holds the node, and `on-start` takes out only that one: an operator's drain or
-//! a cycle stays. Neither ever blocks the stop: whatever fails, `on-stop` says so and exits 0.
+//! The helper unit is `PartOf=` and `After=` Puppet Server's: systemd starts it once Puppet
+//! Server's start has finished, and stops it before it stops Puppet Server. Its process,
+//! `pmcheck stop-guard`, runs `on-start` at once and `on-stop` when that stop's SIGTERM comes.
+//! `on-stop` adds a hold of its own ([`Kind::Stop`]) beside whatever else holds the node, and
+//! `on-start` takes out only that one: an operator's drain or a cycle stays. Neither ever
+//! blocks the stop: whatever fails, `on-stop` says so and returns.
 
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::SystemTime;
 
-use crate::cli::{OnStopArgs, StopArgs};
+use thiserror::Error;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::{GuardArgs, OnStopArgs, StopArgs};
 use crate::console::{errln, outln};
 use crate::drain::file::{DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::holding::{Forced, Release};
 use crate::drain::log::Action;
+use crate::operator::config;
 use crate::operator::drain::{say_lost, wait_settings};
 use crate::operator::goal::Goal;
-use crate::operator::run_single_threaded;
 use crate::operator::wait::{self, WaitError};
+use crate::operator::{run_single_threaded, runtime};
+use crate::responder::systemd::Notifier;
+use crate::settings::env_file::EnvFile;
 use crate::text::seconds;
 
 /// The unit named when `--unit` is not given.
@@ -106,6 +116,83 @@ pub fn on_start(args: StopArgs) -> Result<(), DrainError> {
     Ok(())
 }
 
+/// Why `stop-guard` cannot guard the stops.
+#[derive(Debug, Error)]
+pub enum GuardError {
+    /// `on-start` could not let go of the stop's hold.
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+    /// The stop's signal cannot be caught: the next stop would not drain.
+    #[error("cannot catch SIGTERM, the signal systemd stops this unit with: {0}")]
+    Signal(std::io::Error),
+}
+
+/// `pmcheck stop-guard`: `on-start`, then, once systemd stops the unit (SIGTERM), `on-stop`.
+/// The stop needs no new process, only a signal: systemd 257 at times cannot spawn one for a
+/// unit whose processes have all exited ("Failed to spawn 'stop' task: No such file or
+/// directory", for an `ExecStop=` of a oneshot helper, once in about 30 stops in the fleet's
+/// tests), and then stops Puppet Server at once, without a drain. `on-stop` replaces this
+/// process (exec, same PID), with the environment file read again, as an `ExecStop=` had it:
+/// `PMCHECK_DRAIN_ON_STOP=no` written after the start counts at the next stop.
+pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
+    let rt = runtime(false).map_err(GuardError::Signal)?;
+    // Caught before anything else: a stop that comes at once drains too.
+    let mut term = {
+        let _in = rt.enter();
+        signal(SignalKind::terminate()).map_err(GuardError::Signal)?
+    };
+    let at_start = env_file(args.env_file.as_deref());
+    on_start(args.on_stop.stop.clone())?;
+    // Started only now (`Type=notify`): a stop queued after the start finds SIGTERM caught.
+    if let Some(systemd) = Notifier::from_env() {
+        systemd.notify("READY=1\nSTATUS=draining before the unit's stop");
+    }
+    rt.block_on(term.recv());
+    drop(rt);
+    let now = env_file(args.env_file.as_deref());
+    let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let e = on_stop_command(&argv, &at_start, &now).exec();
+    errln!(
+        "pmcheck stop-guard: WARNING: cannot run `pmcheck on-stop` with {} as it is now ({e}); draining with the settings read at the start",
+        now.path.display()
+    );
+    on_stop(args.on_stop);
+    Ok(())
+}
+
+/// The environment file as `config` finds it (`--env-file`, `none`, else the packaged one); empty
+/// when there is none or it cannot be read, as systemd's `EnvironmentFile=-` has it.
+fn env_file(given: Option<&Path>) -> EnvFile {
+    config::env_file(given).ok().flatten().unwrap_or_default()
+}
+
+/// `pmcheck on-stop` with the guard's arguments (`argv` without the program, `--env-file` left
+/// out), in this process's environment with the environment file `now` in place of
+/// `at_start`: a variable the file no longer sets is gone.
+fn on_stop_command(argv: &[OsString], at_start: &EnvFile, now: &EnvFile) -> Command {
+    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    let mut command = Command::new(program);
+    let mut args = argv.iter();
+    let mut guard = false;
+    while let Some(arg) = args.next() {
+        if !guard && arg == "stop-guard" {
+            guard = true;
+            command.arg("on-stop");
+        } else if arg == "--env-file" {
+            args.next();
+        } else if !arg.as_encoded_bytes().starts_with(b"--env-file=") {
+            command.arg(arg);
+        }
+    }
+    for (name, _) in &at_start.vars {
+        if now.get(name).is_none() {
+            command.env_remove(name);
+        }
+    }
+    command.envs(now.vars.iter().map(|(name, value)| (name, value)));
+    command
+}
+
 /// Adds `mine` to the holders, in place of an earlier stop's.
 fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
     let replaces = |h: &Holder| h.kind == Kind::Stop;
@@ -130,4 +217,59 @@ fn stopping(unit: &str) -> Option<bool> {
                 .get(2)
                 .is_some_and(|kind| ["stop", "restart", "try-restart"].contains(kind))
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn on_stop_gets_the_guards_arguments_and_the_environment_file_as_it_is_now() {
+        let argv: Vec<OsString> = [
+            "stop-guard",
+            "--unit",
+            "puppetserver.service",
+            "--env-file",
+            "/etc/x",
+            "--max-wait=30s",
+            "--env-file=/etc/y",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let at_start = EnvFile::parse(
+            Path::new("/etc/x"),
+            "PMCHECK_DRAIN_ON_STOP=no\nPMCHECK_URL=a\n",
+        );
+        let now = EnvFile::parse(Path::new("/etc/x"), "PMCHECK_URL=b\nPMCHECK_MAX_WAIT=90s\n");
+        let command = on_stop_command(&argv, &at_start, &now);
+        let args: Vec<&OsStr> = command.get_args().collect();
+        assert_eq!(
+            args,
+            [
+                "on-stop",
+                "--unit",
+                "puppetserver.service",
+                "--max-wait=30s"
+            ]
+        );
+        let mut env: Vec<(String, Option<String>)> = command
+            .get_envs()
+            .map(|(k, v)| {
+                let text = |s: &OsStr| s.to_string_lossy().into_owned();
+                (text(k), v.map(text))
+            })
+            .collect();
+        env.sort();
+        assert_eq!(
+            env,
+            [
+                ("PMCHECK_DRAIN_ON_STOP".to_owned(), None),
+                ("PMCHECK_MAX_WAIT".to_owned(), Some("90s".to_owned())),
+                ("PMCHECK_URL".to_owned(), Some("b".to_owned())),
+            ],
+            "a variable the file no longer sets is gone; the others are as the file says now"
+        );
+    }
 }

@@ -57,7 +57,13 @@ impl Drop for Running {
 impl Running {
     /// Runs `pmcheck COMMAND --state-dir STATE ARGS...`.
     pub fn start(s: &Setup, command: &str, args: &[&str]) -> Self {
+        Self::start_with_env(s, command, args, &[])
+    }
+
+    /// The same, with these variables set too.
+    pub fn start_with_env(s: &Setup, command: &str, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = pmcheck()
+            .envs(env.iter().copied())
             .arg(command)
             .args(["--state-dir", &s.state.path().display().to_string()])
             .args(args)

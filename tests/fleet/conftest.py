@@ -212,6 +212,36 @@ class Fleet:
     def describe_failed(self, runs: list[st.AgentRunRecord]) -> str:
         return "; ".join(f"{r.agent} run {r.number} (exit {r.code}): {st.errors_of(r)}" for r in runs)
 
+    def explain(self, run: st.AgentRunRecord) -> str:
+        """Where a failed run was sent, and what that master's stop and Puppet Server did around
+        it, in seconds from the run's start. A run is one session through HAProxy (the agent
+        keeps its connection), which HAProxy's tcplog names with the server: the candidates are
+        the sessions accepted during the run that ended within a second of it."""
+        assert self.h is not None and self.ha is not None
+        t0, t1 = self.wall(run.start), self.wall(run.end)
+        lines = [f"{run.agent} run {run.number}, {run.end - run.start:.1f}s:"]
+        for s in st.fleet.sessions(self.h.log):
+            m = next((m for m in self.masters if m.server == s.server), None)
+            if m is None or not (t0 <= s.accepted <= t1 and abs(s.ended - t1) < 1.0):
+                continue
+            lines.append(
+                f"  a session on {s.server} ({m.name}) +{s.accepted - t0:.1f}s to +{s.ended - t0:.1f}s, "
+                f"ended {s.termination}; HAProxy had it {self.ha.changes(s.server, run.start - 20, run.end)}"
+                " (from 20s before the run)"
+            )
+            journal = m.ssh(
+                "journalctl -u pmcheck-drain-on-stop@puppetserver -u puppetserver -o short-unix -q "
+                f"--no-pager --since @{t0 - 20:.3f} --until @{t1 + 2:.3f}",
+                check=False,
+            ).stdout
+            for entry in journal.splitlines():
+                stamp, _, rest = entry.partition(" ")
+                try:
+                    lines.append(f"    {float(stamp) - t0:+.1f}s {rest.partition(' ')[2][:400]}")
+                except ValueError:
+                    continue
+        return "\n".join(lines)
+
     def wait_up(self, m: Master, timeout: float = 300) -> float:
         """Until HAProxy has the master UP with a passing check; returns time.monotonic(). When
         it does not come back, the error says what the master says of itself."""

@@ -57,6 +57,8 @@ def figures(fleet: Fleet, what: str, t0: float, t1: float) -> tuple[list, str]:
     worst = fleet.ha.worst(t0, t1)
     said = f"{len(failed)} of {len(runs)} runs failed ({t1 - t0:.0f}s); {worst}"
     measured(what, said + (f"; failed: {fleet.describe_failed(failed)}" if failed else ""))
+    for r in failed:
+        print(fleet.explain(r))
     return failed, said
 
 

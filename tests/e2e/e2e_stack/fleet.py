@@ -712,19 +712,36 @@ def errors_of(run: AgentRunRecord) -> str:
     return " | ".join(errs[-4:] or lines[-4:])
 
 
-def sessions_ended(log, server: str, t0: float, t1: float) -> dict[str, int]:
-    """HAProxy's tcplog: how the sessions on ``server`` that ended between wall-clock times t0
-    and t1 ended (termination state: count; ``--`` is a normal end)."""
-    ended: dict[str, int] = {}
+@dataclass(frozen=True)
+class Session:
+    """One agent session in HAProxy's tcplog, in wall-clock times."""
+
+    server: str
+    accepted: float
+    ended: float
+    termination: str  # `--` is a normal end
+
+
+def sessions(log: Path) -> list[Session]:
+    """The sessions HAProxy's tcplog ``log`` has logged (a line each, as they end)."""
+    out = []
     for line in log.read_text(errors="replace").splitlines():
         m = TCPLOG.search(line)
         accepted = re.search(r"\[(\d+/\w+/\d+:\d+:\d+:\d+\.\d+)\]", line)
-        if not m or not accepted or m[2] != server:
+        if not m or not accepted:
             continue
         start = datetime.strptime(accepted[1], "%d/%b/%Y:%H:%M:%S.%f").timestamp()
-        end = start + int(m[5].lstrip("+")) / 1000
-        if t0 <= end <= t1 + 1:
-            ended[m[7]] = ended.get(m[7], 0) + 1
+        out.append(Session(m[2], start, start + int(m[5].lstrip("+")) / 1000, m[7]))
+    return out
+
+
+def sessions_ended(log: Path, server: str, t0: float, t1: float) -> dict[str, int]:
+    """How the sessions on ``server`` that ended between wall-clock times t0 and t1 ended
+    (termination state: count)."""
+    ended: dict[str, int] = {}
+    for s in sessions(log):
+        if s.server == server and t0 <= s.ended <= t1 + 1:
+            ended[s.termination] = ended.get(s.termination, 0) + 1
     return ended
 
 
