@@ -153,8 +153,7 @@ pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
     let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
     let e = on_stop_command(&argv, &at_start, &now).exec();
     errln!(
-        "pmcheck stop-guard: WARNING: cannot run `pmcheck on-stop` with {} as it is now ({e}); draining with the settings read at the start",
-        now.path.display()
+        "pmcheck stop-guard: WARNING: cannot run `pmcheck on-stop` with the environment file as it is now ({e}); draining with the settings read at the start"
     );
     on_stop(args.on_stop);
     Ok(())
