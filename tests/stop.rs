@@ -181,8 +181,7 @@ fn the_guard_lets_go_of_the_hold_at_once_and_drains_when_systemd_stops_it() {
     );
 
     // systemd stops the unit: SIGTERM, and only then the drain and the wait.
-    let pid = nix::unistd::Pid::from_raw(guard.0.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    guard.signal(nix::sys::signal::Signal::SIGTERM);
     d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
     assert_eq!(holders(&s), ["stop"]);
     guard.stderr_until("waiting");
@@ -207,8 +206,7 @@ fn the_guard_lets_go_of_the_hold_at_once_and_drains_when_systemd_stops_it() {
     let guard = Running::start_with_env(&s, "stop-guard", &args, &notify.env());
     notify.ready();
     std::fs::write(&env_file, "PMCHECK_DRAIN_ON_STOP=no\n").unwrap();
-    let pid = nix::unistd::Pid::from_raw(guard.0.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    guard.signal(nix::sys::signal::Signal::SIGTERM);
     let out = guard.finish(SOON);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_contains!(

@@ -395,8 +395,7 @@ fn running(pid: i32) -> bool {
 }
 
 fn interrupt(cycle: &Running) {
-    let pid = nix::unistd::Pid::from_raw(cycle.0.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    cycle.signal(nix::sys::signal::Signal::SIGINT);
 }
 
 #[test]

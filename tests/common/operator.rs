@@ -86,6 +86,12 @@ impl Running {
         Self(child, Some(Stderr { lines, reader }))
     }
 
+    /// Sends `signal` to the command, as systemd or a terminal would.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        nix::sys::signal::kill(pid, signal).unwrap();
+    }
+
     /// Waits until a line of stderr contains `needle` (at most [`SOON`]); returns the lines
     /// up to that one.
     pub fn stderr_until(&mut self, needle: &str) -> Vec<String> {
