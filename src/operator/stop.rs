@@ -50,11 +50,17 @@ pub fn on_stop(args: OnStopArgs) {
         outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
         return;
     }
-    if let Some(unit) = &unit
-        && let Some(false) = stopping(unit)
-    {
-        outln!("{unit} is not stopping (only this helper is): nothing drained");
-        return;
+    if let Some(unit) = &unit {
+        match stopping(unit) {
+            Ok(false) => {
+                outln!("{unit} is not stopping (only this helper is): nothing drained");
+                return;
+            }
+            Ok(true) => {}
+            Err(why) => errln!(
+                "pmcheck on-stop: WARNING: cannot tell whether {unit} is stopping ({why}): draining, the safe side for agents"
+            ),
+        }
     }
     let how = wait_settings(&args.waiting, &state);
     let file = DrainFile::new(&state.state_dir);
@@ -150,7 +156,7 @@ pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
     rt.block_on(term.recv());
     drop(rt);
     let now = env_file(args.env_file.as_deref());
-    let argv: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let argv: Vec<OsString> = std::env::args_os().collect();
     let e = on_stop_command(&argv, &at_start, &now).exec();
     errln!(
         "pmcheck stop-guard: WARNING: cannot run `pmcheck on-stop` with the environment file as it is now ({e}); draining with the settings read at the start"
@@ -165,13 +171,22 @@ fn env_file(given: Option<&Path>) -> EnvFile {
     config::env_file(given).ok().flatten().unwrap_or_default()
 }
 
-/// `pmcheck on-stop` with the guard's arguments (`argv` without the program, `--env-file` left
+/// The program to exec: the path the guard was started by (`/usr/bin/pmcheck`, which after a
+/// package upgrade is the new one), else this process's own file, deleted or not (an upgrade
+/// replaced it, a purge removed it: `current_exe()` then names a path that is gone).
+fn program(argv: &[OsString]) -> PathBuf {
+    argv.first()
+        .map(PathBuf::from)
+        .filter(|path| path.is_absolute() && path.is_file())
+        .unwrap_or_else(|| PathBuf::from("/proc/self/exe"))
+}
+
+/// `pmcheck on-stop` with the guard's arguments (`argv` from the program on, `--env-file` left
 /// out), in this process's environment with the environment file `now` in place of
 /// `at_start`: a variable the file no longer sets is gone.
 fn on_stop_command(argv: &[OsString], at_start: &EnvFile, now: &EnvFile) -> Command {
-    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
-    let mut command = Command::new(program);
-    let mut args = argv.iter();
+    let mut command = Command::new(program(argv));
+    let mut args = argv.iter().skip(1);
     let mut guard = false;
     while let Some(arg) = args.next() {
         if !guard && arg == "stop-guard" {
@@ -200,16 +215,42 @@ fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
     Ok(())
 }
 
-/// Whether systemd has a stop or restart job queued for `unit`; `None` when `systemctl`
-/// cannot tell (not under systemd): then the node is drained, the safe side for agents.
-fn stopping(unit: &str) -> Option<bool> {
+/// Why `systemctl` could not tell which jobs systemd has queued (not under systemd, or the
+/// command was killed).
+#[derive(Debug, Error)]
+enum JobsError {
+    #[error("cannot run `systemctl list-jobs`: {0}")]
+    Run(std::io::Error),
+    /// `said` is its stderr, after "; it said: ", or nothing.
+    #[error("`systemctl list-jobs` ended with {status}{said}")]
+    Failed {
+        status: std::process::ExitStatus,
+        said: String,
+    },
+}
+
+/// Whether systemd has a stop or restart job queued for `unit`; the caller drains when
+/// `systemctl` cannot tell, the safe side for agents.
+fn stopping(unit: &str) -> Result<bool, JobsError> {
     let out = Command::new("systemctl")
         .args(["list-jobs", "--no-legend", "--plain", "--full"])
         .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    let jobs = String::from_utf8_lossy(&out.stdout);
-    Some(jobs.lines().any(|line| {
+        .map_err(JobsError::Run)?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let said = match stderr.trim() {
+            "" => String::new(),
+            text => format!(
+                "; it said: {}",
+                text.lines().collect::<Vec<_>>().join(" / ")
+            ),
+        };
+        return Err(JobsError::Failed {
+            status: out.status,
+            said,
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).lines().any(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         fields.get(1) == Some(&unit)
             && fields
@@ -224,8 +265,20 @@ mod tests {
     use std::ffi::OsStr;
 
     #[test]
+    fn on_stop_is_the_program_the_guard_was_started_by_while_that_is_there() {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        assert_eq!(program(&[exe.clone().into_os_string()]), exe);
+        assert_eq!(
+            program(&[OsString::from("pmcheck")]),
+            Path::new("/proc/self/exe"),
+            "a relative argv[0] is not looked up"
+        );
+    }
+
+    #[test]
     fn on_stop_gets_the_guards_arguments_and_the_environment_file_as_it_is_now() {
         let argv: Vec<OsString> = [
+            "/usr/bin/pmcheck-not-there",
             "stop-guard",
             "--unit",
             "puppetserver.service",
@@ -243,6 +296,11 @@ mod tests {
         );
         let now = EnvFile::parse(Path::new("/etc/x"), "PMCHECK_URL=b\nPMCHECK_MAX_WAIT=90s\n");
         let command = on_stop_command(&argv, &at_start, &now);
+        assert_eq!(
+            command.get_program(),
+            "/proc/self/exe",
+            "a program path that is gone (an upgrade, a purge) is this process's own file"
+        );
         let args: Vec<&OsStr> = command.get_args().collect();
         assert_eq!(
             args,
