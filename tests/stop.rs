@@ -45,19 +45,8 @@ fn a_stop_waits_for_the_load_balancer_and_the_start_lets_go_of_its_own_hold_only
     let d = daemon(&s);
     let lb = load_balancer(&d, UP);
     let url = url(&d);
-    let mut stop = Running::start(&s, "on-stop", &["--url", &url, "--lb-interval", "100ms"]);
-    d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
-    assert_eq!(holders(&s), ["stop"]);
-    // HAProxy still says UP: the stop is held up, the JVM not yet told to stop.
-    stop.stderr_until("waiting");
-    assert!(
-        stop.0.try_wait().unwrap().is_none(),
-        "on-stop returned early"
-    );
-    lb.send_state(Some(NOLB));
-    let out = stop.finish(SOON);
-    let stdout = text(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let stop = Running::start(&s, "on-stop", &["--url", &url, "--lb-interval", "100ms"]);
+    let stdout = held_up_until_nolb(&s, &d, &lb, stop);
     assert_contains!(stdout, "drained for this stop of puppetserver.service");
     assert_contains!(stdout, "; puppetserver.service stops now");
     assert!(stdout.contains("safe to stop after "), "{stdout}");
@@ -182,17 +171,7 @@ fn the_guard_lets_go_of_the_hold_at_once_and_drains_when_systemd_stops_it() {
 
     // systemd stops the unit: SIGTERM, and only then the drain and the wait.
     guard.signal(nix::sys::signal::Signal::SIGTERM);
-    d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
-    assert_eq!(holders(&s), ["stop"]);
-    guard.stderr_until("waiting");
-    assert!(
-        guard.0.try_wait().unwrap().is_none(),
-        "the guard exited before the load balancer acted"
-    );
-    lb.send_state(Some(NOLB));
-    let out = guard.finish(SOON);
-    let stdout = stdout_of(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let stdout = held_up_until_nolb(&s, &d, &lb, guard);
     assert_contains!(
         stdout,
         "puppetserver.service started: let go of the stop's hold"
@@ -214,6 +193,24 @@ fn the_guard_lets_go_of_the_hold_at_once_and_drains_when_systemd_stops_it() {
         "PMCHECK_DRAIN_ON_STOP=no: puppetserver.service stops without a drain"
     );
     assert!(record(&s).is_none(), "{:?}", record(&s));
+}
+
+/// A stop under way (`on-stop`, or the guard once signalled): the node is DRAINED by the stop's
+/// hold; while HAProxy still says UP the stop is held up, the JVM not yet told to stop; once it
+/// says NOLB the stop ends with 0. Returns its stdout.
+fn held_up_until_nolb(s: &Setup, d: &Daemon, lb: &LoadBalancer, mut stop: Running) -> String {
+    d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
+    assert_eq!(holders(s), ["stop"]);
+    stop.stderr_until("waiting");
+    assert!(
+        stop.0.try_wait().unwrap().is_none(),
+        "the stop ended before the load balancer acted"
+    );
+    lb.send_state(Some(NOLB));
+    let out = stop.finish(SOON);
+    let stdout = stdout_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    stdout
 }
 
 /// A stand-in for systemd's `NOTIFY_SOCKET`.
