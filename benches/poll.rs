@@ -19,6 +19,7 @@ use pmcheck::health::verdict::Verdict;
 use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
 use pmcheck::puppet::report::{ProbeOutcome, ProbeReport};
+use pmcheck::responder::agent::Sent;
 use pmcheck::responder::node::{Feeds, Node};
 use pmcheck::settings::lb_proof::LbProof;
 use tokio::sync::watch;
@@ -101,10 +102,11 @@ fn verdict_of(health: &Node) -> Verdict {
     Answer::from_json(&text).expect("a JSON answer").verdict
 }
 
-/// One agent check as the listener makes it: the line, then noting it with the key sent.
-fn agent_check(health: &Node) -> String {
-    let (line, verdict, at) = health.agent_line(LB);
-    health.agent_told(LB, KEY.as_bytes(), verdict, at);
+/// One agent check as the listener makes it: what HAProxy sent (its server line and key), the
+/// line, then noting it.
+fn agent_check(health: &Node, sent: &Sent) -> String {
+    let (line, told) = health.agent_line(LB, sent);
+    health.agent_told(LB, sent, told);
     line
 }
 
@@ -164,17 +166,18 @@ fn main() {
     time_rounds("Prometheus scrape (classic text)", 10_000, || {
         black_box(health.answer(black_box(&scrape), LB));
     });
-    assert!(health.agent_line(LB).0.starts_with("up ready 75% #OK - "));
+    let sent = Sent::of(format!("puppet/m1 {KEY}\n").as_bytes());
+    assert!(health.agent_line(LB, &sent).0.starts_with("up ready 75% #OK - "));
     time("OK, agent-check line", || {
-        black_box(agent_check(&health));
+        black_box(agent_check(&health, &sent));
     });
     // Back from a restart: the weight is the lower of pool and ramp.
     senders
         .2
         .send_replace(Rejoin::Since(Instant::now() - Duration::from_secs(3)));
-    assert!(health.agent_line(LB).0.starts_with("up ready 14% #OK - "));
+    assert!(health.agent_line(LB, &sent).0.starts_with("up ready 14% #OK - "));
     time("OK ramping, agent-check line", || {
-        black_box(agent_check(&health));
+        black_box(agent_check(&health, &sent));
     });
     let file = DrainFile::new(dir.path());
     let now = std::time::SystemTime::now();
@@ -183,4 +186,11 @@ fn main() {
     senders.1.send_replace(Arc::new(file.state(now)));
     assert_eq!(verdict_of(&health), Verdict::Drained);
     measure("DRAINED, text", &health, &options);
+    // The drain rule's path: the check's header read, its server line looked up, the holders
+    // weighed (this drain is unchecked: it takes effect).
+    measure("DRAINED, text, HAProxy's state and key", &health, &haproxy);
+    assert!(health.agent_line(LB, &sent).0.starts_with("up drain #DRAINED"));
+    time("DRAINED, agent-check line", || {
+        black_box(agent_check(&health, &sent));
+    });
 }

@@ -56,8 +56,8 @@ pub enum Command {
     Status(StatusArgs),
     /// For pmcheck-drain-on-stop@.service, as Puppet Server's unit stops: drain, and wait (within --max-wait) until the load balancers have acted and the agents have left. Never fails the stop.
     OnStop(OnStopArgs),
-    /// For pmcheck-drain-on-stop@.service, once Puppet Server's unit has started: let go of the hold `on-stop` took; every other drain stays.
-    OnStart(StopArgs),
+    /// For pmcheck-drain-on-stop@.service, once Puppet Server's unit has started: let go of the hold `on-stop` took, once the daemon's next probe finds Puppet Server healthy (within --max-wait); every other drain stays.
+    OnStart(OnStopArgs),
     /// What pmcheck-drain-on-stop@.service runs while Puppet Server's unit runs: `on-start` at once, then `on-stop` when systemd stops it (SIGTERM), so a stop needs no new process.
     StopGuard(GuardArgs),
     /// Print the man page or a shell completion script (for packaging).
@@ -315,12 +315,9 @@ pub struct ConfigArgs {
 /// How `--wait` and `cycle` wait: which daemon to ask, how long, how many polls.
 #[derive(Debug, Clone, Args)]
 pub struct WaitArgs {
-    /// With --wait and in cycle: give up waiting after this long (exit 75; what the command changed stays changed) [default: 10m]
-    #[arg(long, env = "PMCHECK_MAX_WAIT", value_name = "DURATION", value_parser = parse_duration)]
-    pub(crate) max_wait: Option<Duration>,
-    /// Deprecated: the old name of --max-wait (and PMCHECK_WAIT_TIMEOUT of PMCHECK_MAX_WAIT); --max-wait wins when both are given
-    #[arg(long = "timeout", env = "PMCHECK_WAIT_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
-    pub(crate) old_timeout: Option<Duration>,
+    /// With --wait and in cycle: give up waiting after this long (exit 75; what the command changed stays changed); a cycle waits its turn this long too
+    #[arg(long, env = "PMCHECK_MAX_WAIT", value_name = "DURATION", value_parser = parse_duration, default_value = "10m")]
+    pub(crate) max_wait: Duration,
     /// With --wait and in cycle, for load balancers that do not send `http-check send-state`: answers in a row their HTTP check must get before they count as having acted (HAProxy's fall and rise); one agent-check answer suffices for a drain. A load balancer that sends its state is believed instead; one that does not prove itself (--lb-key-file) has acted once told the verdict for --polls x --lb-interval
     #[arg(long, env = "PMCHECK_POLLS", value_name = "N", default_value = "3", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) polls: u32,
@@ -344,21 +341,6 @@ pub struct DaemonUrl {
     )]
     pub(crate) url: String,
 }
-
-impl WaitArgs {
-    /// How long to wait: `--max-wait`, else the deprecated `--timeout`, else ten minutes. The
-    /// second element says the deprecated name was used, for a warning.
-    pub(crate) fn max_wait(&self) -> (Duration, bool) {
-        let limit = self
-            .max_wait
-            .or(self.old_timeout)
-            .unwrap_or(DEFAULT_MAX_WAIT);
-        (limit, self.old_timeout.is_some())
-    }
-}
-
-/// How long a wait lasts when nobody says.
-const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(600);
 
 /// `pmcheck drain`.
 #[derive(Debug, Args)]

@@ -11,11 +11,12 @@ use crate::cli::{Cli, Command, ConfigArgs, CycleArgs, Generate, StatusArgs};
 use crate::console::{errln, out, outln};
 use crate::exit::Exit;
 use crate::operator::cycle::{self, Cycle, CycleError};
-use crate::operator::drain::{self, ChangeError, wait_settings};
+use crate::operator::daemon::{self, Daemon};
+use crate::operator::drain::{self, ChangeError};
+use crate::operator::goal::Wait;
+use crate::operator::guard::GuardError;
 use crate::operator::wait::WaitError;
-use crate::operator::{
-    check, config, daemon, history, manual, run_single_threaded, runtime, status, stop,
-};
+use crate::operator::{check, config, history, manual, run_single_threaded, status, stop};
 use crate::provenance::{Provenance, ProvenanceError};
 use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
@@ -65,19 +66,18 @@ impl Error {
             Error::Settings(_) | Error::EnvFile(_) | Error::LbKey(_) => Exit::Config,
             Error::Listen(e) => e.exit(),
             Error::Change(e) => match e {
-                ChangeError::Drain(_) => Exit::CantCreate,
-                ChangeError::Wait(e) => wait_exit(e),
-                ChangeError::LastServer(_) | ChangeError::Held(_) | ChangeError::BackedOff(_) => {
-                    Exit::Refused
+                ChangeError::Drain(_) | ChangeError::Guard(GuardError::Drain(_)) => {
+                    Exit::CantCreate
                 }
-                ChangeError::Io(_) => Exit::OsErr,
+                ChangeError::Wait(e) => wait_exit(e),
+                ChangeError::Guard(_) | ChangeError::Held(_) => Exit::Refused,
             },
             Error::Status(e) => status_exit(e),
             Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
                 CycleError::Drain(_) => Exit::CantCreate,
-                CycleError::LastServer(_) | CycleError::EmptyBackend { .. } => Exit::Refused,
+                CycleError::Turn { .. } | CycleError::EmptyBackend { .. } => Exit::Refused,
                 e if e.not_healthy() => Exit::Critical,
                 CycleError::Wait { source, .. } => wait_exit(source),
                 CycleError::Command { .. } | CycleError::Released { .. } => Exit::Warning,
@@ -99,6 +99,7 @@ fn wait_exit(e: &WaitError) -> Exit {
     match e {
         WaitError::OtherFile(_) => Exit::Config,
         WaitError::NoDaemon(_) => Exit::Unavailable,
+        WaitError::Held { .. } => Exit::Held,
         WaitError::TimedOut { .. } => Exit::TempFail,
         WaitError::Interrupted { .. } => Exit::Interrupted,
     }
@@ -145,25 +146,30 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
             );
         }
         Command::Config(args) => config_command(&args, matches, argv),
-        Command::Drain(args) => drain::drain(args).map(|()| Exit::Ok).map_err(Error::from),
-        Command::Undrain(args) => drain::undrain(args).map(|()| Exit::Ok).map_err(Error::from),
+        Command::Drain(args) => Daemon::new(&args.waiting.daemon.url)
+            .map_err(Error::from)
+            .and_then(|daemon| {
+                run_single_threaded(drain::drain(args, &daemon))?.map_err(Error::from)
+            })
+            .map(|()| Exit::Ok),
+        Command::Undrain(args) => Daemon::new(&args.waiting.daemon.url)
+            .map_err(Error::from)
+            .and_then(|daemon| {
+                run_single_threaded(drain::undrain(args, &daemon))?.map_err(Error::from)
+            })
+            .map(|()| Exit::Ok),
         Command::Cycle(args) => cycle_command(args),
         Command::Status(args) => status_command(args),
-        Command::OnStop(args) => {
-            stop::on_stop(args);
-            Ok(Exit::Ok)
-        }
-        Command::OnStart(args) => stop::on_start(args)
+        Command::OnStop(args) => run_single_threaded(stop::on_stop(&args))
             .map(|()| Exit::Ok)
-            .map_err(|e| Error::from(ChangeError::from(e))),
-        Command::StopGuard(args) => {
-            stop::stop_guard(args)
-                .map(|()| Exit::Ok)
-                .map_err(|e| match e {
-                    stop::GuardError::Drain(e) => Error::from(ChangeError::from(e)),
-                    stop::GuardError::Signal(e) => Error::from(e),
-                })
-        }
+            .map_err(Error::from),
+        Command::OnStart(args) => run_single_threaded(stop::on_start(&args))
+            .map_err(Error::from)
+            .and_then(|r| r.map_err(|e| Error::from(ChangeError::from(e))))
+            .map(|()| Exit::Ok),
+        Command::StopGuard(args) => stop::stop_guard(args)
+            .map(|()| Exit::Ok)
+            .map_err(|stop::GuardError::Signal(e)| Error::from(e)),
         Command::Generate(args) => generate(args.what),
     };
     result.unwrap_or_else(|e| {
@@ -233,7 +239,9 @@ fn serve(given: &Given) -> Result<Exit, Error> {
         agent: bind::bind_each(&daemon.agent_listen.value, "--agent-listen")?,
     };
     let notifier = systemd::Notifier::from_env();
-    let rt = runtime(true)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let (reload, reloads) = tokio::sync::watch::channel(());
         let stopped = signals::stop_requested(reload)?;
@@ -269,14 +277,15 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
             .take(crate::drain::record::REASON_LIMIT)
             .collect()
     });
+    let daemon = Daemon::new(&args.waiting.daemon.url)?;
     let cycle = Cycle {
         reason,
-        wait: wait_settings(&args.waiting, &args.state),
+        wait: Wait::of(&args.waiting, &args.state),
         force: args.force,
         kill_after: args.kill_after,
         command: args.command,
     };
-    run_single_threaded(cycle::run(&cycle, &args.state.state_dir))??;
+    run_single_threaded(cycle::run(&cycle, &args.state.state_dir, &daemon))??;
     Ok(Exit::Ok)
 }
 
@@ -285,7 +294,11 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
         history::show(&args.state.state_dir, n.into(), args.json)?;
         return Ok(Exit::Ok);
     }
-    let reply = match run_single_threaded(daemon::ask(&args.daemon.url))? {
+    let reply = match Daemon::new(&args.daemon.url) {
+        Ok(daemon) => run_single_threaded(async { daemon.reply().await })?,
+        Err(e) => Err(e),
+    };
+    let reply = match reply {
         Ok(reply) => reply,
         // A script reading --json gets JSON whatever happens, and the exit says which case.
         Err(e) if args.json => {
@@ -306,7 +319,7 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
         let holders = crate::drain::file::DrainFile::new(&args.state.state_dir)
             .current()
             .and_then(|d| d.record)
-            .map(|r| r.holders())
+            .map(|r| r.holders().to_vec())
             .unwrap_or_default();
         out!("{}", status::describe(&reply, &holders));
     }

@@ -35,13 +35,17 @@ pub enum Exit {
     Refused,
     /// EX_CONFIG: a setting is wrong (puppet.conf, a value).
     Config,
+    /// `drain --wait`: the drain is written and held: a load balancer says this node is the
+    /// last server taking agents in its backend (another master left after the drain took
+    /// effect); it takes effect once another server takes agents there.
+    Held,
     /// 128 + SIGINT: `cycle` was interrupted by a signal.
     Interrupted,
 }
 
 impl Exit {
     /// Every code, in the man page's order.
-    pub const ALL: [Exit; 12] = [
+    pub const ALL: [Exit; 13] = [
         Exit::Ok,
         Exit::Warning,
         Exit::Critical,
@@ -53,6 +57,7 @@ impl Exit {
         Exit::TempFail,
         Exit::Refused,
         Exit::Config,
+        Exit::Held,
         Exit::Interrupted,
     ];
 
@@ -70,6 +75,7 @@ impl Exit {
             Exit::TempFail => 75,
             Exit::Refused => 77,
             Exit::Config => 78,
+            Exit::Held => 79,
             Exit::Interrupted => 130,
         }
     }
@@ -88,7 +94,7 @@ impl Exit {
             }
             Exit::Critical => {
                 "check: CRITICAL, Puppet Server is down or not ready; cycle: Puppet Server did \
-                 not come back healthy within --timeout (the node stays drained)"
+                 not come back healthy within --max-wait (the node stays drained)"
             }
             Exit::Unknown => {
                 "check: UNKNOWN, bad arguments or settings, unreadable drain state or certificate \
@@ -105,14 +111,22 @@ impl Exit {
                 "--wait or a wait of cycle timed out; a drain stays in place (EX_TEMPFAIL)"
             }
             Exit::Refused => {
-                "drain, cycle: refused, a load balancer says this node is the only server taking \
-                 traffic in its backend (cycle, once drained: that none is left; it let go and \
-                 ran nothing); undrain: refused, a running cycle holds the node; nothing was \
-                 written (--force overrides) (EX_NOPERM)"
+                "drain, cycle: refused, a load balancer would hold the drain: it says this node is \
+                 the only server taking new agents in its backend, or that none is left (a \
+                 cycle waits its turn for --max-wait first; once drained, a cycle whose backend \
+                 has no server left lets go and runs nothing); nothing was written, or the drain \
+                 held at the checks right after it was undone; undrain: refused, a running cycle \
+                 holds the node (--force overrides each) (EX_NOPERM)"
             }
             Exit::Config => {
                 "a bad setting: puppet.conf, a value, the environment file; config --check: a \
                  file the daemon cannot read (EX_CONFIG)"
+            }
+            Exit::Held => {
+                "drain --wait: the drain is written and held: a load balancer says this node is \
+                 the only server taking new agents in its backend (another master left after \
+                 the drain took effect); the drain stays and takes effect once another server \
+                 takes agents there: do not stop Puppet Server"
             }
             Exit::Interrupted => "cycle was interrupted by a signal; the node stays drained",
         }

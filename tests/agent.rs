@@ -135,13 +135,13 @@ fn weight_ramps_up_after_an_undrain() {
     let s = Setup::new(Behavior::Running);
     let d = agent_daemon(&s, &["--slow-start", "3s"]);
     assert_eq!(
-        d.poll_json().weight,
+        d.status().answer.weight,
         100,
         "started on a serving node: no ramp"
     );
     assert!(s.pmcheck("drain", &[]).status.success());
     d.wait_for(SOON, "DRAINED", |a| a.body.starts_with("DRAINED"));
-    assert_eq!(d.poll_json().weight, 10);
+    assert_eq!(d.status().answer.weight, 10);
     // The daemon sees the node come back after this instant, so its ramp can only be behind a
     // ramp started here: a bound that holds however slowly this test runs.
     let undrained = Instant::now();
@@ -151,12 +151,12 @@ fn weight_ramps_up_after_an_undrain() {
     };
     assert!(s.pmcheck("undrain", &[]).status.success());
     let back = d.wait_for_json(SOON, "OK", |a| {
-        a.verdict == pmcheck::health::verdict::Verdict::Ok
+        a.answer.verdict == pmcheck::health::verdict::Verdict::Ok
     });
-    let mut weights = vec![(back.weight, most(Instant::now()))];
+    let mut weights = vec![(back.answer.weight, most(Instant::now()))];
     while weights.last().unwrap().0 < 100 {
         std::thread::sleep(Duration::from_millis(200));
-        let weight = d.poll_json().weight;
+        let weight = d.status().answer.weight;
         weights.push((weight, most(Instant::now())));
         assert!(weights.len() < 100, "never reached 100: {weights:?}");
     }
@@ -185,7 +185,7 @@ fn drains_can_answer_404_for_disable_on_404() {
         a.status_line.starts_with("HTTP/1.1 404 Drained: planned"),
         "{a:?}"
     );
-    assert_eq!(d.poll_json().status, 404);
+    assert_eq!(d.status().answer.status, 404);
     // Failures stay 503.
     s.stub.set(Behavior::Reply(503, "error", "text/plain"));
     assert!(s.pmcheck("undrain", &[]).status.success());
@@ -264,8 +264,8 @@ fn an_agent_check_proves_itself_with_the_key_it_sends() {
     let d = agent_daemon(&s, &[]);
     let with_key = format!("{}\n", common::lb::LB_KEY);
     let proofs = || -> Vec<(Proof, u32)> {
-        let answer = d.poll_json();
-        let mut found: Vec<(Proof, u32)> = (answer.pollers.iter().flatten())
+        let answer = d.status();
+        let mut found: Vec<(Proof, u32)> = (answer.pollers.iter())
             .filter_map(|p| p.agent.map(|t| (p.proof, t.times)))
             .collect();
         found.sort_by_key(|(p, _)| format!("{p:?}"));

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use common::operator::{SOON, text, url};
 use common::*;
-use pmcheck::health::answer::CodeAnswer;
 use pmcheck::health::verdict::Verdict;
+use pmcheck::responder::status::CodeAnswer;
 
 /// The record r10k 3.15 wrote (tests/fixtures/r10k-deploy.json), for this environment.
 fn r10k_record(name: &str, commit: &str, success: bool) -> String {
@@ -39,10 +39,10 @@ fn serve(s: &Setup, conf_dir: &Path, path: &str, envs: &str) -> (Daemon, Vec<Cod
     args[at + 1] = conf.display().to_string();
     let d = Daemon::start(&args);
     let answer = d.wait_for_json(SOON, "OK with the deploy records", |a| {
-        a.status == 200 && a.code.is_some()
+        a.answer.status == 200 && a.code.is_some()
     });
     assert_eq!(
-        answer.verdict,
+        answer.answer.verdict,
         Verdict::Ok,
         "never a 503 for code: {answer:?}"
     );

@@ -338,7 +338,10 @@ fn the_drain_record_says_who_really_drained() {
         assert!(out.status.success(), "{out:?}");
         let record: serde_json::Value =
             serde_json::from_slice(&std::fs::read(state.path().join("drain")).unwrap()).unwrap();
-        record["by"].as_str().unwrap_or_default().to_owned()
+        record["holders"][0]["by"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     };
     let spoofed = [
         ("USER", "mallory"),

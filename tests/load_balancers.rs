@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use common::lb::{LoadBalancer, Polling};
 use common::operator::*;
 use common::*;
-use pmcheck::health::answer::StateAnswer;
+use pmcheck::health::hold::Held;
+use pmcheck::responder::status::StateAnswer;
 
 /// HAProxy's header for this node: up and taking new agents, beside a server as heavy.
 const UP: &str =
@@ -36,7 +37,6 @@ fn until_regular(d: &Daemon) {
     d.wait_for_json(SOON, "the load balancer to be regular", |a| {
         a.pollers
             .iter()
-            .flatten()
             .any(|p| p.address.to_string() == LB && p.regular)
     });
 }
@@ -96,6 +96,8 @@ fn a_flood_of_addresses_cannot_end_a_wait_early() {
         while Instant::now() < deadline && !flooding.load(Ordering::SeqCst) {
             let from = format!("127.0.1.{}", 1 + n % 250);
             if let Ok(mut c) = connect_from(&from, agent, SOON) {
+                // What HAProxy sends with an `agent-send` that names nothing.
+                let _ = std::io::Write::write_all(&mut c, b"\n");
                 let _ = std::io::Read::read_to_end(&mut c, &mut Vec::new());
             }
             n += 1;
@@ -204,10 +206,10 @@ fn the_daemon_records_each_load_balancers_state_and_refuses_a_malformed_one() {
         "UP 2/3; address=127.0.0.1; port=8140; name=puppet/compile01; node=lb1; weight=80/180; scur=3/7; qcur=1; throttle=40%",
     ));
     let answer = d.wait_for_json(SOON, "the state", |a| {
-        a.pollers.iter().flatten().any(|p| !p.states.is_empty())
+        a.pollers.iter().any(|p| !p.states.is_empty())
     });
-    assert!(answer.listening_ms.is_some_and(|ms| ms < 60_000));
-    let pollers = answer.pollers.unwrap();
+    assert!(answer.listening_ms < 60_000);
+    let pollers = answer.pollers;
     let p = pollers
         .iter()
         .find(|p| p.address.to_string() == LB)
@@ -240,10 +242,9 @@ fn the_daemon_records_each_load_balancers_state_and_refuses_a_malformed_one() {
     let answer = d.wait_for_json(SOON, "the malformed state", |a| {
         a.pollers
             .iter()
-            .flatten()
             .any(|p| p.states.iter().any(|s| s.malformed.is_some()))
     });
-    let pollers = answer.pollers.unwrap();
+    let pollers = answer.pollers;
     let p = pollers
         .iter()
         .find(|p| p.address.to_string() == LB)
@@ -310,15 +311,24 @@ fn drain_and_cycle_refuse_the_last_server_unless_forced() {
         &["--reason", "upgrade", "--force", "--url", &url(&d)],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let forced = record(&s).unwrap()["forced"]
+    let forced = record(&s).unwrap()["holders"][0]["forced"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
     assert_contains!(forced, "says m2 is the only server");
-    // Drained already: draining again (a new reason) is no loss.
+    // Drained, forced, while the load balancer still says this is its last server: a new
+    // drain without --force would be held there, so it is refused and the forced one stays.
     d.wait_for(SOON, "the drain", |r| r.body.starts_with("DRAINED"));
+    let before = record(&s);
     let out = s.pmcheck("drain", &["--reason", "still upgrading", "--url", &url(&d)]);
+    assert_eq!(out.status.code(), Some(77), "{}", text(&out.stderr));
+    assert_eq!(record(&s), before, "the forced drain stays as it was");
+    let out = s.pmcheck(
+        "drain",
+        &["--reason", "still upgrading", "--force", "--url", &url(&d)],
+    );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(record(&s).unwrap()["holders"][0]["what"], "still upgrading");
 }
 
 /// This node, the only server taking traffic in its backend.
@@ -345,21 +355,24 @@ fn the_load_balancer_holds_a_drain_that_would_empty_its_backend() {
     until_regular_or_polled(&d, &lb);
     let out = s.pmcheck("drain", &["--reason", "first", "--url", &url(&d)]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    for (header, why) in [
+    for (header, kind, why) in [
         (
             EMPTY,
-            "says no server takes new agents in backend bk (another master went out",
+            Held::EmptyBackend,
+            "says no server takes new agents in backend bk (weight 100 of 0)",
         ),
         (
             LAST_M1,
-            "says m1 is the only server taking new agents in backend bk",
+            Held::LastServer,
+            "says m1 is the only server taking new agents in backend bk (weight 100 of 100)",
         ),
     ] {
         lb.send_state(Some(header));
-        let answer = d.wait_for_json(SOON, "the drain held", |a| {
-            a.drain_held.as_deref().is_some_and(|h| h.contains(why))
-        });
-        assert_eq!(answer.verdict, pmcheck::health::verdict::Verdict::Drained);
+        let answer = d.wait_for_json(SOON, "the drain held", |a| held(a) == Some(kind));
+        assert_eq!(
+            answer.answer.verdict,
+            pmcheck::health::verdict::Verdict::Drained
+        );
         let since = Instant::now();
         while lb.answered(200, since) < 3 {
             std::thread::sleep(Duration::from_millis(20));
@@ -375,7 +388,9 @@ fn the_load_balancer_holds_a_drain_that_would_empty_its_backend() {
         let status = text(&s.pmcheck("status", &["--url", &url(&d)]).stdout);
         assert_contains!(
             status,
-            &format!("held:   drain held: load balancer (lb1) {why}")
+            &format!(
+                "held:   drain held: load balancer 127.0.0.2 (lb1) {why}; it ends once another server takes new agents in backend bk"
+            )
         );
     }
     // Forced, it takes effect whatever the load balancer says.
@@ -385,7 +400,14 @@ fn the_load_balancer_holds_a_drain_that_would_empty_its_backend() {
     while lb.answered(503, since) < 2 {
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(d.poll_json().drain_held, None);
+    assert_eq!(held(&d.status()), None);
+}
+
+/// How the drain is held at the load balancer's server lines, if it is.
+fn held(status: &pmcheck::responder::status::Status<'_>) -> Option<Held> {
+    (status.pollers.iter())
+        .flat_map(|p| &p.states)
+        .find_map(|s| s.held)
 }
 
 /// Two drains at once: the load balancer holds the second where the first went out (this node
@@ -412,7 +434,7 @@ fn a_drain_the_load_balancer_holds_is_undone_and_refused() {
     assert_eq!(out.status.code(), Some(77), "{stderr}");
     assert_contains!(
         stderr,
-        "refused: drain held: load balancer (lb1) says no server takes new agents in backend bk"
+        "refused: drain held: load balancer 127.0.0.2 (lb1) says no server takes new agents in backend bk"
     );
     assert_contains!(stderr, "This drain was undone");
     assert!(record(&s).is_none(), "the drain stayed");
@@ -433,7 +455,7 @@ fn a_cycle_waits_its_turn_while_its_node_is_the_last_server() {
     let marker = s.state.path().join("ran");
     let touch = format!("touch {}", marker.display());
     let mut run = Running::start(&s, "cycle", &["--url", &url(&d), "--", "sh", "-c", &touch]);
-    run.stderr_until("pmcheck cycle: waiting its turn (up to --max-wait 10m): load balancer 127.0.0.2 (lb1) says m1 is the only server");
+    run.stderr_until("of --max-wait 10m): load balancer 127.0.0.2 (lb1) says m1 is the only server taking new agents in backend bk (weight 100 of 100); it ends once another server takes new agents in backend bk");
     assert!(
         record(&s).is_none(),
         "a cycle waiting its turn wrote nothing"
@@ -453,7 +475,7 @@ fn a_cycle_waits_its_turn_while_its_node_is_the_last_server() {
     // Never its turn: refused at --max-wait, nothing written.
     lb.send_state(Some(LAST_M1));
     d.wait_for_json(SOON, "the load balancer's new word", |a| {
-        (a.pollers.iter().flatten()).any(|p| {
+        (a.pollers.iter()).any(|p| {
             (p.states.iter())
                 .any(|s| s.last_ms_ago < 100 && s.seen.as_ref().is_some_and(|lb| lb.last_serving()))
         })
@@ -486,7 +508,7 @@ fn drain_without_a_daemon_says_it_could_not_check_and_drains() {
     let stderr = text(&out.stderr);
     assert_contains!(
         stderr,
-        "cannot check whether this node is the last server a load balancer sends agents to"
+        "cannot check whether a load balancer says this node is the last server taking agents"
     );
     assert!(record(&s).is_some());
 }
@@ -532,8 +554,8 @@ fn a_forged_state_from_the_load_balancers_own_address_ends_no_wait_and_lifts_no_
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(75), "{stdout}{stderr}");
     assert_contains!(stderr, "says UP for bk/m1 (weight 100/200, 2 session(s)");
-    let answer = d.poll_json();
-    let pollers = answer.pollers.unwrap_or_default();
+    let answer = d.status();
+    let pollers = answer.pollers;
     let proofs: Vec<String> = (pollers.iter())
         .filter(|p| p.address.to_string() == LB)
         .map(|p| format!("{:?}", p.proof))
@@ -550,7 +572,7 @@ fn a_forged_state_from_the_load_balancers_own_address_ends_no_wait_and_lifts_no_
     forger.send_state(Some(malformed));
     wrong.send_state(Some(malformed));
     d.wait_for_json(SOON, "the last-server header and the malformed ones", |a| {
-        let pollers = a.pollers.as_deref().unwrap_or_default();
+        let pollers = &a.pollers;
         let says = |proven: bool, what: &dyn Fn(&StateAnswer) -> bool| {
             (pollers.iter().filter(|p| p.proof.proven() == proven))
                 .any(|p| (p.states.iter()).any(|s| s.last_ms_ago < 200 && what(s)))
@@ -583,7 +605,7 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
     });
     liar.send_state(Some(LAST));
     d.wait_for_json(SOON, "the liar to be regular", |a| {
-        (a.pollers.iter().flatten()).any(|p| p.address.to_string() == "127.0.0.66" && p.regular)
+        (a.pollers.iter()).any(|p| p.address.to_string() == "127.0.0.66" && p.regular)
     });
     let out = s.pmcheck("status", &["--url", &url(&d)]);
     let stdout = text(&out.stdout);
@@ -598,7 +620,7 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_contains!(
         stderr,
-        "cannot check whether this node is the last server a load balancer sends agents to: load balancer 127.0.0.66 (lb1) (unverified: sent no X-Pmcheck-Key)"
+        "cannot check whether a load balancer says this node is the last server taking agents: 127.0.0.66 (unverified: sent no X-Pmcheck-Key)"
     );
     assert_eq!(logged_actions(&s), ["drain"]);
 

@@ -43,10 +43,10 @@ fn a_flush_after_the_pool_was_ready_is_a_pause_at_the_floor_weight() {
         starts("OK - paused: JRuby pool refilling after a flush since "),
     );
     assert_eq!(a.status, 200, "{a:?}");
-    let json = d.poll_json();
-    assert_eq!(json.load, Some(Load::Paused), "{json:?}");
+    let json = d.status();
+    assert_eq!(json.answer.load, Some(Load::Paused), "{json:?}");
     assert_eq!(
-        json.weight, 10,
+        json.answer.weight, 10,
         "every paused master at the floor: load stays spread"
     );
     let line = agent_line(d.agent_addr(), None).0;
@@ -195,10 +195,10 @@ fn a_multithreaded_jruby_speaks_of_borrow_slots_and_its_replacement_is_a_pause()
         "borrow slots",
         starts("OK - Puppet Server is running, 3 of 3 borrow slots free (one multithreaded JRuby)"),
     );
-    assert_eq!(d.poll_json().weight, 100);
+    assert_eq!(d.status().answer.weight, 100);
     // Two compiles: the weight follows the free slots.
     s.stub.set(Behavior::Pool(pool(3, 1, 2, 0, ":not-in-use")));
-    d.wait_for_json(SOON, "a third of the slots", |a| a.weight == 33);
+    d.wait_for_json(SOON, "a third of the slots", |a| a.answer.weight == 33);
     // Replaced at max-requests-per-instance, with no lock event: a pause.
     s.stub.set(Behavior::Pool(pool(3, 0, 0, 0, ":not-in-use")));
     d.wait_for(
@@ -312,7 +312,7 @@ fn a_puppet_enterprise_code_deploy_lock_is_a_pause() {
         starts("OK - paused: JRuby pool locked since "),
     );
     assert_eq!(a.status, 200);
-    assert_eq!(d.poll_json().weight, 10);
+    assert_eq!(d.status().answer.weight, 10);
     s.stub
         .set(Behavior::EnterprisePool(pool(4, 4, 0, 0, ":not-in-use")));
     d.wait_for(

@@ -132,10 +132,10 @@ fn pool_states_give_their_words_and_weights() {
         s.stub.set(Behavior::Pool(answer));
         let a = d.wait_for(SOON, text, |a| a.body.starts_with(text));
         assert_eq!(a.status, 200, "busy is still 200: {a:?}");
-        let json = d.wait_for_json(SOON, text, |j| j.reason.starts_with(&text[5..]));
-        assert_eq!(json.weight, weight, "{text}");
+        let json = d.wait_for_json(SOON, text, |j| j.answer.reason.starts_with(&text[5..]));
+        assert_eq!(json.answer.weight, weight, "{text}");
         assert_eq!(
-            serde_json::to_value(json.load).unwrap(),
+            serde_json::to_value(json.answer.load).unwrap(),
             serde_json::Value::from(load),
             "{text}"
         );

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use pmcheck::health::answer::Answer;
 use pmcheck::health::verdict::Verdict;
+use pmcheck::responder::status::Status;
 
 const SOON: Duration = Duration::from_secs(10);
 
@@ -169,8 +170,7 @@ fn json_answer_has_verdict_reason_drain_and_probe() {
 }
 
 /// `/status` is the operator's route: JSON whatever the `Accept`, with the pollers, and never a
-/// poller itself. The old way (`Accept: application/json` on `/`) still answers, and says where
-/// the route moved.
+/// poller itself. JSON on `/` is a poll's answer, for this host too: no pollers there.
 #[test]
 fn the_operators_json_has_a_route_of_its_own() {
     let s = Setup::new(Behavior::Running);
@@ -190,25 +190,19 @@ fn the_operators_json_has_a_route_of_its_own() {
     assert_eq!(status.status, 200, "{status:?}");
     assert_eq!(status.header("content-type"), Some("application/json"));
     assert_eq!(status.header("deprecation"), None);
-    let answer = Answer::from_json(&status.body).unwrap();
-    assert_eq!(answer.verdict, Verdict::Ok);
-    let pollers = answer.pollers.expect("this host's view lists the pollers");
-    let clients: Vec<_> = pollers.iter().map(|p| p.client.clone()).collect();
-    assert_eq!(clients, [Some("HAProxy".to_owned())], "{pollers:?}");
-    let old = request(
+    let view = Status::from_json(&status.body).unwrap();
+    assert_eq!(view.answer.verdict, Verdict::Ok);
+    let clients: Vec<_> = view.pollers.iter().map(|p| p.client.clone()).collect();
+    assert_eq!(clients, [Some("HAProxy".to_owned())], "{:?}", view.pollers);
+    let json = request(
         d.addr,
         "GET / HTTP/1.1\r\nhost: a\r\naccept: application/json\r\nuser-agent: pmcheck/0.1.0\r\nconnection: close\r\n\r\n",
     );
-    assert!(Answer::from_json(&old.body).unwrap().pollers.is_some());
-    assert!(
-        old.header("deprecation")
-            .is_some_and(|v| v.starts_with('@')),
-        "{old:?}"
-    );
-    assert_eq!(
-        old.header("link"),
-        Some("</status>; rel=\"successor-version\"")
-    );
+    let poll: serde_json::Value = serde_json::from_str(&json.body).unwrap();
+    assert_eq!(poll["verdict"], "OK", "{json:?}");
+    assert!(poll.get("pollers").is_none(), "{json:?}");
+    assert!(Answer::from_json(&json.body).is_ok(), "{json:?}");
+    assert_eq!(json.header("deprecation"), None);
 }
 
 #[test]

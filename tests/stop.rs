@@ -34,7 +34,7 @@ fn load_balancer(d: &Daemon, state: &str) -> LoadBalancer {
     let lb = LoadBalancer::start(Polling::new(d.addr, None));
     lb.send_state(Some(state));
     d.wait_for_json(SOON, "the load balancer to be regular", |a| {
-        (a.pollers.iter().flatten()).any(|p| p.regular && p.address.to_string() == "127.0.0.2")
+        (a.pollers.iter()).any(|p| p.regular && p.address.to_string() == "127.0.0.2")
     });
     lb
 }

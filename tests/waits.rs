@@ -35,7 +35,7 @@ fn drain_wait_returns_once_the_load_balancer_was_told_and_the_last_agent_left() 
         "drain --wait returned while an agent was still connected"
     );
     assert_eq!(
-        record(&s).unwrap()["reason"],
+        record(&s).unwrap()["holders"][0]["what"],
         "upgrade",
         "drained meanwhile"
     );
@@ -58,7 +58,7 @@ fn the_daemon_does_not_count_its_own_probes_as_agent_traffic() {
     let d = daemon(&s);
     // The probe keeps its connection to the stub alive between probes.
     d.wait_probes(3, SOON);
-    let answer = d.poll_json();
+    let answer = d.status();
     let traffic = answer.traffic.expect("loopback JSON lists the traffic");
     assert_eq!(traffic.listener, s.stub.addr);
     assert_eq!(traffic.problem, None);
@@ -133,41 +133,7 @@ fn drain_wait_times_out_with_75_naming_what_is_left_and_stays_drained() {
     let stderr = text(&out.stderr);
     assert_contains!(stderr, "gave up after 1s: 1 agent connection(s) to ");
     assert_contains!(stderr, "(the node stays drained)");
-    assert!(!stderr.contains("deprecated"), "{stderr}");
     assert!(record(&s).is_some());
-}
-
-/// The waits' limit had the probe's name; scripts that still use it keep working, warned.
-#[test]
-fn the_old_names_of_the_waits_limit_still_work_with_a_warning() {
-    let s = Setup::new(Behavior::Running);
-    let d = daemon(&s);
-    let _agent = TcpStream::connect(s.stub.addr).unwrap();
-    let state_dir = s.state.path().display().to_string();
-    let by_env = common::pmcheck()
-        .args(["drain", "--wait", "--state-dir", &state_dir])
-        .args(["--lb-interval", "100ms", "--url", &url(&d)])
-        .env("PMCHECK_WAIT_TIMEOUT", "1s")
-        .output()
-        .unwrap();
-    let by_flag = s.pmcheck(
-        "undrain",
-        &[
-            "--wait",
-            "--timeout",
-            "1s",
-            "--max-wait",
-            "2s",
-            "--url",
-            "http://127.0.0.1:1/",
-        ],
-    );
-    for (out, gave_up) in [(&by_env, "gave up after 1s"), (&by_flag, "")] {
-        let stderr = text(&out.stderr);
-        assert!(stderr.contains(gave_up), "{stderr}");
-        assert_contains!(stderr, "deprecated: write --max-wait (PMCHECK_MAX_WAIT)");
-    }
-    assert_eq!(by_env.status.code(), Some(75), "{by_env:?}");
 }
 
 #[test]
@@ -219,7 +185,7 @@ fn cycle_runs_the_command_while_drained_then_undrains() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     let seen = std::fs::read_to_string(s.state.path().join("seen-by-command")).unwrap();
-    assert_contains!(seen, "\"reason\": \"restart\"");
+    assert_contains!(seen, "\"what\": \"restart\"");
     let steps: Vec<&str> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("pmcheck cycle: step "))
@@ -258,7 +224,7 @@ fn cycle_keeps_the_node_drained_and_says_why_when_the_command_fails() {
         text(&out.stderr),
         "the command `sh -c 'exit 3'` exited with 3; the node stays drained"
     );
-    let reason = record(&s).unwrap()["reason"].as_str().unwrap().to_owned();
+    let reason = record(&s).unwrap()["holders"][0]["what"].as_str().unwrap().to_owned();
     assert_eq!(
         reason,
         "pmcheck cycle: sh -c 'exit 3'; cycle stopped: the command exited with 3"
@@ -294,7 +260,7 @@ fn cycle_never_removes_a_drain_that_was_there_before() {
         stdout,
         "s: this cycle let go; the node stays drained, held by drain (kernel upgrade"
     );
-    assert_eq!(record(&s).unwrap()["reason"], "kernel upgrade");
+    assert_eq!(record(&s).unwrap()["holders"][0]["what"], "kernel upgrade");
     assert_eq!(
         record(&s).unwrap()["holders"].as_array().map(Vec::len),
         Some(1)
@@ -308,7 +274,7 @@ fn cycle_exits_2_and_stays_drained_when_puppet_server_does_not_come_back() {
     let out = s.pmcheck(
         "cycle",
         &[
-            "--timeout",
+            "--max-wait",
             "2s",
             "--lb-interval",
             "100ms",
@@ -321,7 +287,7 @@ fn cycle_exits_2_and_stays_drained_when_puppet_server_does_not_come_back() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = text(&out.stderr);
     assert_contains!(stderr, "wait-healthy: gave up after 2s: Puppet Server: ");
-    let reason = record(&s).unwrap()["reason"].as_str().unwrap().to_owned();
+    let reason = record(&s).unwrap()["holders"][0]["what"].as_str().unwrap().to_owned();
     assert!(
         reason.ends_with("; cycle stopped: wait-healthy timed out after 2s"),
         "{reason}"
@@ -343,7 +309,7 @@ fn an_interrupted_cycle_stops_its_command_and_stays_drained() {
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "the command was stopped and reaped"
     );
-    let reason = record(&s).unwrap()["reason"].as_str().unwrap().to_owned();
+    let reason = record(&s).unwrap()["holders"][0]["what"].as_str().unwrap().to_owned();
     assert!(
         reason.ends_with("; cycle stopped: interrupted during command"),
         "{reason}"
@@ -521,7 +487,7 @@ fn status_and_drain_wait_work_with_thousands_of_agent_connections() {
         "drain",
         &[
             "--wait",
-            "--timeout",
+            "--max-wait",
             "2s",
             "--lb-interval",
             "100ms",

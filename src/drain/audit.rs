@@ -141,7 +141,7 @@ impl Audit {
                 self.expired.insert(key);
                 continue;
             }
-            let mut event = Event::of(Action::Expire, &holder, now);
+            let mut event = Event::of(Action::Expire, holder, now);
             event.who = format!("{} (pmcheck serve: the --for ended)", event.who);
             match self.file.log(&[event]) {
                 Ok(lost) => {

@@ -83,11 +83,15 @@ pub struct Holder {
     /// The cycle's process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<Process>,
-    /// The last-server guard checked it against a load balancer's word before it was written,
-    /// so a load balancer may hold it ([`crate::health::hold`]). A drain written without
-    /// the daemon (or by hand) is never held: nobody could have told its writer.
+    /// The last-server guard checked it against the load balancers' word before it was
+    /// written, so a load balancer may hold it ([`crate::health::hold`]). A drain written
+    /// while no daemon answered (or by hand) is never held: nobody could have told its writer.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub guarded: bool,
+    pub checked: bool,
+    /// What `--force` went past (a load balancer's word that this node is its backend's last
+    /// server), or that it was forced: a forced drain is never held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forced: Option<String>,
 }
 
 impl Holder {
@@ -98,7 +102,8 @@ impl Holder {
             tenure: Tenure::from(operator(), now, lasting),
             what: reason,
             process: None,
-            guarded: false,
+            checked: false,
+            forced: None,
         }
     }
 
@@ -109,18 +114,25 @@ impl Holder {
             tenure: Tenure::from(operator(), now, None),
             what: reason,
             process: Process::this(),
-            guarded: false,
+            checked: false,
+            forced: None,
         }
     }
 
-    /// Puppet Server's `unit` stopping, from now.
+    /// Puppet Server's `unit` stopping, from now. Its `since` is to the millisecond: the
+    /// daemon lets go of it once Puppet Server started after it ([`crate::health::hold`]).
     pub fn stop(unit: &str, now: SystemTime) -> Self {
         Self {
             kind: Kind::Stop,
-            tenure: Tenure::from(operator(), now, None),
+            tenure: Tenure {
+                by: operator(),
+                since: crate::drain::tenure::Stamp::millis(now),
+                until: None,
+            },
             what: format!("{unit} stopping"),
             process: None,
-            guarded: false,
+            checked: false,
+            forced: None,
         }
     }
 

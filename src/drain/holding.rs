@@ -10,15 +10,6 @@ use crate::drain::holders::Holder;
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord};
 
-/// The record's `forced` note after a hold.
-#[derive(Debug, Clone)]
-pub enum Forced {
-    /// This note, or none: a new drain says for itself whether it was forced.
-    Set(Option<String>),
-    /// This note, else the one the record had: a hold beside others keeps theirs.
-    Keep(Option<String>),
-}
-
 /// What a hold found.
 #[derive(Debug)]
 pub struct Held {
@@ -48,21 +39,19 @@ impl DrainFile {
         &self,
         mine: &Holder,
         replaces: impl Fn(&Holder) -> bool,
-        forced: Forced,
         action: Action,
     ) -> Result<(Held, Vec<LogError>), DrainError> {
         self.update_logged(|before| {
             let now = SystemTime::now();
             let record = before.as_ref().and_then(|d| d.record.as_ref());
-            let mut held = record.map(DrainRecord::holders).unwrap_or_default();
-            held.retain(|h| !replaces(h) && !h.expired_at(now));
+            let mut held: Vec<Holder> = (record.map(DrainRecord::holders).unwrap_or_default())
+                .iter()
+                .filter(|h| !replaces(h) && !h.expired_at(now))
+                .cloned()
+                .collect();
             let others = held.clone();
             held.push(mine.clone());
-            let forced = match forced {
-                Forced::Set(note) => note,
-                Forced::Keep(note) => note.or_else(|| record.and_then(|r| r.forced.clone())),
-            };
-            let (change, events) = match DrainRecord::held_by(held, forced) {
+            let (change, events) = match DrainRecord::held_by(held) {
                 Some(record) => (Change::Write(record), vec![Event::of(action, mine, now)]),
                 None => (Change::Keep, Vec::new()),
             };
@@ -84,13 +73,14 @@ impl DrainFile {
             let now = SystemTime::now();
             let held = record.holders();
             let Some(gone) = held.iter().find(|h| which(h)).cloned() else {
-                return (Change::Keep, Vec::new(), Release::NotHeld(held));
+                return (Change::Keep, Vec::new(), Release::NotHeld(held.to_vec()));
             };
             let events = vec![Event::of(action, &gone, now)];
-            let rest: Vec<Holder> = (held.into_iter())
+            let rest: Vec<Holder> = (held.iter())
                 .filter(|h| !which(h) && !h.expired_at(now))
+                .cloned()
                 .collect();
-            match DrainRecord::held_by(rest.clone(), record.forced) {
+            match DrainRecord::held_by(rest.clone()) {
                 None => (Change::Remove, events, Release::Undrained),
                 Some(record) => (Change::Write(record), events, Release::StillHeld(rest)),
             }
@@ -117,26 +107,41 @@ mod tests {
         let stop = Holder::stop("puppetserver.service", now);
         let is = |kind: Kind| move |h: &Holder| h.kind == kind;
 
-        let hold = |mine: &Holder, forced: Forced| {
-            let (held, lost) = file
-                .hold(mine, is(mine.kind), forced, Action::Drain)
-                .unwrap();
+        let hold = |mine: &Holder| {
+            let (held, lost) = file.hold(mine, is(mine.kind), Action::Drain).unwrap();
             assert!(lost.is_empty(), "{lost:?}");
             held
         };
-        let forced = || file.current().and_then(|d| d.record).and_then(|r| r.forced);
+        let forced = || {
+            let record = file.current().and_then(|d| d.record)?;
+            record.forced().map(str::to_owned)
+        };
 
-        let held = hold(&drain, Forced::Set(None));
+        let held = hold(&drain);
         assert!(held.before.is_none() && held.others.is_empty());
-        let held = hold(&stop, Forced::Keep(Some("--force".to_owned())));
-        assert_eq!(held.others, vec![drain.clone()]);
-        // A second stop replaces the first and keeps the note; a new drain says for itself.
-        let held = hold(&stop, Forced::Keep(None));
-        assert_eq!(held.others, vec![drain.clone()]);
+        let forced_drain = Holder {
+            forced: Some("--force".to_owned()),
+            ..drain.clone()
+        };
+        let held = hold(&forced_drain);
+        assert_eq!(
+            held.others,
+            Vec::<Holder>::new(),
+            "a drain replaces a drain"
+        );
+        let held = hold(&stop);
+        assert_eq!(held.others, vec![forced_drain.clone()]);
+        // A second stop replaces the first; the forced drain keeps its note.
+        let held = hold(&stop);
+        assert_eq!(held.others, vec![forced_drain.clone()]);
         assert_eq!(forced().as_deref(), Some("--force"));
-        let held = hold(&drain, Forced::Set(None));
+        let held = hold(&drain);
         assert_eq!(held.others, vec![stop.clone()]);
-        assert_eq!(forced(), None);
+        assert_eq!(
+            forced(),
+            None,
+            "each drain says for itself whether it was forced"
+        );
 
         let (left, _) = file.release(is(Kind::Stop), Action::StopUndrain).unwrap();
         assert_eq!(left, Release::StillHeld(vec![drain.clone()]));

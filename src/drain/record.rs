@@ -25,67 +25,120 @@ pub const REASON_LIMIT: usize = 256;
 /// The longest `forced` note kept from a record.
 const FORCED_LIMIT: usize = 512;
 
-/// The record as it is stored.
+/// The record as it is stored: who holds the node drained, `{"holders": [...]}`
+/// ([`crate::drain::holders`]), operators' drains first: their reason is the one HAProxy shows.
+///
+/// A record written by hand names one drain at the top instead, with `reason`, `by`, `since`
+/// and optionally `until`: it reads as that operator's drain, one no guard checked.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Stored")]
 pub struct DrainRecord {
-    /// Why the node is drained.
-    pub reason: String,
-    /// Who drained it, since when, until when (`by`, `since`, `until` in the file).
-    #[serde(flatten)]
-    pub tenure: Tenure,
-    /// Why `drain --force` was needed: which load balancer said this node was the last server
-    /// taking traffic. Absent for an ordinary drain.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forced: Option<String>,
-    /// Who holds the node drained ([`crate::drain::holders`]); empty in a record written
-    /// before holders existed, or by hand: then it is one operator's drain.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub holders: Vec<Holder>,
+    /// Who holds the node drained; never empty.
+    holders: Vec<Holder>,
+}
+
+/// A record as read: its holders, or a hand-written drain's fields.
+#[derive(Deserialize)]
+struct Stored {
+    #[serde(default)]
+    holders: Vec<Holder>,
+    reason: Option<String>,
+    by: Option<String>,
+    since: Option<Stamp>,
+    until: Option<Stamp>,
+}
+
+impl TryFrom<Stored> for DrainRecord {
+    type Error = &'static str;
+
+    fn try_from(stored: Stored) -> Result<Self, Self::Error> {
+        if !stored.holders.is_empty() {
+            return Ok(Self::sorted(stored.holders));
+        }
+        let (Some(reason), Some(by), Some(since)) = (stored.reason, stored.by, stored.since) else {
+            return Err("it names no holders, nor a drain's `reason`, `by` and `since`");
+        };
+        Ok(Self {
+            holders: vec![Holder {
+                kind: Kind::Drain,
+                tenure: Tenure {
+                    by,
+                    since,
+                    until: stored.until,
+                },
+                what: reason,
+                process: None,
+                checked: false,
+                forced: None,
+            }],
+        })
+    }
 }
 
 impl DrainRecord {
-    /// A record made now by whoever runs the command.
+    /// A record of one drain made now by whoever runs the command, that no guard checked.
     pub fn new(reason: String, lasting: Option<Duration>, now: SystemTime) -> Self {
-        let drain = Holder::drain(reason, lasting, now);
         Self {
-            reason: drain.what,
-            tenure: drain.tenure,
-            forced: None,
-            holders: Vec::new(),
+            holders: vec![Holder::drain(reason, lasting, now)],
         }
     }
 
-    /// Who holds the node. A record without holders (written before they existed, or by
-    /// hand) is one operator's drain.
-    pub fn holders(&self) -> Vec<Holder> {
-        if !self.holders.is_empty() {
-            return self.holders.clone();
-        }
-        vec![Holder {
-            kind: Kind::Drain,
-            tenure: self.tenure.clone(),
-            what: self.reason.clone(),
-            process: None,
-            guarded: false,
-        }]
+    /// The record that says `holders` hold the node; `None` when nobody does.
+    pub fn held_by(holders: Vec<Holder>) -> Option<Self> {
+        (!holders.is_empty()).then(|| Self::sorted(holders))
     }
 
-    /// The record that says `holders` hold the node (operators' drains first: their reason is
-    /// the one HAProxy shows); `None` when nobody does. A `--for` applies only while a drain is
-    /// the sole holder: a cycle's drain never expires under it.
-    pub fn held_by(mut holders: Vec<Holder>, forced: Option<String>) -> Option<Self> {
+    fn sorted(mut holders: Vec<Holder>) -> Self {
         holders.sort_by_key(|h| h.kind != Kind::Drain);
-        let first = holders.first()?.clone();
-        let mut tenure = first.tenure;
-        if holders.len() > 1 {
-            tenure.until = None;
+        Self { holders }
+    }
+
+    /// Who holds the node, operators' drains first.
+    pub fn holders(&self) -> &[Holder] {
+        &self.holders
+    }
+
+    /// The holder the record is shown by: an operator's drain when there is one.
+    pub fn first(&self) -> &Holder {
+        // Never empty: `held_by` and the reading refuse an empty record.
+        &self.holders[0]
+    }
+
+    /// Why the node is drained: the first holder's reason.
+    pub fn reason(&self) -> &str {
+        &self.first().what
+    }
+
+    /// Who drained it: the first holder's.
+    pub fn by(&self) -> &str {
+        &self.first().tenure.by
+    }
+
+    /// Since when: the first holder's.
+    pub fn since(&self) -> &Stamp {
+        &self.first().tenure.since
+    }
+
+    /// Until when: the first holder's `--for`, while it is the sole holder (a cycle's drain
+    /// never expires under it).
+    pub fn until(&self) -> Option<&Stamp> {
+        match self.holders.as_slice() {
+            [only] => only.tenure.until.as_ref(),
+            _ => None,
         }
-        Some(Self {
-            reason: first.what,
-            tenure,
-            forced,
-            holders,
-        })
+    }
+
+    /// Whether the drain lapsed by itself: its `until` has passed (an `until` that is not a
+    /// time never lapses).
+    pub fn expired_at(&self, now: SystemTime) -> bool {
+        self.until()
+            .and_then(Stamp::time)
+            .is_some_and(|until| now >= until)
+    }
+
+    /// What a `--force` went past, when a holder was forced.
+    pub fn forced(&self) -> Option<&str> {
+        self.holders.iter().find_map(|h| h.forced.as_deref())
     }
 }
 
@@ -131,19 +184,15 @@ impl Drain {
                 };
             }
         };
-        record.reason = text::one_line(&record.reason, REASON_LIMIT).into_owned();
-        record.tenure.by = text::one_line(&record.tenure.by, STAMP_LIMIT).into_owned();
-        if let Some(forced) = &mut record.forced {
-            *forced = text::one_line(forced, FORCED_LIMIT).into_owned();
-        }
         for holder in &mut record.holders {
             holder.what = text::one_line(&holder.what, REASON_LIMIT).into_owned();
             holder.tenure.by = text::one_line(&holder.tenure.by, STAMP_LIMIT).into_owned();
+            if let Some(forced) = &mut holder.forced {
+                *forced = text::one_line(forced, FORCED_LIMIT).into_owned();
+            }
         }
         let problem = record
-            .tenure
-            .until
-            .as_ref()
+            .until()
             .and_then(Stamp::problem)
             .map(DrainProblem::BadUntil);
         Self {
@@ -152,24 +201,19 @@ impl Drain {
         }
     }
 
-    /// The record's times.
-    fn tenure(&self) -> Option<&Tenure> {
-        self.record.as_ref().map(|r| &r.tenure)
-    }
-
     /// When the drain began, if the record says so in RFC 3339.
     pub fn since(&self) -> Option<SystemTime> {
-        self.tenure()?.since.time()
+        self.record.as_ref()?.since().time()
     }
 
     /// When a `drain --for` lapses; `None` for a drain that lasts until `pmcheck undrain`.
     pub fn until(&self) -> Option<SystemTime> {
-        self.tenure()?.until.as_ref()?.time()
+        self.record.as_ref()?.until()?.time()
     }
 
     /// Whether the drain lapsed by itself (`drain --for`).
     pub fn expired_at(&self, now: SystemTime) -> bool {
-        self.tenure().is_some_and(|t| t.expired_at(now))
+        self.record.as_ref().is_some_and(|r| r.expired_at(now))
     }
 
     /// The reason first, then who and when in few characters (`kernel upgrade (by alice
@@ -180,9 +224,9 @@ impl Drain {
             return self.describe();
         };
         let today = rfc3339_date(now);
-        let Tenure { by, since, until } = &r.tenure;
-        let mut s = format!("{} (by {by} {}", r.reason, clock(since, &today));
-        if let Some(until) = until {
+        let (by, since) = (r.by(), r.since());
+        let mut s = format!("{} (by {by} {}", r.reason(), clock(since, &today));
+        if let Some(until) = r.until() {
             s.push('-');
             s.push_str(&clock(until, since.as_str().get(..10).unwrap_or(&today)));
         }
@@ -190,7 +234,7 @@ impl Drain {
         // Only the mark of a `--force`: its note would push Puppet Server's state, which
         // follows, out of the 100 characters HAProxy shows (the record keeps the note, and
         // `describe` says it).
-        if r.forced.is_some() {
+        if r.forced().is_some() {
             s.push_str("; forced");
         }
         if let Some(problem) = &self.problem {
@@ -203,7 +247,7 @@ impl Drain {
     /// What [`Self::describe`] ends with: a `--force` that went past a load balancer's hold,
     /// and what is wrong with the record.
     fn tail(&self, r: &DrainRecord, s: &mut String) {
-        if let Some(forced) = &r.forced {
+        if let Some(forced) = r.forced() {
             s.push_str("; forced: ");
             s.push_str(forced);
         }
@@ -217,8 +261,8 @@ impl Drain {
     pub fn describe(&self) -> String {
         match &self.record {
             Some(r) => {
-                let Tenure { by, since, until } = &r.tenure;
-                let mut s = format!("{} (by {by} since {since}", r.reason);
+                let (by, since, until) = (r.by(), r.since(), r.until());
+                let mut s = format!("{} (by {by} since {since}", r.reason());
                 if let Some(until) = until {
                     s.push_str(" until ");
                     s.push_str(until.as_str());

@@ -344,7 +344,7 @@ mod tests {
         let Some(DrainState::Drained(drain)) = watcher.look(false).await else {
             panic!("the new record is read");
         };
-        assert_eq!(drain.record.unwrap().reason, "now");
+        assert_eq!(drain.record.unwrap().reason(), "now");
         assert!(
             watcher.look(false).await.is_none(),
             "unchanged: not read again"

@@ -12,9 +12,13 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use std::time::SystemTime;
+
+use crate::drain::holders::Holder;
 use crate::drain::record::{Drain, DrainState};
 use crate::health::Now;
 use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState};
+use crate::health::hold;
 use crate::health::verdict::Verdict;
 use crate::health::weight::{FLOOR, Rejoin, WeightCause};
 use crate::puppet::pool::Load;
@@ -22,6 +26,10 @@ use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::settings::duration::format_duration;
 
 const RUNNING: &str = "Puppet Server is running";
+
+/// The state a drain that holds nothing now is decided with: a held drain
+/// ([`crate::health::hold`]), or a stop's hold once Puppet Server started again.
+pub static NOT_DRAINED: DrainState = DrainState::NotDrained;
 const NO_PROBE_YET: &str = "no probe of Puppet Server has finished yet";
 
 /// The daemon's settings that shape an answer.
@@ -78,6 +86,18 @@ impl<'a> Decision<'a> {
         rules: &Rules,
     ) -> Self {
         let stale_after = rules.stale_after;
+        // A record whose every holder is a stop's that Puppet Server has started after holds
+        // nothing: the node returns on this fresh answer.
+        let drain = match drain {
+            DrainState::Drained(d)
+                if d.record
+                    .as_ref()
+                    .is_some_and(|r| hold::live(r.holders(), started(probe)).next().is_none()) =>
+            {
+                &NOT_DRAINED
+            }
+            drain => drain,
+        };
         let age = probe.map(|p| now.at.saturating_duration_since(p.finished));
         let outcome = probe.map(|p| (&p.outcome, p.detail()));
         // Puppet Server's side, for the reasons that also mention the drain.
@@ -156,6 +176,16 @@ impl<'a> Decision<'a> {
         }
     }
 
+    /// The holders of `drain` that hold the node now ([`hold::live`]).
+    pub fn holders<'d>(&self, drain: &'d Drain) -> impl Iterator<Item = &'d Holder> {
+        let holders = drain
+            .record
+            .as_ref()
+            .map(|r| r.holders())
+            .unwrap_or_default();
+        hold::live(holders, started(self.probe))
+    }
+
     /// The one-line body for people and curl.
     pub fn text(&self) -> String {
         let mut body = String::with_capacity(self.verdict.as_str().len() + self.reason.len() + 4);
@@ -167,14 +197,11 @@ impl<'a> Decision<'a> {
     pub fn answer(&self) -> Answer<'_> {
         let drain = |d: &'a Drain, expired: bool| {
             let record = d.record.as_ref();
-            let tenure = record.map(|r| &r.tenure);
             DrainAnswer {
-                reason: record.map(|r| r.reason.as_str().into()),
-                by: tenure.map(|t| t.by.as_str().into()),
-                since: tenure.map(|t| t.since.as_str().into()),
-                until: tenure
-                    .and_then(|t| t.until.as_ref())
-                    .map(|u| u.as_str().into()),
+                reason: record.map(|r| r.reason().into()),
+                by: record.map(|r| r.by().into()),
+                since: record.map(|r| r.since().as_str().into()),
+                until: record.and_then(|r| r.until()).map(|u| u.as_str().into()),
                 expired,
                 problem: d.problem.as_ref().map(|p| Cow::Owned(p.to_string())),
             }
@@ -189,21 +216,12 @@ impl<'a> Decision<'a> {
                 DrainState::NotDrained | DrainState::Unknown(_) => None,
             },
             weight: self.weight,
-            weight_cause: Some(self.weight_cause),
-            agent_check: None,
+            weight_cause: self.weight_cause,
             load: match self.probe.map(|p| &p.outcome) {
                 Some(ProbeOutcome::Healthy(load)) => *load,
                 _ => None,
             },
             pool: self.probe.and_then(|p| p.pool.as_ref()).map(Cow::Borrowed),
-            pollers: None,
-            traffic: None,
-            listening_ms: None,
-            drain_file: None,
-            unrecorded: None,
-            drain_held: None,
-            certificates: None,
-            code: None,
             probe: match self.probe {
                 Some(p) => ProbeAnswer {
                     ok: p.outcome.is_healthy(),
@@ -217,6 +235,9 @@ impl<'a> Decision<'a> {
                     latency_ms: Some(p.latency.as_millis() as u64),
                     age_ms: self.age.map(|a| a.as_millis() as u64),
                     endpoint: p.endpoint.as_deref().map(Cow::from),
+                    started: p
+                        .started
+                        .map(|t| humantime::format_rfc3339_millis(t).to_string()),
                 },
                 None => ProbeAnswer {
                     ok: false,
@@ -225,6 +246,7 @@ impl<'a> Decision<'a> {
                     latency_ms: None,
                     age_ms: None,
                     endpoint: None,
+                    started: None,
                 },
             },
         }
@@ -234,6 +256,11 @@ impl<'a> Decision<'a> {
     pub fn json(&self) -> String {
         self.answer().to_json()
     }
+}
+
+/// When the Puppet Server that the latest probe found healthy started, when known.
+fn started(probe: Option<&ProbeReport>) -> Option<SystemTime> {
+    probe.filter(|p| p.outcome.is_healthy())?.started
 }
 
 #[cfg(test)]
@@ -282,16 +309,18 @@ mod tests {
     }
 
     fn drained(until: Option<&str>) -> Drain {
-        let record = DrainRecord {
-            reason: "upgrading".into(),
+        drained_by(Holder {
             tenure: Tenure {
                 by: "alice".into(),
                 since: Stamp::read("2026-11-22T10:00:00Z"),
                 until: until.map(Stamp::read),
             },
-            forced: None,
-            holders: Vec::new(),
-        };
+            ..Holder::drain("upgrading".into(), None, SystemTime::now())
+        })
+    }
+
+    fn drained_by(holder: Holder) -> Drain {
+        let record = DrainRecord::held_by(vec![holder]).unwrap();
         let text = serde_json::to_string(&record).unwrap();
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("drain"), text).unwrap();

@@ -1,76 +1,98 @@
-//! A drain takes effect only where the load balancer says another server still takes agents.
+//! Whether a drain takes effect at a load balancer's server line or is held there: the one
+//! rule. The daemon answers each proven check by it, with that check's own header
+//! ([`crate::responder::node`]); its `/status` says, for each server line, what the rule meets
+//! there now; and `pmcheck drain`, `cycle` and `on-stop` ask that answer before they write
+//! ([`crate::operator::view`]), with the holders they would leave in the record.
 //!
-//! Two masters drained within a check interval of each other both passed the last-server
-//! guard of e5ddf73, which reads a header up to one interval old, and HAProxy took both out.
-//! HAProxy itself orders what matters: it writes `X-Haproxy-Server-State` when it sends a check
-//! and applies the answer as it reads it, and it spreads the checks of a backend's servers over
-//! the interval. So the answer to a proven check decides with that check's own header: a
-//! drained node whose header says it is the only server taking agents is answered as not
+//! Why a hold: two masters drained within a check interval of each other both pass a guard
+//! that reads a header up to one interval old, and HAProxy takes both out. HAProxy itself
+//! orders what matters: it writes `X-Haproxy-Server-State` as it sends a check, applies the
+//! answer as it reads it, and spreads a backend's checks over the interval. So a drained node
+//! whose check's header says it is the only server taking new agents is answered as not
 //! drained (the drain is *held*), and the drain takes effect at the first check whose header
 //! shows another server taking agents. Of two drains at once, the node checked first goes out
 //! and the other is held until the first comes back: that is how colliding cycles take turns.
-//!
 //! Should both still go out (their checks crossed within a round trip), the next header says
-//! the backend has no server left: a drain younger than [`YOUNG`] is then held too, so the node
-//! checked first comes back and the other stays out. An older drain is left alone: that is
-//! the other masters failing, not a collision. A forced drain (`--force`) is never held, nor
-//! one that no last-server guard checked before it was written (no daemon answered its
-//! writer): a single master's drain made that way must still take it out.
+//! the backend has no server left: a line this node left less than [`YOUNG`] ago then holds
+//! too, so the node checked first comes back. A line left longer ago is not: that is the other
+//! masters failing, not a collision.
+//!
+//! Only a drain whose every holder may be held is: one holder that may not (forced, written
+//! while no daemon answered or by hand, Puppet Server's stop, a cycle stopped half-way) takes
+//! the node out, wherever it is.
 
 use std::time::{Duration, SystemTime};
 
-use crate::drain::record::Drain;
-use crate::health::answer::PollerAnswer;
-use crate::health::lb_state::LbState;
-use crate::health::verdict::Verdict;
+use serde::{Deserialize, Serialize};
 
-/// How long after it began a drain is held when the backend has no server left.
+use crate::drain::holders::{Holder, Kind};
+use crate::health::lb_state::LbState;
+
+/// How long after this node left a server line a backend with no server left holds it.
 pub const YOUNG: Duration = Duration::from_secs(60);
 
-/// Why a drain is held from a load balancer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a drain is held at a server line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Held {
     /// This node is the only server taking new agents in the backend.
     LastServer,
-    /// No server takes new agents: this drain and another went out at once.
+    /// No server takes new agents: this node and another went out at once.
     EmptyBackend,
 }
 
-/// Whether `drain` is held from the load balancer whose word on this node is `lb`.
-pub fn held(lb: &LbState, drain: &Drain, now: SystemTime) -> Option<Held> {
-    let record = drain.record.as_ref()?;
-    if record.forced.is_some() || !record.holders().iter().any(|h| h.guarded) {
-        return None;
-    }
-    if lb.last_serving() {
+/// What a server line's header holds: why a drain that may be held is held there, if it is.
+///
+/// `agent_out`: the line's agent check had been told `drain` when HAProxy wrote the header, so
+/// HAProxy keeps the server in DRAIN, out of the backend's total weight (the word stays `UP`).
+/// `young`: this node's drain took effect at the line less than [`YOUNG`] ago, or has not.
+pub fn holds(lb: &LbState, agent_out: bool, young: bool) -> Option<Held> {
+    if lb.last_serving() && !agent_out {
         return Some(Held::LastServer);
     }
-    let young = drain
-        .since()
-        .is_some_and(|since| now.duration_since(since).unwrap_or_default() < YOUNG);
     (young && lb.total_weight == 0).then_some(Held::EmptyBackend)
 }
 
-/// A header older than this says nothing of now: its load balancer stopped checking (a
-/// server in MAINT is not checked), and holds nothing.
-pub const CURRENT: Duration = Duration::from_secs(60);
+/// Whether a load balancer may hold this holder's drain: the last-server guard checked it,
+/// it was not forced, and it keeps out a node that can serve (an operator's drain, a running
+/// cycle). A stop's is not held: Puppet Server stops whatever a load balancer says. Nor is a
+/// cycle's that stopped half-way: the node may be half-way through an upgrade.
+pub fn holdable(holder: &Holder) -> bool {
+    holder.checked && holder.forced.is_none() && matches!(holder.kind, Kind::Drain | Kind::Cycle)
+}
 
-/// Why `drain` is held now, from the pollers as the operator's JSON lists them: a proven
-/// load balancer whose latest check of a server line, within [`CURRENT`], was answered as not
-/// drained, and whose header still holds it.
-pub fn held_by(pollers: &[PollerAnswer], drain: &Drain, now: SystemTime) -> Option<String> {
-    (pollers.iter())
-        .filter(|p| p.regular && p.proof.proven())
-        .flat_map(|p| &p.states)
-        .filter(|s| s.told != Verdict::Drained && Duration::from_millis(s.last_ms_ago) <= CURRENT)
-        .find_map(|s| {
-            let lb = s.seen.as_ref()?;
-            held(lb, drain, now).map(|h| h.describe(lb))
-        })
+/// The rule: the drain of `holders` is held at a server line that [`holds`] when every one of
+/// them may be held ([`holdable`]); a record with none (a hand-written file that is no record)
+/// is never held.
+pub fn held<'a>(
+    holds: Option<Held>,
+    mut holders: impl Iterator<Item = &'a Holder>,
+) -> Option<Held> {
+    let mut any = false;
+    let all = holders.all(|h| {
+        any = true;
+        holdable(h)
+    });
+    holds.filter(|_| any && all)
+}
+
+/// The holders that hold the node now. A stop's holder no longer does once Puppet Server
+/// started again after it and a probe made since found it healthy (`started`: the start of
+/// the Puppet Server process the latest healthy probe reached, when known): the node returns
+/// on that fresh answer, whether or not `on-start` has tidied the record yet.
+pub fn live(holders: &[Holder], started: Option<SystemTime>) -> impl Iterator<Item = &Holder> {
+    holders.iter().filter(move |h| {
+        let restarted = || {
+            (h.tenure.since.time())
+                .zip(started)
+                .is_some_and(|(since, started)| started > since)
+        };
+        h.kind != Kind::Stop || !restarted()
+    })
 }
 
 impl Held {
-    /// Why, for a person, naming the load balancer's server line.
+    /// Why, for a person, naming the load balancer's server line and what ends the hold.
     pub fn describe(self, lb: &LbState) -> String {
         let node = if lb.node.is_empty() {
             String::new()
@@ -79,11 +101,11 @@ impl Held {
         };
         match self {
             Held::LastServer => format!(
-                "drain held: load balancer{node} says {} is the only server taking new agents in backend {}; it goes out once another server takes agents",
+                "drain held: load balancer{node} says {} is the only server taking new agents in backend {}; it goes out once another server takes agents there",
                 lb.server, lb.backend
             ),
             Held::EmptyBackend => format!(
-                "drain held: load balancer{node} says no server takes new agents in backend {} (another master went out at the same moment); it stays in until another comes back",
+                "drain held: load balancer{node} says no server takes new agents in backend {} (another master went out at the same moment); it goes out once another server takes agents there",
                 lb.backend
             ),
         }
@@ -93,83 +115,152 @@ impl Held {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::holders::Process;
+    use crate::drain::record::{Drain, DrainRecord};
+    use crate::drain::tenure::{Stamp, Tenure};
     use crate::health::lb_state::parse;
-
-    fn drain(since: &str, forced: bool) -> Drain {
-        let forced = if forced { r#","forced":"yes""# } else { "" };
-        Drain::parse(
-            format!(
-                r#"{{"reason":"r","by":"me","since":"{since}"{forced},"holders":[{{"kind":"drain","by":"me","since":"{since}","what":"r","guarded":true}}]}}"#
-            )
-            .as_bytes(),
-        )
-    }
 
     fn at(text: &str) -> SystemTime {
         humantime::parse_rfc3339(text).unwrap()
     }
 
+    fn holder(kind: Kind, checked: bool, forced: bool) -> Holder {
+        Holder {
+            kind,
+            tenure: Tenure {
+                by: "alice".into(),
+                since: Stamp::read("2026-11-25T10:00:00Z"),
+                until: None,
+            },
+            what: "r".into(),
+            process: (kind == Kind::Cycle).then(|| Process {
+                pid: 1,
+                start: 1,
+                boot: "b".into(),
+            }),
+            checked,
+            forced: forced.then(|| "--force".to_owned()),
+        }
+    }
+
+    /// Headers, by what the rule should find in them (`bk/m1` is this node).
+    const LAST: &str = "UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+    const OTHER: &str = "UP; name=bk/m1; node=lb1; weight=100/200; scur=0/0; qcur=0";
+    const EMPTY: &str = "NOLB; name=bk/m1; node=lb1; weight=100/0; scur=0/0; qcur=0";
+    const OUT: &str = "NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+    /// Agent-drained beside one server as heavy: the word stays UP, the total drops.
+    const AGENT_OUT: &str = "UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+    const FALLING_LAST: &str = "UP 2/3; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+
+    /// What a server line's header holds, for every header and both ages.
     #[test]
-    fn the_last_server_is_held_and_an_empty_backend_only_for_a_young_drain() {
-        let up_last = parse(b"UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0").unwrap();
-        let up_other = parse(b"UP; name=bk/m1; weight=100/200; scur=0/0; qcur=0").unwrap();
-        let empty = parse(b"NOLB; name=bk/m1; weight=100/0; scur=0/0; qcur=0").unwrap();
-        let out = parse(b"NOLB; name=bk/m1; weight=100/100; scur=0/0; qcur=0").unwrap();
-        let young = drain("2026-11-25T10:00:00Z", false);
-        let now = at("2026-11-25T10:00:30Z");
-        assert_eq!(held(&up_last, &young, now), Some(Held::LastServer));
-        assert_eq!(held(&up_other, &young, now), None);
-        assert_eq!(held(&empty, &young, now), Some(Held::EmptyBackend));
-        assert_eq!(held(&out, &young, now), None);
-        let later = at("2026-11-25T10:01:00Z");
-        assert_eq!(held(&empty, &young, later), None, "the others failed later");
-        assert_eq!(held(&up_last, &young, later), Some(Held::LastServer));
-        let forced = drain("2026-11-25T10:00:00Z", true);
-        assert_eq!(held(&up_last, &forced, now), None);
-        assert_eq!(held(&empty, &forced, now), None);
-        let unguarded = Drain::parse(br#"{"reason":"r","by":"me","since":"2026-11-25T10:00:00Z"}"#);
-        assert_eq!(held(&up_last, &unguarded, now), None, "no guard checked it");
-        assert!(
-            Held::LastServer
-                .describe(&up_last)
-                .starts_with("drain held: load balancer (lb1) says m1 is the only server")
+    fn what_a_header_holds() {
+        let h = |text: &str| parse(text.as_bytes()).unwrap();
+        // (header, the line's agent check said drain, young) -> held
+        let table = [
+            (LAST, false, true, Some(Held::LastServer)),
+            (LAST, false, false, Some(Held::LastServer)),
+            (FALLING_LAST, false, false, Some(Held::LastServer)),
+            (AGENT_OUT, true, true, None),
+            (OTHER, false, true, None),
+            (OUT, false, true, None),
+            (EMPTY, false, true, Some(Held::EmptyBackend)),
+            (EMPTY, false, false, None),
+            (EMPTY, true, true, Some(Held::EmptyBackend)),
+        ];
+        for (header, agent_out, young, want) in table {
+            assert_eq!(
+                holds(&h(header), agent_out, young),
+                want,
+                "{header} agent_out={agent_out} young={young}"
+            );
+        }
+    }
+
+    /// Every kind of holder, checked or not, forced or not, alone and beside a holdable one:
+    /// the drain is held only when every holder may be.
+    #[test]
+    fn a_drain_is_held_only_when_every_holder_may_be() {
+        let kinds = [Kind::Drain, Kind::Cycle, Kind::StoppedCycle, Kind::Stop];
+        for kind in kinds {
+            for checked in [false, true] {
+                for forced in [false, true] {
+                    let h = holder(kind, checked, forced);
+                    let may = checked && !forced && matches!(kind, Kind::Drain | Kind::Cycle);
+                    assert_eq!(
+                        holdable(&h),
+                        may,
+                        "{kind:?} checked={checked} forced={forced}"
+                    );
+                    for holds in [None, Some(Held::LastServer), Some(Held::EmptyBackend)] {
+                        let alone = held(holds, [&h].into_iter());
+                        assert_eq!(alone, holds.filter(|_| may), "{kind:?} alone, {holds:?}");
+                        // Beside an operator's checked drain: the other decides as much.
+                        let other = holder(Kind::Drain, true, false);
+                        let both = held(holds, [&other, &h].into_iter());
+                        assert_eq!(both, holds.filter(|_| may), "{kind:?} beside, {holds:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            held(Some(Held::LastServer), std::iter::empty()),
+            None,
+            "a file that is no record has no holder to hold"
         );
     }
 
-    /// The operator's view holds a drain only by a header that is current.
+    /// A hand-written record, or one with a top-level drain only, is one drain no guard
+    /// checked: never held.
     #[test]
-    fn only_a_current_header_holds_the_drain_in_the_operators_view() {
-        use crate::health::answer::StateAnswer;
-        use crate::settings::lb_proof::Proof;
-        let header = "UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
-        let poller = |last_ms_ago| PollerAnswer {
-            address: "10.0.0.5".parse().unwrap(),
-            proof: Proof::Key,
-            first_ms_ago: 600_000,
-            last_ms_ago,
-            polls: 300,
-            http: None,
-            agent: None,
-            regular: true,
-            client: None,
-            states: vec![StateAnswer {
-                last_ms_ago,
-                told: Verdict::Ok,
-                since_ms_ago: last_ms_ago,
-                seen: parse(header.as_bytes()).ok(),
-                malformed: None,
-            }],
-            states_stopped_ms_ago: None,
-            agent_stopped_ms_ago: None,
-        };
-        let young = drain("2026-11-25T10:00:00Z", false);
-        let now = at("2026-11-25T10:00:30Z");
-        let held = held_by(&[poller(2_000)], &young, now);
-        assert!(held.is_some_and(|h| h.contains("only server")));
+    fn a_hand_written_record_is_never_held() {
+        for text in [
+            r#"{"reason":"r","by":"me","since":"2026-11-25T10:00:00Z"}"#,
+            r#"{"reason":"r","by":"me","since":"2026-11-25T10:00:00Z","forced":"x"}"#,
+        ] {
+            let drain = Drain::parse(text.as_bytes());
+            let record = drain.record.expect(text);
+            assert_eq!(held(Some(Held::LastServer), record.holders().iter()), None);
+        }
+        let plain = Drain::parse(b"kernel upgrade, back at noon\n");
+        assert!(plain.record.is_none());
+        let written = DrainRecord::held_by(vec![holder(Kind::Drain, true, false)]).unwrap();
+        let text = serde_json::to_string(&written).unwrap();
+        assert!(!text.contains("\"reason\""), "no top-level copy: {text}");
+        let read = Drain::parse(text.as_bytes()).record.unwrap();
         assert_eq!(
-            held_by(&[poller(61_000)], &young, now),
-            None,
-            "a minute old"
+            held(Some(Held::LastServer), read.holders().iter()),
+            Some(Held::LastServer)
+        );
+    }
+
+    /// A stop's holder stops holding once Puppet Server started after it; others stay.
+    #[test]
+    fn a_stops_holder_goes_once_puppet_server_started_after_it() {
+        let stop = holder(Kind::Stop, false, false);
+        let drain = holder(Kind::Drain, false, false);
+        let both = [stop.clone(), drain.clone()];
+        let count = |started| live(&both, started).count();
+        assert_eq!(count(None), 2, "not known to have started");
+        assert_eq!(count(Some(at("2026-11-25T09:59:00Z"))), 2, "started before");
+        assert_eq!(count(Some(at("2026-11-25T10:00:01Z"))), 1, "started after");
+        assert_eq!(
+            live(&both, Some(at("2026-11-25T10:00:01Z"))).next(),
+            Some(&drain)
+        );
+    }
+
+    #[test]
+    fn a_hold_says_where_and_what_ends_it() {
+        let lb = parse(LAST.as_bytes()).unwrap();
+        let said = Held::LastServer.describe(&lb);
+        assert!(
+            said.starts_with("drain held: load balancer (lb1) says m1 is the only server"),
+            "{said}"
+        );
+        assert!(
+            said.ends_with("once another server takes agents there"),
+            "{said}"
         );
     }
 }

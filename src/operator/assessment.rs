@@ -1,7 +1,6 @@
 //! What one answer of the daemon says about a wait's goal: which load balancers have acted
-//! (by their own word with `http-check send-state`, else by what they were told), the agent
-//! connections and borrowed JRubies left ([`crate::operator::backends`] reads the load
-//! balancers' own word).
+//! (by their own word with `http-check send-state`, else by what they were told), where the
+//! drain is held, the agent connections and borrowed JRubies left.
 //! Pure: no I/O, so every rule is tested on answers written by hand.
 
 use std::collections::BTreeMap;
@@ -9,20 +8,20 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use crate::health::answer::{Answer, PollerAnswer, StateAnswer, ToldAnswer};
-use crate::health::lb_state::LbState;
+use crate::health::lb_state::{Health, LbState};
 use crate::health::verdict::Verdict;
-use crate::operator::goal::{
-    Assessment, Goal, Wait, describe_told, least_silence, silence_limit, who,
-};
+use crate::operator::goal::{Assessment, Goal, Wait, describe_told, written_after};
+use crate::operator::view::{View, who, who_with};
 use crate::puppet::pool::Load;
-use crate::responder::pollers::REGULAR;
+use crate::responder::pollers::{REGULAR, SILENCE};
+use crate::responder::status::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::text::seconds;
 
-/// What `answer` says about `goal`. `since` is how long before the answer the command of a
+/// What `view` says about `goal`. `since` is how long before the answer the command of a
 /// cycle ended (for [`Goal::Healthy`]).
-pub fn assess(goal: Goal, answer: &Answer<'_>, how: &Wait, since: Duration) -> Assessment {
+pub fn assess(goal: Goal, view: &View, how: &Wait, since: Duration) -> Assessment {
     let mut a = Assessment::default();
+    let answer = view.answer();
     match goal {
         Goal::Drained => {
             if answer.verdict == Verdict::Drained {
@@ -35,12 +34,14 @@ pub fn assess(goal: Goal, answer: &Answer<'_>, how: &Wait, since: Duration) -> A
                     answer.reason
                 ));
             }
-            if let Some(held) = &answer.drain_held {
-                a.pending.push(held.clone());
+            a.held = view.held();
+            for held in &a.held {
+                a.pending
+                    .push(format!("drain held: {}; {}", held.said(), held.ends()));
             }
-            told(&mut a, answer, Verdict::Drained, how);
+            told(&mut a, view.status(), Verdict::Drained, how);
             a.every_poller_acted = a.pending.is_empty();
-            agent_traffic(&mut a, answer);
+            agent_traffic(&mut a, view.status());
         }
         Goal::Undrained => {
             if answer.verdict == Verdict::Ok {
@@ -52,7 +53,7 @@ pub fn assess(goal: Goal, answer: &Answer<'_>, how: &Wait, since: Duration) -> A
                     answer.reason
                 ));
             }
-            told(&mut a, answer, Verdict::Ok, how);
+            told(&mut a, view.status(), Verdict::Ok, how);
         }
         Goal::Healthy { .. } => {
             let probe = &answer.probe;
@@ -87,30 +88,24 @@ pub fn assess(goal: Goal, answer: &Answer<'_>, how: &Wait, since: Duration) -> A
 /// so: for a drain, that this server takes no new agents (`NOLB`, `DOWN`, or its weight out of
 /// the backend's total) and has no session left; for an undrain, `UP` and counted again. Where
 /// the weights cannot tell (HAProxy's agent drain leaves the word `UP` and this server's
-/// weight; only the total drops, and the others may weigh as much), the agent check's answer
-/// before that header decides: HAProxy applies an agent line as it reads it.
+/// weight; only the total drops, and the others may weigh as much), the answer of the agent
+/// check for that server line before that header decides: HAProxy applies an agent line as it
+/// reads it.
 ///
 /// Without that header the answers are counted: a drain is acted on at one agent-check
 /// `drain`, or after `polls` HTTP answers in a row (HAProxy's `fall`); coming back needs every
 /// kind of check a poller makes: its HTTP check must pass `polls` times (`rise`) even when its
 /// agent check says `up` at once.
 ///
-/// Only regular pollers act ([`crate::responder::pollers`]); an address that is not regular
-/// yet, or polls the table had no room for, keep the wait going until they either turn
-/// regular or fall silent, so a flood of addresses can delay a wait but never end it early.
-fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
-    let Some(pollers) = &answer.pollers else {
-        a.pending.push(
-            "the daemon's answer lists no pollers: ask it from this host (--url on a loopback address), or restart an older pmcheck".to_owned(),
-        );
-        return;
-    };
-    let least = least_silence(how);
+/// Only pollers that still poll count ([`crate::responder::server_line::polling`]), and of those
+/// that prove nothing, only regular ones; a proven one not regular yet, or polls the table had
+/// no room for, keep the wait going until they either turn regular or fall silent, so a flood
+/// of addresses can delay a wait but never end it early.
+fn told(a: &mut Assessment, status: &Status<'_>, verdict: Verdict, how: &Wait) {
     let mut heard = 0;
-    for p in pollers {
-        let limit = silence_limit(p, least);
+    for p in &status.pollers {
         let silent = Duration::from_millis(p.last_ms_ago);
-        if silent > limit {
+        if !p.polling {
             // A load balancer that said what it did, and then stopped checking.
             if p.polls >= REGULAR && !p.states.is_empty() && p.proof.proven() {
                 a.met.push(format!(
@@ -126,40 +121,34 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
             // load balancer's host, or anybody. Only its silence and time count.
             if p.regular {
                 heard += 1;
-                by_time(a, p, limit, verdict, how);
+                by_time(a, p, verdict, how);
             }
             continue;
         }
         heard += 1;
         if !p.regular {
             a.pending.push(format!(
-                "{} polled {} time(s), the latest {} ago: not known as a load balancer yet (it counts once it polls {REGULAR} times in a row, and is not waited for after {} of silence)",
+                "{} polled {} time(s), the latest {} ago: not known as a load balancer yet (it counts once it polls {REGULAR} times in a row, and is not waited for once silent)",
                 p.address,
                 p.polls,
                 seconds(silent),
-                seconds(limit)
             ));
             continue;
         }
-        let recent =
-            |t: &Option<ToldAnswer>| t.filter(|t| Duration::from_millis(t.last_ms_ago) <= limit);
-        let (http, agent) = (recent(&p.http), recent(&p.agent_now()));
-        let states: Vec<&StateAnswer> = (p.states.iter())
-            .filter(|s| Duration::from_millis(s.last_ms_ago) <= limit)
-            .collect();
+        let states: Vec<&StateAnswer> = p.states.iter().filter(|s| s.polling).collect();
         let seen: Vec<(&StateAnswer, &LbState)> = (states.iter())
             .filter_map(|s| s.seen.as_ref().map(|lb| (*s, lb)))
             .collect();
         if !seen.is_empty() {
-            crate::operator::backends::judge_by_states(a, p, &seen, agent, verdict);
+            judge_by_states(a, p, &seen, verdict);
             continue;
         }
         let malformed = states.iter().find_map(|s| s.malformed.as_deref());
-        by_counts(a, p, (http, agent), malformed, verdict, how.polls);
+        by_counts(a, p, (p.http, p.agent_now()), malformed, verdict, how.polls);
     }
-    if let Some(u) = answer.unrecorded {
+    if let Some(u) = status.unrecorded {
         let ago = Duration::from_millis(u.last_ms_ago);
-        if ago <= least {
+        if ago <= SILENCE.0.max(2 * how.lb_interval) {
             heard += 1;
             a.pending.push(format!(
                 "{} poll(s) from addresses the daemon's poller table had no room for, the latest {} ago: a load balancer may be among them (list the load balancers in --allow)",
@@ -170,14 +159,108 @@ fn told(a: &mut Assessment, answer: &Answer<'_>, verdict: Verdict, how: &Wait) {
     }
     if heard == 0 {
         let settle = 2 * how.lb_interval;
-        match answer.listening_ms.map(Duration::from_millis) {
-            Some(listened) if listened < settle => a.pending.push(format!(
+        let listened = Duration::from_millis(status.listening_ms);
+        if listened < settle {
+            a.pending.push(format!(
                 "the daemon has listened for only {}: no load balancer has polled yet, waiting {} (two --lb-interval) before believing none polls",
                 seconds(listened),
                 seconds(settle)
-            )),
-            _ => a.met.push("no load balancer is polling".to_owned()),
+            ));
+        } else {
+            a.met.push("no load balancer is polling".to_owned());
         }
+    }
+}
+
+/// The load balancer's own word on this node's server lines (one per backend it is in), for
+/// `verdict`: it has acted when every one of them says so.
+fn judge_by_states(
+    a: &mut Assessment,
+    p: &PollerAnswer,
+    seen: &[(&StateAnswer, &LbState)],
+    verdict: Verdict,
+) {
+    let mut lines = Vec::new();
+    let mut all = true;
+    for &(s, lb) in seen {
+        // The agent check of this server line (of the load balancer, when its agent checks
+        // name none); its current run of answers began before this header was sent.
+        let agent = s.agent.or_else(|| p.agent_now());
+        let agent_before = |drained: bool| {
+            agent.is_some_and(|t| {
+                (t.told == Verdict::Drained) == drained && t.since_ms_ago > s.last_ms_ago
+            })
+        };
+        let says = format!(
+            "{} says {} for {}/{} (weight {}/{}, {} session(s), {} queued; {} ago)",
+            who_with(p, lb),
+            lb.word(),
+            lb.backend,
+            lb.server,
+            lb.weight,
+            lb.total_weight,
+            lb.scur,
+            lb.qcur,
+            seconds(Duration::from_millis(s.last_ms_ago))
+        );
+        // HAProxy writes the header before it reads that check's answer: it shows the effect of
+        // `verdict` only once this server line's check before it was answered so.
+        let fresh = written_after(s, verdict);
+        let before = format!(
+            "{says}: that is from before its checks were first answered {}; waiting for the next",
+            verdict.as_str()
+        );
+        let (ok, line) = if verdict == Verdict::Drained {
+            if lb.total_weight == 0 {
+                a.warnings.push(format!(
+                    "{} says backend {} has no server taking new agents now (total weight 0)",
+                    who_with(p, lb),
+                    lb.backend
+                ));
+            }
+            let serving = matches!(lb.health, Health::Up | Health::NoCheck) && lb.counted();
+            // An agent drain applies as HAProxy reads it, before any later header.
+            let out = (fresh && !serving) || agent_before(true);
+            if s.held.is_some() {
+                // Said once, with what ends it, by the hold's own line.
+                (false, String::new())
+            } else if !out && !fresh {
+                (false, before)
+            } else if !out {
+                (false, format!("{says}: it still sends new agents here"))
+            } else if lb.scur > 0 {
+                (
+                    false,
+                    format!("{says}: out for new agents, sessions still open"),
+                )
+            } else {
+                (true, format!("{says}: out, no session left"))
+            }
+        } else {
+            let back = lb.health == Health::Up
+                && lb.counted()
+                && agent.is_none_or(|_| agent_before(false));
+            if !fresh {
+                (false, before)
+            } else if back {
+                (true, format!("{says}: back"))
+            } else {
+                (false, format!("{says}: not taking new agents here yet"))
+            }
+        };
+        all &= ok;
+        lines.push((ok, line));
+    }
+    if all {
+        a.met.extend(lines.into_iter().map(|(_, line)| line));
+        a.acted.push(p.address);
+    } else {
+        a.pending.extend(
+            lines
+                .into_iter()
+                .filter(|(ok, line)| !ok && !line.is_empty())
+                .map(|(_, line)| line),
+        );
     }
 }
 
@@ -223,12 +306,12 @@ fn by_counts(
 /// one whose configuration lacks the key: it has acted once the daemon has told it `verdict`
 /// for as long as HAProxy's `fall` (or `rise`) checks take, `--polls` x `--lb-interval`. What
 /// it claims cannot end the wait earlier nor hold it longer.
-fn by_time(a: &mut Assessment, p: &PollerAnswer, limit: Duration, verdict: Verdict, how: &Wait) {
+fn by_time(a: &mut Assessment, p: &PollerAnswer, verdict: Verdict, how: &Wait) {
     let needed = how.lb_interval * how.polls;
-    let told = [p.http, p.agent]
+    let told = [p.http, p.agent_now()]
         .into_iter()
         .flatten()
-        .filter(|t| t.told == verdict && Duration::from_millis(t.last_ms_ago) <= limit)
+        .filter(|t| t.told == verdict)
         .map(|t| Duration::from_millis(t.since_ms_ago))
         .max();
     let what = format!("{} ({})", p.address, p.proof.describe());
@@ -261,11 +344,11 @@ impl ToldAnswer {
 }
 
 /// The agent connections and borrowed JRubies of a drained node.
-fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
-    match &answer.traffic {
+fn agent_traffic(a: &mut Assessment, status: &Status<'_>) {
+    let answer = &status.answer;
+    match &status.traffic {
         None => a.pending.push(
-            "the daemon's answer lists no agent connections: ask it from this host (--url on a loopback address), or restart an older pmcheck"
-                .to_owned(),
+            "the daemon watches no agent connections (inetd mode?): ask `pmcheck serve`".to_owned(),
         ),
         Some(t) if t.problem.is_some() => a.pending.push(format!(
             "cannot see the agent connections: {}",
@@ -276,16 +359,12 @@ fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
         }
         Some(t) => {
             a.connections = t.count();
-            let pollers: Vec<IpAddr> = answer.pollers.iter().flatten().map(|p| p.address).collect();
-            let mut from: BTreeMap<IpAddr, usize> = BTreeMap::new();
-            if t.sources.is_empty() {
-                // An older daemon lists every connection and no sources.
-                for c in &t.connections {
-                    *from.entry(c.ip()).or_default() += 1;
-                }
-            } else {
-                from.extend(t.sources.iter().map(|s| (s.address, s.connections)));
-            }
+            let pollers: Vec<IpAddr> = status.pollers.iter().map(|p| p.address).collect();
+            let from: BTreeMap<IpAddr, usize> = t
+                .sources
+                .iter()
+                .map(|s| (s.address, s.connections))
+                .collect();
             let mut from: Vec<String> = from
                 .into_iter()
                 .map(|(ip, n)| {
@@ -321,27 +400,12 @@ fn agent_traffic(a: &mut Assessment, answer: &Answer<'_>) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::health::answer::UnrecordedAnswer;
-    use crate::operator::goal::SILENCE;
+    use crate::operator::view::tests::drained;
+    use crate::responder::status::UnrecordedAnswer;
     use std::time::Instant;
-
-    /// A drained node's answer as the daemon sends it to loopback.
-    fn drained() -> Answer<'static> {
-        Answer::from_json(
-            r#"{"verdict":"DRAINED","status":404,"reason":"upgrade (by root since 2026-11-23T08:00:00Z); Puppet Server is running","drain":null,
-                "probe":{"ok":true,"detail":"running","latency_ms":3,"age_ms":200,"endpoint":null},
-                "weight":10,"load":"warm","pool":{"size":2,"free":2,"borrowed":0,"waiting":0,"average_free":2.0,"average_wait_ms":0,"average_borrow_ms":0,"queue_limit_hits":0,"borrow_timeouts":0,"lock":"not-in-use","lock_since":null},
-                "pollers":[{"address":"10.0.0.5","proof":"key","first_ms_ago":90000,"last_ms_ago":500,"polls":90,"regular":true,
-                            "http":{"told":"DRAINED","times":3,"last_ms_ago":500},
-                            "agent":{"told":"DRAINED","times":1,"last_ms_ago":1500}}],
-                "traffic":{"listener":"127.0.0.1:8140","connections":[],"problem":null}}"#,
-        )
-        .expect("a valid answer")
-    }
 
     pub(crate) fn how(polls: u32) -> Wait {
         Wait {
-            url: "http://127.0.0.1:9200/".into(),
             max_wait: Duration::from_secs(600),
             polls,
             lb_interval: Duration::from_secs(2),
@@ -349,13 +413,23 @@ pub(crate) mod tests {
         }
     }
 
-    fn poller<'a>(answer: &'a mut Answer<'static>) -> &'a mut PollerAnswer {
-        &mut answer.pollers.as_mut().unwrap()[0]
+    fn poller<'a>(answer: &'a mut Status<'static>) -> &'a mut PollerAnswer {
+        &mut answer.pollers[0]
+    }
+
+    /// What `answer` says about `goal`, with `--polls`.
+    fn judged(goal: Goal, answer: &Status<'static>, polls: u32) -> Assessment {
+        assess(
+            goal,
+            &View::new(answer.clone()),
+            &how(polls),
+            Duration::ZERO,
+        )
     }
 
     #[test]
     fn a_drain_is_safe_once_told_and_quiet() {
-        let a = assess(Goal::Drained, &drained(), &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &drained(), 3);
         assert_eq!(a.pending, Vec::<String>::new());
         assert!(
             a.met.iter().any(|m| m.starts_with("10.0.0.5 acted")),
@@ -373,13 +447,9 @@ pub(crate) mod tests {
             last_ms_ago: 100,
             since_ms_ago: 100,
         });
-        assert!(
-            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .is_empty()
-        );
+        assert!(judged(Goal::Drained, &answer, 3).pending.is_empty());
         poller(&mut answer).agent = None;
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
         assert!(a.pending[0].contains("10.0.0.5 not told DRAINED enough yet (HTTP: DRAINED x1;"));
         assert!(
@@ -387,26 +457,22 @@ pub(crate) mod tests {
             "{}",
             a.pending[0]
         );
-        // An agent answer that is not recent does not count.
-        poller(&mut answer).agent = Some(ToldAnswer {
+        // An agent check that stopped does not count.
+        let p = poller(&mut answer);
+        p.agent = Some(ToldAnswer {
             told: Verdict::Drained,
             times: 5,
             last_ms_ago: 7_000,
             since_ms_ago: 7_000,
         });
-        assert_eq!(
-            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .len(),
-            1
-        );
+        p.agent_stopped_ms_ago = Some(7_000);
+        assert_eq!(judged(Goal::Drained, &answer, 3).pending.len(), 1);
     }
 
     #[test]
     fn pollers_that_fell_silent_are_not_waited_for() {
         let mut answer = drained();
         let p = poller(&mut answer);
-        // Every second for 90 s: it counts until it has been silent for 3 s... at least 5 s.
         p.http = Some(ToldAnswer {
             told: Verdict::Ok,
             times: 9,
@@ -415,28 +481,12 @@ pub(crate) mod tests {
         });
         p.agent = None;
         p.last_ms_ago = 4_000;
-        assert_eq!(silence_limit(p, SILENCE.0), SILENCE.0);
-        assert_eq!(
-            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .len(),
-            1
-        );
-        let p = poller(&mut answer);
-        p.last_ms_ago = 6_000;
-        p.http.as_mut().unwrap().last_ms_ago = 6_000;
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        assert_eq!(judged(Goal::Drained, &answer, 3).pending.len(), 1);
+        // The daemon says it no longer polls: not waited for.
+        poller(&mut answer).polling = false;
+        let a = judged(Goal::Drained, &answer, 3);
         assert!(a.pending.is_empty(), "{:?}", a.pending);
         assert!(a.met.iter().any(|m| m == "no load balancer is polling"));
-        // Every 10 s: it still counts after 20 s of silence, not after 31 s.
-        let p = poller(&mut answer);
-        (p.first_ms_ago, p.polls, p.last_ms_ago) = (200_000, 19, 20_000);
-        assert_eq!(silence_limit(p, SILENCE.0), Duration::from_secs(30));
-        // A one-off poll counts for 5 s; nothing counts after a minute.
-        (p.first_ms_ago, p.polls) = (20_000, 1);
-        assert_eq!(silence_limit(p, SILENCE.0), SILENCE.0);
-        (p.first_ms_ago, p.polls) = (3_600_000, 10);
-        assert_eq!(silence_limit(p, SILENCE.0), SILENCE.1);
     }
 
     #[test]
@@ -450,10 +500,10 @@ pub(crate) mod tests {
                 "10.0.9.9:50000".parse().unwrap(),
             ],
         ));
-        if let Some(pool) = answer.pool.as_mut() {
+        if let Some(pool) = answer.answer.pool.as_mut() {
             pool.to_mut().borrowed = 1;
         }
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.connections, 3);
         assert_eq!(
             a.pending,
@@ -470,24 +520,19 @@ pub(crate) mod tests {
     fn unknown_traffic_is_never_safe() {
         let mut answer = drained();
         answer.traffic.as_mut().unwrap().problem = Some("cannot read /proc/self/net/tcp".into());
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(
             a.pending,
             ["cannot see the agent connections: cannot read /proc/self/net/tcp"]
         );
         answer.traffic = None;
-        assert_eq!(
-            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .len(),
-            1
-        );
+        assert_eq!(judged(Goal::Drained, &answer, 3).pending.len(), 1);
     }
 
     #[test]
     fn an_undrain_needs_every_kind_of_check_told_ok() {
         let mut answer = drained();
-        answer.verdict = Verdict::Ok;
+        answer.answer.verdict = Verdict::Ok;
         let p = poller(&mut answer);
         p.agent = Some(ToldAnswer {
             told: Verdict::Ok,
@@ -501,17 +546,13 @@ pub(crate) mod tests {
             last_ms_ago: 10,
             since_ms_ago: 10,
         });
-        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Undrained, &answer, 3);
         assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
         poller(&mut answer).http.as_mut().unwrap().times = 3;
+        assert!(judged(Goal::Undrained, &answer, 3).pending.is_empty());
+        answer.answer.verdict = Verdict::Drained;
         assert!(
-            assess(Goal::Undrained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .is_empty()
-        );
-        answer.verdict = Verdict::Drained;
-        assert!(
-            assess(Goal::Undrained, &answer, &how(3), Duration::ZERO).pending[0]
+            judged(Goal::Undrained, &answer, 3).pending[0]
                 .starts_with("pmcheck answers DRAINED, not OK")
         );
     }
@@ -524,7 +565,7 @@ pub(crate) mod tests {
             Goal::Healthy {
                 since: Instant::now(),
             },
-            &answer,
+            &View::new(answer.clone()),
             &how(3),
             Duration::from_millis(100),
         );
@@ -536,26 +577,30 @@ pub(crate) mod tests {
         let goal = Goal::Healthy {
             since: Instant::now(),
         };
-        assert!(assess(goal, &answer, &how(3), since).pending.is_empty());
-        answer.load = Some(Load::Warming);
-        if let Some(pool) = answer.pool.as_mut() {
+        assert!(
+            assess(goal, &View::new(answer.clone()), &how(3), since)
+                .pending
+                .is_empty()
+        );
+        answer.answer.load = Some(Load::Warming);
+        if let Some(pool) = answer.answer.pool.as_mut() {
             pool.to_mut().free = 1;
         }
         assert_eq!(
-            assess(goal, &answer, &how(3), since).pending,
+            assess(goal, &View::new(answer.clone()), &how(3), since).pending,
             ["Puppet Server's JRuby pool is warming: 1 of 2 JRubies ready"]
         );
-        answer.probe.ok = false;
-        answer.probe.outcome = crate::health::answer::ProbeState::Unhealthy;
-        answer.probe.detail = "connection refused".into();
+        answer.answer.probe.ok = false;
+        answer.answer.probe.outcome = crate::health::answer::ProbeState::Unhealthy;
+        answer.answer.probe.detail = "connection refused".into();
         assert_eq!(
-            assess(goal, &answer, &how(3), since).pending,
+            assess(goal, &View::new(answer.clone()), &how(3), since).pending,
             ["Puppet Server: connection refused"]
         );
     }
 
     /// `drained()` with its load balancer sending `header` 300 ms ago.
-    pub(crate) fn with_state(header: &str) -> Answer<'static> {
+    pub(crate) fn with_state(header: &str) -> Status<'static> {
         let mut answer = drained();
         let p = poller(&mut answer);
         // Its HTTP checks had been answered DRAINED for 2 s when it wrote the header.
@@ -563,6 +608,10 @@ pub(crate) mod tests {
             last_ms_ago: 300,
             told: Verdict::Drained,
             since_ms_ago: 2_300,
+            polling: true,
+            held: None,
+            holds: None,
+            agent: None,
             seen: Some(crate::health::lb_state::parse(header.as_bytes()).unwrap()),
             malformed: None,
         }];
@@ -581,7 +630,7 @@ pub(crate) mod tests {
         // Told DRAINED three times by HTTP and once by agent, but HAProxy says it still
         // counts this server: not acted.
         let answer = with_state("UP; name=bk/m1; node=lb1; weight=100/200; scur=0/3; qcur=0");
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(
             a.pending,
             [
@@ -589,7 +638,7 @@ pub(crate) mod tests {
             ]
         );
         let answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=2/3; qcur=0");
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.pending.len(), 1);
         assert!(
             a.pending[0].ends_with("out for new agents, sessions still open"),
@@ -597,14 +646,14 @@ pub(crate) mod tests {
             a.pending
         );
         let answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/3; qcur=0");
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert!(a.pending.is_empty(), "{:?}", a.pending);
         assert_eq!(a.acted, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
         // A NOLB written before any DRAINED answer is stale: it was answered OK since.
         let mut answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/3; qcur=0");
         let p = poller(&mut answer);
         (p.states[0].told, p.agent) = (Verdict::Ok, None);
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
         assert!(
             a.pending[0].ends_with(
@@ -613,42 +662,25 @@ pub(crate) mod tests {
         );
         // DOWN (1/3 on its way up) takes nothing either.
         let answer = with_state("DOWN 1/3; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
-        assert!(
-            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .is_empty()
-        );
+        assert!(judged(Goal::Drained, &answer, 3).pending.is_empty());
     }
 
     #[test]
     fn an_agent_drain_that_leaves_the_word_up_counts_once_delivered_before_the_header() {
         // The other server weighs as much: the total alone cannot tell.
         let mut answer = with_state("UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
-        assert_eq!(
-            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .len(),
-            1
-        );
+        assert_eq!(judged(Goal::Drained, &answer, 3).pending.len(), 1);
         poller(&mut answer).agent.as_mut().unwrap().since_ms_ago = 2_000;
-        assert!(
-            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .is_empty()
-        );
+        assert!(judged(Goal::Drained, &answer, 3).pending.is_empty());
         // Its own weight out of a total smaller than it: drained, whatever the agent said.
         let answer = with_state("UP; name=bk/m1; node=lb1; weight=100/60; scur=0/0; qcur=0");
-        assert!(
-            assess(Goal::Drained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .is_empty()
-        );
+        assert!(judged(Goal::Drained, &answer, 3).pending.is_empty());
     }
 
     #[test]
     fn an_undrain_waits_for_the_load_balancers_own_up() {
         let mut answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0");
-        answer.verdict = Verdict::Ok;
+        answer.answer.verdict = Verdict::Ok;
         let p = poller(&mut answer);
         p.states[0].told = Verdict::Ok;
         let ok = ToldAnswer {
@@ -658,14 +690,14 @@ pub(crate) mod tests {
             since_ms_ago: 9_000,
         };
         (p.http, p.agent) = (Some(ok), Some(ok));
-        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Undrained, &answer, 3);
         assert_eq!(
             a.pending.len(),
             1,
             "100 OK answers do not beat HAProxy's NOLB"
         );
         let mut answer = with_state("UP; name=bk/m1; node=lb1; weight=100/200; scur=0/0; qcur=0");
-        answer.verdict = Verdict::Ok;
+        answer.answer.verdict = Verdict::Ok;
         let p = poller(&mut answer);
         p.states[0].told = Verdict::Ok;
         p.http = Some(ToldAnswer {
@@ -681,16 +713,11 @@ pub(crate) mod tests {
             last_ms_ago: 10,
             since_ms_ago: 10,
         });
-        assert_eq!(
-            assess(Goal::Undrained, &answer, &how(3), Duration::ZERO)
-                .pending
-                .len(),
-            1
-        );
+        assert_eq!(judged(Goal::Undrained, &answer, 3).pending.len(), 1);
         poller(&mut answer).agent.as_mut().unwrap().since_ms_ago = 5_000;
         // The header came with the first OK answer: it shows HAProxy before that answer.
         poller(&mut answer).states[0].since_ms_ago = 300;
-        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Undrained, &answer, 3);
         assert_eq!(a.pending.len(), 1);
         assert!(
             a.pending[0]
@@ -699,7 +726,7 @@ pub(crate) mod tests {
             a.pending
         );
         poller(&mut answer).states[0].since_ms_ago = 2_300;
-        let a = assess(Goal::Undrained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Undrained, &answer, 3);
         assert!(
             a.pending.is_empty(),
             "one HTTP answer is enough with HAProxy's word: {:?}",
@@ -712,7 +739,7 @@ pub(crate) mod tests {
         let mut answer = drained();
         let p = poller(&mut answer);
         (p.regular, p.polls, p.first_ms_ago, p.last_ms_ago) = (false, 1, 500, 500);
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.acted, Vec::<IpAddr>::new());
         assert_eq!(a.pending.len(), 1);
         assert!(
@@ -722,17 +749,17 @@ pub(crate) mod tests {
             "{:?}",
             a.pending
         );
-        // Silent for longer than two --lb-interval: no longer waited for.
+        // Silent since: no longer waited for.
         let p = poller(&mut answer);
-        (p.first_ms_ago, p.last_ms_ago) = (5_500, 5_500);
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        (p.first_ms_ago, p.last_ms_ago, p.polling) = (5_500, 5_500, false);
+        let a = judged(Goal::Drained, &answer, 3);
         assert!(a.pending.is_empty(), "{:?}", a.pending);
         // Polls the table had no room for keep it going as well.
         answer.unrecorded = Some(UnrecordedAnswer {
             polls: 7,
             last_ms_ago: 200,
         });
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        let a = judged(Goal::Drained, &answer, 3);
         assert!(
             a.pending[0]
                 .starts_with("7 poll(s) from addresses the daemon's poller table had no room for"),
@@ -744,17 +771,17 @@ pub(crate) mod tests {
     #[test]
     fn a_fresh_daemon_is_not_believed_when_it_has_heard_nobody_yet() {
         let mut answer = drained();
-        answer.pollers = Some(Vec::new());
-        answer.listening_ms = Some(300);
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        answer.pollers = Vec::new();
+        answer.listening_ms = 300;
+        let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.pending.len(), 1);
         assert!(
             a.pending[0].starts_with("the daemon has listened for only 0.3s"),
             "{:?}",
             a.pending
         );
-        answer.listening_ms = Some(4_000);
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        answer.listening_ms = 4_000;
+        let a = judged(Goal::Drained, &answer, 3);
         assert!(a.pending.is_empty());
         assert!(a.met.iter().any(|m| m == "no load balancer is polling"));
     }
@@ -763,8 +790,8 @@ pub(crate) mod tests {
     fn a_load_balancer_that_stopped_checking_is_named_and_not_waited_for() {
         let mut answer = with_state("UP; name=bk/m1; node=lb1; weight=100/200; scur=0/0; qcur=0");
         let p = poller(&mut answer);
-        (p.first_ms_ago, p.last_ms_ago) = (90_000, 20_000);
-        let a = assess(Goal::Drained, &answer, &how(3), Duration::ZERO);
+        (p.first_ms_ago, p.last_ms_ago, p.polling) = (90_000, 20_000, false);
+        let a = judged(Goal::Drained, &answer, 3);
         assert!(a.pending.is_empty(), "{:?}", a.pending);
         assert!(
             a.met

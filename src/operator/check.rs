@@ -8,7 +8,9 @@ use crate::exit::Exit;
 use crate::health::decision::{Decision, Rules};
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
+use crate::operator::daemon::Daemon;
 use crate::operator::run_single_threaded;
+use crate::operator::view::View;
 use crate::puppet::expiry::{self, Expiries, Severity};
 use crate::puppet::pool::Load;
 use crate::puppet::probe::{ProbeTarget, Prober};
@@ -28,15 +30,24 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
             return Exit::Unknown;
         }
     };
-    let report =
-        match run_single_threaded(async { Prober::once(ProbeTarget::of(&settings)).probe().await })
-        {
-            Ok(report) => report,
-            Err(e) => {
-                outln!("PMCHECK UNKNOWN - cannot start the probe: {e}");
-                return Exit::Unknown;
+    // One runtime for the probe and the question to the daemon, asked side by side.
+    let asked = run_single_threaded(async {
+        let probe = async { Prober::once(ProbeTarget::of(&settings)).probe().await };
+        let daemon = async {
+            match Daemon::new(url) {
+                Ok(daemon) => daemon.ask().await.ok(),
+                Err(_) => None,
             }
         };
+        tokio::join!(probe, daemon)
+    });
+    let (report, daemon) = match asked {
+        Ok(asked) => asked,
+        Err(e) => {
+            outln!("PMCHECK UNKNOWN - cannot start the probe: {e}");
+            return Exit::Unknown;
+        }
+    };
     let now = crate::responder::node::now();
     let drain = DrainFile::new(&settings.state_dir.value).state(now.wall);
     let decision = Decision::decide(&drain, Some(&report), Rejoin::Steady, now, &Rules::ONCE);
@@ -74,7 +85,7 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
         text.push_str("; ");
         text.push_str(problem);
     }
-    let (label, code) = match daemon_differs(url, decision.verdict) {
+    let (label, code) = match daemon_differs(daemon.as_ref(), url, decision.verdict) {
         Some((verdict, said)) => {
             text.push_str("; ");
             text.push_str(&said);
@@ -95,11 +106,8 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
 /// What the daemon at `url` answers HAProxy, when one answers there and its verdict is not
 /// `mine`: run as root or as a monitoring agent's user, this check may read what the daemon
 /// cannot (a key of mode 0600), and HAProxy follows the daemon.
-fn daemon_differs(url: &str, mine: Verdict) -> Option<(Verdict, String)> {
-    let reply = run_single_threaded(crate::operator::daemon::ask(url))
-        .ok()?
-        .ok()?;
-    let answer = crate::health::answer::Answer::from_json(&reply.body).ok()?;
+fn daemon_differs(daemon: Option<&View>, url: &str, mine: Verdict) -> Option<(Verdict, String)> {
+    let answer = daemon?.answer();
     (answer.verdict != mine).then(|| {
         let said = format!(
             "but the daemon at {url}, which HAProxy follows, answers {} - {} (it may run as \

@@ -8,6 +8,11 @@
 //! else does ([`crate::drain::holders`]): an operator's drain from before, another cycle. It
 //! lets go of its own hold only, and the node returns to rotation when nobody holds it.
 //!
+//! Its drain goes through the last-server guard ([`crate::operator::guard`]): while a load
+//! balancer would hold it (another master's cycle has the other servers out), the cycle waits
+//! its turn, saying so every 10 s, within `--max-wait`; a drain held after it took effect (the
+//! other servers left meanwhile) lets go and waits its turn again, since nothing ran yet.
+//!
 //! Over 500 lines on purpose: the six steps, their one error type and the cycle's hold in the
 //! record (taking it, letting go, marking it stopped) are one story, read top to bottom; the
 //! hold's functions return the steps' errors, so a file of their own would import this one back.
@@ -21,16 +26,17 @@ use thiserror::Error;
 use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::Holder;
-use crate::drain::holding::{Forced, Release};
+use crate::drain::holding::Release;
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
 use crate::drain::tenure::Tenure;
-use crate::health::answer::Answer;
 use crate::operator::command::{Signals, exited, run_command, shown};
-use crate::operator::daemon;
-use crate::operator::drain::{log_refused, say_lost};
+use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::wait::{self, LastServer, WaitError};
+use crate::operator::guard::{self, GuardError, Outcome};
+use crate::operator::view::{Blocker, said};
+use crate::operator::wait::{self, Ticker, WaitError};
+use crate::operator::warn;
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
@@ -90,9 +96,19 @@ pub enum CycleError {
     /// The drain record cannot be written or replaced: nothing was run.
     #[error(transparent)]
     Drain(#[from] DrainError),
-    /// A load balancer says this node is the last server taking traffic: nothing was done.
-    #[error("nothing done: {0}")]
-    LastServer(#[from] LastServer),
+    /// A load balancer said this node was the last server taking traffic for all of
+    /// `--max-wait`: nothing was done.
+    #[error(
+        "nothing done: refused: its turn did not come within --max-wait {}: {}; bring another compile master back first, or pass --force (the drain record notes it)",
+        format_duration(*.waited),
+        said(.held)
+    )]
+    Turn {
+        /// Where the drain would be held.
+        held: Vec<Blocker>,
+        /// How long the cycle waited.
+        waited: Duration,
+    },
     /// Drained, a load balancer has no server left for agents (another master fell out
     /// meanwhile): the cycle let go of the node instead of running the command.
     #[error(
@@ -163,8 +179,8 @@ const LEFT_DRAINED: &str = "; the node stays drained";
 /// How often a cycle waiting its turn asks again.
 const TURN: Duration = Duration::from_secs(1);
 
-/// Runs the cycle with the drain record in `state_dir`.
-pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
+/// Runs the cycle with the drain record in `state_dir`, asking `daemon`.
+pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(), CycleError> {
     let started = Instant::now();
     let command = shown(&cycle.command);
     let mut signals = Signals::new().map_err(|e| CycleError::Command {
@@ -173,39 +189,21 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     })?;
     // Nothing is touched unless the daemon answers, about this drain record: without it
     // nobody can tell when it is safe.
-    ask_daemon(&cycle.wait).await?;
-
-    // 1. drain: this cycle holds the node drained, beside whoever already does
-    let t = Instant::now();
     let file = DrainFile::new(state_dir);
-    let (me, detail) = hold(cycle, &file, &mut signals).await?;
-    step(
-        Step::Drain,
-        t,
-        &format!("{detail}; wrote {}", file.path().display()),
-    );
+    ask_daemon(daemon, &file).await?;
+
+    // 1. drain: this cycle holds the node drained, beside whoever already does, in its turn
+    // 2. wait until the load balancers acted and the agents left
+    let (me, done) = drained_in_turn(cycle, daemon, &file, &mut signals, started).await?;
     // From here on every failure leaves the node drained, and says so in our holder.
     let fail = |e: CycleError| {
         stopped(&file, &me, &e);
         e
     };
-
-    // 2. wait until the load balancers acted and the agents left
-    let t = Instant::now();
-    let done = wait_step(
-        Step::WaitDrained,
-        Goal::Drained,
-        &cycle.wait,
-        &mut signals,
-        Some(&file),
-    )
-    .await
-    .map_err(fail)?;
-    step(Step::WaitDrained, t, &done.summary);
     for warning in &done.warnings {
         errln!("pmcheck cycle: warning: {warning}");
     }
-    give_back_if_needed(cycle, &file).await?;
+    give_back_if_needed(cycle, daemon, &file).await?;
 
     // 3. the command
     let ended = command_step(cycle, &mut signals).await.map_err(fail)?;
@@ -215,7 +213,8 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     let done = wait_step(
         Step::WaitHealthy,
         Goal::Healthy { since: ended },
-        &cycle.wait,
+        daemon,
+        cycle,
         &mut signals,
         Some(&file),
     )
@@ -246,7 +245,8 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     let done = wait_step(
         Step::WaitUndrained,
         Goal::Undrained,
-        &cycle.wait,
+        daemon,
+        cycle,
         &mut signals,
         None,
     )
@@ -257,30 +257,85 @@ pub async fn run(cycle: &Cycle, state_dir: &Path) -> Result<(), CycleError> {
     Ok(())
 }
 
-/// The point of no return. The last-server guard looked before the drain; if another master
-/// fell out since, this node is the one agents could still have: give it back.
-async fn give_back_if_needed(cycle: &Cycle, file: &DrainFile) -> Result<(), CycleError> {
+/// Steps 1 and 2: this cycle's hold, in its turn, and the wait until the load balancers
+/// acted and the agents left; a drain held meanwhile (the other servers left) lets go and
+/// waits its turn again, since nothing ran yet. The hold, and what the wait met.
+async fn drained_in_turn(
+    cycle: &Cycle,
+    daemon: &Daemon,
+    file: &DrainFile,
+    signals: &mut Signals,
+    started: Instant,
+) -> Result<(Holder, wait::Done), CycleError> {
+    loop {
+        let t = Instant::now();
+        let (me, detail) = take_turn(cycle, daemon, file, signals, started).await?;
+        step(Step::Drain, t, &detail);
+        let t = Instant::now();
+        let drained = Goal::Drained;
+        match wait_step(
+            Step::WaitDrained,
+            drained,
+            daemon,
+            cycle,
+            signals,
+            Some(file),
+        )
+        .await
+        {
+            Ok(done) => {
+                step(Step::WaitDrained, t, &done.summary);
+                return Ok((me, done));
+            }
+            Err(CycleError::Wait {
+                source: WaitError::Held { held, .. },
+                ..
+            }) => {
+                let left = described(&let_go(file)?, file);
+                errln!(
+                    "pmcheck cycle: drain held before the command: {}; this cycle let go ({left}) and waits its turn again",
+                    said(&held)
+                );
+            }
+            Err(e) => {
+                stopped(file, &me, &e);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// The point of no return. The guard looked before the drain; if another master fell out
+/// since, this node is the one agents could still have: give it back.
+async fn give_back_if_needed(
+    cycle: &Cycle,
+    daemon: &Daemon,
+    file: &DrainFile,
+) -> Result<(), CycleError> {
     if cycle.force {
         return Ok(());
     }
-    let Some(said) = wait::empty_backend_now(&cycle.wait).await else {
-        return Ok(());
+    let empty = match daemon.ask().await {
+        Ok(view) => view.empty_backends(),
+        Err(_) => return Ok(()),
     };
+    if empty.is_empty() {
+        return Ok(());
+    }
+    let said = empty.join("; ");
     // The trail says why the hold goes: the command was refused, as a drain would be.
-    log_refused(file, &cycle.reason, &LastServer(said.clone()));
+    warn(guard::log_refused(file, &cycle.reason, &said));
     let left = described(&let_go(file)?, file);
     Err(CycleError::EmptyBackend { said, left })
 }
 
 /// The daemon answers, and watches this drain record.
-async fn ask_daemon(how: &Wait) -> Result<(), CycleError> {
-    let reply = daemon::ask(&how.url)
+async fn ask_daemon(daemon: &Daemon, file: &DrainFile) -> Result<(), CycleError> {
+    let view = daemon
+        .ask()
         .await
         .map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
-    match Answer::from_json(&reply.body)
-        .ok()
-        .and_then(|answer| daemon::other_file(how, &answer))
-    {
+    match view.other_file(daemon.url(), &file.resolved()) {
         Some(e) => Err(CycleError::NoDaemon(e.into())),
         None => Ok(()),
     }
@@ -329,73 +384,95 @@ fn undrained_already(e: CycleError) -> CycleError {
     }
 }
 
-/// Step 1: adds this cycle's hold to the record (after the last-server guard, unless the node
-/// is drained already); returns the hold and what to say of it. While the guard finds this node
-/// the last server taking agents (another master's cycle has it out), the cycle waits its turn
-/// within `--max-wait`, then refuses.
-async fn hold(
+/// Step 1: adds this cycle's hold to the record, where the last-server guard lets it; returns
+/// the hold and what to say of it. While a load balancer would hold it, or held it at its
+/// checks right after (another master's cycle has the other servers out), the cycle waits its
+/// turn, within `--max-wait` of its start (`since`), saying so every 10 s; then refuses.
+async fn take_turn(
     cycle: &Cycle,
+    daemon: &Daemon,
     file: &DrainFile,
     signals: &mut Signals,
+    since: Instant,
 ) -> Result<(Holder, String), CycleError> {
-    let drained = file
-        .current()
-        .is_some_and(|d| !d.expired_at(SystemTime::now()));
-    let started = Instant::now();
-    let mut waiting = false;
-    let guard = loop {
-        if drained {
-            break wait::Guard::default();
-        }
-        match wait::guard_last_server(&cycle.wait, cycle.force).await {
-            Ok(guard) => break guard,
-            Err(refused) if started.elapsed() >= cycle.wait.max_wait => {
-                log_refused(file, &cycle.reason, &refused);
-                return Err(refused.into());
+    let mut ticker = Ticker::new();
+    loop {
+        let mine = Holder::cycle(cycle.reason.clone(), SystemTime::now());
+        let none = |_: &Holder| false;
+        let taken = guard::take(
+            daemon,
+            file,
+            &cycle.wait,
+            mine,
+            none,
+            cycle.force,
+            Action::CycleDrain,
+        )
+        .await;
+        let held = match taken {
+            Ok(taken) => {
+                ticker.clear();
+                warn(&taken.warnings);
+                return Ok((taken.mine.clone(), drained(&taken, file)));
             }
-            Err(refused) => {
-                if !waiting {
-                    waiting = true;
-                    errln!(
-                        "pmcheck cycle: waiting its turn (up to --max-wait {}): {}",
-                        format_duration(cycle.wait.max_wait),
-                        refused.0
-                    );
-                }
-                tokio::select! {
-                    () = tokio::time::sleep(TURN) => {}
-                    _ = signals.next() => return Err(CycleError::Interrupted {
-                        step: Step::Drain,
-                        left: "; nothing was changed",
-                    }),
-                }
+            Err(GuardError::Drain(e)) => return Err(e.into()),
+            Err(GuardError::Refused(held) | GuardError::BackedOff(held)) => held,
+        };
+        let waited = since.elapsed();
+        if waited >= cycle.wait.max_wait {
+            ticker.clear();
+            warn(guard::log_refused(file, &cycle.reason, &said(&held)));
+            return Err(CycleError::Turn { held, waited });
+        }
+        let ends = held.first().map(Blocker::ends).unwrap_or_default();
+        ticker.show_line(&format!(
+            "pmcheck cycle: waiting its turn ({} of --max-wait {}): {}; {ends}",
+            seconds(waited),
+            format_duration(cycle.wait.max_wait),
+            said(&held)
+        ));
+        tokio::select! {
+            () = tokio::time::sleep(TURN) => {}
+            _ = signals.next() => {
+                ticker.clear();
+                return Err(CycleError::Interrupted {
+                    step: Step::Drain,
+                    left: "; nothing was changed",
+                });
             }
         }
-    };
-    let forced = guard.forced;
-    let mut me = Holder::cycle(cycle.reason.clone(), SystemTime::now());
-    me.guarded = guard.checked;
-    let (held, lost) = file.hold(&me, |_| false, Forced::Keep(forced), Action::CycleDrain)?;
-    say_lost(lost);
-    let found = held.others;
-    let detail = if found.is_empty() {
+    }
+}
+
+/// The drain step's line: what was written, who else holds the node, what the load balancers
+/// did.
+fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
+    let me = &taken.mine;
+    let mut detail = if taken.others.is_empty() {
         let Tenure { by, since, .. } = &me.tenure;
         format!("drained: {} (by {by} since {since})", me.what)
     } else {
-        let held: Vec<String> = found.iter().map(Holder::describe).collect();
+        let held: Vec<String> = taken.others.iter().map(Holder::describe).collect();
         format!(
             "already drained by {}: this cycle holds it too, and the node returns to rotation only when no holder is left",
             held.join(", ")
         )
     };
-    Ok((me, detail))
+    if let Some(forced) = &me.forced {
+        detail.push_str(&format!("; forced: {forced}"));
+    }
+    detail.push_str(&format!("; wrote {}", file.path().display()));
+    if let Outcome::Out { lines, .. } = &taken.outcome {
+        detail.push_str(&format!("; out: {}", lines.join("; ")));
+    }
+    detail
 }
 
 /// Step 5: takes this cycle's hold out of the record, removing the record when no holder is
 /// left.
 fn let_go(file: &DrainFile) -> Result<Release, DrainError> {
     let (release, lost) = file.release(Holder::is_me, Action::CycleUndrain)?;
-    say_lost(lost);
+    warn(&lost);
     Ok(release)
 }
 
@@ -429,13 +506,15 @@ fn described(release: &Release, file: &DrainFile) -> String {
 async fn wait_step(
     name: Step,
     goal: Goal,
-    how: &Wait,
+    daemon: &Daemon,
+    cycle: &Cycle,
     signals: &mut Signals,
     held: Option<&DrainFile>,
 ) -> Result<wait::Done, CycleError> {
+    let how: &Wait = &cycle.wait;
     let waited = async {
         match held {
-            None => wait::wait(goal, how, async {
+            None => wait::wait(goal, daemon, how, async {
                 signals.next().await;
             })
             .await
@@ -445,7 +524,7 @@ async fn wait_step(
             Some(file) => tokio::select! {
                 biased;
                 found = released(file) => Err(Err(found)),
-                result = wait::wait(goal, how, async { signals.next().await; }) => result.map_err(Ok),
+                result = wait::wait(goal, daemon, how, async { signals.next().await; }) => result.map_err(Ok),
             },
         }
     };
@@ -500,7 +579,7 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
         CycleError::Interrupted { step, .. } => format!("interrupted during {step}"),
         CycleError::NoDaemon(_)
         | CycleError::Drain(_)
-        | CycleError::LastServer(_)
+        | CycleError::Turn { .. }
         | CycleError::EmptyBackend { .. }
         | CycleError::Released { .. } => return,
     };
@@ -517,7 +596,7 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
         let Some(record) = current.and_then(|d| d.record) else {
             return (Change::Keep, Vec::new(), false);
         };
-        let mut held = record.holders();
+        let mut held = record.holders().to_vec();
         let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
             return (Change::Keep, Vec::new(), false);
         };
@@ -535,13 +614,13 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
             process: None,
             ..mine.clone()
         };
-        match DrainRecord::held_by(held, record.forced) {
+        match DrainRecord::held_by(held) {
             Some(record) => (Change::Write(record), vec![event], true),
             None => (Change::Keep, Vec::new(), false),
         }
     });
     match updated {
-        Ok((true, lost)) => say_lost(lost),
+        Ok((true, lost)) => warn(&lost),
         Ok((false, _)) => errln!(
             "pmcheck cycle: the drain record does not hold this cycle any more; left as it is: {}",
             file.path().display()
@@ -585,7 +664,7 @@ mod tests {
         let now = SystemTime::now();
         let me = Holder::cycle("x".repeat(250), now);
         let operator = Holder::drain("kernel upgrade".into(), None, now);
-        let both = DrainRecord::held_by(vec![me.clone(), operator.clone()], None).unwrap();
+        let both = DrainRecord::held_by(vec![me.clone(), operator.clone()]).unwrap();
         file.write(&both).unwrap();
         let e = CycleError::Command {
             command: "`false`".into(),
@@ -594,11 +673,12 @@ mod tests {
         stopped(&file, &me, &e);
         let record = file.current().unwrap().record.unwrap();
         assert_eq!(
-            record.reason, "kernel upgrade",
+            record.reason(),
+            "kernel upgrade",
             "the operator's reason first"
         );
-        assert_eq!(record.holders[0], operator);
-        let mine = &record.holders[1];
+        assert_eq!(record.holders()[0], operator);
+        let mine = &record.holders()[1];
         assert_eq!(mine.kind, crate::drain::holders::Kind::StoppedCycle);
         assert_eq!(
             mine.process, None,
@@ -620,11 +700,11 @@ mod tests {
         );
         // Alone, its reason is the record's.
         let short = Holder::cycle("upgrade".into(), now);
-        file.write(&DrainRecord::held_by(vec![short.clone()], None).unwrap())
+        file.write(&DrainRecord::held_by(vec![short.clone()]).unwrap())
             .unwrap();
         stopped(&file, &short, &e);
         assert_eq!(
-            file.current().unwrap().record.unwrap().reason,
+            file.current().unwrap().record.unwrap().reason(),
             "upgrade; cycle stopped: the command exited with 1"
         );
     }

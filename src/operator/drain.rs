@@ -1,23 +1,25 @@
 //! `pmcheck drain` and `pmcheck undrain`: change the drain record's holders under the state
-//! directory's lock, say what was written and what the daemon answers, and with `--wait` wait
-//! for the load balancers.
+//! directory's lock (a drain only where the last-server guard lets it:
+//! [`crate::operator::guard`]), say what was decided, and with `--wait` wait for the load
+//! balancers.
 
 use std::time::SystemTime;
 
 use thiserror::Error;
 
-use crate::cli::{DrainArgs, StateArgs, UndrainArgs, WaitArgs};
+use crate::cli::{DrainArgs, UndrainArgs};
 use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
-use crate::drain::holding::Forced;
-use crate::drain::log::{Action, Event, LogError};
-use crate::drain::record::{Drain, DrainRecord, DrainState, Unreadable};
+use crate::drain::log::{Action, Event};
+use crate::drain::record::{Drain, DrainState, Unreadable};
 use crate::drain::tenure::Tenure;
-use crate::operator::daemon;
+use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::run_single_threaded;
-use crate::operator::wait::{self, LastServer, WaitError};
+use crate::operator::guard::{self, GuardError, Outcome};
+use crate::operator::view::said;
+use crate::operator::wait::{self, WaitError};
+use crate::operator::warn;
 use crate::text::seconds;
 
 /// Why a drain or an undrain failed.
@@ -26,183 +28,113 @@ pub enum ChangeError {
     /// The drain record cannot be written or removed.
     #[error(transparent)]
     Drain(#[from] DrainError),
+    /// The guard refused the drain, or undid it.
+    #[error(transparent)]
+    Guard(#[from] GuardError),
     /// `--wait` did not see its goal reached.
     #[error(transparent)]
     Wait(#[from] WaitError),
-    /// A load balancer says this node is the last server taking traffic.
-    #[error(transparent)]
-    LastServer(#[from] LastServer),
     /// `undrain` without `--force` while running cycles hold the node.
     #[error(
         "refused: the node is held drained by {0}, which undrains it when done (if nobody else holds it); `pmcheck undrain --force` undrains now, and the cycle then leaves the node as it finds it"
     )]
     Held(String),
-    /// The load balancer held the new drain: another master went out first, or at once.
-    #[error(
-        "refused: {0}. This drain was undone, so that the backend keeps a server taking agents: drain again once another master is back, or pass --force (the drain record notes it)"
-    )]
-    BackedOff(String),
-    /// Writing to stdout or starting a runtime failed.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
 }
 
-/// `pmcheck drain`: refuses to drain a backend's last server (unless `--force`), adds this
-/// operator's drain to the holders under the lock, says what it wrote, and with `--wait`
-/// waits until it is safe to stop Puppet Server.
-pub fn drain(args: DrainArgs) -> Result<(), ChangeError> {
-    let how = wait_settings(&args.waiting, &args.state);
+/// `pmcheck drain`: the guard refuses a drain a load balancer would hold (unless `--force`),
+/// else the operator's drain replaces theirs among the holders; says what was decided, and with
+/// `--wait` waits until it is safe to stop Puppet Server.
+pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
+    let how = Wait::of(&args.waiting, &args.state);
     let file = DrainFile::new(&args.state.state_dir);
-    let guard = match run_single_threaded(wait::guard_last_server(&how, args.force))? {
-        Ok(guard) => guard,
-        Err(refused) => {
-            log_refused(&file, &args.reason, &refused);
-            return Err(refused.into());
+    let mine = Holder::drain(args.reason.clone(), args.for_, SystemTime::now());
+    let is_drain = |h: &Holder| h.kind == Kind::Drain;
+    let taken = guard::take(
+        daemon,
+        &file,
+        &how,
+        mine,
+        is_drain,
+        args.force,
+        Action::Drain,
+    )
+    .await;
+    let taken = match taken {
+        Err(GuardError::Refused(held)) => {
+            warn(guard::log_refused(&file, &args.reason, &said(&held)));
+            return Err(GuardError::Refused(held).into());
         }
+        taken => taken?,
     };
-    // `--force` on a node drained already overrides nothing the guard saw, but a load
-    // balancer's hold all the same ([`crate::health::hold`]): the record says so.
-    let forced = guard.forced.or_else(|| {
-        args.force
-            .then(|| "--force: the load balancers' hold of a drain is off".to_owned())
-    });
-    let mut mine = Holder::drain(args.reason, args.for_, SystemTime::now());
-    mine.guarded = guard.checked;
-    let forcing = forced.is_some();
-    let replaces = |h: &Holder| h.kind == Kind::Drain;
-    let (held, lost) = file.hold(&mine, replaces, Forced::Set(forced), Action::Drain)?;
-    say_lost(lost);
-    let (previous, others) = (held.before, held.others);
-    // A node drained already takes nothing out: the guard let it through, and so does this.
-    let fresh = !forcing
-        && mine.guarded
-        && previous
-            .as_ref()
-            .is_none_or(|p| p.expired_at(SystemTime::now()));
-    if let Some(previous) = previous.filter(|p| {
-        p.record
-            .as_ref()
-            .is_none_or(|r| r.holders().iter().any(|h| h.kind == Kind::Drain))
-    }) {
-        outln!("replaced the previous drain: {}", previous.describe());
+    warn(&taken.warnings);
+    for previous in &taken.replaced {
+        let Tenure { by, since, .. } = &previous.tenure;
+        outln!(
+            "replaced the previous drain: {} (by {by} since {since})",
+            previous.what
+        );
     }
-    let Tenure { by, since, until } = &mine.tenure;
+    let Tenure { by, since, until } = &taken.mine.tenure;
     let until = until
         .as_ref()
         .map(|u| format!(" until {u}"))
         .unwrap_or_default();
     outln!(
         "drained: {} (by {by} since {since}{until}); wrote {}",
-        mine.what,
+        taken.mine.what,
         file.path().display()
     );
-    for other in &others {
+    if let Some(forced) = &taken.mine.forced {
+        outln!("forced: {forced}");
+    }
+    for other in &taken.others {
         outln!("also held by {}", other.describe());
     }
-    // A new drain's effect, as the load balancers' own checks show it: held where this node
-    // turned out to be the last server (another drain went out first), it is undone.
-    if fresh && let Some(held) = run_single_threaded(wait::drain_held(&how))? {
-        undo(&file, &mine, &held);
-        return Err(ChangeError::BackedOff(held));
+    match &taken.outcome {
+        Outcome::Out { lines, says } => {
+            outln!("out: {}\n{says}", lines.join("; "));
+        }
+        Outcome::Unwatched { says } => outln!(
+            "{says}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks."
+        ),
+        Outcome::Unchecked => {}
     }
     if !args.wait {
-        match run_single_threaded(daemon::daemon_answer(&how, true))? {
-            Ok(said) => outln!(
-                "{said}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks. `pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
-            ),
-            Err(warning) => errln!("pmcheck: warning: {warning}"),
-        }
+        outln!(
+            "`pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
+        );
         return Ok(());
     }
-    let done = wait_for(Goal::Drained, &how).map_err(|e| annotate(e, "the node stays drained"))?;
+    let done = wait::wait(Goal::Drained, daemon, &how, std::future::pending())
+        .await
+        .map_err(|e| stays(e, "the node stays drained"))?;
     outln!(
         "safe to stop Puppet Server after {}: {}",
         seconds(done.waited),
         done.summary
     );
-    for warning in &done.warnings {
-        errln!("pmcheck: warning: {warning}");
-    }
+    warn(&done.warnings);
     Ok(())
-}
-
-/// How the waits ask the daemon about the drain record in `state`, from the command line.
-pub fn wait_settings(args: &WaitArgs, state: &StateArgs) -> Wait {
-    let (max_wait, deprecated) = args.max_wait();
-    if deprecated {
-        errln!(
-            "pmcheck: warning: --timeout (PMCHECK_WAIT_TIMEOUT) of drain, undrain and cycle is deprecated: write --max-wait (PMCHECK_MAX_WAIT); --timeout is the probe's deadline elsewhere"
-        );
-    }
-    Wait {
-        url: args.daemon.url.clone(),
-        max_wait,
-        polls: args.polls,
-        lb_interval: args.lb_interval,
-        drain_file: Some(DrainFile::new(&state.state_dir).resolved()),
-    }
-}
-
-/// Runs one wait on its own runtime; a signal ends the process as usual.
-fn wait_for(goal: Goal, how: &Wait) -> Result<wait::Done, ChangeError> {
-    Ok(run_single_threaded(wait::wait(
-        goal,
-        how,
-        std::future::pending(),
-    ))??)
 }
 
 /// A timed-out wait's error, with what became of the node (the line before said what was
 /// written, so a daemon that cannot be reached needs no more).
-fn annotate(e: ChangeError, left: &str) -> ChangeError {
+fn stays(e: WaitError, left: &str) -> WaitError {
     match e {
-        ChangeError::Wait(WaitError::TimedOut { waited, pending }) => {
-            ChangeError::Wait(WaitError::TimedOut {
-                waited,
-                pending: format!("{pending} ({left})"),
-            })
-        }
+        WaitError::TimedOut { waited, pending } => WaitError::TimedOut {
+            waited,
+            pending: format!("{pending} ({left})"),
+        },
         other => other,
     }
 }
 
 /// `pmcheck undrain`: removes the record unless a running cycle holds the node (then only with
 /// `--force`), and with `--wait` waits until the load balancers took the node back.
-pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
-    let state = args.state;
-    let file = DrainFile::new(&state.state_dir);
-    let force = args.force;
-    let (outcome, lost) = file.update_logged(|current| {
-        let Some(drain) = current else {
-            // What the daemon refuses to read there (a link, a FIFO, a record too large or
-            // unreadable) answers UNKNOWN, and its message names `pmcheck undrain`: cleared
-            // here as a record is, the link itself and never what it points to.
-            return match file.state(SystemTime::now()) {
-                DrainState::Unknown(why) if file.occupied() => (
-                    Change::Remove,
-                    vec![Event::bare(Action::Undrain, SystemTime::now())],
-                    Undrain::Cleared(why),
-                ),
-                _ => (Change::Keep, Vec::new(), Undrain::NotDrained),
-            };
-        };
-        let held = drain
-            .record
-            .as_ref()
-            .map(DrainRecord::holders)
-            .unwrap_or_default();
-        let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
-        if !running.is_empty() && !force {
-            return (Change::Keep, Vec::new(), Undrain::Held(running));
-        }
-        let now = SystemTime::now();
-        let events = match held.iter().find(|h| h.kind == Kind::Drain).or(held.first()) {
-            Some(holder) => vec![Event::of(Action::Undrain, holder, now)],
-            None => vec![Event::bare(Action::Undrain, now)],
-        };
-        (Change::Remove, events, Undrain::Removed(drain, held))
-    })?;
-    say_lost(lost);
+pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
+    let file = DrainFile::new(&args.state.state_dir);
+    let (outcome, lost) = file.update_logged(|current| undrained(&file, current, args.force))?;
+    warn(&lost);
     match outcome {
         Undrain::NotDrained => outln!(
             "not drained: there is no {}; nothing to do",
@@ -227,62 +159,58 @@ pub fn undrain(args: UndrainArgs) -> Result<(), ChangeError> {
             }
         }
     }
-    let how = wait_settings(&args.waiting, &state);
+    let how = Wait::of(&args.waiting, &args.state);
     if args.wait {
-        let done =
-            wait_for(Goal::Undrained, &how).map_err(|e| annotate(e, "the node is undrained"))?;
+        let done = wait::wait(Goal::Undrained, daemon, &how, std::future::pending())
+            .await
+            .map_err(|e| stays(e, "the node is undrained"))?;
         outln!(
             "back in rotation after {}: {}",
             seconds(done.waited),
             done.summary
         );
     } else {
-        match run_single_threaded(daemon::daemon_answer(&how, false))? {
-            Ok(said) => outln!("{said}"),
+        match wait::answered(daemon, false).await {
+            Ok(says) => outln!("{says}"),
             Err(warning) => errln!("pmcheck: warning: {warning}"),
         }
     }
     Ok(())
 }
 
-/// Takes `mine` out of the holders again (the record goes when nobody else holds it), and
-/// logs the drain as refused for `why`.
-fn undo(file: &DrainFile, mine: &Holder, why: &str) {
-    let result = file.update_logged(|current| {
-        let now = SystemTime::now();
-        let record = current.and_then(|d| d.record);
-        let forced = record.as_ref().and_then(|r| r.forced.clone());
-        let mut held = record
-            .as_ref()
-            .map(DrainRecord::holders)
-            .unwrap_or_default();
-        held.retain(|h| h != mine);
-        let change = match DrainRecord::held_by(held, forced) {
-            Some(rest) => Change::Write(rest),
-            None => Change::Remove,
+/// What `undrain` does with the record `current`: removes it unless running cycles hold the
+/// node and there is no `force`.
+fn undrained(
+    file: &DrainFile,
+    current: Option<Drain>,
+    force: bool,
+) -> (Change, Vec<Event>, Undrain) {
+    let now = SystemTime::now();
+    let Some(drain) = current else {
+        // What the daemon refuses to read there (a link, a FIFO, a record too large or
+        // unreadable) answers UNKNOWN, and its message names `pmcheck undrain`: cleared
+        // here as a record is, the link itself and never what it points to.
+        return match file.state(now) {
+            DrainState::Unknown(why) if file.occupied() => (
+                Change::Remove,
+                vec![Event::bare(Action::Undrain, now)],
+                Undrain::Cleared(why),
+            ),
+            _ => (Change::Keep, Vec::new(), Undrain::NotDrained),
         };
-        (change, vec![Event::refused(&mine.what, why, now)], ())
-    });
-    match result {
-        Ok(((), lost)) => say_lost(lost),
-        Err(e) => errln!("pmcheck: warning: the held drain could not be undone: {e}"),
+    };
+    let held: Vec<Holder> = (drain.record.as_ref())
+        .map(|r| r.holders().to_vec())
+        .unwrap_or_default();
+    let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
+    if !running.is_empty() && !force {
+        return (Change::Keep, Vec::new(), Undrain::Held(running));
     }
-}
-
-/// Says on stderr which events the log lost: never silently.
-pub(crate) fn say_lost(lost: Vec<LogError>) {
-    for e in lost {
-        errln!("pmcheck: warning: {e}");
-    }
-}
-
-/// Logs a drain the last-server guard refused, saying on stderr when that fails.
-pub(crate) fn log_refused(file: &DrainFile, reason: &str, refused: &LastServer) {
-    let event = Event::refused(reason, &refused.0, SystemTime::now());
-    match file.log(&[event]) {
-        Ok(lost) => say_lost(lost),
-        Err(e) => errln!("pmcheck: warning: the refused drain was not logged: {e}"),
-    }
+    let events = match held.iter().find(|h| h.kind == Kind::Drain).or(held.first()) {
+        Some(holder) => vec![Event::of(Action::Undrain, holder, now)],
+        None => vec![Event::bare(Action::Undrain, now)],
+    };
+    (Change::Remove, events, Undrain::Removed(drain, held))
 }
 
 /// What `undrain` found.

@@ -1,23 +1,19 @@
-//! The waits' vocabulary: what a wait waits for ([`Goal`]), how it waits ([`Wait`]), what one
-//! answer of the daemon says of it ([`Assessment`]), and how a poller of that answer is timed
-//! (its silence against its own rhythm) and named. Shared by [`crate::operator::assessment`]
-//! and [`crate::operator::backends`], which judge the answers.
+//! The waits' vocabulary: what a wait waits for ([`Goal`]), how it waits ([`Wait`]) and what
+//! one answer of the daemon says of it ([`Assessment`]), judged by
+//! [`crate::operator::assessment`].
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::health::answer::{PollerAnswer, StateAnswer};
-use crate::health::lb_state::LbState;
+use crate::cli::{StateArgs, WaitArgs};
+use crate::drain::file::DrainFile;
 use crate::health::verdict::Verdict;
+use crate::operator::view::Blocker;
+use crate::responder::status::{PollerAnswer, StateAnswer};
 use crate::text::seconds;
 
-/// A poller counts while it keeps its own rhythm: silent for less than three of its intervals
-/// between polls, within these bounds. A load balancer checking every 2 s counts until it has
-/// been silent 6 s; a one-off curl stops counting 5 s after its poll; none counts after a
-/// minute of silence (a load balancer taken out of service, a check turned off).
-pub const SILENCE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(60));
 /// What to wait for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Goal {
@@ -37,8 +33,6 @@ pub enum Goal {
 /// How to wait.
 #[derive(Debug, Clone)]
 pub struct Wait {
-    /// The daemon's HTTP address.
-    pub url: String,
     /// Give up after this long.
     pub max_wait: Duration,
     /// How many answers in a row an HTTP-checking poller needs (HAProxy's `fall`/`rise`),
@@ -50,6 +44,18 @@ pub struct Wait {
     /// The drain record the command changed ([`crate::drain::file::DrainFile::resolved`]):
     /// a daemon that watches another one cannot tell anything about it.
     pub drain_file: Option<PathBuf>,
+}
+
+impl Wait {
+    /// How the waits of a command ask about the drain record in `state`, from its command line.
+    pub fn of(args: &WaitArgs, state: &StateArgs) -> Self {
+        Self {
+            max_wait: args.max_wait,
+            polls: args.polls,
+            lb_interval: args.lb_interval,
+            drain_file: Some(DrainFile::new(&state.state_dir).resolved()),
+        }
+    }
 }
 
 /// What one answer says about a goal: what is still missing, and what is met.
@@ -69,45 +75,15 @@ pub struct Assessment {
     /// What the operator should know although the goal is reached (a backend left with no
     /// server taking traffic).
     pub warnings: Vec<String>,
+    /// For `Drained`: where the drain is held ([`crate::health::hold`]): it does not take
+    /// effect there until another server takes agents.
+    pub held: Vec<Blocker>,
 }
 
 /// HAProxy wrote this header after its server line's check had been answered `verdict` once:
 /// it shows the effect of that answer (it writes a header before it reads the answer).
 pub fn written_after(s: &StateAnswer, verdict: Verdict) -> bool {
     s.told == verdict && s.since_ms_ago > s.last_ms_ago
-}
-
-/// The load balancer by address.
-pub fn who(p: &PollerAnswer) -> String {
-    match p.states.iter().find_map(|s| s.seen.as_ref()) {
-        Some(lb) => who_with(p, lb),
-        None => p.address.to_string(),
-    }
-}
-
-/// The load balancer by address and HAProxy's node name.
-pub fn who_with(p: &PollerAnswer, lb: &LbState) -> String {
-    if lb.node.is_empty() {
-        format!("load balancer {}", p.address)
-    } else {
-        format!("load balancer {} ({})", p.address, lb.node)
-    }
-}
-
-/// How long a poller with one poll may be silent and still count.
-pub fn least_silence(how: &Wait) -> Duration {
-    SILENCE.0.max(2 * how.lb_interval)
-}
-
-/// How long `p` may be silent and still count as polling: three of its intervals, within
-/// `least` and [`SILENCE`]'s most.
-pub fn silence_limit(p: &PollerAnswer, least: Duration) -> Duration {
-    let most = SILENCE.1.max(least);
-    if p.polls < 2 {
-        return least;
-    }
-    let span = Duration::from_millis(p.first_ms_ago.saturating_sub(p.last_ms_ago));
-    (3 * span / (p.polls - 1)).clamp(least, most)
 }
 
 /// `HTTP: DRAINED x3, agent: DRAINED x1`, and `, last 0.8s ago` with `when`; an agent check

@@ -6,14 +6,16 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::drain::holders::{Holder, Kind};
-use crate::health::answer::{Answer, CertificatesAnswer, CodeAnswer, PollerAnswer, TrafficAnswer};
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
 use crate::operator::assessment::assess;
 use crate::operator::daemon::Reply;
 use crate::operator::goal::{Goal, Wait, describe_told};
+use crate::operator::readings::{certificates, deployments};
+use crate::operator::view::View;
 use crate::puppet::pool::{Load, Pool};
+use crate::responder::status::{PollerAnswer, Status, TrafficAnswer};
 use crate::text::seconds;
 
 /// The host names of `addrs` from reverse DNS, for a person. An address whose lookup fails or
@@ -45,18 +47,20 @@ fn names(addrs: impl Iterator<Item = IpAddr>) -> HashMap<IpAddr, String> {
 }
 
 /// The reply for a person: the verdict line, then the drain (with `holders`, the drain
-/// record's on this host) and the probe.
+/// record's on this host) and what the load balancers made of it, and the probe.
 pub fn describe(reply: &Reply, holders: &[Holder]) -> String {
-    let Ok(answer) = Answer::from_json(&reply.body) else {
+    let Ok(status) = Status::from_json(&reply.body) else {
         return format!("HTTP {}: {}", reply.status, reply.body.trim());
     };
+    let view = View::new(status);
+    let (answer, status) = (view.answer(), view.status());
     let mut out = format!(
         "{} (HTTP {}) - {}\n",
         answer.verdict.as_str(),
         reply.status,
         answer.reason
     );
-    out.push_str(&drain_line(&answer));
+    out.push_str(&drain_line(answer));
     if holders.iter().any(|h| h.kind != Kind::Drain) {
         let held: Vec<String> = holders.iter().map(Holder::describe).collect();
         let _ = writeln!(out, "holders: {}", held.join("; "));
@@ -73,13 +77,13 @@ pub fn describe(reply: &Reply, holders: &[Holder]) -> String {
         probe.endpoint.as_deref().unwrap_or("")
     );
     if let Some(pool) = &answer.pool {
-        let _ = writeln!(out, "pool:   {}", pool_line(&answer, pool));
+        let _ = writeln!(out, "pool:   {}", pool_line(answer, pool));
     }
-    if let Some(held) = &answer.drain_held {
-        let _ = writeln!(out, "held:   {held}");
+    for held in view.held() {
+        let _ = writeln!(out, "held:   drain held: {}; {}", held.said(), held.ends());
     }
-    let _ = writeln!(out, "weight: {}", weight(&answer));
-    let pollers = answer.pollers.as_deref().unwrap_or_default();
+    let _ = writeln!(out, "weight: {}", weight(status));
+    let pollers = &status.pollers;
     let names = names(pollers.iter().map(|p| p.address));
     // A load balancer by the name its own view gives (HAProxy's `node`), as the waits name it;
     // else by reverse DNS.
@@ -109,21 +113,21 @@ pub fn describe(reply: &Reply, holders: &[Holder]) -> String {
     if !others.is_empty() {
         let _ = writeln!(out, "others: {} (people and scripts)", others.join("; "));
     }
-    if let Some(t) = &answer.traffic {
+    if let Some(t) = &status.traffic {
         let _ = writeln!(out, "agents: {}", traffic(t));
     }
-    if let Some(c) = &answer.certificates {
+    if let Some(c) = &status.certificates {
         let _ = writeln!(out, "certs:  {}", certificates(c));
     }
-    if let Some(code) = answer.code.as_deref().filter(|c| !c.is_empty()) {
+    if let Some(code) = status.code.as_deref().filter(|c| !c.is_empty()) {
         let _ = writeln!(out, "code:   {}", deployments(code));
     }
-    let _ = writeln!(out, "next:   {}", next_step(&answer));
+    let _ = writeln!(out, "next:   {}", next_step(&view));
     out
 }
 
 /// The `drain:` line, with its newline.
-fn drain_line(answer: &Answer<'_>) -> String {
+fn drain_line(answer: &crate::health::answer::Answer<'_>) -> String {
     let Some(drain) = &answer.drain else {
         return "drain:  not drained\n".to_owned();
     };
@@ -151,7 +155,7 @@ fn drain_line(answer: &Answer<'_>) -> String {
 }
 
 /// The pool as Puppet Server last reported it.
-fn pool_line(answer: &Answer<'_>, pool: &Pool) -> String {
+fn pool_line(answer: &crate::health::answer::Answer<'_>, pool: &Pool) -> String {
     let load = answer.load.map_or("cannot compile", |l| match l {
         Load::Warm => "warm",
         Load::Warming => "warming",
@@ -197,118 +201,10 @@ fn traffic(t: &TrafficAnswer) -> String {
     }
 }
 
-/// Each certificate's end and the CRL's nextUpdate, with the days left.
-fn certificates(c: &CertificatesAnswer) -> String {
-    let mut parts: Vec<String> = c
-        .certs
-        .iter()
-        .map(|e| {
-            format!(
-                "{} {} ({}) until {}, {}",
-                e.file,
-                e.subject,
-                e.position,
-                e.not_after,
-                days_left(e.days_left)
-            )
-        })
-        .collect();
-    if let Some(crl) = &c.crl {
-        parts.push(match (&crl.next_update, crl.days_left) {
-            (Some(next), Some(days)) => format!(
-                "hostcrl of {} due for its nextUpdate {next}, {}",
-                crl.issuer,
-                days_left(days)
-            ),
-            _ => format!("hostcrl of {} (no nextUpdate)", crl.issuer),
-        });
-    }
-    parts.extend(c.unreadable.iter().cloned());
-    parts.join("; ")
-}
-
-/// Each environment's deploy: commit, when, and whether it succeeded; or why none is shown.
-fn deployments(code: &[CodeAnswer]) -> String {
-    let path = |c: &CodeAnswer| c.path.as_deref().unwrap_or("?").to_owned();
-    let parts: Vec<String> = code
-        .iter()
-        .map(|c| {
-            let env = &c.environment;
-            match c.state.as_str() {
-                "deployed" | "failed" => {
-                    let commit = c
-                        .commit
-                        .as_deref()
-                        .map_or_else(|| "(no commit)".into(), short);
-                    let when = match (&c.finished_at, c.age_seconds) {
-                        (Some(at), Some(age)) => format!(" {at} ({} ago)", age_words(age)),
-                        _ => String::new(),
-                    };
-                    let failed = if c.state == "failed" {
-                        ", FAILED (deploy_success false: older code may be live)"
-                    } else {
-                        ""
-                    };
-                    format!("{env} {commit} deployed{when}{failed}{}", file_sync(c))
-                }
-                "no_environment" => format!(
-                    "{env}: no such environment on the environmentpath{}",
-                    file_sync(c)
-                ),
-                "no_record" => format!(
-                    "{env}: no deploy record ({} is absent){}",
-                    path(c),
-                    file_sync(c)
-                ),
-                _ => format!(
-                    "{env}: deploy record {} unreadable: {}",
-                    path(c),
-                    c.why.as_deref().unwrap_or("?")
-                ),
-            }
-        })
-        .collect();
-    parts.join("; ")
-}
-
-/// A commit's first 12 characters, as git abbreviates it in words.
-fn short(commit: &str) -> String {
-    commit.chars().take(12).collect()
-}
-
-/// What Puppet Enterprise's file sync says of the environment, when it says anything.
-fn file_sync(c: &CodeAnswer) -> String {
-    match (&c.file_sync_status, &c.file_sync_commit) {
-        (Some(status), Some(commit)) => {
-            format!(", file sync {status} {}", short(commit))
-        }
-        (Some(status), None) => format!(", file sync {status}"),
-        _ => String::new(),
-    }
-}
-
-/// An age in whole seconds, minutes or hours, as far as it matters: `40s`, `11m`, `1day 3h`.
-fn age_words(age: i64) -> String {
-    let secs = age.max(0).unsigned_abs();
-    let unit = match secs {
-        0..60 => 1,
-        60..86_400 => 60,
-        _ => 3_600,
-    };
-    humantime::format_duration(Duration::from_secs(secs / unit * unit)).to_string()
-}
-
-fn days_left(days: f64) -> String {
-    if days < 0.0 {
-        format!("PAST by {:.1} days", -days)
-    } else {
-        format!("in {days:.1} days")
-    }
-}
-
 /// The weight with its cause.
-fn weight(answer: &Answer<'_>) -> String {
-    if answer.agent_check == Some(false) {
+fn weight(status: &Status<'_>) -> String {
+    let answer = &status.answer;
+    if !status.agent_check {
         return "none sent: this daemon has no agent port (--agent-listen), so HAProxy uses its \
                 own weight"
             .to_owned();
@@ -318,26 +214,25 @@ fn weight(answer: &Answer<'_>) -> String {
         _ if answer.verdict == Verdict::Drained => {
             "none sent while drained: the agent line says `drain` and carries no weight".to_owned()
         }
-        Some(WeightCause::NotOk) => {
+        WeightCause::NotOk => {
             format!("{w}%, the floor: {} is not OK", answer.verdict.as_str())
         }
-        Some(WeightCause::Ramp { full_in_ms }) => format!(
+        WeightCause::Ramp { full_in_ms } => format!(
             "{w}%, ramping up after coming back (--slow-start): 100% in {}",
             seconds(Duration::from_millis(full_in_ms))
         ),
-        Some(WeightCause::Pool) => {
+        WeightCause::Pool => {
             format!("{w}%: the share of Puppet Server's JRuby pool that is free")
         }
-        Some(WeightCause::Paused) => format!("{w}%, the floor: the JRuby pool is paused"),
-        Some(WeightCause::Full) => format!("{w}%: all of the configured weight"),
-        None => format!("{w}% (HAProxy agent check)"),
+        WeightCause::Paused => format!("{w}%, the floor: the JRuby pool is paused"),
+        WeightCause::Full => format!("{w}%: all of the configured weight"),
     };
-    format!("{sent}{}", unread(answer))
+    format!("{sent}{}", unread(status))
 }
 
 /// When the load balancers that made agent checks all stopped, the weight is read by none.
-fn unread(answer: &Answer<'_>) -> String {
-    let agents: Vec<&PollerAnswer> = (answer.pollers.iter().flatten())
+fn unread(status: &Status<'_>) -> String {
+    let agents: Vec<&PollerAnswer> = (status.pollers.iter())
         .filter(|p| p.proof.proven() && p.agent.is_some())
         .collect();
     if agents.is_empty() || agents.iter().any(|p| p.agent_now().is_some()) {
@@ -461,18 +356,19 @@ fn own_view(p: &PollerAnswer) -> String {
 }
 
 /// What to do next, in one line: the predicate of `drain --wait` decides "safe".
-fn next_step(answer: &Answer<'_>) -> String {
+fn next_step(view: &View) -> String {
     let how = Wait {
-        url: String::new(),
         max_wait: Duration::ZERO,
         polls: 3,
         lb_interval: Duration::from_secs(2),
         drain_file: None,
     };
-    match answer.verdict {
+    match view.answer().verdict {
         Verdict::Drained => {
-            let a = assess(Goal::Drained, answer, &how, Duration::ZERO);
-            if a.pending.is_empty() {
+            let a = assess(Goal::Drained, view, &how, Duration::ZERO);
+            if !a.held.is_empty() {
+                "drained, but held where a load balancer says this node is its backend's last server (the held: line): do not stop Puppet Server; the drain takes effect once another server takes agents there, `pmcheck drain --force` takes it out now".to_owned()
+            } else if a.pending.is_empty() {
                 "drained and every load balancer has acted: safe to stop Puppet Server; \
                  `pmcheck undrain` puts it back"
                     .to_owned()

@@ -5,16 +5,18 @@
 //!
 //! The helper unit is `PartOf=` and `After=` Puppet Server's: systemd starts it once Puppet
 //! Server's start has finished, and stops it before it stops Puppet Server. Its process,
-//! `pmcheck stop-guard`, runs `on-start` at once and `on-stop` when that stop's SIGTERM comes.
-//! `on-stop` adds a hold of its own ([`Kind::Stop`]) beside whatever else holds the node, and
-//! `on-start` takes out only that one: an operator's drain or a cycle stays. Neither ever
-//! blocks the stop: whatever fails, `on-stop` says so and returns.
+//! `pmcheck stop-guard`, is started at once, tidies with `on-start` in the background, and runs
+//! `on-stop` when that stop's SIGTERM comes. `on-stop` adds a hold of its own ([`Kind::Stop`])
+//! beside whatever else holds the node; the daemon lets go of it once a probe finds the
+//! Puppet Server started since healthy, and `on-start` then takes it out of the record, and
+//! only that one: an operator's drain or a cycle stays. Neither ever blocks the stop, nor the
+//! helper's start: whatever fails, they say so and go on.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
@@ -23,35 +25,38 @@ use crate::cli::{GuardArgs, OnStopArgs, StopArgs};
 use crate::console::{errln, outln};
 use crate::drain::file::{DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
-use crate::drain::holding::{Forced, Release};
+use crate::drain::holding::Release;
 use crate::drain::log::Action;
 use crate::operator::config;
-use crate::operator::drain::{say_lost, wait_settings};
-use crate::operator::goal::Goal;
+use crate::operator::daemon::Daemon;
+use crate::operator::goal::{Goal, Wait};
+use crate::operator::view::said;
 use crate::operator::wait::{self, WaitError};
-use crate::operator::{run_single_threaded, runtime};
+use crate::operator::{run_single_threaded, warn};
 use crate::responder::systemd::Notifier;
 use crate::settings::env_file::EnvFile;
 use crate::text::seconds;
 
 /// The unit named when `--unit` is not given.
 const DEFAULT_UNIT: &str = "puppetserver.service";
+/// How often the guard tries again to let go of the stop's hold when it cannot yet.
+const TIDY_AGAIN: Duration = Duration::from_secs(10);
 
 /// `pmcheck on-stop`: holds the node drained for this stop and waits within `--max-wait`;
 /// every failure is said on stderr (the journal) and lets the stop go on.
-pub fn on_stop(args: OnStopArgs) {
+pub async fn on_stop(args: &OnStopArgs) {
     let StopArgs {
         drain_on_stop,
         unit,
         state,
-    } = args.stop;
+    } = &args.stop;
     let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
     if !drain_on_stop {
         outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
         return;
     }
-    if let Some(unit) = &unit {
-        match stopping(unit) {
+    if let Some(unit) = unit {
+        match stopping(unit).await {
             Ok(false) => {
                 outln!("{unit} is not stopping (only this helper is): nothing drained");
                 return;
@@ -62,14 +67,16 @@ pub fn on_stop(args: OnStopArgs) {
             ),
         }
     }
-    let how = wait_settings(&args.waiting, &state);
+    let how = Wait::of(&args.waiting, state);
     let file = DrainFile::new(&state.state_dir);
-    // A load balancer's word that this is its last server changes nothing: Puppet Server stops
-    // all the same, so there is nothing to wait for.
-    let last = match run_single_threaded(wait::guard_last_server(&how, false)) {
-        Ok(Err(last)) => Some(last.0),
-        _ => None,
+    let daemon = Daemon::new(&args.waiting.daemon.url);
+    // Where the rule would hold a drain (this node is a backend's last server), Puppet Server
+    // stops all the same: the stop's drain is never held, and there is nothing to wait for.
+    let view = match &daemon {
+        Ok(daemon) => daemon.ask().await.ok(),
+        Err(_) => None,
     };
+    let last = view.map(|v| v.holding()).unwrap_or_default();
     let mine = Holder::stop(name, SystemTime::now());
     if let Err(e) = hold(&file, &mine) {
         errln!("pmcheck on-stop: WARNING: {e}; {name} stops without a drain");
@@ -80,36 +87,58 @@ pub fn on_stop(args: OnStopArgs) {
         mine.tenure.since,
         file.path().display()
     );
-    if let Some(said) = last {
-        errln!("pmcheck on-stop: WARNING: {said}: not waiting; {name} stops now");
+    if !last.is_empty() {
+        errln!(
+            "pmcheck on-stop: WARNING: {}: not waiting; {name} stops now",
+            said(&last)
+        );
         return;
     }
+    let daemon = match daemon {
+        Ok(daemon) => daemon,
+        Err(e) => {
+            errln!("pmcheck on-stop: WARNING: {e}; {name} stops now");
+            return;
+        }
+    };
     // The wait's first question finds out whether the daemon can be asked at all.
-    let waited = run_single_threaded(wait::wait(Goal::Drained, &how, std::future::pending()));
-    match waited {
-        Ok(Ok(done)) => outln!(
+    match wait::wait(Goal::Drained, &daemon, &how, std::future::pending()).await {
+        Ok(done) => outln!(
             "safe to stop after {}: {}; {name} stops now",
             seconds(done.waited),
             done.summary
         ),
-        Ok(Err(WaitError::NoDaemon(e))) => errln!(
+        Err(WaitError::NoDaemon(e)) => errln!(
             "pmcheck on-stop: WARNING: {e}; the load balancers were not waited for: {name} stops now, and agents still sent here fail"
         ),
-        Ok(Err(e)) => errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
         Err(e) => errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
     }
 }
 
-/// `pmcheck on-start`: lets go of the stop's hold, and of nothing else.
-pub fn on_start(args: StopArgs) -> Result<(), DrainError> {
-    let file = DrainFile::new(&args.state.state_dir);
-    let name = args.unit.as_deref().unwrap_or(DEFAULT_UNIT);
+/// `pmcheck on-start`: tidies the record once Puppet Server has started again. The stop's hold
+/// goes when a probe made since this began finds Puppet Server healthy (the daemon lets go of
+/// it on that probe by itself: [`crate::health::hold::live`]), at once when no daemon can be
+/// asked (none answers the load balancers), and after `--max-wait` at the latest: it never
+/// takes out anything else.
+pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
+    let StopArgs { unit, state, .. } = &args.stop;
+    let file = DrainFile::new(&state.state_dir);
+    let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
+    let stop = file
+        .current()
+        .and_then(|d| d.record)
+        .and_then(|r| (r.holders().iter()).find(|h| h.kind == Kind::Stop).cloned());
+    if stop.is_some()
+        && let Ok(daemon) = Daemon::new(&args.waiting.daemon.url)
+    {
+        fresh_and_healthy(&daemon, &Wait::of(&args.waiting, state)).await;
+    }
     let (left, lost) = file.release(|h| h.kind == Kind::Stop, Action::StopUndrain)?;
-    say_lost(lost);
+    warn(&lost);
     match left {
         Release::NotDrained => outln!("{name} started; not drained"),
         Release::Undrained => outln!(
-            "{name} started: let go of the stop's hold; the node returns once pmcheck's probe finds Puppet Server ready"
+            "{name} started: let go of the stop's hold, once pmcheck's probe found Puppet Server ready"
         ),
         Release::NotHeld(rest) | Release::StillHeld(rest) => {
             let held: Vec<String> = rest.iter().map(Holder::describe).collect();
@@ -122,47 +151,85 @@ pub fn on_start(args: StopArgs) -> Result<(), DrainError> {
     Ok(())
 }
 
+/// Returns once the daemon's latest probe was made after this began and found Puppet Server
+/// healthy, the daemon cannot be asked, or `how.max_wait` passed.
+async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
+    let begun = Instant::now();
+    loop {
+        let Ok(view) = daemon.ask().await else { return };
+        let probe = &view.answer().probe;
+        let made_since = probe
+            .age_ms
+            .is_some_and(|age| Duration::from_millis(age) < begun.elapsed());
+        if (made_since && probe.healthy()) || begun.elapsed() >= how.max_wait {
+            return;
+        }
+        tokio::time::sleep(wait::EVERY).await;
+    }
+}
+
 /// Why `stop-guard` cannot guard the stops.
 #[derive(Debug, Error)]
 pub enum GuardError {
-    /// `on-start` could not let go of the stop's hold.
-    #[error(transparent)]
-    Drain(#[from] DrainError),
     /// The stop's signal cannot be caught: the next stop would not drain.
     #[error("cannot catch SIGTERM, the signal systemd stops this unit with: {0}")]
     Signal(std::io::Error),
 }
 
-/// `pmcheck stop-guard`: `on-start`, then, once systemd stops the unit (SIGTERM), `on-stop`.
-/// The stop needs no new process, only a signal: systemd 257 at times cannot spawn one for a
-/// unit whose processes have all exited ("Failed to spawn 'stop' task: No such file or
-/// directory", for an `ExecStop=` of a oneshot helper, once in about 30 stops in the fleet's
+/// `pmcheck stop-guard`: started (READY) at once, then `on-start` in the background (tried again
+/// every 10 s while it cannot write: a read-only or locked state directory must not leave the
+/// helper failed, and the next stop undrained), then, once systemd stops the unit (SIGTERM),
+/// `on-stop`. The stop needs no new process, only a signal: systemd 257 at times cannot spawn
+/// one for a unit whose processes have all exited ("Failed to spawn 'stop' task: No such file
+/// or directory", for an `ExecStop=` of a oneshot helper, once in about 30 stops in the fleet's
 /// tests), and then stops Puppet Server at once, without a drain. `on-stop` replaces this
 /// process (exec, same PID), with the environment file read again, as an `ExecStop=` had it:
 /// `PMCHECK_DRAIN_ON_STOP=no` written after the start counts at the next stop.
 pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
-    let rt = runtime(false).map_err(GuardError::Signal)?;
-    // Caught before anything else: a stop that comes at once drains too.
-    let mut term = {
-        let _in = rt.enter();
-        signal(SignalKind::terminate()).map_err(GuardError::Signal)?
-    };
     let at_start = env_file(args.env_file.as_deref());
-    on_start(args.on_stop.stop.clone())?;
-    // Started only now (`Type=notify`): a stop queued after the start finds SIGTERM caught.
-    if let Some(systemd) = Notifier::from_env() {
-        systemd.notify("READY=1\nSTATUS=draining before the unit's stop");
-    }
-    rt.block_on(term.recv());
-    drop(rt);
+    let guarded = run_single_threaded(async {
+        // Caught before anything else: a stop that comes at once drains too.
+        let mut term = signal(SignalKind::terminate()).map_err(GuardError::Signal)?;
+        // Started now (`Type=notify`): a stop queued after the start finds SIGTERM caught.
+        if let Some(systemd) = Notifier::from_env() {
+            systemd.notify("READY=1\nSTATUS=draining before the unit's stop");
+        }
+        tokio::select! {
+            _ = term.recv() => {}
+            () = tidy(&args.on_stop) => { term.recv().await; }
+        }
+        Ok(())
+    });
+    guarded.map_err(GuardError::Signal)??;
     let now = env_file(args.env_file.as_deref());
     let argv: Vec<OsString> = std::env::args_os().collect();
     let e = on_stop_command(&argv, &at_start, &now).exec();
     errln!(
         "pmcheck stop-guard: WARNING: cannot run `pmcheck on-stop` with the environment file as it is now ({e}); draining with the settings read at the start"
     );
-    on_stop(args.on_stop);
+    let _ = run_single_threaded(on_stop(&args.on_stop));
     Ok(())
+}
+
+/// `on-start` until it could write, saying in the journal once why it cannot yet.
+async fn tidy(args: &OnStopArgs) {
+    let mut said_why = None;
+    loop {
+        match on_start(args).await {
+            Ok(()) => return,
+            Err(e) => {
+                let why = e.to_string();
+                if said_why.as_ref() != Some(&why) {
+                    errln!(
+                        "pmcheck stop-guard: WARNING: cannot let go of the last stop's hold yet: {why}; trying again every {}s (the daemon lets go of it by itself once a probe finds Puppet Server started again and healthy); the next stop still drains if the state directory is writable by then",
+                        TIDY_AGAIN.as_secs()
+                    );
+                    said_why = Some(why);
+                }
+                tokio::time::sleep(TIDY_AGAIN).await;
+            }
+        }
+    }
 }
 
 /// The environment file as `config` finds it (`--env-file`, `none`, else the packaged one); empty
@@ -210,8 +277,8 @@ fn on_stop_command(argv: &[OsString], at_start: &EnvFile, now: &EnvFile) -> Comm
 /// Adds `mine` to the holders, in place of an earlier stop's.
 fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
     let replaces = |h: &Holder| h.kind == Kind::Stop;
-    let (_, lost) = file.hold(mine, replaces, Forced::Keep(None), Action::StopDrain)?;
-    say_lost(lost);
+    let (_, lost) = file.hold(mine, replaces, Action::StopDrain)?;
+    warn(&lost);
     Ok(())
 }
 
@@ -231,10 +298,11 @@ enum JobsError {
 
 /// Whether systemd has a stop or restart job queued for `unit`; the caller drains when
 /// `systemctl` cannot tell, the safe side for agents.
-fn stopping(unit: &str) -> Result<bool, JobsError> {
-    let out = Command::new("systemctl")
+async fn stopping(unit: &str) -> Result<bool, JobsError> {
+    let out = tokio::process::Command::new("systemctl")
         .args(["list-jobs", "--no-legend", "--plain", "--full"])
         .output()
+        .await
         .map_err(JobsError::Run)?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -1,8 +1,9 @@
-//! `drain --wait`, `undrain --wait` and the waits of `cycle`: ask the running daemon a few times
-//! a second until what it reports says the goal is reached ([`crate::operator::assessment`]).
+//! `drain --wait`, `undrain --wait` and the waits of `cycle` and `on-stop`: ask the running
+//! daemon a few times a second until what it reports says the goal is reached
+//! ([`crate::operator::assessment`]).
 //!
-//! The daemon knows what each load balancer was told ([`crate::responder::pollers`]), the
-//! agent connections to Puppet Server ([`crate::puppet::traffic`]) and the JRuby pool; this
+//! The daemon knows what each load balancer was told and said ([`crate::responder::pollers`]),
+//! the agent connections to Puppet Server ([`crate::puppet::traffic`]) and the JRuby pool; this
 //! module only reads its JSON answer, so it needs no privileges and no settings of its own.
 
 use std::fmt::Write as _;
@@ -12,21 +13,19 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::console::errln;
-use crate::health::answer::{Answer, TrafficAnswer};
-use crate::health::verdict::Verdict;
 use crate::operator::assessment::assess;
-use crate::operator::backends::{drain_settled, empty_backend, last_server, unproven_views};
-use crate::operator::daemon::{self, OtherFile, StatusError, other_file};
+use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::{Assessment, Goal, Wait};
+use crate::operator::view::{Blocker, OtherFile, said};
 use crate::responder::agents::FRESH;
+use crate::responder::status::TrafficAnswer;
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
 /// How often the daemon is asked.
-const EVERY: Duration = Duration::from_millis(250);
+pub const EVERY: Duration = Duration::from_millis(250);
 /// How often a line is repeated when nothing changes and the output is not a terminal.
-const REPEAT: Duration = Duration::from_secs(10);
+pub const REPEAT: Duration = Duration::from_secs(10);
 /// How long after an answer first showed every load balancer acted on DRAINED the agent
 /// connections must be read again before `Drained` is reached ([`Acted`]).
 const SETTLE: Duration = Duration::from_millis(250);
@@ -40,6 +39,20 @@ pub enum WaitError {
     /// The daemon watches another drain record than the command changed.
     #[error(transparent)]
     OtherFile(#[from] OtherFile),
+    /// The drain is held where a load balancer says this node is the last server taking
+    /// agents (another master left after it took effect): it takes effect once another server
+    /// takes agents there.
+    #[error(
+        "held after {}: drain held: {}; the drain stays written and takes effect once another server takes new agents there",
+        format_duration(*.waited),
+        said(.held)
+    )]
+    Held {
+        /// How long it waited.
+        waited: Duration,
+        /// Where it is held.
+        held: Vec<Blocker>,
+    },
     /// The goal was not reached in time.
     #[error("gave up after {}: {pending}", format_duration(*.waited))]
     TimedOut {
@@ -69,10 +82,12 @@ pub struct Done {
     pub warnings: Vec<String>,
 }
 
-/// Asks the daemon until `goal` is reached, `timeout` passes or `stop` resolves, showing
-/// progress on stderr (one updating line on a terminal, a line per change otherwise).
+/// Asks `daemon` until `goal` is reached, `timeout` passes or `stop` resolves, showing
+/// progress on stderr (one updating line on a terminal, a line per change otherwise). A drain
+/// held by a load balancer ends a wait for [`Goal::Drained`] at once.
 pub async fn wait(
     goal: Goal,
+    daemon: &Daemon,
     how: &Wait,
     stop: impl Future<Output = ()>,
 ) -> Result<Done, WaitError> {
@@ -85,54 +100,60 @@ pub async fn wait(
     tokio::pin!(stop);
     loop {
         let asked = Instant::now();
-        let pending = match daemon::ask(&how.url).await {
-            Ok(reply) => match Answer::from_json(&reply.body) {
-                Ok(answer) => {
-                    if let Some(e) = other_file(how, &answer) {
-                        ticker.clear();
-                        return Err(e.into());
-                    }
-                    let since = match goal {
-                        Goal::Healthy { since } => asked.saturating_duration_since(since),
-                        _ => Duration::ZERO,
-                    };
-                    let a = assess(goal, &answer, how, since);
-                    let read_after = goal != Goal::Drained
-                        || acted.read_after(&a, answer.traffic.as_ref(), asked, Instant::now());
-                    let (most, gone) = &mut traffic;
-                    if a.connections > 0 {
-                        *most = (*most).max(a.connections);
-                        *gone = None;
-                    } else if *most > 0 && gone.is_none() {
-                        *gone = Some(start.elapsed());
-                    }
-                    if a.pending.is_empty() && read_after {
-                        ticker.clear();
-                        let mut met = a.met;
-                        if let (n @ 1.., Some(after)) = traffic {
-                            met.push(format!(
-                                "up to {n} agent connection(s) in flight, the last closed after {}",
-                                seconds(after)
-                            ));
-                        }
-                        return Ok(Done {
-                            waited: start.elapsed(),
-                            summary: met.join("; "),
-                            warnings: a.warnings,
-                        });
-                    }
-                    let mut line = a.pending.join("; ");
-                    if a.pending.is_empty() {
-                        line = "every load balancer has acted: reading the agent connections once more, for one it sent just before".to_owned();
-                    }
-                    if !a.acted.is_empty() {
-                        let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-                        let _ = write!(line, "; acted: {}", acted.join(", "));
-                    }
-                    line
+        let pending = match daemon.ask().await {
+            Ok(view) => {
+                if let Some(e) =
+                    (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
+                {
+                    ticker.clear();
+                    return Err(e.into());
                 }
-                Err(e) => format!("{} does not answer like pmcheck ({e})", how.url),
-            },
+                let since = match goal {
+                    Goal::Healthy { since } => asked.saturating_duration_since(since),
+                    _ => Duration::ZERO,
+                };
+                let a = assess(goal, &view, how, since);
+                if !a.held.is_empty() {
+                    ticker.clear();
+                    return Err(WaitError::Held {
+                        waited: start.elapsed(),
+                        held: a.held,
+                    });
+                }
+                let read_after = goal != Goal::Drained
+                    || acted.read_after(&a, view.status().traffic.as_ref(), asked, Instant::now());
+                let (most, gone) = &mut traffic;
+                if a.connections > 0 {
+                    *most = (*most).max(a.connections);
+                    *gone = None;
+                } else if *most > 0 && gone.is_none() {
+                    *gone = Some(start.elapsed());
+                }
+                if a.pending.is_empty() && read_after {
+                    ticker.clear();
+                    let mut met = a.met;
+                    if let (n @ 1.., Some(after)) = traffic {
+                        met.push(format!(
+                            "up to {n} agent connection(s) in flight, the last closed after {}",
+                            seconds(after)
+                        ));
+                    }
+                    return Ok(Done {
+                        waited: start.elapsed(),
+                        summary: met.join("; "),
+                        warnings: a.warnings,
+                    });
+                }
+                let mut line = a.pending.join("; ");
+                if a.pending.is_empty() {
+                    line = "every load balancer has acted: reading the agent connections once more, for one it sent just before".to_owned();
+                }
+                if !a.acted.is_empty() {
+                    let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+                    let _ = write!(line, "; acted: {}", acted.join(", "));
+                }
+                line
+            }
             Err(e) if first => return Err(WaitError::NoDaemon(e)),
             Err(e) => e.to_string(),
         };
@@ -153,6 +174,28 @@ pub async fn wait(
                 return Err(WaitError::Interrupted { waited: start.elapsed(), pending });
             }
         }
+    }
+}
+
+/// What the daemon answers right after a drain or an undrain, asked for up to two seconds
+/// (it sees the record within milliseconds): `Ok` with its words once it answers DRAINED
+/// (`drained`) or not; `Err` with a warning when it cannot be asked or still answers otherwise.
+pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let last = match daemon.ask().await {
+            Err(e) => {
+                return Err(format!(
+                    "{e}; the record is written, and a daemon watching it answers accordingly from its start"
+                ));
+            }
+            Ok(view) if view.drained() == drained => return Ok(view.says(daemon.url())),
+            Ok(view) => view.says(daemon.url()),
+        };
+        if Instant::now() >= deadline {
+            return Err(format!("after 2s, {last}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -181,8 +224,7 @@ impl Acted {
             return false;
         }
         let since = *self.0.get_or_insert(received);
-        // The daemon answered after `asked`, from a read `age` older; a daemon that does not
-        // say kept a read for FRESH.
+        // The daemon answered after `asked`, from a read `age` older.
         let age = traffic
             .and_then(|t| t.age_ms)
             .map_or(FRESH, Duration::from_millis);
@@ -192,109 +234,10 @@ impl Acted {
     }
 }
 
-/// Why a drain was refused: a load balancer says this node is the last server taking traffic.
-#[derive(Debug, Error)]
-#[error(
-    "refused: {0}; draining this node would leave no server taking new agents there. Bring \
-     another compile master back first, or pass --force (the drain record notes it)"
-)]
-pub struct LastServer(pub String);
-
-/// What the last-server guard let through.
-#[derive(Debug, Default)]
-pub struct Guard {
-    /// What `--force` overrode, for the record.
-    pub forced: Option<String>,
-    /// The daemon answered and the node was not drained: the drain was checked against the
-    /// load balancers' word, so they may hold it ([`crate::health::hold`]).
-    pub checked: bool,
-}
-
-/// Before a drain: refuses it when a load balancer says this node is the last server taking
-/// traffic in its backend, unless `force`; then returns what was overridden, for the record.
-/// A node that is drained already, or a daemon that cannot be asked, is let through with a
-/// warning on stderr for the latter.
-pub async fn guard_last_server(how: &Wait, force: bool) -> Result<Guard, LastServer> {
-    let answer = match daemon::ask(&how.url).await {
-        Ok(reply) => match Answer::from_json(&reply.body) {
-            Ok(answer) => answer,
-            Err(e) => {
-                errln!(
-                    "pmcheck: warning: {} does not answer like pmcheck ({e}); cannot check whether this node is the last server a load balancer sends agents to",
-                    how.url
-                );
-                return Ok(Guard::default());
-            }
-        },
-        Err(e) => {
-            errln!(
-                "pmcheck: warning: {e}; cannot check whether this node is the last server a load balancer sends agents to"
-            );
-            return Ok(Guard::default());
-        }
-    };
-    // Drained already (an expired `--for` no longer is): draining again takes nothing out.
-    if answer.verdict == Verdict::Drained || answer.drain.as_ref().is_some_and(|d| !d.expired) {
-        return Ok(Guard::default());
-    }
-    let last = last_server(&answer, how);
-    if last.is_empty() {
-        let unproven = unproven_views(&answer, how);
-        if !unproven.is_empty() {
-            errln!(
-                "pmcheck: warning: cannot check whether this node is the last server a load balancer sends agents to: {} (set PMCHECK_LB_KEY_FILE and send its key from HAProxy: `http-check send hdr X-Pmcheck-Key <key>`)",
-                unproven.join("; ")
-            );
-        }
-        return Ok(Guard {
-            forced: None,
-            checked: true,
-        });
-    }
-    let said = last.join("; ");
-    if force {
-        errln!("pmcheck: --force: draining although {said}");
-        return Ok(Guard {
-            forced: Some(said),
-            checked: true,
-        });
-    }
-    Err(LastServer(said))
-}
-
-/// After a drain was written: asks the daemon until every proven load balancer has shown its
-/// view after taking the drain, for at most `--polls` + 1 check intervals; the reason when the
-/// drain is held there instead ([`crate::health::hold`]: this node is the backend's last
-/// server, or it went out at the same moment as another). `None` when it took effect, when
-/// nobody says, or when the daemon cannot be asked.
-pub async fn drain_held(how: &Wait) -> Option<String> {
-    let deadline = Instant::now() + how.lb_interval * (how.polls + 1);
-    loop {
-        let reply = daemon::ask(&how.url).await.ok()?;
-        let answer = Answer::from_json(&reply.body).ok()?;
-        if answer.drain_held.is_some() {
-            return answer.drain_held;
-        }
-        if drain_settled(&answer, how) || Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(EVERY).await;
-    }
-}
-
-/// After a drain: what the load balancers that have no server left for agents say (joined), or
-/// `None` when none says so or the daemon cannot be asked now (the wait just heard it).
-pub async fn empty_backend_now(how: &Wait) -> Option<String> {
-    let reply = daemon::ask(&how.url).await.ok()?;
-    let answer = Answer::from_json(&reply.body).ok()?;
-    let empty = empty_backend(&answer, how);
-    (!empty.is_empty()).then(|| empty.join("; "))
-}
-
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
 /// never wider than the terminal; plain lines otherwise (a line when the state it tells
 /// changes, and every [`REPEAT`] when it does not: the timers in it are not a change).
-struct Ticker {
+pub struct Ticker {
     terminal: bool,
     shown: bool,
     last: String,
@@ -304,8 +247,15 @@ struct Ticker {
 /// How often the line on a terminal is redrawn: the seconds it shows change no faster.
 const REDRAW: Duration = Duration::from_secs(1);
 
+impl Default for Ticker {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Ticker {
-    fn new() -> Self {
+    /// A ticker for this process's stderr.
+    pub fn new() -> Self {
         Self {
             terminal: std::io::stderr().is_terminal(),
             shown: false,
@@ -314,10 +264,17 @@ impl Ticker {
         }
     }
 
-    fn show(&mut self, waited: Duration, pending: &str) {
+    /// Shows `pending` after `waited` (`waiting 1.2s: PENDING`), when due.
+    pub fn show(&mut self, waited: Duration, pending: &str) {
+        self.show_line(&format!("waiting {}: {pending}", seconds(waited)));
+    }
+
+    /// Shows `line`, when due: when what it says changes (its running times are not a
+    /// change), or every [`REPEAT`] elsewhere than on a terminal.
+    pub fn show_line(&mut self, line: &str) {
         let width = terminal_size::terminal_size_of(std::io::stderr())
             .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
-        let Some(text) = self.frame(Instant::now(), waited, pending, width) else {
+        let Some(text) = self.frame(Instant::now(), line, width) else {
             return;
         };
         let mut err = std::io::stderr().lock();
@@ -332,38 +289,32 @@ impl Ticker {
 
     /// What to write now, if anything: on a terminal, a line that fits `width` columns
     /// (one short, so that the cursor does not wrap) once a [`REDRAW`] has passed.
-    fn frame(
-        &mut self,
-        now: Instant,
-        waited: Duration,
-        pending: &str,
-        width: usize,
-    ) -> Option<String> {
-        let line = format!("waiting {}: {pending}", seconds(waited));
+    fn frame(&mut self, now: Instant, line: &str, width: usize) -> Option<String> {
         let due = if self.terminal {
             self.last_at.is_none_or(|t| now.duration_since(t) >= REDRAW)
         } else {
-            without_timers(pending) != self.last
+            without_timers(line) != self.last
                 || self.last_at.is_none_or(|t| now.duration_since(t) >= REPEAT)
         };
         if !due {
             return None;
         }
-        self.last = without_timers(pending);
+        self.last = without_timers(line);
         self.last_at = Some(now);
         if !self.terminal {
-            return Some(line);
+            return Some(line.to_owned());
         }
         let room = width.saturating_sub(1).max(20);
         if line.chars().count() <= room {
-            return Some(line);
+            return Some(line.to_owned());
         }
         let mut short: String = line.chars().take(room - 3).collect();
         short.push_str("...");
         Some(short)
     }
 
-    fn clear(&mut self) {
+    /// Clears the line on a terminal.
+    pub fn clear(&mut self) {
         if self.terminal && self.shown {
             let _ = write!(std::io::stderr(), "\r\x1b[2K");
             self.shown = false;
@@ -470,24 +421,54 @@ mod tests {
         let mut t = ticker(false);
         let t0 = Instant::now();
         assert!(
-            t.frame(t0, Duration::ZERO, "NOLB, told DRAINED for 1.0s", 80)
-                .is_some()
+            framed(
+                &mut t,
+                t0,
+                Duration::ZERO,
+                "NOLB, told DRAINED for 1.0s",
+                80
+            )
+            .is_some()
         );
         for tick in 1..40 {
             let now = t0 + Duration::from_millis(250 * tick);
             let text = format!("NOLB, told DRAINED for {:.1}s", 1.0 + 0.25 * tick as f64);
-            assert_eq!(t.frame(now, now - t0, &text, 80), None, "tick {tick}");
+            assert_eq!(
+                framed(&mut t, now, now - t0, &text, 80),
+                None,
+                "tick {tick}"
+            );
         }
         let heartbeat = t0 + REPEAT;
         assert!(
-            t.frame(heartbeat, REPEAT, "NOLB, told DRAINED for 11.0s", 80)
-                .is_some()
+            framed(
+                &mut t,
+                heartbeat,
+                REPEAT,
+                "NOLB, told DRAINED for 11.0s",
+                80
+            )
+            .is_some()
         );
         assert!(
-            t.frame(heartbeat, REPEAT, "UP, told OK for 0.1s", 80)
-                .is_some(),
+            framed(&mut t, heartbeat, REPEAT, "UP, told OK for 0.1s", 80).is_some(),
             "a change of state is said at once"
         );
+    }
+
+    /// The frame of the wait's line for `pending` after `waited`.
+    fn framed(
+        t: &mut Ticker,
+        now: Instant,
+        waited: Duration,
+        pending: &str,
+        width: usize,
+    ) -> Option<String> {
+        t.frame(
+            now,
+            &format!("waiting {}: {pending}", seconds(waited)),
+            width,
+        )
     }
 
     fn ticker(terminal: bool) -> Ticker {
@@ -504,18 +485,19 @@ mod tests {
         let mut t = ticker(true);
         let t0 = Instant::now();
         let long = "lb 10.0.0.5 (lb1) still sends: 3 sessions; ".repeat(6);
-        let first = t
-            .frame(t0, Duration::ZERO, &long, 80)
-            .expect("drawn at once");
+        let first = framed(&mut t, t0, Duration::ZERO, &long, 80).expect("drawn at once");
         assert_eq!(first.chars().count(), 79, "{first}");
         assert!(first.ends_with("..."), "{first}");
         let quarter = Duration::from_millis(250);
-        assert_eq!(t.frame(t0 + quarter, quarter, "changed", 80), None);
-        assert_eq!(t.frame(t0 + quarter * 3, quarter * 3, "changed", 80), None);
-        let again = t.frame(t0 + REDRAW, REDRAW, "changed", 80).unwrap();
+        assert_eq!(framed(&mut t, t0 + quarter, quarter, "changed", 80), None);
+        assert_eq!(
+            framed(&mut t, t0 + quarter * 3, quarter * 3, "changed", 80),
+            None
+        );
+        let again = framed(&mut t, t0 + REDRAW, REDRAW, "changed", 80).unwrap();
         assert_eq!(again, "waiting 1.0s: changed");
         // A narrow terminal still gets a useful line.
-        let narrow = t.frame(t0 + REDRAW * 2, REDRAW, &long, 10).unwrap();
+        let narrow = framed(&mut t, t0 + REDRAW * 2, REDRAW, &long, 10).unwrap();
         assert_eq!(narrow.chars().count(), 20, "{narrow}");
     }
 
@@ -525,17 +507,21 @@ mod tests {
         let t0 = Instant::now();
         let long = "x".repeat(300);
         assert_eq!(
-            t.frame(t0, Duration::ZERO, &long, 80).map(|l| l.len()),
+            framed(&mut t, t0, Duration::ZERO, &long, 80).map(|l| l.len()),
             Some(300 + "waiting 0.0s: ".len()),
             "plain lines are whole"
         );
-        assert_eq!(t.frame(t0 + REDRAW, REDRAW, &long, 80), None, "unchanged");
+        assert_eq!(
+            framed(&mut t, t0 + REDRAW, REDRAW, &long, 80),
+            None,
+            "unchanged"
+        );
         assert!(
-            t.frame(t0 + REDRAW, REDRAW, "other", 80).is_some(),
+            framed(&mut t, t0 + REDRAW, REDRAW, "other", 80).is_some(),
             "changed"
         );
         assert!(
-            t.frame(t0 + REDRAW + REPEAT, REPEAT, "other", 80).is_some(),
+            framed(&mut t, t0 + REDRAW + REPEAT, REPEAT, "other", 80).is_some(),
             "reminder"
         );
     }

@@ -106,6 +106,11 @@ impl PauseWatch {
         self.paused = None;
     }
 
+    /// The start time of the JVM whose pool was ready (ms since the epoch), when it was asked.
+    pub fn started(&self) -> Option<u64> {
+        self.ready.flatten()
+    }
+
     /// Whether the pool was ready before: then the JVM's start time is worth asking for.
     pub fn was_ready(&self) -> bool {
         self.ready.is_some()

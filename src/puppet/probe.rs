@@ -172,14 +172,17 @@ impl Prober {
             Ok(found) => found,
         };
         let endpoint = Some(self.endpoint());
-        match found {
+        let mut report = match found {
             Found::Outcome(outcome, pool) => {
                 ProbeReport::with_pool(outcome, pool, started.elapsed(), endpoint)
             }
             Found::Paused(pool, pause) => {
                 ProbeReport::paused(pool, pause, started.elapsed(), endpoint)
             }
-        }
+        };
+        report.started =
+            (self.pauses.started()).map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+        report
     }
 
     async fn attempt(&mut self) -> Found {

@@ -1,7 +1,7 @@
 //! A probe's report: what it found out about Puppet Server, and when; the verdict ages it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
@@ -24,6 +24,10 @@ pub struct ProbeReport {
     pub pool: Option<Pool>,
     /// The pause in force, when the outcome is `Healthy(Some(Load::Paused))`.
     pub pause: Option<Pause>,
+    /// When the Puppet Server process it reached started (its JVM's `start-time-ms`), when
+    /// the prober knows it: a stop's hold older than that holds nothing once a healthy probe
+    /// says so ([`crate::health::hold::live`]).
+    pub started: Option<SystemTime>,
     /// The outcome in words, rendered once per probe so that every poll can borrow it.
     detail: String,
 }
@@ -53,6 +57,7 @@ impl ProbeReport {
             endpoint,
             pool,
             pause: None,
+            started: None,
         }
     }
 

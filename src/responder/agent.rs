@@ -1,8 +1,12 @@
 //! The HAProxy agent check (`agent-check agent-port 9201`): for each TCP connection, one line
 //! in HAProxy's agent grammar, then close.
 //!
-//! HAProxy reads one line ended by `\n` without sending anything (unless `agent-send` is
-//! set), so the line is written at once. Words it does not find keep their old value and only
+//! HAProxy connects, sends its `agent-send` string if it has one, and reads one line ended by
+//! `\n`. The shipped backend sends `BACKEND/SERVER KEY\n`: the key proves the load balancer,
+//! the server line says which of its backends the check is for, and a drain takes effect (or
+//! is held) per server line ([`crate::health::hold`]). So the string is read first, up to its
+//! line end, for at most [`SEND_WAIT`]; a load balancer that cannot prove itself (no key file,
+//! not an `--lb-address`) is answered at once. Words it does not find keep their old value and only
 //! the agent can undo what it set, so every line carries the whole state it knows: health,
 //! admin state and, while the node takes traffic or is out for a failure, the weight. HAProxy
 //! shows the text after `#` only next to a health word (`via agent : up (text)`; a line without
@@ -87,43 +91,105 @@ pub fn line(decision: &Decision<'_>) -> String {
     line
 }
 
-/// The start of what an agent-check client sent after connecting: HAProxy's `agent-send`
-/// string, which carries the load balancer's key ([`crate::settings::lb_proof`]). Kept inline:
-/// a key is at most 128 bytes, and a longer start is no key.
+/// What an agent-check client sent right after connecting: HAProxy's `agent-send` string,
+/// `BACKEND/SERVER KEY` ([`crate::settings::lb_proof`]) ended by a line end. Kept inline.
 pub struct Sent {
     len: usize,
     bytes: [u8; SENT_KEPT],
 }
 
-/// What is kept of what the client sends: the longest key, its line end, and one byte more
-/// to tell a longer line from it.
-const SENT_KEPT: usize = crate::settings::lb_proof::LONGEST + 3;
+/// What is kept of what the client sends: a server line's name (two HAProxy names of at most
+/// 128 bytes), the longest key, the spaces and the line end.
+const SENT_KEPT: usize = 2 * 128 + 1 + crate::settings::lb_proof::LONGEST + 2;
+/// How long the agent port waits for `agent-send` before it answers: HAProxy sends it as soon
+/// as it connects, so it arrives within a round trip; a load balancer without `agent-send`
+/// waits this long for its line.
+pub const SEND_WAIT: Duration = Duration::from_millis(500);
+/// Once part of a line came, how long the rest may take: an `agent-send` without a line end
+/// is all there in one segment.
+const REST_WAIT: Duration = Duration::from_millis(50);
 
 impl Sent {
+    /// Nothing was sent.
+    pub const NONE: Sent = Sent {
+        len: 0,
+        bytes: [0; SENT_KEPT],
+    };
+
+    /// What a client sent, as [`read_sent`] keeps it.
+    pub fn of(bytes: &[u8]) -> Sent {
+        let mut sent = Sent::NONE;
+        let kept = bytes.len().min(SENT_KEPT);
+        sent.bytes[..kept].copy_from_slice(&bytes[..kept]);
+        sent.len = kept;
+        sent
+    }
+
     /// Its first line (all of it without a line end).
     pub fn line(&self) -> &[u8] {
         let kept = &self.bytes[..self.len];
         kept.split(|&b| b == b'\n').next().unwrap_or_default()
     }
+
+    /// The key, and the server line named (`BACKEND/SERVER`), in either order: a word made of
+    /// HAProxy's name characters around one `/` is the server line, the other word the key.
+    pub fn parts(&self) -> (Option<&[u8]>, Option<&[u8]>) {
+        let mut words = self
+            .line()
+            .split(|b| b.is_ascii_whitespace())
+            .filter(|w| !w.is_empty());
+        let (first, second) = (words.next(), words.next());
+        match first {
+            Some(name) if is_line(name) => (second, Some(name)),
+            key => (key, second.filter(|w| is_line(w))),
+        }
+    }
+}
+
+/// `BACKEND/SERVER`, each one of HAProxy's names.
+fn is_line(word: &[u8]) -> bool {
+    let name = |n: &[u8]| {
+        !n.is_empty()
+            && n.len() <= 128
+            && n.iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(b))
+    };
+    let mut parts = word.split(|&b| b == b'/');
+    matches!((parts.next(), parts.next(), parts.next()), (Some(b), Some(s), None) if name(b) && name(s))
+}
+
+/// Reads what the client sends before its line (`agent-send`): up to its line end, for at most
+/// [`SEND_WAIT`] (and [`REST_WAIT`] once part of it came).
+pub async fn read_sent(stream: &mut TcpStream) -> Sent {
+    let mut sent = Sent::NONE;
+    let deadline = tokio::time::Instant::now() + SEND_WAIT;
+    while sent.len < SENT_KEPT && !sent.bytes[..sent.len].contains(&b'\n') {
+        let until = if sent.len == 0 {
+            deadline
+        } else {
+            deadline.min(tokio::time::Instant::now() + REST_WAIT)
+        };
+        let room = &mut sent.bytes[sent.len..];
+        match tokio::time::timeout_at(until, stream.read(room)).await {
+            Ok(Ok(n)) if n > 0 => sent.len += n,
+            _ => break,
+        }
+    }
+    sent
 }
 
 /// Writes `line` to one agent-check connection, shuts down the writing side, reads what the
-/// client sends (at most [`SEND_LIMIT`], for at most [`LINGER`]) so that the close does not
-/// reset the line before HAProxy reads it, then closes. `taken` is told once the line is out.
-/// Returns the start of what the client sent, once it closed or [`LINGER`] passed; `None`
-/// when the line could not be written.
-pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) -> Option<Sent> {
+/// client still sends (at most [`SEND_LIMIT`], for at most [`LINGER`]) so that the close does
+/// not reset the line before HAProxy reads it, then closes. `taken` is told once the line is
+/// out. Whether the line was written.
+pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) -> bool {
     let _ = stream.set_nodelay(true);
     match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(line.as_bytes())).await {
         Ok(Ok(())) => taken.asked(),
         // Gone, or never reading: nothing more to say.
-        _ => return None,
+        _ => return false,
     }
     let _ = stream.shutdown().await;
-    let mut sent = Sent {
-        len: 0,
-        bytes: [0; SENT_KEPT],
-    };
     let mut sink = [0u8; 4096];
     let mut read = 0;
     let _ = tokio::time::timeout(LINGER, async {
@@ -131,15 +197,11 @@ pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) -> Op
             && let Ok(n) = stream.read(&mut sink).await
             && n > 0
         {
-            let room = SENT_KEPT - sent.len;
-            let kept = n.min(room);
-            sent.bytes[sent.len..sent.len + kept].copy_from_slice(&sink[..kept]);
-            sent.len += kept;
             read += n;
         }
     })
     .await;
-    Some(sent)
+    true
 }
 
 #[cfg(test)]

@@ -12,8 +12,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::health::answer::{SourceAnswer, TrafficAnswer};
 use crate::puppet::traffic;
+use crate::responder::status::{SourceAnswer, TrafficAnswer};
 
 /// How long one read of the TCP tables is reused.
 pub const FRESH: Duration = Duration::from_millis(500);

@@ -26,28 +26,14 @@ pub const METRICS_PATH: &str = "/metrics";
 /// [`METRICS_PATH`] is a load balancer's poll: HAProxy's `option httpchk` may name any.
 pub const STATUS_PATH: &str = "/status";
 
-/// On the operator's JSON asked for the old way (`Accept: application/json` on a poll's
-/// path): it keeps working for one release, and says where it moved (RFC 9745, RFC 8288).
-const DEPRECATION: HeaderValue = HeaderValue::from_static("@1795564800");
-const SUCCESSOR: HeaderValue = HeaderValue::from_static("</status>; rel=\"successor-version\"");
-
 /// The `User-Agent` of pmcheck's own requests (`status`, `drain --wait`): the operator's
 /// tool is not a load balancer, so its polls are not recorded as a poller's.
 pub const USER_AGENT: &str = concat!("pmcheck/", env!("CARGO_PKG_VERSION"));
 
-/// Marks the operator's JSON asked for the old way as deprecated, naming its successor.
-pub(crate) fn deprecated(mut response: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
-    let h = response.headers_mut();
-    h.insert("deprecation", DEPRECATION);
-    h.insert(header::LINK, SUCCESSOR);
-    response
-}
-
-/// The operator's request from this host (`/status`, or JSON the old way), whose answer also
-/// lists the agent connections (read before it is answered: [`crate::responder::agents::Agents::refresh`]).
+/// The operator's request from this host (`/status`), whose answer also lists the agent
+/// connections (read before it is answered: [`crate::responder::agents::Agents::refresh`]).
 pub fn operator_view<B>(request: &Request<B>, peer: IpAddr) -> bool {
-    peer.to_canonical().is_loopback()
-        && (request.uri().path() == STATUS_PATH || wants_json(request.headers()))
+    peer.to_canonical().is_loopback() && request.uri().path() == STATUS_PATH
 }
 
 /// The request comes from pmcheck's own tool.

@@ -157,15 +157,23 @@ struct Connection {
 }
 
 impl Connection {
-    /// HAProxy's agent check: one line, then close; noted once the client said what it sends.
-    async fn agent(mut self, stream: TcpStream) {
-        let (line, verdict, at) = self.node.agent_line(self.peer);
-        tokio::select! {
-            sent = agent::answer(stream, line, &self.ticket.activity) => {
-                if let Some(sent) = sent {
-                    self.node.agent_told(self.peer, sent.line(), verdict, at);
-                }
+    /// HAProxy's agent check: what it sends first (`agent-send`: its server line and key),
+    /// then one line for that server line, then close; noted once the line is out.
+    async fn agent(mut self, mut stream: TcpStream) {
+        let (node, peer, activity) = (&self.node, self.peer, &self.ticket.activity);
+        let served = async {
+            let sent = if node.may_prove(peer) {
+                agent::read_sent(&mut stream).await
+            } else {
+                agent::Sent::NONE
+            };
+            let (line, told) = node.agent_line(peer, &sent);
+            if agent::answer(stream, line, activity).await {
+                node.agent_told(peer, &sent, told);
             }
+        };
+        tokio::select! {
+            () = served => {}
             _ = &mut self.ticket.shed => {}
         }
     }

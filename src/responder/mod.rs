@@ -1,7 +1,7 @@
 //! Answering polls: the daemon's listeners and their guards, the HTTP responder and its
 //! Prometheus metrics, inetd mode and systemd's socket activation and notifications.
 
-pub(crate) mod agent;
+pub mod agent;
 pub mod agents;
 pub(crate) mod bind;
 pub mod client_name;
@@ -15,5 +15,7 @@ pub mod metrics;
 pub mod node;
 pub mod pollers;
 pub(crate) mod server;
+pub mod server_line;
 pub(crate) mod signals;
+pub mod status;
 pub(crate) mod systemd;

@@ -16,23 +16,24 @@ use crate::drain::file::DrainFile;
 use crate::drain::record::{Drain, DrainState};
 use crate::drain::watch::Drains;
 use crate::health::Now;
-use crate::health::answer::{CertificatesAnswer, CodeAnswer};
-use crate::health::decision::{Decision, Rules};
+use crate::health::decision::{Decision, NOT_DRAINED, Rules};
+use crate::health::hold::{self, Held};
+use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
-use crate::health::{hold, lb_state};
 use crate::puppet::expiry;
 use crate::puppet::readings::Readings;
 use crate::puppet::report::{Latest, ProbeReport};
-use crate::responder::agent;
+use crate::responder::agent::{self, Sent};
 use crate::responder::agents::Agents;
 use crate::responder::http::{
-    METRICS_PATH, STATUS_PATH, deprecated, from_pmcheck, method_not_allowed, plain, respond,
-    respond_with, wants_json, with_body,
+    METRICS_PATH, STATUS_PATH, from_pmcheck, method_not_allowed, plain, respond, respond_with,
+    with_body,
 };
 use crate::responder::metrics::Metrics;
 use crate::responder::metrics::{self, Current};
 use crate::responder::pollers::{Poll, Pollers, Via};
+use crate::responder::status::{CertificatesAnswer, CodeAnswer, Status};
 use crate::settings::lb_proof::{self, LbProof, Proof};
 
 /// The moment a decision is made at: the one place the responder reads both clocks for one.
@@ -43,19 +44,45 @@ pub(crate) fn now() -> Now {
     }
 }
 
-/// Who asks for a decision, for the drain's gate ([`crate::health::hold`]).
+/// Who asks for a decision, for the drain rule ([`crate::health::hold`]).
 #[derive(Debug, Clone, Copy)]
 pub enum Asker<'a> {
     /// Anybody: the operator, Prometheus, a check that proves nothing.
     Anyone,
     /// A proven load balancer's HTTP check, with its `X-Haproxy-Server-State`.
-    Check(&'a [u8]),
-    /// An agent check from this address.
-    Agent(IpAddr),
+    Check {
+        /// Its address.
+        peer: IpAddr,
+        /// The header.
+        header: &'a [u8],
+    },
+    /// A proven load balancer's agent check, naming the server line it is for (`agent-send`),
+    /// or none.
+    Agent {
+        /// Its address.
+        peer: IpAddr,
+        /// The server line named, `BACKEND/SERVER`.
+        line: Option<&'a [u8]>,
+    },
 }
 
-/// The drain state a held drain is decided with.
-static NOT_DRAINED: DrainState = DrainState::NotDrained;
+/// What an agent check was told, noted once its line is out.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentTold {
+    verdict: Verdict,
+    held: Option<Held>,
+    proof: Proof,
+    at: Instant,
+}
+
+/// A drained node answered as not drained to one asker, and why.
+struct Kept {
+    /// The drain rule held the drain there; `None` when an agent check waits for its line's
+    /// HTTP check to take the node out first.
+    held: Option<Held>,
+    /// Why, for the reason.
+    why: String,
+}
 
 /// What the background tasks publish for the polls to read.
 pub struct Feeds {
@@ -128,78 +155,129 @@ impl Node {
         self.latest.borrow().clone()
     }
 
-    /// The agent check's line for `peer`, with what it tells (to note once the client has said
-    /// what it sends, [`Node::agent_told`]).
-    pub fn agent_line(&self, peer: IpAddr) -> (String, Verdict, Instant) {
-        self.decide_for(Asker::Agent(peer), |decision, now| {
-            (agent::line(decision), decision.verdict, now.at)
+    /// The agent check's line for `peer`, which sent `sent` (HAProxy's `agent-send`: the
+    /// server line and the load balancers' key), with what it tells, to note once the line is
+    /// out ([`Node::agent_told`]).
+    pub fn agent_line(&self, peer: IpAddr, sent: &Sent) -> (String, AgentTold) {
+        let (key, line) = sent.parts();
+        let proof = self.proof.judge(peer, key);
+        let asker = if proof.proven() {
+            Asker::Agent { peer, line }
+        } else {
+            Asker::Anyone
+        };
+        self.decide_for(asker, |decision, now, held| {
+            let told = AgentTold {
+                verdict: decision.verdict,
+                held,
+                proof,
+                at: now.at,
+            };
+            (agent::line(decision), told)
         })
     }
 
-    /// Notes that the agent check from `peer`, which sent `sent` (HAProxy's `agent-send`), was
-    /// told `verdict` at `at`.
-    pub fn agent_told(&self, peer: IpAddr, sent: &[u8], verdict: Verdict, at: Instant) {
+    /// Notes that the agent check from `peer`, which sent `sent`, was told `told`.
+    pub fn agent_told(&self, peer: IpAddr, sent: &Sent, told: AgentTold) {
         let poll = Poll {
             address: peer,
             via: Via::Agent,
-            verdict,
+            verdict: told.verdict,
             state: None,
+            held: told.held,
+            line: sent.parts().1,
             client: None,
-            proof: self.proof.judge(peer, Some(sent)),
+            proof: told.proof,
         };
-        self.count(poll, at, false);
+        self.count(poll, told.at, false);
+    }
+
+    /// Whether an agent check from `peer` can prove a load balancer, so that its `agent-send`
+    /// is worth waiting for.
+    pub fn may_prove(&self, peer: IpAddr) -> bool {
+        self.proof.may_prove(peer)
     }
 
     /// Decides from the latest drain state, probe report and rejoin state, as of now.
     pub(crate) fn decide<R>(&self, then: impl FnOnce(&Decision<'_>, Now) -> R) -> R {
-        self.decide_for(Asker::Anyone, then)
+        self.decide_for(Asker::Anyone, |decision, now, _| then(decision, now))
     }
 
-    /// [`Node::decide`] for `asker`: a drain is held from a load balancer that says this node
-    /// is its backend's last server ([`crate::health::hold`]).
+    /// [`Node::decide`] for `asker`: a drain is answered as not drained where the drain rule
+    /// holds it ([`crate::health::hold`]), and to an agent check until its server line's HTTP
+    /// check has taken the node out. `then` also gets the hold, if the rule held the drain.
     pub(crate) fn decide_for<R>(
         &self,
         asker: Asker<'_>,
-        then: impl FnOnce(&Decision<'_>, Now) -> R,
+        then: impl FnOnce(&Decision<'_>, Now, Option<Held>) -> R,
     ) -> R {
         let now = now();
         let drain = Arc::clone(&self.drain.borrow());
         let probe = self.latest();
         let rejoin = *self.rejoin.borrow();
-        let held = match &*drain {
-            DrainState::Drained(d) => self.held(d, asker, now),
+        let decision = Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules);
+        let kept = match (decision.verdict, &*drain) {
+            (Verdict::Drained, DrainState::Drained(d)) => self.kept(d, &decision, asker, now),
             _ => None,
         };
-        let Some(why) = held else {
-            return then(
-                &Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules),
-                now,
-            );
+        let Some(kept) = kept else {
+            return then(&decision, now, None);
         };
         let mut decision =
             Decision::decide(&NOT_DRAINED, probe.as_deref(), rejoin, now, &self.rules);
-        decision.reason = Cow::Owned(format!("{why}; {}", decision.reason));
-        then(&decision, now)
+        decision.reason = Cow::Owned(format!("{}; {}", kept.why, decision.reason));
+        then(&decision, now, kept.held)
     }
 
-    /// Why `drain` is held from `asker`, if it is.
-    fn held(&self, drain: &Drain, asker: Asker<'_>, now: Now) -> Option<String> {
+    /// Whether `drain` is answered as not drained to `asker`, and why.
+    fn kept(
+        &self,
+        drain: &Drain,
+        decision: &Decision<'_>,
+        asker: Asker<'_>,
+        now: Now,
+    ) -> Option<Kept> {
         match asker {
             Asker::Anyone => None,
-            Asker::Check(header) => {
+            Asker::Check { peer, header } => {
                 let lb = lb_state::parse(header).ok()?;
-                hold::held(&lb, drain, now.wall).map(|h| h.describe(&lb))
+                let facts = self.pollers.line_facts(peer, lb_state::name_of(header));
+                let held = hold::held(facts.holds(&lb, now.at), decision.holders(drain))?;
+                Some(Kept {
+                    held: Some(held),
+                    why: held.describe(&lb),
+                })
             }
             // HAProxy applies an agent line as it reads it, with no header to decide by: the
-            // agent check follows what the same load balancer's HTTP check was last answered.
-            Asker::Agent(peer) => match self.pollers.proven_http(peer, now.at) {
-                Some(told) if told != Verdict::Drained => Some(format!(
-                    "drain held: the HTTP check of load balancer {} was answered {} last",
-                    peer.to_canonical(),
-                    told.as_str()
-                )),
-                _ => None,
-            },
+            // agent check follows what its server line's HTTP check was answered last, so it
+            // never takes the node out before that check did.
+            Asker::Agent { peer, line } => {
+                let followed = self.pollers.followed(peer, line, now.at)?;
+                if followed.told == Verdict::Drained {
+                    return None;
+                }
+                let name = line.map_or_else(
+                    || "the server lines it checks".to_owned(),
+                    |l| String::from_utf8_lossy(l).into_owned(),
+                );
+                let who = peer.to_canonical();
+                let why = match followed.held {
+                    Some(Held::LastServer) => format!(
+                        "drain held: load balancer {who} says this node is the only server taking new agents for {name}"
+                    ),
+                    Some(Held::EmptyBackend) => format!(
+                        "drain held: load balancer {who} says no server takes new agents for {name}"
+                    ),
+                    None => format!(
+                        "drain not yet taken out by load balancer {who}'s HTTP check of {name} (answered {} last): the agent check follows it",
+                        followed.told.as_str()
+                    ),
+                };
+                Some(Kept {
+                    held: followed.held,
+                    why,
+                })
+            }
         }
     }
 
@@ -239,25 +317,24 @@ impl Node {
         let key = headers.get(lb_proof::HEADER).map(HeaderValue::as_bytes);
         let proof = self.proof.judge(peer, key);
         let asker = match state {
-            Some(header) if proof.proven() => Asker::Check(header),
+            Some(header) if proof.proven() => Asker::Check { peer, header },
             _ => Asker::Anyone,
         };
-        self.decide_for(asker, |decision, now| {
+        self.decide_for(asker, |decision, now, held| {
             self.count(
                 Poll {
                     address: peer,
                     via: Via::Http,
                     verdict: decision.verdict,
                     state,
+                    held,
+                    line: None,
                     client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
                     proof,
                 },
                 now.at,
                 own,
             );
-            if local && wants_json(headers) {
-                return deprecated(self.operator_json(decision, now, method));
-            }
             respond(decision, method, headers)
         })
     }
@@ -271,6 +348,8 @@ impl Node {
                 via: Via::Http,
                 verdict: decision.verdict,
                 state: None,
+                held: None,
+                line: None,
                 client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
                 proof: Proof::Unlisted,
             };
@@ -291,23 +370,19 @@ impl Node {
         now: Now,
         method: &Method,
     ) -> Response<Full<Bytes>> {
-        let mut answer = decision.answer();
-        let pollers = self.pollers.answer(now.at);
-        if let DrainState::Drained(drain) = decision.drain {
-            answer.drain_held = hold::held_by(&pollers, drain, now.wall);
-        }
-        answer.pollers = Some(pollers);
-        answer.unrecorded = self.pollers.unrecorded(now.at);
-        answer.listening_ms = Some(
-            u64::try_from(now.at.saturating_duration_since(self.started).as_millis())
+        let status = Status {
+            answer: decision.answer(),
+            agent_check: self.rules.agent_check,
+            pollers: self.pollers.answer(now.at),
+            traffic: self.agents.latest(now.at),
+            listening_ms: u64::try_from(now.at.saturating_duration_since(self.started).as_millis())
                 .unwrap_or(u64::MAX),
-        );
-        answer.traffic = self.agents.latest(now.at);
-        answer.drain_file = Some(self.drain_file.clone());
-        answer.agent_check = Some(self.rules.agent_check);
-        answer.certificates = self.certificates();
-        answer.code = self.code();
-        respond_with(decision, method, answer.to_json(), true)
+            drain_file: self.drain_file.clone(),
+            unrecorded: self.pollers.unrecorded(now.at),
+            certificates: self.certificates(),
+            code: self.code(),
+        };
+        respond_with(decision, method, status.to_json(), true)
     }
 
     /// Prometheus's scrape: the same decision a poll gets now, and the counters. Neither
@@ -390,8 +465,8 @@ mod tests {
         (responder, (p, d, r))
     }
 
-    fn json_from(responder: &Node, peer: &str, user_agent: &str) -> serde_json::Value {
-        let request = Request::get("/")
+    fn json_from(responder: &Node, path: &str, peer: &str, user_agent: &str) -> serde_json::Value {
+        let request = Request::get(path)
             .header(header::ACCEPT, "application/json")
             .header(header::USER_AGENT, user_agent)
             .body(())
@@ -404,10 +479,17 @@ mod tests {
     fn only_this_host_sees_the_pollers_and_the_traffic() {
         let (responder, _keep) = responder(Some("127.0.0.1:8140".parse().unwrap()));
         responder.agents.refresh_here();
-        let remote = json_from(&responder, "10.0.0.5", "HAProxy");
+        let remote = json_from(&responder, "/", "10.0.0.5", "HAProxy");
         assert!(remote.get("pollers").is_none() && remote.get("traffic").is_none());
+        let remote = json_from(&responder, STATUS_PATH, "10.0.0.5", "curl/8");
+        assert!(remote.get("pollers").is_none() && remote.get("traffic").is_none());
+        let local = json_from(&responder, "/", "127.0.0.1", "pmcheck/0.1.0");
+        assert!(
+            local.get("pollers").is_none(),
+            "a poll's path answers a poll, whoever asks: {local}"
+        );
         for local in ["127.0.0.1", "::1", "::ffff:127.0.0.1"] {
-            let json = json_from(&responder, local, "pmcheck/0.1.0");
+            let json = json_from(&responder, STATUS_PATH, local, "pmcheck/0.1.0");
             assert_eq!(json["pollers"][0]["address"], "10.0.0.5", "{local}: {json}");
             assert_eq!(
                 json["traffic"]["listener"], "127.0.0.1:8140",
@@ -447,8 +529,8 @@ mod tests {
     #[test]
     fn agent_lines_are_recorded_as_told() {
         let (responder, _keep) = responder(None);
-        let (line, verdict, at) = responder.agent_line("10.0.0.6".parse().unwrap());
-        responder.agent_told("10.0.0.6".parse().unwrap(), b"", verdict, at);
+        let (line, told) = responder.agent_line("10.0.0.6".parse().unwrap(), &Sent::NONE);
+        responder.agent_told("10.0.0.6".parse().unwrap(), &Sent::NONE, told);
         let pollers = responder.pollers.list(Instant::now());
         assert!(line.starts_with("#STARTING"), "{line}");
         assert_eq!(

@@ -1,13 +1,17 @@
-//! Who polls this node, and what each was told: the load balancers `pmcheck drain --wait`
-//! waits for.
+//! Who polls this node, and what each was told: the load balancers the drain rule, the waits
+//! and `status` read.
 //!
 //! A poller is an address (HAProxy checks from one address, on a new port each time) and
 //! whether its polls prove that they come from a load balancer ([`Proof`]): the load
 //! balancer's own checks and anything else on its host (a user's curl, a monitoring loop) are
 //! two pollers, so an unproven poll never changes what a proven one said. Each poller has
-//! what its HTTP checks and its agent checks were last told and how many times in a row, and
-//! the latest `X-Haproxy-Server-State` its HTTP checks sent (`http-check send-state`) for each
-//! of the server lines it checks this node for (one per backend, at most [`STATES`]).
+//! what its HTTP checks and its agent checks were last told and how many times in a row, and,
+//! each server line it checks this node for (one per backend, at most [`STATES`]:
+//! [`crate::responder::server_line`]).
+//!
+//! Whether a poller, or one of its server lines, still polls has one definition
+//! ([`crate::responder::server_line::polling`]), by its own rhythm; the operator's JSON
+//! carries it.
 //!
 //! A poller is *regular* once it has polled [`REGULAR`] times in a row, each within
 //! [`MAX_GAP`] of the one before: a load balancer, or a monitoring loop. The table has a fixed
@@ -23,10 +27,14 @@ use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::health::answer::{PollerAnswer, StateAnswer, ToldAnswer, UnrecordedAnswer};
-use crate::health::lb_state::{self, Malformed};
+use crate::health::hold::Held;
+use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::responder::client_name::ClientName;
+use crate::responder::server_line::{Followed, LineFacts, ServerLine, Told};
+use crate::responder::status::{PollerAnswer, StateAnswer, UnrecordedAnswer};
+
+pub use crate::responder::server_line::SILENCE;
 use crate::settings::lb_proof::Proof;
 
 /// Most pollers remembered: a few load balancers, monitoring and an operator's curl fit.
@@ -39,7 +47,6 @@ pub const REGULAR: u32 = 3;
 pub const MAX_GAP: Duration = Duration::from_secs(60);
 /// Most server lines (backends) of one load balancer whose state is kept.
 pub const STATES: usize = 4;
-
 /// How a poll came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
@@ -47,93 +54,6 @@ pub enum Via {
     Http,
     /// HAProxy's agent check.
     Agent,
-}
-
-/// What one kind of check was told last, and how many times in a row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Told {
-    /// The verdict of the latest answer.
-    pub verdict: Verdict,
-    /// How many answers in a row carried it.
-    pub times: u32,
-    /// When the first answer of the run was given.
-    pub since: Instant,
-    /// When the latest answer was given.
-    pub last: Instant,
-    /// The time between the latest two checks of this kind, whatever they were told: its
-    /// rhythm, by which its silence is judged.
-    pub gap: Option<Duration>,
-}
-
-impl Told {
-    /// Silent for longer than three of its own intervals (one second at least, at most
-    /// [`MAX_GAP`]; [`MAX_GAP`] before a second check gave its rhythm).
-    fn silent(&self, now: Instant) -> bool {
-        let limit = self
-            .gap
-            .map_or(MAX_GAP, |g| (g * 3).clamp(Duration::from_secs(1), MAX_GAP));
-        now.saturating_duration_since(self.last) > limit
-    }
-}
-
-/// The raw `X-Haproxy-Server-State` of a poller's latest HTTP check of one server line, kept
-/// inline so that recording it allocates nothing; it is read only for the operator.
-///
-/// HAProxy writes the header before it reads the answer to that check: a header shows the
-/// effect of the answers to the checks before it. So it is kept with what that server line was
-/// answered, and since when in a row.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct StateSeen {
-    /// When it came.
-    pub at: Instant,
-    /// What the check that carried it was answered.
-    pub told: Verdict,
-    /// The first check of this server line answered `told`, in a row.
-    pub since: Instant,
-    /// It read well when it came: only such a header is matched by its server line's name.
-    well_formed: bool,
-    len: usize,
-    bytes: [u8; lb_state::LIMIT],
-}
-
-impl StateSeen {
-    fn new(at: Instant, told: Verdict, since: Instant, header: &[u8], well_formed: bool) -> Self {
-        let mut bytes = [0; lb_state::LIMIT];
-        let kept = header.len().min(lb_state::LIMIT);
-        bytes[..kept].copy_from_slice(&header[..kept]);
-        Self {
-            at,
-            told,
-            since,
-            well_formed,
-            // One past the limit says it was longer.
-            len: header.len().min(lb_state::LIMIT + 1),
-            bytes,
-        }
-    }
-
-    /// The server line it is about (`BACKEND/SERVER`).
-    fn name(&self) -> &[u8] {
-        lb_state::name_of(&self.bytes[..self.len.min(lb_state::LIMIT)])
-    }
-
-    /// The header, read.
-    pub fn read(&self) -> Result<lb_state::LbState, Malformed> {
-        if self.len > lb_state::LIMIT {
-            return Err(Malformed::TooLong);
-        }
-        lb_state::parse(&self.bytes[..self.len])
-    }
-}
-
-impl std::fmt::Debug for StateSeen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shown = &self.bytes[..self.len.min(lb_state::LIMIT)];
-        f.debug_struct("StateSeen")
-            .field("at", &self.at)
-            .field("header", &String::from_utf8_lossy(shown))
-            .finish()
-    }
 }
 
 /// One address that polls.
@@ -154,10 +74,10 @@ pub struct Poller {
     pub steady: u32,
     /// Its HTTP checks, if it makes any.
     pub http: Option<Told>,
-    /// Its agent checks, if it makes any.
+    /// Its agent checks, if it makes any, whichever line they name.
     pub agent: Option<Told>,
-    /// The latest load-balancer state header its HTTP checks sent, one per server line.
-    pub states: [Option<StateSeen>; STATES],
+    /// The server lines its HTTP checks sent a state header for.
+    pub lines: [Option<ServerLine>; STATES],
     /// Its latest HTTP check that named no client (a load balancer's own, not curl) and sent
     /// no state header: a header older than that is no longer the load balancer's word (its
     /// `http-check send-state` is gone), and is not shown or judged by.
@@ -167,16 +87,16 @@ pub struct Poller {
 }
 
 impl Poller {
-    /// Whether `state` was sent before the load balancer's checks stopped sending one.
-    fn stopped(&self, state: &StateSeen) -> bool {
-        self.headerless.is_some_and(|h| h > state.at)
+    /// Whether `line` was sent before the load balancer's checks stopped sending one.
+    fn stopped(&self, line: &ServerLine) -> bool {
+        self.headerless.is_some_and(|h| h > line.at)
     }
 
     /// Its agent checks fell silent while its HTTP checks go on: `agent-check` is gone from
     /// its server line, and the weight the agent check sends is no longer read.
     fn agent_stopped(&self, now: Instant) -> bool {
         match (self.agent, self.http) {
-            (Some(agent), Some(http)) => agent.silent(now) && !http.silent(now),
+            (Some(agent), Some(http)) => !agent.polling(now) && http.polling(now),
             _ => false,
         }
     }
@@ -184,6 +104,25 @@ impl Poller {
     /// Polls at a steady rhythm and has not fallen silent: a load balancer, never pushed out.
     pub fn regular(&self, now: Instant) -> bool {
         self.steady >= REGULAR && now.saturating_duration_since(self.last) <= MAX_GAP
+    }
+
+    /// Still polls, by the rhythm of either kind of check ([`polling`]).
+    pub fn polling(&self, now: Instant) -> bool {
+        [self.http, self.agent]
+            .iter()
+            .flatten()
+            .any(|t| t.polling(now))
+    }
+
+    /// Its server lines that are its word now: read well, and sent since its checks last
+    /// went without a header.
+    fn current_lines(&self) -> impl Iterator<Item = &ServerLine> {
+        (self.lines.iter().flatten()).filter(|l| l.well_formed && !self.stopped(l))
+    }
+
+    /// Its line named `name`, when its word now.
+    fn line(&self, name: &[u8]) -> Option<&ServerLine> {
+        self.current_lines().find(|l| l.name() == name)
     }
 }
 
@@ -198,6 +137,10 @@ pub struct Poll<'a> {
     pub verdict: Verdict,
     /// Its `X-Haproxy-Server-State` header, if it sent one.
     pub state: Option<&'a [u8]>,
+    /// The drain was held for it ([`crate::health::hold`]).
+    pub held: Option<Held>,
+    /// The server line an agent check named (`agent-send`), if any.
+    pub line: Option<&'a [u8]>,
     /// Its `User-Agent` header, if it sent one: HAProxy's checks send none, curl does.
     pub client: Option<&'a [u8]>,
     /// How it proved that it comes from a load balancer.
@@ -256,40 +199,59 @@ impl Table {
             steady: 0,
             http: None,
             agent: None,
-            states: [None; STATES],
+            lines: [None; STATES],
             headerless: None,
             client: None,
         });
         Some(pollers.len() - 1)
     }
+
+    /// The proven poller at `address`, if there is one.
+    fn proven(&self, address: IpAddr) -> Option<&Poller> {
+        (self.pollers.iter()).find(|p| p.address == address && p.proof.proven())
+    }
 }
 
 impl Poller {
-    /// Keeps `header`, seen with `verdict`: a well-formed header replaces its server line's,
-    /// else takes a free place, else the oldest; a malformed one only another malformed
-    /// one's, else a free place.
-    fn note_state(&mut self, header: &[u8], well_formed: bool, verdict: Verdict, now: Instant) {
+    /// Keeps `header`, answered `verdict` (held for `held`): a well-formed header replaces its
+    /// server line's, else takes a free place, else the oldest; a malformed one only another
+    /// malformed one's, else a free place.
+    fn note_state(&mut self, header: &[u8], well_formed: bool, poll: &Poll<'_>, now: Instant) {
         let name = lb_state::name_of(header);
-        let states = &mut self.states;
-        let same = states
+        let lines = &mut self.lines;
+        let same = lines
             .iter()
-            .position(|s| s.is_some_and(|s| s.well_formed && s.name() == name))
+            .position(|l| l.is_some_and(|l| l.well_formed && l.name() == name))
             .filter(|_| well_formed);
-        let free = || states.iter().position(Option::is_none);
+        let free = || lines.iter().position(Option::is_none);
         let slot = if well_formed {
             same.or_else(free)
-                .or_else(|| (0..STATES).min_by_key(|&i| states[i].map(|s| s.at)))
+                .or_else(|| (0..STATES).min_by_key(|&i| lines[i].map(|l| l.at)))
         } else {
-            (states.iter())
-                .position(|s| s.is_some_and(|s| !s.well_formed))
+            (lines.iter())
+                .position(|l| l.is_some_and(|l| !l.well_formed))
                 .or_else(free)
         };
-        if let Some(slot) = slot {
-            let since = same
-                .and_then(|i| states[i])
-                .filter(|s| s.told == verdict)
-                .map_or(now, |s| s.since);
-            states[slot] = Some(StateSeen::new(now, verdict, since, header, well_formed));
+        let Some(slot) = slot else { return };
+        let before = same.and_then(|i| lines[i]);
+        let mut line = ServerLine::new(now, header, well_formed);
+        line.told = poll.verdict;
+        line.held = poll.held;
+        if let Some(before) = before {
+            line.gap = Some(now.saturating_duration_since(before.at));
+            line.agent = before.agent;
+            if before.told == poll.verdict {
+                line.since = before.since;
+            }
+        }
+        lines[slot] = Some(line);
+    }
+
+    /// Notes an agent check that named `name` on that line, when the line is known.
+    fn note_agent(&mut self, name: &[u8], verdict: Verdict, now: Instant) {
+        let line = (self.lines.iter_mut().flatten()).find(|l| l.well_formed && l.name() == name);
+        if let Some(line) = line {
+            line.agent = Some(Told::next(line.agent, verdict, now));
         }
     }
 }
@@ -318,23 +280,56 @@ impl Pollers {
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// `address` is a regular poller now: the connection table sheds its connections last.
     pub fn is_regular(&self, address: IpAddr, now: Instant) -> bool {
         let address = address.to_canonical();
-        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        (table.pollers.iter()).any(|p| p.address == address && p.regular(now))
+        (self.lock().pollers.iter()).any(|p| p.address == address && p.regular(now))
     }
 
-    /// What the HTTP checks of the proven poller at `address` were told last, if it made one
-    /// within [`MAX_GAP`].
-    pub fn proven_http(&self, address: IpAddr, now: Instant) -> Option<Verdict> {
-        let address = address.to_canonical();
-        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        (table.pollers.iter())
-            .find(|p| p.address == address && p.proof.proven())
-            .and_then(|p| p.http)
-            .filter(|t| now.saturating_duration_since(t.last) <= MAX_GAP)
-            .map(|t| t.verdict)
+    /// What the drain rule reads of the server line `name` of the proven load balancer at
+    /// `address`, at its HTTP check.
+    pub fn line_facts(&self, address: IpAddr, name: &[u8]) -> LineFacts {
+        let table = self.lock();
+        LineFacts {
+            line: (table.proven(address.to_canonical())).and_then(|p| p.line(name).copied()),
+        }
+    }
+
+    /// What an agent check of the proven load balancer at `address` follows, for the server
+    /// line it names (`name`): what that line's HTTP checks were answered last while it is
+    /// checked. When it names none, or one this load balancer does not check now, the most
+    /// careful of the lines it checks (one not answered DRAINED first), else its HTTP checks'
+    /// latest answer (a load balancer without `send-state`). `None` when nothing it checks is
+    /// known.
+    pub fn followed(&self, address: IpAddr, name: Option<&[u8]>, now: Instant) -> Option<Followed> {
+        let table = self.lock();
+        let poller = table.proven(address.to_canonical())?;
+        let checked = |l: &&ServerLine| l.polling(now);
+        let followed = |l: &ServerLine| Followed {
+            told: l.told,
+            held: l.held,
+        };
+        if let Some(line) = name.and_then(|n| poller.line(n)).filter(checked) {
+            return Some(followed(line));
+        }
+        let lines: Vec<Followed> = (poller.current_lines().filter(checked))
+            .map(followed)
+            .collect();
+        if let Some(careful) = lines.iter().find(|f| f.told != Verdict::Drained) {
+            return Some(*careful);
+        }
+        if let Some(any) = lines.first() {
+            return Some(*any);
+        }
+        let http = poller.http.filter(|t| t.polling(now))?;
+        Some(Followed {
+            told: http.verdict,
+            held: None,
+        })
     }
 
     /// Notes that `poll.address` was just told `poll.verdict`.
@@ -342,7 +337,7 @@ impl Pollers {
         let address = poll.address.to_canonical();
         // Read before the lock: a malformed header never takes a good one's place.
         let well_formed = poll.state.map(lb_state::well_formed);
-        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut table = self.lock();
         let Some(index) = table.entry(address, poll.proof, now) else {
             return;
         };
@@ -363,48 +358,30 @@ impl Pollers {
         // come from the load balancer's host. One that names no client is the load
         // balancer's own, which stopped sending it: what it sent before is no longer its view.
         if let (Some(header), Some(well_formed)) = (poll.state, well_formed) {
-            poller.note_state(header, well_formed, poll.verdict, now);
+            poller.note_state(header, well_formed, &poll, now);
         } else if poll.via == Via::Http && poll.client.is_none() {
             poller.headerless = Some(now);
+        }
+        if let (Via::Agent, Some(name)) = (poll.via, poll.line) {
+            poller.note_agent(name, poll.verdict, now);
         }
         let told = match poll.via {
             Via::Http => &mut poller.http,
             Via::Agent => &mut poller.agent,
         };
-        let gap = told.map(|t| now.saturating_duration_since(t.last));
-        *told = Some(match *told {
-            Some(t) if t.verdict == poll.verdict => Told {
-                times: t.times.saturating_add(1),
-                last: now,
-                gap,
-                ..t
-            },
-            _ => Told {
-                verdict: poll.verdict,
-                times: 1,
-                since: now,
-                last: now,
-                gap,
-            },
-        });
+        *told = Some(Told::next(*told, poll.verdict, now));
     }
 
     /// How many pollers were heard from in the last [`GONE_AFTER`].
     pub fn count(&self, now: Instant) -> usize {
-        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        table
-            .pollers
-            .iter()
+        (self.lock().pollers.iter())
             .filter(|p| now.saturating_duration_since(p.last) < GONE_AFTER)
             .count()
     }
 
     /// The pollers heard from in the last [`GONE_AFTER`], the first to poll first.
     pub fn list(&self, now: Instant) -> Vec<Poller> {
-        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut list: Vec<Poller> = table
-            .pollers
-            .iter()
+        let mut list: Vec<Poller> = (self.lock().pollers.iter())
             .filter(|p| now.saturating_duration_since(p.last) < GONE_AFTER)
             .copied()
             .collect();
@@ -414,7 +391,7 @@ impl Pollers {
 
     /// Polls no entry could hold, if there were any.
     pub fn unrecorded(&self, now: Instant) -> Option<UnrecordedAnswer> {
-        let table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let table = self.lock();
         table.unrecorded_last.map(|last| UnrecordedAnswer {
             polls: table.unrecorded,
             last_ms_ago: ms(now.saturating_duration_since(last)),
@@ -424,14 +401,6 @@ impl Pollers {
     /// The list as the operator's JSON carries it.
     pub fn answer(&self, now: Instant) -> Vec<PollerAnswer> {
         let ago = |t: Instant| ms(now.saturating_duration_since(t));
-        let told = |t: Option<Told>| {
-            t.map(|t| ToldAnswer {
-                told: t.verdict,
-                times: t.times,
-                last_ms_ago: ago(t.last),
-                since_ms_ago: ago(t.since),
-            })
-        };
         self.list(now)
             .into_iter()
             .map(|p| PollerAnswer {
@@ -440,31 +409,33 @@ impl Pollers {
                 first_ms_ago: ago(p.first),
                 last_ms_ago: ago(p.last),
                 polls: p.polls,
-                http: told(p.http),
-                agent: told(p.agent),
+                http: p.http.map(|t| t.answer(now)),
+                agent: p.agent.map(|t| t.answer(now)),
                 regular: p.regular(now),
+                polling: p.polling(now),
                 client: p.client.map(|c| c.as_str().to_owned()),
                 agent_stopped_ms_ago: (p.agent)
                     .filter(|_| p.agent_stopped(now))
                     .map(|t| ago(t.last)),
-                states_stopped_ms_ago: (p.states.iter().flatten())
-                    .filter(|s| p.stopped(s))
-                    .map(|s| ago(s.at))
+                states_stopped_ms_ago: (p.lines.iter().flatten())
+                    .filter(|l| p.stopped(l))
+                    .map(|l| ago(l.at))
                     .min(),
-                states: p
-                    .states
-                    .iter()
-                    .flatten()
-                    .filter(|s| !p.stopped(s))
-                    .map(|s| {
-                        let (seen, malformed) = match s.read() {
+                states: (p.lines.iter().flatten())
+                    .filter(|l| !p.stopped(l))
+                    .map(|l| {
+                        let (seen, malformed) = match l.read() {
                             Ok(state) => (Some(state), None),
                             Err(e) => (None, Some(e.to_string())),
                         };
                         StateAnswer {
-                            last_ms_ago: ago(s.at),
-                            told: s.told,
-                            since_ms_ago: ago(s.since),
+                            last_ms_ago: ago(l.at),
+                            told: l.told,
+                            since_ms_ago: ago(l.since),
+                            polling: l.polling(now),
+                            held: l.held,
+                            holds: seen.as_ref().and_then(|lb| l.holds(lb, l.at, now)),
+                            agent: l.agent.map(|t| t.answer(now)),
                             seen,
                             malformed,
                         }
@@ -495,6 +466,8 @@ mod tests {
             via,
             verdict,
             state: None,
+            held: None,
+            line: None,
             client: None,
             proof: Proof::Key,
         };
@@ -539,18 +512,20 @@ mod tests {
             record(&pollers, ip(5), Via::Agent, Verdict::Ok, at(s));
         }
         let stopped = |now| pollers.answer(now)[0].agent_stopped_ms_ago;
-        assert_eq!(stopped(at(7)), None, "three seconds of a 1 s rhythm");
+        assert_eq!(stopped(at(9)), None, "five seconds: the least silence");
         assert_eq!(
-            stopped(at(8)),
+            stopped(at(10)),
             None,
             "both silent: the poller is, not its agent"
         );
-        for s in 5..=8 {
+        assert!(!pollers.answer(at(10))[0].polling);
+        for s in 5..=10 {
             record(&pollers, ip(5), Via::Http, Verdict::Ok, at(s));
         }
-        assert_eq!(stopped(at(8)), Some(4_000));
-        record(&pollers, ip(5), Via::Agent, Verdict::Drained, at(9));
-        assert_eq!(stopped(at(9)), None, "back");
+        assert_eq!(stopped(at(10)), Some(6_000));
+        assert!(pollers.answer(at(10))[0].polling);
+        record(&pollers, ip(5), Via::Agent, Verdict::Drained, at(11));
+        assert_eq!(stopped(at(11)), None, "back");
     }
 
     #[test]
@@ -663,6 +638,8 @@ mod tests {
                 via: Via::Http,
                 verdict: Verdict::Drained,
                 state,
+                held: None,
+                line: None,
                 client: None,
                 proof: Proof::Key,
             }
@@ -711,7 +688,7 @@ mod tests {
             pollers.record(poll(Some(other.as_bytes())), at(300 + i));
         }
         assert_eq!(
-            pollers.list(at(400))[0].states.iter().flatten().count(),
+            pollers.list(at(400))[0].lines.iter().flatten().count(),
             STATES
         );
         assert!(
@@ -784,6 +761,8 @@ mod tests {
             via: Via::Http,
             verdict: Verdict::Drained,
             state: Some(state),
+            held: None,
+            line: None,
             client: None,
             proof,
         };
@@ -811,6 +790,8 @@ mod tests {
             via: Via::Http,
             verdict: Verdict::Ok,
             state: None,
+            held: None,
+            line: None,
             client: None,
             proof,
         };
@@ -889,6 +870,8 @@ mod tests {
             via: Via::Http,
             verdict: Verdict::Ok,
             state: None,
+            held: None,
+            line: None,
             client,
             proof: Proof::Key,
         };

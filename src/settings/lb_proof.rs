@@ -173,8 +173,14 @@ impl LbProof {
         !self.keys.is_empty()
     }
 
-    /// How a poll from `peer` that sent `key` (the header or the agent check's line) proves
-    /// itself.
+    /// Whether a poll from `peer` can prove itself at all: with a key file, any may (with the
+    /// key); else only from an `--lb-address`.
+    pub fn may_prove(&self, peer: IpAddr) -> bool {
+        self.wants_key() || (!self.addresses.is_empty() && allow::permits(&self.addresses, peer))
+    }
+
+    /// How a poll from `peer` that sent `key` (the header, or the key word of the agent
+    /// check's line) proves itself.
     pub fn judge(&self, peer: IpAddr, key: Option<&[u8]>) -> Proof {
         if self.wants_key() {
             return match key.map(trim) {

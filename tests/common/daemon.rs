@@ -199,16 +199,6 @@ impl Daemon {
             .expect("an agent-check address")
     }
 
-    /// GET / with `Accept: application/json`, read back as an answer.
-    pub fn poll_json(&self) -> pmcheck::health::answer::Answer<'static> {
-        let reply = request(
-            self.addr,
-            "GET / HTTP/1.1\r\nHost: pmcheck\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
-        );
-        pmcheck::health::answer::Answer::from_json(&reply.body)
-            .unwrap_or_else(|e| panic!("not an answer ({e}): {reply:?}"))
-    }
-
     /// A scrape of `/metrics` as curl makes it (the classic text format), which must answer 200.
     pub fn scrape(&self) -> String {
         let reply = request(
@@ -219,16 +209,26 @@ impl Daemon {
         reply.body
     }
 
-    /// Polls for JSON until `pred` holds, failing after `within`.
+    /// GET /status from this host, as `pmcheck status` asks it: the operator's view.
+    pub fn status(&self) -> pmcheck::responder::status::Status<'static> {
+        let reply = request(
+            self.addr,
+            "GET /status HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
+        );
+        pmcheck::responder::status::Status::from_json(&reply.body)
+            .unwrap_or_else(|e| panic!("not the operator's view ({e}): {reply:?}"))
+    }
+
+    /// Asks for the operator's view (`/status`) until `pred` holds, failing after `within`.
     pub fn wait_for_json(
         &self,
         within: Duration,
         what: &str,
-        pred: impl Fn(&pmcheck::health::answer::Answer<'static>) -> bool,
-    ) -> pmcheck::health::answer::Answer<'static> {
+        pred: impl Fn(&pmcheck::responder::status::Status<'static>) -> bool,
+    ) -> pmcheck::responder::status::Status<'static> {
         let deadline = Instant::now() + within;
         loop {
-            let answer = self.poll_json();
+            let answer = self.status();
             if pred(&answer) {
                 return answer;
             }

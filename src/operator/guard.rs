@@ -1,0 +1,273 @@
+//! The last-server guard of `drain` and `cycle`: a holder is written only where the drain rule
+//! ([`crate::health::hold`]) lets it through, and taken out again when the load balancers'
+//! checks right after the write hold it.
+//!
+//! 1. Ask the daemon. The holders the record would have (the live ones, less those the new
+//!    one replaces, and the new one) meet, at each server line a proven load balancer still
+//!    checks, what the daemon says the rule meets there: where it would hold them, the drain is
+//!    refused and nothing is written, unless `--force`, which the holder records.
+//! 2. Write the holder, checked: a load balancer may hold it later.
+//! 3. Where a hold is still possible, watch until every such line has been checked since the
+//!    write: a drain held there (another master went out at the same moment) is undone, and
+//!    the holders it replaced come back.
+//!
+//! When no daemon answers, nothing can be checked: the holder is written unchecked, and a
+//! load balancer never holds it.
+
+use std::time::{Instant, SystemTime};
+
+use thiserror::Error;
+
+use crate::drain::file::{Change, DrainError, DrainFile};
+use crate::drain::holders::Holder;
+use crate::drain::holding::Held as Holding;
+use crate::drain::log::{Action, Event, LogError};
+use crate::drain::record::DrainRecord;
+use crate::health::hold;
+use crate::operator::daemon::Daemon;
+use crate::operator::goal::Wait;
+use crate::operator::view::{Blocker, View, said};
+use crate::operator::wait::EVERY;
+
+/// A holder the guard let through, as written.
+#[derive(Debug)]
+pub struct Taken {
+    /// The holder as written: checked, and what `--force` went past.
+    pub mine: Holder,
+    /// The live holders beside it.
+    pub others: Vec<Holder>,
+    /// The holders it replaced (an operator's earlier drain).
+    pub replaced: Vec<Holder>,
+    /// What became of it.
+    pub outcome: Outcome,
+    /// What went wrong that the holder's writer should see (the event log, the daemon).
+    pub warnings: Vec<String>,
+}
+
+/// What became of a holder the guard let through.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every server line a proven load balancer checks was checked since the write, and none
+    /// holds the drain: each line, as said then; and what the daemon answers.
+    Out {
+        /// Each line, in words.
+        lines: Vec<String>,
+        /// `pmcheck at URL answers DRAINED (404): ...`.
+        says: String,
+    },
+    /// The daemon answers DRAINED (`says`) and no line can hold the drain (no proven load
+    /// balancer sends its state, or a holder that is never held), or not every line was
+    /// checked in time.
+    Unwatched {
+        /// What the daemon answers.
+        says: String,
+    },
+    /// No daemon answered, or it watches another record: written unchecked.
+    Unchecked,
+}
+
+/// Why the guard wrote nothing, or took its holder out again.
+#[derive(Debug, Error)]
+pub enum GuardError {
+    /// The drain rule holds a drain of the record's holders where a load balancer says this
+    /// node is its backend's last server taking agents, or that none is left.
+    #[error("refused: {}; draining this node would leave no server taking new agents there. Bring another compile master back first, or pass --force (the drain record notes it)", said(.0))]
+    Refused(Vec<Blocker>),
+    /// Written, the drain was held at the load balancers' next checks: another master went
+    /// out first, or at once. It was undone.
+    #[error("refused: drain held: {}. This drain was undone, so that the backend keeps a server taking agents: drain again once another master is back, or pass --force (the drain record notes it)", said(.0))]
+    BackedOff(Vec<Blocker>),
+    /// The drain record cannot be written.
+    #[error(transparent)]
+    Drain(#[from] DrainError),
+}
+
+/// What `--force` records when it went past no hold: its drain is never held.
+const FORCED: &str = "--force: never held by a load balancer";
+
+/// Writes `mine` as the guard lets it, in place of the holders `replaces` names, logged as
+/// `action`; `force` goes past a hold and says so in the holder.
+pub async fn take(
+    daemon: &Daemon,
+    file: &DrainFile,
+    how: &Wait,
+    mut mine: Holder,
+    replaces: impl Fn(&Holder) -> bool,
+    force: bool,
+    action: Action,
+) -> Result<Taken, GuardError> {
+    let mut warnings = Vec::new();
+    let view = match daemon.ask().await {
+        Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
+            Some(other) => Err(other.to_string()),
+            None => Ok(view),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    let view = match view {
+        Ok(view) => Some(view),
+        Err(why) => {
+            warnings.push(format!(
+                "{why}; cannot check whether a load balancer says this node is the last server taking agents: the record is written unchecked, so no load balancer holds it, and a daemon watching it answers accordingly from its start"
+            ));
+            None
+        }
+    };
+    let started = view.as_ref().and_then(View::started);
+    if let Some(view) = &view {
+        mine.checked = true;
+        let others = beside(file, &replaces, started);
+        let resulting: Vec<Holder> = others.into_iter().chain([mine.clone()]).collect();
+        let blockers = view.would_hold(&resulting);
+        match (blockers.is_empty(), force) {
+            (false, false) => return Err(GuardError::Refused(blockers)),
+            (false, true) => mine.forced = Some(format!("--force past: {}", said(&blockers))),
+            (true, true) => mine.forced = Some(FORCED.to_owned()),
+            (true, false) => {}
+        }
+        let unproven = view.unproven_views();
+        if !unproven.is_empty() && blockers.is_empty() {
+            warnings.push(format!(
+                "cannot check whether a load balancer says this node is the last server taking agents: {} (set PMCHECK_LB_KEY_FILE and send its key from HAProxy, as packaging/haproxy/pmcheck.cfg does)",
+                unproven.join("; ")
+            ));
+        }
+    }
+    let written = Instant::now();
+    let (holding, lost) = file.hold(&mine, &replaces, action)?;
+    warnings.extend(lost.iter().map(ToString::to_string));
+    let Holding { before, others } = holding;
+    let replaced: Vec<Holder> = (before.and_then(|d| d.record))
+        .map(|r| {
+            r.holders()
+                .iter()
+                .filter(|h| replaces(h))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let outcome = match view {
+        None => Outcome::Unchecked,
+        Some(_) => {
+            let live: Vec<Holder> = hold::live(&others, started).cloned().collect();
+            let holdable = live.iter().chain([&mine]).all(hold::holdable);
+            let view = watch(daemon, how, written, holdable).await;
+            match view {
+                Some(view) if holdable && !view.held().is_empty() => {
+                    let held = view.held();
+                    warnings.extend(undo(file, &mine, &replaced, &said(&held)));
+                    return Err(GuardError::BackedOff(held));
+                }
+                Some(view) if holdable && view.lines().next().is_some() => Outcome::Out {
+                    lines: view.lines().map(|l| out_line(&l)).collect(),
+                    says: view.says(daemon.url()),
+                },
+                Some(view) => Outcome::Unwatched {
+                    says: view.says(daemon.url()),
+                },
+                None => {
+                    warnings.push(format!(
+                        "pmcheck at {} does not answer DRAINED after the drain: is it watching {}?",
+                        daemon.url(),
+                        file.path().display()
+                    ));
+                    Outcome::Unchecked
+                }
+            }
+        }
+    };
+    Ok(Taken {
+        mine,
+        others,
+        replaced,
+        outcome,
+        warnings,
+    })
+}
+
+/// The holders that hold the node ([`hold::live`], Puppet Server `started` when known)
+/// beside a new one that replaces those `replaces` names.
+fn beside(
+    file: &DrainFile,
+    replaces: &impl Fn(&Holder) -> bool,
+    started: Option<SystemTime>,
+) -> Vec<Holder> {
+    let now = SystemTime::now();
+    let record = file.current().and_then(|d| d.record);
+    let holders = record
+        .as_ref()
+        .map(DrainRecord::holders)
+        .unwrap_or_default();
+    (hold::live(holders, started))
+        .filter(|h| !h.expired_at(now) && !replaces(h))
+        .cloned()
+        .collect()
+}
+
+/// Asks the daemon until it answers DRAINED and, where the drain can be held (`holdable`),
+/// every line a proven load balancer checks was checked since `written`, for at most
+/// `--polls` + 1 check intervals; that answer, or the last DRAINED one.
+async fn watch(daemon: &Daemon, how: &Wait, written: Instant, holdable: bool) -> Option<View> {
+    let deadline = written + how.lb_interval * (how.polls + 1);
+    let mut last = None;
+    loop {
+        if let Ok(view) = daemon.ask().await
+            && view.drained()
+        {
+            let settled = !holdable || view.checked_within(written.elapsed());
+            if settled {
+                return Some(view);
+            }
+            last = Some(view);
+        }
+        if Instant::now() >= deadline {
+            return last;
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
+/// `load balancer 10.0.0.5 (lb1) answered DRAINED for bk/m1`.
+fn out_line(l: &crate::operator::view::Line<'_>) -> String {
+    format!(
+        "{} answered DRAINED for {}/{} ({} ago)",
+        l.who(),
+        l.lb.backend,
+        l.lb.server,
+        crate::text::seconds(l.age())
+    )
+}
+
+/// Takes `mine` out of the record again and puts back the holders it replaced; logs the drain
+/// as refused for `why`. What went wrong, for the caller to say.
+fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -> Vec<String> {
+    let result = file.update_logged(|current| {
+        let now = SystemTime::now();
+        let record = current.and_then(|d| d.record);
+        let mut held: Vec<Holder> = record.map(|r| r.holders().to_vec()).unwrap_or_default();
+        held.retain(|h| h != mine);
+        for h in replaced {
+            if !held.contains(h) && !h.expired_at(now) {
+                held.push(h.clone());
+            }
+        }
+        let change = match DrainRecord::held_by(held) {
+            Some(rest) => Change::Write(rest),
+            None => Change::Remove,
+        };
+        (change, vec![Event::refused(&mine.what, why, now)], ())
+    });
+    match result {
+        Ok(((), lost)) => lost.iter().map(LogError::to_string).collect(),
+        Err(e) => vec![format!("the held drain could not be undone: {e}")],
+    }
+}
+
+/// Logs a drain the guard refused, in the drain event log; what went wrong, if anything.
+pub fn log_refused(file: &DrainFile, reason: &str, why: &str) -> Vec<String> {
+    let event = Event::refused(reason, why, SystemTime::now());
+    match file.log(&[event]) {
+        Ok(lost) => lost.iter().map(ToString::to_string).collect(),
+        Err(e) => vec![format!("the refused drain was not logged: {e}")],
+    }
+}

@@ -1,0 +1,208 @@
+//! One server line of a load balancer (a backend and its server for this node), as the
+//! daemon keeps it: the latest `X-Haproxy-Server-State` its HTTP checks sent, what that check
+//! was answered (held or not: [`crate::health::hold`]), what the agent checks that name the
+//! line were told, and the line's own rhythm. Also the one definition of whether something
+//! still polls ([`polling`]), for pollers, their kinds of check and their server lines alike.
+
+use std::time::{Duration, Instant};
+
+use crate::health::hold::{self, Held};
+use crate::health::lb_state::{self, Malformed};
+use crate::health::verdict::Verdict;
+use crate::responder::status::ToldAnswer;
+
+/// The silence a poller may keep and still poll: three of its own intervals, within these
+/// bounds (the least also before its second poll gave its rhythm). A load balancer checking
+/// every 2 s polls until it has been silent 6 s; a one-off curl stops 5 s after its poll; none
+/// polls after a minute of silence (a load balancer taken out of service, a check turned off,
+/// a server in MAINT, which HAProxy does not check).
+pub const SILENCE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(60));
+
+/// Whether something that last polled at `last`, `gap` after the poll before, still polls at
+/// `now`: the one definition, for pollers, their kinds of check and their server lines.
+pub fn polling(last: Instant, gap: Option<Duration>, now: Instant) -> bool {
+    let limit = gap.map_or(SILENCE.0, |g| (g * 3).clamp(SILENCE.0, SILENCE.1));
+    now.saturating_duration_since(last) <= limit
+}
+
+/// What one kind of check was told last, and how many times in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Told {
+    /// The verdict of the latest answer.
+    pub verdict: Verdict,
+    /// How many answers in a row carried it.
+    pub times: u32,
+    /// When the first answer of the run was given.
+    pub since: Instant,
+    /// When the latest answer was given.
+    pub last: Instant,
+    /// The time between the latest two checks of this kind, whatever they were told: its
+    /// rhythm, by which its silence is judged.
+    pub gap: Option<Duration>,
+}
+
+impl Told {
+    /// The first answer of a run, or the next of the same verdict.
+    pub(crate) fn next(told: Option<Told>, verdict: Verdict, now: Instant) -> Told {
+        let gap = told.map(|t| now.saturating_duration_since(t.last));
+        match told {
+            Some(t) if t.verdict == verdict => Told {
+                times: t.times.saturating_add(1),
+                last: now,
+                gap,
+                ..t
+            },
+            _ => Told {
+                verdict,
+                times: 1,
+                since: now,
+                last: now,
+                gap,
+            },
+        }
+    }
+
+    /// Still checks, by its own rhythm ([`polling`]).
+    pub fn polling(&self, now: Instant) -> bool {
+        polling(self.last, self.gap, now)
+    }
+
+    pub(crate) fn answer(&self, now: Instant) -> ToldAnswer {
+        ToldAnswer {
+            told: self.verdict,
+            times: self.times,
+            last_ms_ago: ms(now.saturating_duration_since(self.last)),
+            since_ms_ago: ms(now.saturating_duration_since(self.since)),
+        }
+    }
+}
+
+/// One server line of a load balancer (its backend and server): the raw
+/// `X-Haproxy-Server-State` of its latest HTTP check, kept inline so that recording it
+/// allocates nothing (it is read only for the drain rule and the operator), what that check
+/// was answered, and what the agent checks that name the line were told.
+///
+/// HAProxy writes the header before it reads the answer to that check: a header shows the
+/// effect of the answers to the checks before it. So it is kept with what that server line was
+/// answered, and since when in a row.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ServerLine {
+    /// When its latest header came.
+    pub at: Instant,
+    /// The time between its latest two headers: the line's own rhythm.
+    pub gap: Option<Duration>,
+    /// What the check that carried it was answered.
+    pub told: Verdict,
+    /// The first check of this server line answered `told`, in a row.
+    pub since: Instant,
+    /// That check was answered as not drained because the drain was held here.
+    pub held: Option<Held>,
+    /// What the agent checks that name this line were told.
+    pub agent: Option<Told>,
+    /// It read well when it came: only such a header is matched by its server line's name.
+    pub(crate) well_formed: bool,
+    len: usize,
+    bytes: [u8; lb_state::LIMIT],
+}
+
+impl ServerLine {
+    pub(crate) fn new(at: Instant, header: &[u8], well_formed: bool) -> Self {
+        let mut bytes = [0; lb_state::LIMIT];
+        let kept = header.len().min(lb_state::LIMIT);
+        bytes[..kept].copy_from_slice(&header[..kept]);
+        Self {
+            at,
+            gap: None,
+            told: Verdict::Starting,
+            since: at,
+            held: None,
+            agent: None,
+            well_formed,
+            // One past the limit says it was longer.
+            len: header.len().min(lb_state::LIMIT + 1),
+            bytes,
+        }
+    }
+
+    /// The server line it is about (`BACKEND/SERVER`).
+    pub fn name(&self) -> &[u8] {
+        lb_state::name_of(&self.bytes[..self.len.min(lb_state::LIMIT)])
+    }
+
+    /// The header, read.
+    pub fn read(&self) -> Result<lb_state::LbState, Malformed> {
+        if self.len > lb_state::LIMIT {
+            return Err(Malformed::TooLong);
+        }
+        lb_state::parse(&self.bytes[..self.len])
+    }
+
+    /// The line is still checked, by its own rhythm ([`polling`]).
+    pub fn polling(&self, now: Instant) -> bool {
+        polling(self.at, self.gap, now)
+    }
+
+    /// When this node's drain took effect here: its checks have been answered DRAINED since.
+    fn out_since(&self) -> Option<Instant> {
+        (self.told == Verdict::Drained).then_some(self.since)
+    }
+
+    /// The agent checks that name this line had been told `drain` at `at` (and still check):
+    /// HAProxy then keeps the server in DRAIN, out of the backend's total weight.
+    fn agent_out(&self, at: Instant, now: Instant) -> bool {
+        self.agent
+            .is_some_and(|a| a.verdict == Verdict::Drained && a.since <= at && a.polling(now))
+    }
+
+    /// What the drain rule meets at this line for `lb`, its header as read at `at`: the facts
+    /// it is decided from are this line's.
+    pub fn holds(&self, lb: &lb_state::LbState, at: Instant, now: Instant) -> Option<Held> {
+        let young = self
+            .out_since()
+            .is_none_or(|since| now.saturating_duration_since(since) < hold::YOUNG);
+        hold::holds(lb, self.agent_out(at, now), young)
+    }
+}
+
+impl std::fmt::Debug for ServerLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = &self.bytes[..self.len.min(lb_state::LIMIT)];
+        f.debug_struct("ServerLine")
+            .field("at", &self.at)
+            .field("told", &self.told)
+            .field("held", &self.held)
+            .field("header", &String::from_utf8_lossy(shown))
+            .finish()
+    }
+}
+
+/// What an agent check follows: what the HTTP checks of its server line were answered last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Followed {
+    /// The verdict of the latest HTTP check of the line (of the most careful line, when the
+    /// agent check names none this load balancer still checks).
+    pub told: Verdict,
+    /// That check was held ([`crate::health::hold`]).
+    pub held: Option<Held>,
+}
+
+/// What the drain rule needs of a proven load balancer's server line at its HTTP check.
+#[derive(Debug, Clone, Copy)]
+pub struct LineFacts {
+    pub(crate) line: Option<ServerLine>,
+}
+
+impl LineFacts {
+    /// What the rule meets at the line for `lb`, the header of the check under way: this node
+    /// has not left a line it has no record of, and no agent check said `drain` there.
+    pub fn holds(&self, lb: &lb_state::LbState, now: Instant) -> Option<Held> {
+        match &self.line {
+            Some(line) => line.holds(lb, now, now),
+            None => hold::holds(lb, false, true),
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
