@@ -167,7 +167,12 @@ fn main() {
         black_box(health.answer(black_box(&scrape), LB));
     });
     let sent = Sent::of(format!("puppet/m1 {KEY}\n").as_bytes());
-    assert!(health.agent_line(LB, &sent).0.starts_with("up ready 75% #OK - "));
+    assert!(
+        health
+            .agent_line(LB, &sent)
+            .0
+            .starts_with("up ready 75% #OK - ")
+    );
     time("OK, agent-check line", || {
         black_box(agent_check(&health, &sent));
     });
@@ -175,7 +180,12 @@ fn main() {
     senders
         .2
         .send_replace(Rejoin::Since(Instant::now() - Duration::from_secs(3)));
-    assert!(health.agent_line(LB, &sent).0.starts_with("up ready 14% #OK - "));
+    assert!(
+        health
+            .agent_line(LB, &sent)
+            .0
+            .starts_with("up ready 14% #OK - ")
+    );
     time("OK ramping, agent-check line", || {
         black_box(agent_check(&health, &sent));
     });
@@ -189,7 +199,12 @@ fn main() {
     // The drain rule's path: the check's header read, its server line looked up, the holders
     // weighed (this drain is unchecked: it takes effect).
     measure("DRAINED, text, HAProxy's state and key", &health, &haproxy);
-    assert!(health.agent_line(LB, &sent).0.starts_with("up drain #DRAINED"));
+    assert!(
+        health
+            .agent_line(LB, &sent)
+            .0
+            .starts_with("up drain #DRAINED")
+    );
     time("DRAINED, agent-check line", || {
         black_box(agent_check(&health, &sent));
     });

@@ -224,7 +224,10 @@ fn cycle_keeps_the_node_drained_and_says_why_when_the_command_fails() {
         text(&out.stderr),
         "the command `sh -c 'exit 3'` exited with 3; the node stays drained"
     );
-    let reason = record(&s).unwrap()["holders"][0]["what"].as_str().unwrap().to_owned();
+    let reason = record(&s).unwrap()["holders"][0]["what"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(
         reason,
         "pmcheck cycle: sh -c 'exit 3'; cycle stopped: the command exited with 3"
@@ -287,7 +290,10 @@ fn cycle_exits_2_and_stays_drained_when_puppet_server_does_not_come_back() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let stderr = text(&out.stderr);
     assert_contains!(stderr, "wait-healthy: gave up after 2s: Puppet Server: ");
-    let reason = record(&s).unwrap()["holders"][0]["what"].as_str().unwrap().to_owned();
+    let reason = record(&s).unwrap()["holders"][0]["what"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         reason.ends_with("; cycle stopped: wait-healthy timed out after 2s"),
         "{reason}"
@@ -309,7 +315,10 @@ fn an_interrupted_cycle_stops_its_command_and_stays_drained() {
         !std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "the command was stopped and reaped"
     );
-    let reason = record(&s).unwrap()["holders"][0]["what"].as_str().unwrap().to_owned();
+    let reason = record(&s).unwrap()["holders"][0]["what"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         reason.ends_with("; cycle stopped: interrupted during command"),
         "{reason}"

@@ -106,7 +106,7 @@ pub enum CycleError {
     Turn {
         /// Where the drain would be held.
         held: Vec<Blocker>,
-        /// How long the cycle waited.
+        /// How long the cycle waited: `--max-wait`.
         waited: Duration,
     },
     /// Drained, a load balancer has no server left for agents (another master fell out
@@ -422,7 +422,10 @@ async fn take_turn(
         if waited >= cycle.wait.max_wait {
             ticker.clear();
             warn(guard::log_refused(file, &cycle.reason, &said(&held)));
-            return Err(CycleError::Turn { held, waited });
+            return Err(CycleError::Turn {
+                held,
+                waited: cycle.wait.max_wait,
+            });
         }
         let ends = held.first().map(Blocker::ends).unwrap_or_default();
         ticker.show_line(&format!(
@@ -431,8 +434,10 @@ async fn take_turn(
             format_duration(cycle.wait.max_wait),
             said(&held)
         ));
+        // Asked again within a second, and in time for the line every 10 s.
+        let next = TURN.min(ticker.due_in()).max(Duration::from_millis(10));
         tokio::select! {
-            () = tokio::time::sleep(TURN) => {}
+            () = tokio::time::sleep(next) => {}
             _ = signals.next() => {
                 ticker.clear();
                 return Err(CycleError::Interrupted {

@@ -313,6 +313,14 @@ impl Ticker {
         Some(short)
     }
 
+    /// How long until a line that says nothing new is due again.
+    pub fn due_in(&self) -> Duration {
+        let every = if self.terminal { REDRAW } else { REPEAT };
+        self.last_at.map_or(Duration::ZERO, |t| {
+            (t + every).saturating_duration_since(Instant::now())
+        })
+    }
+
     /// Clears the line on a terminal.
     pub fn clear(&mut self) {
         if self.terminal && self.shown {

@@ -241,7 +241,7 @@ impl Node {
             Asker::Anyone => None,
             Asker::Check { peer, header } => {
                 let lb = lb_state::parse(header).ok()?;
-                let facts = self.pollers.line_facts(peer, lb_state::name_of(header));
+                let facts = (self.pollers).line_facts(peer, lb_state::name_of(header), now.at);
                 let held = hold::held(facts.holds(&lb, now.at), decision.holders(drain))?;
                 Some(Kept {
                     held: Some(held),

@@ -87,9 +87,12 @@ pub struct Poller {
 }
 
 impl Poller {
-    /// Whether `line` was sent before the load balancer's checks stopped sending one.
-    fn stopped(&self, line: &ServerLine) -> bool {
-        self.headerless.is_some_and(|h| h > line.at)
+    /// Whether `line` is no longer the load balancer's word: its checks went without a header
+    /// since (`http-check send-state` gone), and the line fell silent by its own rhythm. A check
+    /// without the header names no line: alone it stops none, so a backend that does not send
+    /// its state takes nothing from one beside it that does.
+    fn stopped(&self, line: &ServerLine, now: Instant) -> bool {
+        self.headerless.is_some_and(|h| h > line.at) && !line.polling(now)
     }
 
     /// Its agent checks fell silent while its HTTP checks go on: `agent-check` is gone from
@@ -114,15 +117,14 @@ impl Poller {
             .any(|t| t.polling(now))
     }
 
-    /// Its server lines that are its word now: read well, and sent since its checks last
-    /// went without a header.
-    fn current_lines(&self) -> impl Iterator<Item = &ServerLine> {
-        (self.lines.iter().flatten()).filter(|l| l.well_formed && !self.stopped(l))
+    /// Its server lines that are its word at `now`: read well, and not stopped.
+    fn current_lines(&self, now: Instant) -> impl Iterator<Item = &ServerLine> {
+        (self.lines.iter().flatten()).filter(move |l| l.well_formed && !self.stopped(l, now))
     }
 
-    /// Its line named `name`, when its word now.
-    fn line(&self, name: &[u8]) -> Option<&ServerLine> {
-        self.current_lines().find(|l| l.name() == name)
+    /// Its line named `name`, when its word at `now`.
+    fn line(&self, name: &[u8], now: Instant) -> Option<&ServerLine> {
+        self.current_lines(now).find(|l| l.name() == name)
     }
 }
 
@@ -292,10 +294,10 @@ impl Pollers {
 
     /// What the drain rule reads of the server line `name` of the proven load balancer at
     /// `address`, at its HTTP check.
-    pub fn line_facts(&self, address: IpAddr, name: &[u8]) -> LineFacts {
+    pub fn line_facts(&self, address: IpAddr, name: &[u8], now: Instant) -> LineFacts {
         let table = self.lock();
         LineFacts {
-            line: (table.proven(address.to_canonical())).and_then(|p| p.line(name).copied()),
+            line: (table.proven(address.to_canonical())).and_then(|p| p.line(name, now).copied()),
         }
     }
 
@@ -313,17 +315,13 @@ impl Pollers {
             told: l.told,
             held: l.held,
         };
-        if let Some(line) = name.and_then(|n| poller.line(n)).filter(checked) {
+        if let Some(line) = name.and_then(|n| poller.line(n, now)).filter(checked) {
             return Some(followed(line));
         }
-        let lines: Vec<Followed> = (poller.current_lines().filter(checked))
-            .map(followed)
-            .collect();
-        if let Some(careful) = lines.iter().find(|f| f.told != Verdict::Drained) {
-            return Some(*careful);
-        }
-        if let Some(any) = lines.first() {
-            return Some(*any);
+        let checked_now = || poller.current_lines(now).filter(checked);
+        let careful = checked_now().find(|l| l.told != Verdict::Drained);
+        if let Some(line) = careful.or_else(|| checked_now().next()) {
+            return Some(followed(line));
         }
         let http = poller.http.filter(|t| t.polling(now))?;
         Some(Followed {
@@ -418,11 +416,11 @@ impl Pollers {
                     .filter(|_| p.agent_stopped(now))
                     .map(|t| ago(t.last)),
                 states_stopped_ms_ago: (p.lines.iter().flatten())
-                    .filter(|l| p.stopped(l))
+                    .filter(|l| p.stopped(l, now))
                     .map(|l| ago(l.at))
                     .min(),
                 states: (p.lines.iter().flatten())
-                    .filter(|l| !p.stopped(l))
+                    .filter(|l| !p.stopped(l, now))
                     .map(|l| {
                         let (seen, malformed) = match l.read() {
                             Ok(state) => (Some(state), None),
@@ -732,19 +730,23 @@ mod tests {
         pollers.record(curl, at(700));
         assert_eq!(pollers.answer(at(700))[0].states.len(), STATES);
         assert_eq!(pollers.answer(at(700))[0].states_stopped_ms_ago, None);
-        // The load balancer's own check without one: its `http-check send-state` is gone, and
-        // the headers before are no longer its view.
+        // The load balancer's own check without one: another backend of it may send no state,
+        // so that alone stops no server line...
         pollers.record(poll(None), at(800));
         let answer = pollers.answer(at(900));
+        assert_eq!(answer[0].states.len(), STATES, "{answer:?}");
+        // ...but once the lines fall silent too, its `http-check send-state` is gone, and the
+        // headers before are no longer its view.
+        let answer = pollers.answer(at(6000));
         assert!(answer[0].states.is_empty(), "{answer:?}");
-        assert_eq!(answer[0].states_stopped_ms_ago, Some(597), "{answer:?}");
+        assert_eq!(answer[0].states_stopped_ms_ago, Some(5697), "{answer:?}");
         // Sent again: that server line is its view again.
-        pollers.record(poll(Some(m1_later)), at(1000));
-        let answer = pollers.answer(at(1000));
+        pollers.record(poll(Some(m1_later)), at(6100));
+        let answer = pollers.answer(at(6100));
         assert_eq!(answer[0].states.len(), 1, "{answer:?}");
         assert_eq!(
             answer[0].states_stopped_ms_ago,
-            Some(697),
+            Some(5797),
             "the other lines stay stopped"
         );
     }

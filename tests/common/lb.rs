@@ -1,8 +1,9 @@
 //! HAProxy as a stand-in: polls a daemon from another loopback address at a fixed rhythm, with
 //! HTTP checks (optionally carrying an `X-Haproxy-Server-State` the test sets) and agent
 //! checks, both proving themselves with the load balancers' key as the packaged HAProxy
-//! configuration does (`http-check send hdr X-Pmcheck-Key`, `agent-send`), and keeps what
-//! each was answered.
+//! configuration does (`http-check send hdr X-Pmcheck-Key`, `agent-send` with the server
+//! line), and keeps what each was answered. One stand-in is one server line: two from one
+//! address are one load balancer that checks the node in two backends.
 //!
 //! Every daemon the kit starts takes that key ([`lb_key_file`]).
 
@@ -30,6 +31,9 @@ pub struct Polling {
     pub first_after: Duration,
     /// The key its checks send; `None` for a poller that proves nothing.
     pub key: Option<&'static str>,
+    /// The server line its agent checks name (`agent-send "BACKEND/SERVER KEY\n"`, as the
+    /// shipped backend sends it); `None` for an `agent-send` of the key alone.
+    pub line: Option<&'static str>,
 }
 
 impl Polling {
@@ -42,6 +46,7 @@ impl Polling {
             every: Duration::from_millis(50),
             first_after: Duration::ZERO,
             key: Some(LB_KEY),
+            line: None,
         }
     }
 }
@@ -102,8 +107,9 @@ impl LoadBalancer {
                 if let Some(agent) = how.agent.filter(|_| !no_agent.load(Ordering::SeqCst))
                     && let Ok(mut s) = connect_from(how.from, agent, Duration::from_secs(5))
                 {
-                    if let Some(key) = how.key {
-                        let _ = s.write_all(format!("{key}\n").as_bytes());
+                    let send: Vec<&str> = [how.line, how.key].into_iter().flatten().collect();
+                    if !send.is_empty() {
+                        let _ = s.write_all(format!("{}\n", send.join(" ")).as_bytes());
                     }
                     let mut line = String::new();
                     let _ = s.read_to_string(&mut line);
