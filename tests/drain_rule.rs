@@ -435,3 +435,208 @@ fn a_cycle_waiting_its_turn_says_so_every_ten_seconds() {
         "a cycle that never had its turn wrote nothing"
     );
 }
+
+/// The rule once, as a table, in the daemon's own decision (in process, every combination):
+/// each kind of holder, checked or not, forced or not, and a hand-written record and a plain
+/// file; a header that says this node is its backend's last server, that the backend is empty
+/// (this node out for a moment, or for long), or that another server takes agents; a proven
+/// load balancer and an unproven one; two backends with this node last in one only; a server
+/// line whose header is older than the silence limit. What the HTTP check and the agent check
+/// naming each line are answered.
+#[test]
+fn the_rule_for_every_holder_header_age_proof_and_backend() {
+    use pmcheck::drain::holders::{Holder, Kind, Process};
+    use pmcheck::drain::record::{Drain, DrainRecord, DrainState};
+    use pmcheck::health::decision::Rules;
+    use pmcheck::health::verdict::Verdict;
+    use pmcheck::health::weight::Rejoin;
+    use pmcheck::puppet::report::{ProbeOutcome, ProbeReport};
+    use pmcheck::responder::agent::Sent;
+    use pmcheck::responder::node::{Feeds, Node};
+    use pmcheck::responder::pollers::{Poll, Via};
+    use pmcheck::settings::lb_proof::{LbProof, Proof};
+    use std::net::IpAddr;
+    use std::sync::Arc;
+    use tokio::sync::watch;
+
+    const KEY: &str = common::lb::LB_KEY;
+    let lb: IpAddr = "10.0.0.5".parse().unwrap();
+    let proof = LbProof::load(Some(&common::lb::lb_key_file()), Vec::new()).unwrap();
+    let holder = |kind: Kind, checked: bool, forced: bool| {
+        let mut h = Holder::drain("r".into(), None, std::time::SystemTime::now());
+        h.kind = kind;
+        h.checked = checked;
+        h.forced = forced.then(|| "--force".into());
+        if kind == Kind::Cycle {
+            h.process = Process::this();
+        }
+        h
+    };
+    let record = |holders: Vec<Holder>| {
+        let record = DrainRecord::held_by(holders).unwrap();
+        Drain::parse(&serde_json::to_vec(&record).unwrap())
+    };
+    // (the drain, whether every holder may be held)
+    let mut drains: Vec<(String, Drain, bool)> = Vec::new();
+    for kind in [Kind::Drain, Kind::Cycle, Kind::StoppedCycle, Kind::Stop] {
+        for (checked, forced) in [(true, false), (false, false), (true, true)] {
+            let may = checked && !forced && matches!(kind, Kind::Drain | Kind::Cycle);
+            let name = format!("{kind:?} checked={checked} forced={forced}");
+            drains.push((name, record(vec![holder(kind, checked, forced)]), may));
+        }
+    }
+    let both = record(vec![
+        holder(Kind::Drain, true, false),
+        holder(Kind::Cycle, true, false),
+    ]);
+    drains.push(("drain and cycle, both checked".into(), both, true));
+    let mixed = record(vec![
+        holder(Kind::Drain, true, false),
+        holder(Kind::Drain, false, false),
+    ]);
+    drains.push((
+        "a checked drain beside an unchecked one".into(),
+        mixed,
+        false,
+    ));
+    let hand = br#"{"reason":"r","by":"bob","since":"2026-11-27T08:00:00Z"}"#;
+    drains.push(("hand-written".into(), Drain::parse(hand), false));
+    drains.push((
+        "plain text".into(),
+        Drain::parse(b"upgrading, back at noon\n"),
+        false,
+    ));
+
+    let header = |backend: &str, word: &str, total: u32| {
+        format!("{word}; name={backend}/m1; node=lb1; weight=100/{total}; scur=0/0; qcur=0")
+    };
+    for (name, drain, may) in drains {
+        let report = ProbeReport::new(ProbeOutcome::Healthy(None), Duration::from_millis(3), None);
+        let (_p, latest) = watch::channel(Some(Arc::new(report)));
+        let (_d, drains_rx) = watch::channel(Arc::new(DrainState::Drained(drain)));
+        let (_r, rejoin) = watch::channel(Rejoin::Steady);
+        let node = Node::new(
+            Feeds {
+                drain: drains_rx,
+                latest,
+                rejoin,
+            },
+            Rules::ONCE,
+            proof.clone(),
+            &pmcheck::drain::file::DrainFile::new(std::path::Path::new("/nonexistent")),
+            None,
+            false,
+        );
+        let now = Instant::now();
+        // bk-old: this node has been out there for 70 s (a DRAINED run), its header then
+        // saying the backend is empty; bk-stale: a line last heard 10 s ago, saying last.
+        for s in (2..=70).rev() {
+            let empty = header("bk-old", "NOLB", 0);
+            node.pollers.record(
+                Poll {
+                    address: lb,
+                    via: Via::Http,
+                    verdict: Verdict::Drained,
+                    state: Some(empty.as_bytes()),
+                    held: None,
+                    line: None,
+                    client: None,
+                    proof: Proof::Key,
+                },
+                now - Duration::from_secs(s),
+            );
+        }
+        let stale = header("bk-stale", "UP", 100);
+        for s in [12, 11, 10] {
+            node.pollers.record(
+                Poll {
+                    address: lb,
+                    via: Via::Http,
+                    verdict: Verdict::Ok,
+                    state: Some(stale.as_bytes()),
+                    held: None,
+                    line: None,
+                    client: None,
+                    proof: Proof::Key,
+                },
+                now - Duration::from_secs(s),
+            );
+        }
+        let check = |backend: &str, word: &str, total: u32, key: Option<&str>| {
+            let mut request = hyper::Request::options("/")
+                .header("x-haproxy-server-state", header(backend, word, total));
+            if let Some(key) = key {
+                request = request.header("x-pmcheck-key", key);
+            }
+            let request = request.body(()).unwrap();
+            node.answer(&request, lb).status().as_u16()
+        };
+        let agent = |line: &str| {
+            let sent = Sent::of(format!("{line} {KEY}\n").as_bytes());
+            node.agent_line(lb, &sent).0
+        };
+        let held = |status: u16| status == 200;
+        // (what, HTTP answered 200, should it be held)
+        let table = [
+            (
+                "last server, proven",
+                held(check("bk", "UP", 100, Some(KEY))),
+                may,
+            ),
+            (
+                "empty just now, proven",
+                held(check("bk-new", "NOLB", 0, Some(KEY))),
+                may,
+            ),
+            (
+                "empty for 70 s, proven",
+                held(check("bk-old", "NOLB", 0, Some(KEY))),
+                false,
+            ),
+            (
+                "another server, proven",
+                held(check("bk2", "UP", 200, Some(KEY))),
+                false,
+            ),
+            (
+                "last server, no key",
+                held(check("bk3", "UP", 100, None)),
+                false,
+            ),
+            (
+                "last server, wrong key",
+                held(check("bk4", "UP", 100, Some(&"f".repeat(48)))),
+                false,
+            ),
+        ];
+        for (what, got, want) in table {
+            assert_eq!(got, want, "{name}: {what}");
+        }
+        // The agent checks, each naming its line: bk held where its HTTP check was, bk2 out,
+        // the stale line's 10-s-old word followed by nothing.
+        let say = |line: &str| agent(line).starts_with("up ready");
+        assert_eq!(say("bk/m1"), may, "{name}: agent of bk");
+        assert!(
+            !say("bk2/m1"),
+            "{name}: agent of bk2, out: {}",
+            agent("bk2/m1")
+        );
+        assert!(!say("bk-old/m1"), "{name}: agent of bk-old");
+        assert_eq!(
+            say("nope/m1"),
+            may,
+            "{name}: an unknown line takes the most careful"
+        );
+        let stale_line = agent("bk-stale/m1");
+        assert_eq!(
+            stale_line.starts_with("up ready"),
+            may,
+            "{name}: the careful line for a stale one: {stale_line}"
+        );
+        let unproven = node.agent_line(lb, &Sent::of(b"bk/m1\n")).0;
+        assert!(
+            unproven.starts_with("up drain"),
+            "{name}: an agent check without the key: {unproven}"
+        );
+    }
+}

@@ -195,6 +195,60 @@ fn the_guard_lets_go_of_the_hold_at_once_and_drains_when_systemd_stops_it() {
     assert!(record(&s).is_none(), "{:?}", record(&s));
 }
 
+/// Defect 5 of the audit: the guard is started (READY) even when it cannot let go of the last
+/// stop's hold (the state directory's lock cannot be taken: here a directory stands where the
+/// lock belongs, as a read-only or locked directory would refuse it), says why once, tries
+/// again, lets go once it can, and still drains at the stop. At c8a278e it exited 73 before
+/// READY, and systemd's restarts could leave the helper failed.
+#[test]
+fn the_guard_starts_when_it_cannot_write_and_lets_go_once_it_can() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    assert!(
+        s.pmcheck("on-stop", &["--url", &format!("http://{closed}/")])
+            .status
+            .success()
+    );
+    let lock = s.state.path().join("lock");
+    let _ = std::fs::remove_file(&lock);
+    std::fs::create_dir(&lock).unwrap();
+    let lb = load_balancer(&d, UP);
+    let url = url(&d);
+    let etc = tempfile::tempdir().unwrap();
+    let notify = Notify::bind(etc.path());
+    let args = [
+        "--url",
+        &url,
+        "--lb-interval",
+        "100ms",
+        "--env-file",
+        "none",
+    ];
+    let mut guard = Running::start_with_env(&s, "stop-guard", &args, &notify.env());
+    notify.ready();
+    guard.stderr_until("cannot let go of the last stop's hold yet: ");
+    assert!(guard.0.try_wait().unwrap().is_none(), "the guard exited");
+    assert_eq!(holders(&s), ["stop"]);
+    // Writable again: within the next try (10 s) the hold goes.
+    std::fs::remove_dir(&lock).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while record(&s).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the hold was not let go: {:?}",
+            record(&s)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    guard.signal(nix::sys::signal::Signal::SIGTERM);
+    let stdout = held_up_until_nolb(&s, &d, &lb, guard);
+    assert_contains!(stdout, "drained for this stop of puppetserver.service");
+}
+
 /// A stop under way (`on-stop`, or the guard once signalled): the node is DRAINED by the stop's
 /// hold; while HAProxy still says UP the stop is held up, the JVM not yet told to stop; once it
 /// says NOLB the stop ends with 0. Returns its stdout.

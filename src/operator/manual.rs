@@ -57,7 +57,7 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
             .text([roman(format!("--{option}"))]);
     }
     roff.control("SH", ["FILES"])
-        .text([bold("/var/lib/pmcheck/drain"), roman(": the drain record (JSON: reason, by, since, until). Only a regular file of at most 8 KiB counts; anything else there (a symlink, FIFO, device, directory) makes the daemon answer 503 UNKNOWN until it is removed.")])
+        .text([bold("/var/lib/pmcheck/drain"), roman(": the drain record (JSON: its holders, each with kind, by, since, until, what, checked, forced; one written by hand: reason, by, since, until). Only a regular file of at most 8 KiB counts; anything else there (a symlink, FIFO, device, directory) makes the daemon answer 503 UNKNOWN until it is removed.")])
         .control("PP", [])
         .text([bold("/etc/default/pmcheck"), roman(" ("), bold("/etc/sysconfig/pmcheck"), roman(" on RPM systems): the daemon's settings, read by pmcheck.service (EnvironmentFile=); not read by commands run in a shell.")])
         .control("PP", [])

@@ -46,11 +46,13 @@ def test_agent_lines_read_with_agent_send(pmcheck, haproxy, shipped_haproxy, tes
     cfg, backend, servers = st.render_haproxy(
         shipped_haproxy, st.free_port(), serve.port, timing=TIMING, agent_port=agent_port
     )
-    # The shipped lines send the load balancers' key; the other cases send their own string.
+    # The shipped lines send their server line and the load balancers' key; the other cases
+    # send their own string.
+    shipped = r'agent-send\s+"[^"]*"'
     if send is None:
-        cfg, n = re.subn(r"\s+agent-send\s+\S+", "", cfg)
+        cfg, n = re.subn(r"\s+" + shipped, "", cfg)
     else:
-        cfg, n = re.subn(r"(?<=\s)agent-send\s+\S+", lambda _: f'agent-send "{send}"', cfg)
+        cfg, n = re.subn(r"(?<=\s)" + shipped, lambda _: f'agent-send "{send}"', cfg)
     assert n >= 1, cfg
     h = haproxy("lb", cfg, f"packaging/haproxy/pmcheck.cfg, agent-send {send!r}")
     srv = servers[0]
@@ -66,7 +68,7 @@ def test_agent_lines_read_with_agent_send(pmcheck, haproxy, shipped_haproxy, tes
             samples.append((s["agent_status"], s.get("last_agt", "")))
         time.sleep(0.1)
     missed = [x for x in samples if not (x[0] == "L7OK" and "(OK - " in x[1])]
-    told = serve.get(headers={"Accept": "application/json"}).json()
+    told = serve.get("/status").json()
     agent_checks = sum((p.get("agent") or {}).get("times", 0) for p in told.get("pollers") or [])
     record(
         f"HAProxy agent checks with agent-send {'(none)' if send is None else len(send)}",

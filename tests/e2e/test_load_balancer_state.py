@@ -22,7 +22,7 @@ pytestmark = pytest.mark.ci_on("debian13")
 INTER = 2.0  # the shipped `inter 2s`
 # `show servers state` srv_op_state -> the word of X-Haproxy-Server-State
 OP_WORD = {"0": "DOWN", "1": "UP", "2": "UP", "3": "NOLB"}
-OWN = {"User-Agent": "pmcheck/e2e", "Accept": "application/json"}
+OWN = {"User-Agent": "pmcheck/e2e"}
 
 
 class Watch(st.Sampler):
@@ -66,7 +66,7 @@ def out_and_empty(s: dict[str, str], total: int) -> bool:
 
 def states_of(d: st.PmcheckServe, server: str) -> list[dict]:
     """What ``d`` recorded of HAProxy's view of ``server`` (from 127.0.0.1, HAProxy's checks)."""
-    answer = d.get(headers=OWN).json()
+    answer = d.get("/status", headers=OWN).json()
     found = []
     for p in answer.get("pollers", []):
         for s in p.get("states", []):

@@ -156,7 +156,7 @@ def test_haproxy_check_follows_drain_and_undrain(pmcheck, haproxy, shipped_hapro
     )
     assert re.search(
         r"(?m)^\s*server\s+\S+\s+\S+\s+check port 9200 inter 2s rise 3 fall 3"
-        rf" agent-check agent-port 9201 agent-inter 2s agent-send {st.LB_KEY_PLACEHOLDER} weight 100\s*$",
+        rf' agent-check agent-port 9201 agent-inter 2s agent-send "puppetserver_compilers/\S+ {st.LB_KEY_PLACEHOLDER}\\n" weight 100\s*$',
         shipped_haproxy,
     )
     # the http-check lines: drains (404) as NOLB, pmcheck's default 503 still fails the check;

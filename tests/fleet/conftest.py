@@ -163,7 +163,8 @@ class Fleet:
         lines = re.findall(r"(?m)^\s*server\s+compile02\s.*$", text)
         if len(lines) != 1:
             raise st.StackError("the shipped HAProxy file has no single `server compile02` line")
-        text = text.replace(lines[0], lines[0] + "\n" + lines[0].replace("compile02", "compile03", 1), 1)
+        # compile03 names itself in its agent-send too.
+        text = text.replace(lines[0], lines[0] + "\n" + lines[0].replace("compile02", "compile03"), 1)
         self.port = st.free_port()
         body, self.backend, names = st.render_haproxy(
             text, self.port, 9200,

@@ -619,7 +619,7 @@ def lb_views(answer: dict, proven_within_ms: int | None = None) -> list[dict]:
 def others_take_agents(serve: PmcheckServe) -> bool:
     """The load balancer's latest word to ``serve`` counts another server in the backend: a
     cycle's last-server guard lets it drain (a master whose pool is refilling is briefly out)."""
-    seen = lb_views(serve.get(headers={"User-Agent": USER_AGENT, "Accept": "application/json"}).json())
+    seen = lb_views(serve.get("/status", headers={"User-Agent": USER_AGENT}).json())
     return bool(seen) and all(s["total_weight"] > s["weight"] for s in seen)
 
 

@@ -107,7 +107,6 @@ define pmcheck::haproxy (
   }
 
   $key_header = $lb_key.then |$key| { ["send hdr X-Pmcheck-Key ${key.unwrap}"] }.lest || { [] }
-  $agent_send = $lb_key.then |$key| { " agent-send ${key.unwrap}" }.lest || { '' }
 
   # Resource titles come from this define's title, so that two of them may write sections of
   # the same names into two instances.
@@ -129,18 +128,22 @@ define pmcheck::haproxy (
     ],
   }
 
-  $agent = $agent_port ? {
-    undef   => '',
-    default => " agent-check agent-port ${agent_port} agent-inter ${agent_inter}${agent_send}",
-  }
-  # One String: haproxy::balancermember sorts the words of an Array.
-  $server_options = "check port ${check_port} inter ${inter} rise ${rise} fall ${fall}${agent}"
-
   $servers = $compile_masters ? {
     Hash    => $compile_masters,
     default => Hash($compile_masters.map |$host| { [$host, $host] }),
   }
   $servers.each |$server, $address| {
+    # The agent check names its server line (BACKEND/SERVER) and sends the key: a drain is held
+    # or takes effect per server line.
+    $agent_send = $lb_key.then |$key| {
+      " agent-send \"${backend_name}/${server} ${key.unwrap}\\n\""
+    }.lest || { " agent-send \"${backend_name}/${server}\\n\"" }
+    $agent = $agent_port ? {
+      undef   => '',
+      default => " agent-check agent-port ${agent_port} agent-inter ${agent_inter}${agent_send}",
+    }
+    # One String: haproxy::balancermember sorts the words of an Array.
+    $server_options = "check port ${check_port} inter ${inter} rise ${rise} fall ${fall}${agent}"
     haproxy::balancermember { "${title} ${server}":
       listening_service => $backend_name,
       server_names      => $server,
