@@ -133,15 +133,7 @@ fn the_guard_lets_go_of_the_hold_at_once_and_drains_when_systemd_stops_it() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
     // A stop that found no daemon left its hold, as one that Puppet Server's start follows.
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    assert!(
-        s.pmcheck("on-stop", &["--url", &format!("http://{closed}/")])
-            .status
-            .success()
-    );
+    a_stop_without_a_daemon(&s);
     assert_eq!(holders(&s), ["stop"]);
     let lb = load_balancer(&d, UP);
     let url = url(&d);
@@ -204,15 +196,7 @@ fn the_guard_lets_go_of_the_hold_at_once_and_drains_when_systemd_stops_it() {
 fn the_guard_starts_when_it_cannot_write_and_lets_go_once_it_can() {
     let s = Setup::new(Behavior::Running);
     let d = daemon(&s);
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    assert!(
-        s.pmcheck("on-stop", &["--url", &format!("http://{closed}/")])
-            .status
-            .success()
-    );
+    a_stop_without_a_daemon(&s);
     let lock = s.state.path().join("lock");
     let _ = std::fs::remove_file(&lock);
     std::fs::create_dir(&lock).unwrap();
@@ -265,6 +249,12 @@ fn held_up_until_nolb(s: &Setup, d: &Daemon, lb: &LoadBalancer, mut stop: Runnin
     let stdout = stdout_of(&out);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     stdout
+}
+
+/// `on-stop` while no daemon answers: it leaves the stop's hold behind.
+fn a_stop_without_a_daemon(s: &Setup) {
+    let out = s.pmcheck("on-stop", &["--url", &format!("http://{}/", closed_port())]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
 }
 
 /// A stand-in for systemd's `NOTIFY_SOCKET`.
