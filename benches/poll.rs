@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use hyper::Request;
 use pmcheck::drain::file::DrainFile;
+use pmcheck::drain::holders::Holder;
 use pmcheck::drain::record::{DrainRecord, DrainState};
 use pmcheck::health::answer::Answer;
 use pmcheck::health::decision::Rules;
@@ -208,4 +209,13 @@ fn main() {
     time("DRAINED, agent-check line", || {
         black_box(agent_check(&health, &sent));
     });
+    // What `pmcheck drain` writes: checked by the guard, so each check's header is read to
+    // see whether this line holds it (it does not: the other servers take agents).
+    let mut checked = Holder::drain("upgrade".into(), None, now);
+    checked.checked = true;
+    let record = DrainRecord::held_by(vec![checked]).expect("one holder");
+    file.write(&record).expect("drain");
+    senders.1.send_replace(Arc::new(file.state(now)));
+    assert_eq!(verdict_of(&health), Verdict::Drained);
+    measure("DRAINED (checked), text, state and key", &health, &haproxy);
 }

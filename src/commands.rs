@@ -70,6 +70,7 @@ impl Error {
                     Exit::CantCreate
                 }
                 ChangeError::Wait(e) => wait_exit(e),
+                ChangeError::Guard(GuardError::LetGo(_)) => Exit::Warning,
                 ChangeError::Guard(_) | ChangeError::Held(_) => Exit::Refused,
             },
             Error::Status(e) => status_exit(e),

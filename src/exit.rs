@@ -89,8 +89,9 @@ impl Exit {
             }
             Exit::Warning => {
                 "check: WARNING, drained while Puppet Server is healthy, or its JRuby pool paused; \
-                 status: the daemon does not answer 200; cycle: the command failed (the node \
-                 stays drained)"
+                 status: the daemon does not answer 200; drain: let go of (`undrain --force`) \
+                 before the load balancers' checks came; cycle: the command failed (the node \
+                 stays drained), or its hold was let go of"
             }
             Exit::Critical => {
                 "check: CRITICAL, Puppet Server is down or not ready; cycle: Puppet Server did \

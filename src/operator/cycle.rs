@@ -416,6 +416,13 @@ async fn take_turn(
                 return Ok((taken.mine.clone(), drained(&taken, file)));
             }
             Err(GuardError::Drain(e)) => return Err(e.into()),
+            Err(GuardError::LetGo(found)) => {
+                ticker.clear();
+                return Err(CycleError::Released {
+                    step: Step::Drain,
+                    found,
+                });
+            }
             Err(GuardError::Refused(held) | GuardError::BackedOff(held)) => held,
         };
         let waited = since.elapsed();
@@ -555,16 +562,8 @@ async fn wait_step(
 /// Resolves when the drain record no longer holds this cycle, with what it holds instead.
 async fn released(file: &DrainFile) -> String {
     loop {
-        match file.current() {
-            None => return format!("no drain record at {}", file.path().display()),
-            Some(d) => match d.record.as_ref().map(DrainRecord::holders) {
-                Some(held) if held.iter().any(Holder::is_me) => {}
-                Some(held) => {
-                    let held: Vec<String> = held.iter().map(Holder::describe).collect();
-                    return format!("a drain record held by {}", held.join(", "));
-                }
-                None => return d.describe(),
-            },
+        if let Some(found) = guard::let_go_of(file, Holder::is_me) {
+            return found;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }

@@ -22,7 +22,7 @@ use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::Holder;
 use crate::drain::holding::Held as Holding;
 use crate::drain::log::{Action, Event, LogError};
-use crate::drain::record::DrainRecord;
+use crate::drain::record::{DrainRecord, DrainState};
 use crate::health::hold;
 use crate::operator::daemon::Daemon;
 use crate::operator::goal::Wait;
@@ -77,6 +77,10 @@ pub enum GuardError {
     /// out first, or at once. It was undone.
     #[error("refused: drain held: {}. This drain was undone, so that the backend keeps a server taking agents: drain again once another master is back, or pass --force (the drain record notes it)", said(.0))]
     BackedOff(Vec<Blocker>),
+    /// The record no longer held this drain before the load balancers' checks came: someone
+    /// let go of it meanwhile. What the record holds instead.
+    #[error("the drain record no longer holds this drain (`pmcheck undrain --force`?); found {0}")]
+    LetGo(String),
     /// The drain record cannot be written.
     #[error(transparent)]
     Drain(#[from] DrainError),
@@ -97,22 +101,7 @@ pub async fn take(
     action: Action,
 ) -> Result<Taken, GuardError> {
     let mut warnings = Vec::new();
-    let view = match daemon.ask().await {
-        Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
-            Some(other) => Err(other.to_string()),
-            None => Ok(view),
-        },
-        Err(e) => Err(e.to_string()),
-    };
-    let view = match view {
-        Ok(view) => Some(view),
-        Err(why) => {
-            warnings.push(format!(
-                "{why}; cannot check whether a load balancer says this node is the last server taking agents: the record is written unchecked, so no load balancer holds it, and a daemon watching it answers accordingly from its start"
-            ));
-            None
-        }
-    };
+    let view = view_of(daemon, file, &mut warnings).await;
     let started = view.as_ref().and_then(View::started);
     if let Some(view) = &view {
         mine.checked = true;
@@ -151,7 +140,11 @@ pub async fn take(
         Some(_) => {
             let live: Vec<Holder> = hold::live(&others, started).cloned().collect();
             let holdable = live.iter().chain([&mine]).all(hold::holdable);
-            let view = watch(daemon, how, written, holdable).await;
+            let gone = || let_go_of(file, |h| h == &mine);
+            let view = watch(daemon, how, written, holdable, || gone().is_some()).await;
+            if let Some(found) = gone() {
+                return Err(GuardError::LetGo(found));
+            }
             match view {
                 Some(view) if holdable && !view.held().is_empty() => {
                     let held = view.held();
@@ -185,6 +178,21 @@ pub async fn take(
     })
 }
 
+/// What the daemon watching `file` answers; `None`, and why in `warnings`, when none does.
+async fn view_of(daemon: &Daemon, file: &DrainFile, warnings: &mut Vec<String>) -> Option<View> {
+    let why = match daemon.ask().await {
+        Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
+            Some(other) => other.to_string(),
+            None => return Some(view),
+        },
+        Err(e) => e.to_string(),
+    };
+    warnings.push(format!(
+        "{why}; cannot check whether a load balancer says this node is the last server taking agents: the record is written unchecked, so no load balancer holds it, and a daemon watching it answers accordingly from its start"
+    ));
+    None
+}
+
 /// The holders that hold the node ([`hold::live`], Puppet Server `started` when known)
 /// beside a new one that replaces those `replaces` names.
 fn beside(
@@ -206,11 +214,18 @@ fn beside(
 
 /// Asks the daemon until it answers DRAINED and, where the drain can be held (`holdable`),
 /// every line a proven load balancer checks was checked since `written`, for at most
-/// `--polls` + 1 check intervals; that answer, or the last DRAINED one.
-async fn watch(daemon: &Daemon, how: &Wait, written: Instant, holdable: bool) -> Option<View> {
+/// `--polls` + 1 check intervals, or until the drain is let go of (`gone`); that answer, or
+/// the last DRAINED one.
+async fn watch(
+    daemon: &Daemon,
+    how: &Wait,
+    written: Instant,
+    holdable: bool,
+    gone: impl Fn() -> bool,
+) -> Option<View> {
     let deadline = written + how.lb_interval * (how.polls + 1);
     let mut last = None;
-    loop {
+    while !gone() {
         if let Ok(view) = daemon.ask().await
             && view.drained()
         {
@@ -224,6 +239,27 @@ async fn watch(daemon: &Daemon, how: &Wait, written: Instant, holdable: bool) ->
             return last;
         }
         tokio::time::sleep(EVERY).await;
+    }
+    last
+}
+
+/// Once the record no longer holds the holder `mine` picks (someone let go of it): what it
+/// holds instead. `None` while it does, and while it cannot be read.
+pub fn let_go_of(file: &DrainFile, mine: impl Fn(&Holder) -> bool) -> Option<String> {
+    let d = match file.state(SystemTime::now()) {
+        DrainState::NotDrained => {
+            return Some(format!("no drain record at {}", file.path().display()));
+        }
+        DrainState::Unknown(_) => return None,
+        DrainState::Drained(d) | DrainState::Expired(d) => d,
+    };
+    match d.record.as_ref().map(DrainRecord::holders) {
+        Some(held) if held.iter().any(mine) => None,
+        Some(held) => {
+            let held: Vec<String> = held.iter().map(Holder::describe).collect();
+            Some(format!("a drain record held by {}", held.join(", ")))
+        }
+        None => Some(d.describe()),
     }
 }
 

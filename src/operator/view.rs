@@ -156,7 +156,7 @@ impl View {
     pub fn would_hold(&self, holders: &[Holder]) -> Vec<Blocker> {
         self.lines()
             .filter_map(|l| {
-                let held = hold::held(l.state.holds, holders.iter())?;
+                let held = hold::held(holders.iter(), || l.state.holds)?;
                 Some(Blocker {
                     who: l.who(),
                     lb: l.lb.clone(),

@@ -96,6 +96,9 @@ pub fn line(decision: &Decision<'_>) -> String {
 pub struct Sent {
     len: usize,
     bytes: [u8; SENT_KEPT],
+    /// Where its key and server line are, found once when it is complete.
+    key: Option<(usize, usize)>,
+    line: Option<(usize, usize)>,
 }
 
 /// What is kept of what the client sends: a server line's name (two HAProxy names of at most
@@ -114,6 +117,8 @@ impl Sent {
     pub const NONE: Sent = Sent {
         len: 0,
         bytes: [0; SENT_KEPT],
+        key: None,
+        line: None,
     };
 
     /// What a client sent, as [`read_sent`] keeps it.
@@ -122,6 +127,7 @@ impl Sent {
         let kept = bytes.len().min(SENT_KEPT);
         sent.bytes[..kept].copy_from_slice(&bytes[..kept]);
         sent.len = kept;
+        sent.find_parts();
         sent
     }
 
@@ -134,15 +140,27 @@ impl Sent {
     /// The key, and the server line named (`BACKEND/SERVER`), in either order: a word made of
     /// HAProxy's name characters around one `/` is the server line, the other word the key.
     pub fn parts(&self) -> (Option<&[u8]>, Option<&[u8]>) {
-        let mut words = self
-            .line()
-            .split(|b| b.is_ascii_whitespace())
-            .filter(|w| !w.is_empty());
-        let (first, second) = (words.next(), words.next());
-        match first {
-            Some(name) if is_line(name) => (second, Some(name)),
-            key => (key, second.filter(|w| is_line(w))),
-        }
+        let at = |range: Option<(usize, usize)>| range.map(|(from, to)| &self.bytes[from..to]);
+        (at(self.key), at(self.line))
+    }
+
+    /// Finds [`Sent::parts`] once, so that the agent check and its note read them for free.
+    fn find_parts(&mut self) {
+        let line = self.line();
+        // The next word's span: from its first byte that is no space to the next space.
+        let mut at = 0;
+        let mut word = || {
+            let from = at + line[at..].iter().position(|b| !b.is_ascii_whitespace())?;
+            let len = line[from..].iter().position(u8::is_ascii_whitespace);
+            at = from + len.unwrap_or(line.len() - from);
+            Some((from, at))
+        };
+        let (first, second) = (word(), word());
+        let named = |span: &(usize, usize)| is_line(&line[span.0..span.1]);
+        (self.key, self.line) = match first {
+            Some(name) if named(&name) => (second, Some(name)),
+            key => (key, second.filter(named)),
+        };
     }
 }
 
@@ -175,6 +193,7 @@ pub async fn read_sent(stream: &mut TcpStream) -> Sent {
             _ => break,
         }
     }
+    sent.find_parts();
     sent
 }
 
@@ -250,6 +269,39 @@ mod tests {
     fn refused() -> ProbeReport {
         let addr = "127.0.0.1:8140".parse().unwrap();
         report(ProbeOutcome::Unhealthy(ProbeError::Refused { addr }), None)
+    }
+
+    /// HAProxy's `agent-send` names the server line and the key, in either order; only the
+    /// first line counts, and a word that is no `BACKEND/SERVER` is never taken for one.
+    #[test]
+    fn what_was_sent_splits_into_key_and_server_line() {
+        let text = |b: Option<&[u8]>| b.map(|b| String::from_utf8_lossy(b).into_owned());
+        for (sent, key, line) in [
+            ("bk/m1 KEY\n", Some("KEY"), Some("bk/m1")),
+            ("KEY bk/m1\n", Some("KEY"), Some("bk/m1")),
+            (
+                "  be_1/m-2.x:y \t KEY \r\n",
+                Some("KEY"),
+                Some("be_1/m-2.x:y"),
+            ),
+            ("KEY\n", Some("KEY"), None),
+            ("bk/m1", None, Some("bk/m1")),
+            ("", None, None),
+            ("\n", None, None),
+            ("a/b/c KEY\n", Some("a/b/c"), None),
+            ("KEY1 KEY2\n", Some("KEY1"), None),
+            ("KEY\nbk/m1\n", Some("KEY"), None),
+            ("bk/ KEY\n", Some("bk/"), None),
+        ] {
+            let kept = Sent::of(sent.as_bytes());
+            let (k, l) = kept.parts();
+            assert_eq!(
+                (text(k), text(l)),
+                (key.map(str::to_owned), line.map(str::to_owned)),
+                "{sent:?}"
+            );
+        }
+        assert_eq!(Sent::NONE.parts(), (None, None));
     }
 
     #[test]

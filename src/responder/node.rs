@@ -240,9 +240,13 @@ impl Node {
         match asker {
             Asker::Anyone => None,
             Asker::Check { peer, header } => {
-                let lb = lb_state::parse(header).ok()?;
-                let facts = (self.pollers).line_facts(peer, lb_state::name_of(header), now.at);
-                let held = hold::held(facts.holds(&lb, now.at), decision.holders(drain))?;
+                let mut lb = None;
+                let held = hold::held(decision.holders(drain), || {
+                    let lb = lb.insert(lb_state::parse(header).ok()?);
+                    let facts = (self.pollers).line_facts(peer, lb_state::name_of(header), now.at);
+                    facts.holds(lb, now.at)
+                })?;
+                let lb = lb?;
                 Some(Kept {
                     held: Some(held),
                     why: held.describe(&lb),

@@ -223,19 +223,22 @@ impl Poller {
         let lines = &mut self.lines;
         let same = lines
             .iter()
-            .position(|l| l.is_some_and(|l| l.well_formed && l.name() == name))
+            .position(|l| {
+                l.as_ref()
+                    .is_some_and(|l| l.well_formed && l.name() == name)
+            })
             .filter(|_| well_formed);
         let free = || lines.iter().position(Option::is_none);
         let slot = if well_formed {
             same.or_else(free)
-                .or_else(|| (0..STATES).min_by_key(|&i| lines[i].map(|l| l.at)))
+                .or_else(|| (0..STATES).min_by_key(|&i| lines[i].as_ref().map(|l| l.at)))
         } else {
             (lines.iter())
-                .position(|l| l.is_some_and(|l| !l.well_formed))
+                .position(|l| l.as_ref().is_some_and(|l| !l.well_formed))
                 .or_else(free)
         };
         let Some(slot) = slot else { return };
-        let before = same.and_then(|i| lines[i]);
+        let before = same.and_then(|i| lines[i].as_ref());
         let mut line = ServerLine::new(now, header, well_formed);
         line.told = poll.verdict;
         line.held = poll.held;
