@@ -71,12 +71,14 @@ impl Error {
                 }
                 ChangeError::Wait(e) => wait_exit(e),
                 ChangeError::Guard(GuardError::LetGo(_)) => Exit::Warning,
+                ChangeError::Guard(GuardError::Unasked(_)) => Exit::Unavailable,
                 ChangeError::Guard(_) | ChangeError::Held(_) => Exit::Refused,
             },
             Error::Status(e) => status_exit(e),
             Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
+                CycleError::Unasked(_) => Exit::Unavailable,
                 CycleError::Drain(_) => Exit::CantCreate,
                 CycleError::Turn { .. } | CycleError::EmptyBackend { .. } => Exit::Refused,
                 e if e.not_healthy() => Exit::Critical,

@@ -104,7 +104,9 @@ impl Exit {
             Exit::Usage => "bad arguments (EX_USAGE); check exits 3 instead",
             Exit::Unavailable => {
                 "the listen address is taken or absent; status, --wait, cycle: the daemon cannot \
-                 be reached (EX_UNAVAILABLE; status --json then prints {\"error\": ...})"
+                 be reached (EX_UNAVAILABLE; status --json then prints {\"error\": ...}); \
+                 drain, cycle: a daemon runs but did not answer the last-server guard, so \
+                 nothing was written (--force drains without the check)"
             }
             Exit::OsErr => "another system error: sockets, systemd, output (EX_OSERR)",
             Exit::CantCreate => "the drain record cannot be written or removed (EX_CANTCREAT)",

@@ -9,6 +9,9 @@
 //! 5. The stop guard starts when it cannot write (`tests/stop.rs` too).
 //! 6. A restart never shows DOWN.
 //! 7. A cycle waiting its turn says so every 10 s.
+//!
+//! And what the review of the fix found: a daemon that runs but does not answer the guard
+//! never gets a drain written that no load balancer could hold.
 
 mod common;
 
@@ -439,7 +442,8 @@ fn a_cycle_waiting_its_turn_says_so_every_ten_seconds() {
 /// The rule once, as a table, in the daemon's own decision (in process, every combination):
 /// each kind of holder, checked or not, forced or not, and a hand-written record and a plain
 /// file; a header that says this node is its backend's last server, that the backend is empty
-/// (this node out for a moment, or for long), or that another server takes agents; a proven
+/// (this node out for a moment, or for long, as the daemon saw it or, for a line it has not
+/// seen, as the record says), or that another server takes agents; a proven
 /// load balancer and an unproven one; two backends with this node last in one only; a server
 /// line whose header is older than the silence limit. What the HTTP check and the agent check
 /// naming each line are answered.
@@ -462,8 +466,9 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
     const KEY: &str = common::lb::LB_KEY;
     let lb: IpAddr = "10.0.0.5".parse().unwrap();
     let proof = LbProof::load(Some(&common::lb::lb_key_file()), Vec::new()).unwrap();
-    let holder = |kind: Kind, checked: bool, forced: bool| {
-        let mut h = Holder::drain("r".into(), None, std::time::SystemTime::now());
+    let holder_since = |kind: Kind, checked: bool, forced: bool, ago: u64| {
+        let since = std::time::SystemTime::now() - Duration::from_secs(ago);
+        let mut h = Holder::drain("r".into(), None, since);
         h.kind = kind;
         h.checked = checked;
         h.forced = forced.then(|| "--force".into());
@@ -472,24 +477,27 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
         }
         h
     };
+    let holder = |kind: Kind, checked: bool, forced: bool| holder_since(kind, checked, forced, 0);
     let record = |holders: Vec<Holder>| {
         let record = DrainRecord::held_by(holders).unwrap();
         Drain::parse(&serde_json::to_vec(&record).unwrap())
     };
-    // (the drain, whether every holder may be held)
-    let mut drains: Vec<(String, Drain, bool)> = Vec::new();
+    // (the drain, whether every holder may be held, whether it is young by the record)
+    let mut drains: Vec<(String, Drain, bool, bool)> = Vec::new();
     for kind in [Kind::Drain, Kind::Cycle, Kind::StoppedCycle, Kind::Stop] {
         for (checked, forced) in [(true, false), (false, false), (true, true)] {
             let may = checked && !forced && matches!(kind, Kind::Drain | Kind::Cycle);
             let name = format!("{kind:?} checked={checked} forced={forced}");
-            drains.push((name, record(vec![holder(kind, checked, forced)]), may));
+            drains.push((name, record(vec![holder(kind, checked, forced)]), may, true));
         }
     }
     let both = record(vec![
         holder(Kind::Drain, true, false),
         holder(Kind::Cycle, true, false),
     ]);
-    drains.push(("drain and cycle, both checked".into(), both, true));
+    drains.push(("drain and cycle, both checked".into(), both, true, true));
+    let old = record(vec![holder_since(Kind::Drain, true, false, 7200)]);
+    drains.push(("a checked drain of 2 h ago".into(), old, true, false));
     let mixed = record(vec![
         holder(Kind::Drain, true, false),
         holder(Kind::Drain, false, false),
@@ -498,19 +506,21 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
         "a checked drain beside an unchecked one".into(),
         mixed,
         false,
+        true,
     ));
     let hand = br#"{"reason":"r","by":"bob","since":"2026-11-27T08:00:00Z"}"#;
-    drains.push(("hand-written".into(), Drain::parse(hand), false));
+    drains.push(("hand-written".into(), Drain::parse(hand), false, false));
     drains.push((
         "plain text".into(),
         Drain::parse(b"upgrading, back at noon\n"),
         false,
+        true,
     ));
 
     let header = |backend: &str, word: &str, total: u32| {
         format!("{word}; name={backend}/m1; node=lb1; weight=100/{total}; scur=0/0; qcur=0")
     };
-    for (name, drain, may) in drains {
+    for (name, drain, may, young) in drains {
         let report = ProbeReport::new(ProbeOutcome::Healthy(None), Duration::from_millis(3), None);
         let (_p, latest) = watch::channel(Some(Arc::new(report)));
         let (_d, drains_rx) = watch::channel(Arc::new(DrainState::Drained(drain)));
@@ -527,6 +537,16 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
             None,
             false,
         );
+        // A daemon that just started knows no check of this load balancer: its agent check
+        // neither puts a drain that may be held in force nor lifts it.
+        let sent = Sent::of(format!("bk/m1 {KEY}\n").as_bytes());
+        let fresh = node.agent_line(lb, &sent).0;
+        let want = if may {
+            "#DRAINED - no HTTP check of bk/m1 by load balancer"
+        } else {
+            "up drain #DRAINED"
+        };
+        assert!(fresh.starts_with(want), "{name}: a fresh daemon: {fresh}");
         let now = Instant::now();
         // bk-old: this node has been out there for 70 s (a DRAINED run), its header then
         // saying the backend is empty; bk-stale: a line last heard 10 s ago, saying last.
@@ -584,9 +604,9 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
                 may,
             ),
             (
-                "empty just now, proven",
+                "empty, a line not seen before, proven",
                 held(check("bk-new", "NOLB", 0, Some(KEY))),
-                may,
+                may && young,
             ),
             (
                 "empty for 70 s, proven",
@@ -612,8 +632,7 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
         for (what, got, want) in table {
             assert_eq!(got, want, "{name}: {what}");
         }
-        // The agent checks, each naming its line: bk held where its HTTP check was, bk2 out,
-        // the stale line's 10-s-old word followed by nothing.
+        // The agent checks, each naming its line: bk held where its HTTP check was, bk2 out.
         let say = |line: &str| agent(line).starts_with("up ready");
         assert_eq!(say("bk/m1"), may, "{name}: agent of bk");
         assert!(
@@ -622,16 +641,27 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
             agent("bk2/m1")
         );
         assert!(!say("bk-old/m1"), "{name}: agent of bk-old");
+        // A line whose HTTP check is not seen (never, or not for 10 s) while others are: a
+        // drain that may be held is told no admin word, HAProxy keeps the server as it was;
+        // another is out.
+        for unseen in ["nope/m1", "bk-stale/m1"] {
+            let said = agent(unseen);
+            let quiet = format!("#DRAINED - no HTTP check of {unseen} by load balancer");
+            let want = if may {
+                quiet.as_str()
+            } else {
+                "up drain #DRAINED"
+            };
+            assert!(said.starts_with(want), "{name}: agent of {unseen}: {said}");
+        }
+        // One that names no line follows the most careful: bk, held.
+        let unnamed = node
+            .agent_line(lb, &Sent::of(format!("{KEY}\n").as_bytes()))
+            .0;
         assert_eq!(
-            say("nope/m1"),
+            unnamed.starts_with("up ready"),
             may,
-            "{name}: an unknown line takes the most careful"
-        );
-        let stale_line = agent("bk-stale/m1");
-        assert_eq!(
-            stale_line.starts_with("up ready"),
-            may,
-            "{name}: the careful line for a stale one: {stale_line}"
+            "{name}: agent naming no line: {unnamed}"
         );
         let unproven = node.agent_line(lb, &Sent::of(b"bk/m1\n")).0;
         assert!(
@@ -639,4 +669,73 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
             "{name}: an agent check without the key: {unproven}"
         );
     }
+}
+
+/// A server that answers every request, but not like pmcheck, until the returned flag is set;
+/// the thread says how many requests it answered.
+fn not_pmcheck() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<usize>,
+) {
+    use std::io::{Read as _, Write as _};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stopping = std::sync::Arc::clone(&stop);
+    let served = std::thread::spawn(move || {
+        let mut served = 0;
+        while !stopping.load(Ordering::Relaxed) {
+            let Ok((mut stream, _)) = listener.accept() else {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
+            stream.set_nonblocking(false).unwrap();
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\nconnection: close\r\n\r\nhi\n",
+            );
+            served += 1;
+        }
+        served
+    });
+    (addr, stop, served)
+}
+
+/// A daemon that runs but does not answer the guard may still answer the load balancers: a
+/// drain written unchecked would be one they never hold. It is asked three times and refused
+/// (69), nothing written; `--force` drains without the check. Nothing listening at all is no
+/// daemon: that drain is written unchecked (`tests/waits.rs`).
+#[test]
+fn a_daemon_that_does_not_answer_the_guard_gets_no_unchecked_drain() {
+    let s = Setup::new(Behavior::Running);
+    let (addr, stop, served) = not_pmcheck();
+    let url = format!("http://{addr}/");
+    let out = s.pmcheck("drain", &["--reason", "upgrade", "--url", &url]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert_contains!(
+        stderr,
+        &format!("refused: {url} does not answer like pmcheck")
+    );
+    assert_contains!(stderr, "asked 3 times");
+    assert_contains!(stderr, "or pass --force to drain without the check");
+    assert!(record(&s).is_none(), "nothing written");
+    let out = s.pmcheck("drain", &["--reason", "upgrade", "--force", "--url", &url]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_contains!(stderr, "the record is written unchecked");
+    let written = record(&s).expect("drained");
+    let holder = &written["holders"][0];
+    assert_eq!(holder["kind"], "drain", "{written}");
+    assert!(holder.get("checked").is_none(), "unchecked: {written}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(
+        served.join().unwrap(),
+        4,
+        "three asks, then one with --force"
+    );
 }

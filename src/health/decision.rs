@@ -10,9 +10,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
-use std::time::Duration;
-
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::drain::holders::Holder;
 use crate::drain::record::{Drain, DrainState};
@@ -86,13 +84,15 @@ impl<'a> Decision<'a> {
         rules: &Rules,
     ) -> Self {
         let stale_after = rules.stale_after;
-        // A record whose every holder is a stop's that Puppet Server has started after holds
-        // nothing: the node returns on this fresh answer.
+        // A record whose every holder lapsed or is a stop's that Puppet Server has started
+        // after holds nothing: the node returns on this fresh answer.
         let drain = match drain {
             DrainState::Drained(d)
-                if d.record
-                    .as_ref()
-                    .is_some_and(|r| hold::live(r.holders(), started(probe)).next().is_none()) =>
+                if d.record.as_ref().is_some_and(|r| {
+                    hold::live(r.holders(), started(probe), now.wall)
+                        .next()
+                        .is_none()
+                }) =>
             {
                 &NOT_DRAINED
             }
@@ -176,14 +176,18 @@ impl<'a> Decision<'a> {
         }
     }
 
-    /// The holders of `drain` that hold the node now ([`hold::live`]).
-    pub fn holders<'d>(&self, drain: &'d Drain) -> impl Iterator<Item = &'d Holder> {
+    /// The holders of `drain` that hold the node at `now` ([`hold::live`]).
+    pub fn holders<'d>(
+        &self,
+        drain: &'d Drain,
+        now: SystemTime,
+    ) -> impl Iterator<Item = &'d Holder> {
         let holders = drain
             .record
             .as_ref()
             .map(|r| r.holders())
             .unwrap_or_default();
-        hold::live(holders, started(self.probe))
+        hold::live(holders, started(self.probe), now)
     }
 
     /// The one-line body for people and curl.

@@ -2,7 +2,7 @@
 //! rule. The daemon answers each proven check by it, with that check's own header
 //! ([`crate::responder::node`]); its `/status` says, for each server line, what the rule meets
 //! there now; and `pmcheck drain`, `cycle` and `on-stop` ask that answer before they write
-//! ([`crate::operator::view`]), with the holders they would leave in the record.
+//! (`operator::view`), with the holders they would leave in the record.
 //!
 //! Why a hold: two masters drained within a check interval of each other both pass a guard
 //! that reads a header up to one interval old, and HAProxy takes both out. HAProxy itself
@@ -66,29 +66,40 @@ pub fn holdable(holder: &Holder) -> bool {
 /// is never held. `holds` is only asked when the holders may be held: most drains taking
 /// effect cost no read of the line's header.
 pub fn held<'a>(
-    mut holders: impl Iterator<Item = &'a Holder>,
+    holders: impl Iterator<Item = &'a Holder>,
     holds: impl FnOnce() -> Option<Held>,
 ) -> Option<Held> {
+    if may_hold(holders) { holds() } else { None }
+}
+
+/// Whether a load balancer may hold the drain of `holders` at all: there is one, and every one
+/// may be held ([`holdable`]).
+pub fn may_hold<'a>(mut holders: impl Iterator<Item = &'a Holder>) -> bool {
     let mut any = false;
     let all = holders.all(|h| {
         any = true;
         holdable(h)
     });
-    if any && all { holds() } else { None }
+    any && all
 }
 
-/// The holders that hold the node now. A stop's holder no longer does once Puppet Server
-/// started again after it and a probe made since found it healthy (`started`: the start of
-/// the Puppet Server process the latest healthy probe reached, when known): the node returns
-/// on that fresh answer, whether or not `on-start` has tidied the record yet.
-pub fn live(holders: &[Holder], started: Option<SystemTime>) -> impl Iterator<Item = &Holder> {
+/// The holders that hold the node at `now`. A drain whose `--for` has passed no longer does,
+/// nor a stop's holder once Puppet Server started again after it and a probe made since found
+/// it healthy (`started`: the start of the Puppet Server process the latest healthy probe
+/// reached, when known): the node returns on that fresh answer, whether or not `on-start` has
+/// tidied the record yet.
+pub fn live(
+    holders: &[Holder],
+    started: Option<SystemTime>,
+    now: SystemTime,
+) -> impl Iterator<Item = &Holder> {
     holders.iter().filter(move |h| {
         let restarted = || {
             (h.tenure.since.time())
                 .zip(started)
                 .is_some_and(|(since, started)| started > since)
         };
-        h.kind != Kind::Stop || !restarted()
+        !h.expired_at(now) && (h.kind != Kind::Stop || !restarted())
     })
 }
 
@@ -248,14 +259,35 @@ mod tests {
         let stop = holder(Kind::Stop, false, false);
         let drain = holder(Kind::Drain, false, false);
         let both = [stop.clone(), drain.clone()];
-        let count = |started| live(&both, started).count();
+        let now = at("2026-11-25T10:05:00Z");
+        let count = |started| live(&both, started, now).count();
         assert_eq!(count(None), 2, "not known to have started");
         assert_eq!(count(Some(at("2026-11-25T09:59:00Z"))), 2, "started before");
         assert_eq!(count(Some(at("2026-11-25T10:00:01Z"))), 1, "started after");
         assert_eq!(
-            live(&both, Some(at("2026-11-25T10:00:01Z"))).next(),
+            live(&both, Some(at("2026-11-25T10:00:01Z")), now).next(),
             Some(&drain)
         );
+    }
+
+    /// A drain whose `--for` has passed holds nothing beside the others: a lapsed forced
+    /// drain no longer keeps a cycle beside it from being held.
+    #[test]
+    fn a_lapsed_holder_holds_nothing() {
+        let mut lapsed = holder(Kind::Drain, true, true);
+        lapsed.tenure.until = Some(Stamp::read("2026-11-25T11:00:00Z"));
+        let cycle = holder(Kind::Cycle, true, false);
+        let both = [lapsed, cycle.clone()];
+        let last = || Some(Held::LastServer);
+        let before = at("2026-11-25T10:59:59Z");
+        assert_eq!(
+            held(live(&both, None, before), last),
+            None,
+            "forced, still on"
+        );
+        let after = at("2026-11-25T11:00:00Z");
+        assert_eq!(live(&both, None, after).collect::<Vec<_>>(), [&cycle]);
+        assert_eq!(held(live(&both, None, after), last), Some(Held::LastServer));
     }
 
     #[test]

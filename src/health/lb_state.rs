@@ -10,8 +10,9 @@
 //! drops `TOTAL`. `scur` is first this server's current sessions.
 //!
 //! It is network input: parsed strictly (every known field at most once, numbers as plain
-//! digits, at most [`LIMIT`] bytes of visible ASCII) and used only to show the operator what
-//! the load balancer says and to decide the waits; it never changes an answer.
+//! digits, at most [`LIMIT`] bytes of visible ASCII) and used to show the operator what the
+//! load balancer says and to decide the waits. It changes an answer only by the drain rule
+//! ([`crate::health::hold`]), and only when it came with the load balancers' key.
 
 use serde::{Deserialize, Serialize};
 

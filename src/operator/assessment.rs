@@ -39,7 +39,7 @@ pub fn assess(goal: Goal, view: &View, how: &Wait, since: Duration) -> Assessmen
                 a.pending
                     .push(format!("drain held: {}; {}", held.said(), held.ends()));
             }
-            told(&mut a, view.status(), Verdict::Drained, how);
+            told(&mut a, view, Verdict::Drained, how);
             a.every_poller_acted = a.pending.is_empty();
             agent_traffic(&mut a, view.status());
         }
@@ -53,7 +53,7 @@ pub fn assess(goal: Goal, view: &View, how: &Wait, since: Duration) -> Assessmen
                     answer.reason
                 ));
             }
-            told(&mut a, view.status(), Verdict::Ok, how);
+            told(&mut a, view, Verdict::Ok, how);
         }
         Goal::Healthy { .. } => {
             let probe = &answer.probe;
@@ -101,7 +101,8 @@ pub fn assess(goal: Goal, view: &View, how: &Wait, since: Duration) -> Assessmen
 /// that prove nothing, only regular ones; a proven one not regular yet, or polls the table had
 /// no room for, keep the wait going until they either turn regular or fall silent, so a flood
 /// of addresses can delay a wait but never end it early.
-fn told(a: &mut Assessment, status: &Status<'_>, verdict: Verdict, how: &Wait) {
+fn told(a: &mut Assessment, view: &View, verdict: Verdict, how: &Wait) {
+    let status = view.status();
     let mut heard = 0;
     for p in &status.pollers {
         let silent = Duration::from_millis(p.last_ms_ago);
@@ -158,13 +159,11 @@ fn told(a: &mut Assessment, status: &Status<'_>, verdict: Verdict, how: &Wait) {
         }
     }
     if heard == 0 {
-        let settle = 2 * how.lb_interval;
-        let listened = Duration::from_millis(status.listening_ms);
-        if listened < settle {
+        if !view.heard_all(how.lb_interval) {
             a.pending.push(format!(
                 "the daemon has listened for only {}: no load balancer has polled yet, waiting {} (two --lb-interval) before believing none polls",
-                seconds(listened),
-                seconds(settle)
+                seconds(view.listened()),
+                seconds(2 * how.lb_interval)
             ));
         } else {
             a.met.push("no load balancer is polling".to_owned());

@@ -93,6 +93,9 @@ pub enum CycleError {
     /// The daemon cannot be asked: nothing was done.
     #[error("nothing done: {0}")]
     NoDaemon(WaitError),
+    /// The daemon runs but did not answer the guard: nothing was done.
+    #[error("nothing done: {0}")]
+    Unasked(GuardError),
     /// The drain record cannot be written or replaced: nothing was run.
     #[error(transparent)]
     Drain(#[from] DrainError),
@@ -416,6 +419,7 @@ async fn take_turn(
                 return Ok((taken.mine.clone(), drained(&taken, file)));
             }
             Err(GuardError::Drain(e)) => return Err(e.into()),
+            Err(e @ GuardError::Unasked(_)) => return Err(CycleError::Unasked(e)),
             Err(GuardError::LetGo(found)) => {
                 ticker.clear();
                 return Err(CycleError::Released {
@@ -582,6 +586,7 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
         CycleError::Command { how, .. } => format!("the command {how}"),
         CycleError::Interrupted { step, .. } => format!("interrupted during {step}"),
         CycleError::NoDaemon(_)
+        | CycleError::Unasked(_)
         | CycleError::Drain(_)
         | CycleError::Turn { .. }
         | CycleError::EmptyBackend { .. }

@@ -58,6 +58,15 @@ pub enum StatusError {
     },
 }
 
+impl StatusError {
+    /// Nothing listens at the URL (the connection was refused): no daemon runs there, so none
+    /// answers the load balancers either. Any other failure may be a daemon that answers them
+    /// but not this command.
+    pub fn absent(&self) -> bool {
+        matches!(self, StatusError::Unreachable { source, .. } if source.is_connect() && !source.is_timeout())
+    }
+}
+
 /// The daemon's reply: its HTTP status and body.
 pub struct Reply {
     /// The HTTP status: 200 when the daemon answers HAProxy OK.

@@ -94,9 +94,14 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
         Outcome::Out { lines, says } => {
             outln!("out: {}\n{says}", lines.join("; "));
         }
-        Outcome::Unwatched { says } => outln!(
-            "{says}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks."
-        ),
+        Outcome::Unwatched { says, late } => {
+            if let Some(late) = late {
+                warn(std::slice::from_ref(late));
+            }
+            outln!(
+                "{says}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks."
+            );
+        }
         Outcome::Unchecked => {}
     }
     if !args.wait {

@@ -7,14 +7,16 @@
 //!    checks, what the daemon says the rule meets there: where it would hold them, the drain is
 //!    refused and nothing is written, unless `--force`, which the holder records.
 //! 2. Write the holder, checked: a load balancer may hold it later.
-//! 3. Where a hold is still possible, watch until every such line has been checked since the
-//!    write: a drain held there (another master went out at the same moment) is undone, and
-//!    the holders it replaced come back.
+//! 3. Where a hold is still possible, watch until the daemon has listened long enough to know
+//!    its load balancers and every such line has been checked since the write: a drain held
+//!    there (another master went out at the same moment) is undone, and the holders it
+//!    replaced come back. A drain let go of meanwhile (`undrain --force`) ends the watch.
 //!
-//! When no daemon answers, nothing can be checked: the holder is written unchecked, and a
-//! load balancer never holds it.
+//! When no daemon runs (nothing listens at its URL), nothing can be checked: the holder is
+//! written unchecked, and a load balancer never holds it. A daemon that runs but does not
+//! answer may still answer the load balancers: the drain is refused unless `--force`.
 
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use thiserror::Error;
 
@@ -47,8 +49,9 @@ pub struct Taken {
 /// What became of a holder the guard let through.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Every server line a proven load balancer checks was checked since the write, and none
-    /// holds the drain: each line, as said then; and what the daemon answers.
+    /// Every server line a proven load balancer checks was checked since the write (by a
+    /// daemon that had listened long enough to know them), and none holds the drain: each
+    /// line, with what it was answered; and what the daemon answers.
     Out {
         /// Each line, in words.
         lines: Vec<String>,
@@ -57,10 +60,12 @@ pub enum Outcome {
     },
     /// The daemon answers DRAINED (`says`) and no line can hold the drain (no proven load
     /// balancer sends its state, or a holder that is never held), or not every line was
-    /// checked in time.
+    /// checked in time (`late`: which, in words).
     Unwatched {
         /// What the daemon answers.
         says: String,
+        /// What was not seen in time, if anything was awaited.
+        late: Option<String>,
     },
     /// No daemon answered, or it watches another record: written unchecked.
     Unchecked,
@@ -71,12 +76,18 @@ pub enum Outcome {
 pub enum GuardError {
     /// The drain rule holds a drain of the record's holders where a load balancer says this
     /// node is its backend's last server taking agents, or that none is left.
-    #[error("refused: {}; draining this node would leave no server taking new agents there. Bring another compile master back first, or pass --force (the drain record notes it)", said(.0))]
+    #[error("refused: {}; draining this node would leave that backend without a server taking new agents. Bring another compile master back first, or pass --force (the drain record notes it)", said(.0))]
     Refused(Vec<Blocker>),
     /// Written, the drain was held at the load balancers' next checks: another master went
     /// out first, or at once. It was undone.
     #[error("refused: drain held: {}. This drain was undone, so that the backend keeps a server taking agents: drain again once another master is back, or pass --force (the drain record notes it)", said(.0))]
     BackedOff(Vec<Blocker>),
+    /// The daemon runs but did not answer (`0`: why): it may answer the load balancers, so a
+    /// drain written unchecked could empty a backend. Nothing was written.
+    #[error(
+        "refused: {0}, asked {ASKS} times: cannot check whether a load balancer says this node is the last server taking agents. Fix the daemon (`pmcheck status`, its log), or pass --force to drain without the check"
+    )]
+    Unasked(String),
     /// The record no longer held this drain before the load balancers' checks came: someone
     /// let go of it meanwhile. What the record holds instead.
     #[error("the drain record no longer holds this drain (`pmcheck undrain --force`?); found {0}")]
@@ -101,7 +112,7 @@ pub async fn take(
     action: Action,
 ) -> Result<Taken, GuardError> {
     let mut warnings = Vec::new();
-    let view = view_of(daemon, file, &mut warnings).await;
+    let view = view_of(daemon, file, force, &mut warnings).await?;
     let started = view.as_ref().and_then(View::started);
     if let Some(view) = &view {
         mine.checked = true;
@@ -138,25 +149,28 @@ pub async fn take(
     let outcome = match view {
         None => Outcome::Unchecked,
         Some(_) => {
-            let live: Vec<Holder> = hold::live(&others, started).cloned().collect();
+            let live: Vec<Holder> = (hold::live(&others, started, SystemTime::now()))
+                .cloned()
+                .collect();
             let holdable = live.iter().chain([&mine]).all(hold::holdable);
             let gone = || let_go_of(file, |h| h == &mine);
-            let view = watch(daemon, how, written, holdable, || gone().is_some()).await;
+            let watched = watch(daemon, how, written, holdable, || gone().is_some()).await;
             if let Some(found) = gone() {
                 return Err(GuardError::LetGo(found));
             }
-            match view {
-                Some(view) if holdable && !view.held().is_empty() => {
+            match watched {
+                Some((view, _)) if holdable && !view.held().is_empty() => {
                     let held = view.held();
                     warnings.extend(undo(file, &mine, &replaced, &said(&held)));
                     return Err(GuardError::BackedOff(held));
                 }
-                Some(view) if holdable && view.lines().next().is_some() => Outcome::Out {
+                Some((view, true)) if holdable && view.lines().next().is_some() => Outcome::Out {
                     lines: view.lines().map(|l| out_line(&l)).collect(),
                     says: view.says(daemon.url()),
                 },
-                Some(view) => Outcome::Unwatched {
+                Some((view, settled)) => Outcome::Unwatched {
                     says: view.says(daemon.url()),
+                    late: (!settled).then(|| late(&view, how, written)),
                 },
                 None => {
                     warnings.push(format!(
@@ -178,20 +192,38 @@ pub async fn take(
     })
 }
 
-/// What the daemon watching `file` answers; `None`, and why in `warnings`, when none does.
-async fn view_of(daemon: &Daemon, file: &DrainFile, warnings: &mut Vec<String>) -> Option<View> {
-    let why = match daemon.ask().await {
-        Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
-            Some(other) => other.to_string(),
-            None => return Some(view),
-        },
-        Err(e) => e.to_string(),
+/// What the daemon watching `file` answers. `None`, and why in `warnings`, when no daemon
+/// runs there or it watches another record: the drain is then written unchecked. A daemon that
+/// runs but does not answer this command may still answer the load balancers: it is asked
+/// [`ASKS`] times, a second apart, and then the drain is refused unless `force`.
+async fn view_of(
+    daemon: &Daemon,
+    file: &DrainFile,
+    force: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Option<View>, GuardError> {
+    let mut asked = 1;
+    let why = loop {
+        match daemon.ask().await {
+            Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
+                Some(other) => break other.to_string(),
+                None => return Ok(Some(view)),
+            },
+            Err(e) if e.absent() || force => break e.to_string(),
+            Err(e) if asked >= ASKS => return Err(GuardError::Unasked(e.to_string())),
+            Err(_) => {}
+        }
+        asked += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     };
     warnings.push(format!(
         "{why}; cannot check whether a load balancer says this node is the last server taking agents: the record is written unchecked, so no load balancer holds it, and a daemon watching it answers accordingly from its start"
     ));
-    None
+    Ok(None)
 }
+
+/// How many times the guard asks a daemon that runs but fails to answer.
+const ASKS: u32 = 3;
 
 /// The holders that hold the node ([`hold::live`], Puppet Server `started` when known)
 /// beside a new one that replaces those `replaces` names.
@@ -206,34 +238,35 @@ fn beside(
         .as_ref()
         .map(DrainRecord::holders)
         .unwrap_or_default();
-    (hold::live(holders, started))
-        .filter(|h| !h.expired_at(now) && !replaces(h))
+    (hold::live(holders, started, now))
+        .filter(|h| !replaces(h))
         .cloned()
         .collect()
 }
 
-/// Asks the daemon until it answers DRAINED and, where the drain can be held (`holdable`),
-/// every line a proven load balancer checks was checked since `written`, for at most
-/// `--polls` + 1 check intervals, or until the drain is let go of (`gone`); that answer, or
-/// the last DRAINED one.
+/// Asks the daemon until it answers DRAINED and, where the drain can be held (`holdable`), it
+/// has listened long enough to know its load balancers and every line a proven one checks was
+/// checked since `written`: for at most `--polls` + 1 check intervals, or until the drain is
+/// let go of (`gone`). That answer, settled; or the last DRAINED one, not.
 async fn watch(
     daemon: &Daemon,
     how: &Wait,
     written: Instant,
     holdable: bool,
     gone: impl Fn() -> bool,
-) -> Option<View> {
+) -> Option<(View, bool)> {
     let deadline = written + how.lb_interval * (how.polls + 1);
     let mut last = None;
     while !gone() {
         if let Ok(view) = daemon.ask().await
             && view.drained()
         {
-            let settled = !holdable || view.checked_within(written.elapsed());
+            let settled = !holdable
+                || (view.heard_all(how.lb_interval) && view.checked_within(written.elapsed()));
             if settled {
-                return Some(view);
+                return Some((view, true));
             }
-            last = Some(view);
+            last = Some((view, false));
         }
         if Instant::now() >= deadline {
             return last;
@@ -241,6 +274,29 @@ async fn watch(
         tokio::time::sleep(EVERY).await;
     }
     last
+}
+
+/// What a watch that ran out did not see: the lines not checked since `written`, or a daemon
+/// too new to know its load balancers.
+fn late(view: &View, how: &Wait, written: Instant) -> String {
+    let since = written.elapsed();
+    let lines: Vec<String> = (view.lines())
+        .filter(|l| l.age() >= since)
+        .map(|l| format!("{}/{} of {}", l.lb.backend, l.lb.server, l.who()))
+        .collect();
+    let waited = crate::text::seconds(how.lb_interval * (how.polls + 1));
+    if lines.is_empty() {
+        format!(
+            "the daemon had listened for only {} of the {} (two --lb-interval) it takes to know its load balancers; whether one holds the drain shows at its next check (`pmcheck status`)",
+            crate::text::seconds(view.listened()),
+            crate::text::seconds(2 * how.lb_interval)
+        )
+    } else {
+        format!(
+            "not checked within {waited} of the drain: {}; whether they hold it shows at their next check (`pmcheck status`; is --lb-interval their `inter`?)",
+            lines.join(", ")
+        )
+    }
 }
 
 /// Once the record no longer holds the holder `mine` picks (someone let go of it): what it
@@ -257,7 +313,11 @@ pub fn let_go_of(file: &DrainFile, mine: impl Fn(&Holder) -> bool) -> Option<Str
         Some(held) if held.iter().any(mine) => None,
         Some(held) => {
             let held: Vec<String> = held.iter().map(Holder::describe).collect();
-            Some(format!("a drain record held by {}", held.join(", ")))
+            Some(format!(
+                "the drain record {} held by {}",
+                file.path().display(),
+                held.join(", ")
+            ))
         }
         None => Some(d.describe()),
     }
@@ -266,8 +326,9 @@ pub fn let_go_of(file: &DrainFile, mine: impl Fn(&Holder) -> bool) -> Option<Str
 /// `load balancer 10.0.0.5 (lb1) answered DRAINED for bk/m1`.
 fn out_line(l: &crate::operator::view::Line<'_>) -> String {
     format!(
-        "{} answered DRAINED for {}/{} ({} ago)",
+        "{} answered {} for {}/{} ({} ago)",
         l.who(),
+        l.state.told.as_str(),
         l.lb.backend,
         l.lb.server,
         crate::text::seconds(l.age())

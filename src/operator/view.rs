@@ -203,6 +203,17 @@ impl View {
         self.lines().all(|l| l.age() < within)
     }
 
+    /// How long the daemon has listened.
+    pub fn listened(&self) -> Duration {
+        Duration::from_millis(self.status.listening_ms)
+    }
+
+    /// The daemon has listened long enough to have heard every load balancer that checks it
+    /// every `lb_interval`: two intervals. Before that, no line seen is no line.
+    pub fn heard_all(&self, lb_interval: Duration) -> bool {
+        self.listened() >= 2 * lb_interval
+    }
+
     /// The load balancers that say no server at all takes new agents in this node's backend
     /// (a total weight of 0).
     pub fn empty_backends(&self) -> Vec<String> {

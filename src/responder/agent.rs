@@ -54,14 +54,28 @@ const DESCRIPTION: usize = 100;
 /// | STARTING | `#STARTING - ...`: no state word, HAProxy keeps what it had until the first probe |
 pub fn line(decision: &Decision<'_>) -> String {
     // (words, whether the weight goes with them)
-    let (words, weighted) = match decision.verdict {
+    let (words, weighted) = words(decision);
+    rendered(decision, words, weighted)
+}
+
+/// The line for `decision` without a word of state: HAProxy keeps the server as it was (a
+/// drained node's agent check that has no HTTP check of its server line to follow yet).
+pub fn quiet_line(decision: &Decision<'_>) -> String {
+    rendered(decision, "", false)
+}
+
+fn words(decision: &Decision<'_>) -> (&'static str, bool) {
+    match decision.verdict {
         Verdict::Ok => ("up ready", true),
         Verdict::Drained => ("up drain", false),
         Verdict::Down | Verdict::NotReady => ("down ready", true),
         Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => ("fail", false),
         Verdict::Unknown => ("fail ready", true),
         Verdict::Starting => ("", false),
-    };
+    }
+}
+
+fn rendered(decision: &Decision<'_>, words: &str, weighted: bool) -> String {
     let mut line = String::with_capacity(words.len() + DESCRIPTION + 16);
     if !words.is_empty() {
         line.push_str(words);
@@ -177,7 +191,7 @@ fn is_line(word: &[u8]) -> bool {
 }
 
 /// Reads what the client sends before its line (`agent-send`): up to its line end, for at most
-/// [`SEND_WAIT`] (and [`REST_WAIT`] once part of it came).
+/// [`SEND_WAIT`] (and `REST_WAIT` once part of it came).
 pub async fn read_sent(stream: &mut TcpStream) -> Sent {
     let mut sent = Sent::NONE;
     let deadline = tokio::time::Instant::now() + SEND_WAIT;
@@ -198,7 +212,7 @@ pub async fn read_sent(stream: &mut TcpStream) -> Sent {
 }
 
 /// Writes `line` to one agent-check connection, shuts down the writing side, reads what the
-/// client still sends (at most [`SEND_LIMIT`], for at most [`LINGER`]) so that the close does
+/// client still sends (at most `SEND_LIMIT`, for at most `LINGER`) so that the close does
 /// not reset the line before HAProxy reads it, then closes. `taken` is told once the line is
 /// out. Whether the line was written.
 pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) -> bool {

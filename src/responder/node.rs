@@ -71,15 +71,19 @@ pub enum Asker<'a> {
 pub struct AgentTold {
     verdict: Verdict,
     held: Option<Held>,
+    quiet: bool,
     proof: Proof,
     at: Instant,
 }
 
-/// A drained node answered as not drained to one asker, and why.
-struct Kept {
+/// A drained node answered otherwise to one asker, and why.
+pub(crate) struct Kept {
     /// The drain rule held the drain there; `None` when an agent check waits for its line's
     /// HTTP check to take the node out first.
-    held: Option<Held>,
+    pub(crate) held: Option<Held>,
+    /// An agent check with nothing to follow yet is told no admin word at all: HAProxy keeps
+    /// the server as it was, neither taking the node out nor putting it back.
+    pub(crate) quiet: bool,
     /// Why, for the reason.
     why: String,
 }
@@ -166,14 +170,21 @@ impl Node {
         } else {
             Asker::Anyone
         };
-        self.decide_for(asker, |decision, now, held| {
+        self.decide_for(asker, |decision, now, kept| {
+            let quiet = kept.is_some_and(|k| k.quiet);
             let told = AgentTold {
                 verdict: decision.verdict,
-                held,
+                held: kept.and_then(|k| k.held),
+                quiet,
                 proof,
                 at: now.at,
             };
-            (agent::line(decision), told)
+            let line = if quiet {
+                agent::quiet_line(decision)
+            } else {
+                agent::line(decision)
+            };
+            (line, told)
         })
     }
 
@@ -189,7 +200,8 @@ impl Node {
             client: None,
             proof: told.proof,
         };
-        self.count(poll, told.at, false);
+        // A line with no admin word told the load balancer nothing: only counted.
+        self.count(poll, told.at, told.quiet);
     }
 
     /// Whether an agent check from `peer` can prove a load balancer, so that its `agent-send`
@@ -205,11 +217,12 @@ impl Node {
 
     /// [`Node::decide`] for `asker`: a drain is answered as not drained where the drain rule
     /// holds it ([`crate::health::hold`]), and to an agent check until its server line's HTTP
-    /// check has taken the node out. `then` also gets the hold, if the rule held the drain.
+    /// check has taken the node out. `then` also gets how the answer was kept from the drain,
+    /// if it was.
     pub(crate) fn decide_for<R>(
         &self,
         asker: Asker<'_>,
-        then: impl FnOnce(&Decision<'_>, Now, Option<Held>) -> R,
+        then: impl FnOnce(&Decision<'_>, Now, Option<&Kept>) -> R,
     ) -> R {
         let now = now();
         let drain = Arc::clone(&self.drain.borrow());
@@ -223,10 +236,13 @@ impl Node {
         let Some(kept) = kept else {
             return then(&decision, now, None);
         };
-        let mut decision =
-            Decision::decide(&NOT_DRAINED, probe.as_deref(), rejoin, now, &self.rules);
+        let mut decision = if kept.quiet {
+            decision
+        } else {
+            Decision::decide(&NOT_DRAINED, probe.as_deref(), rejoin, now, &self.rules)
+        };
         decision.reason = Cow::Owned(format!("{}; {}", kept.why, decision.reason));
-        then(&decision, now, kept.held)
+        then(&decision, now, Some(&kept))
     }
 
     /// Whether `drain` is answered as not drained to `asker`, and why.
@@ -241,30 +257,44 @@ impl Node {
             Asker::Anyone => None,
             Asker::Check { peer, header } => {
                 let mut lb = None;
-                let held = hold::held(decision.holders(drain), || {
+                let held = hold::held(decision.holders(drain, now.wall), || {
                     let lb = lb.insert(lb_state::parse(header).ok()?);
                     let facts = (self.pollers).line_facts(peer, lb_state::name_of(header), now.at);
-                    facts.holds(lb, now.at)
+                    let drained_at = (decision.holders(drain, now.wall))
+                        .filter_map(|h| h.tenure.since.time())
+                        .min();
+                    facts.holds(lb, now.at, drained_at, now.wall)
                 })?;
                 let lb = lb?;
                 Some(Kept {
                     held: Some(held),
+                    quiet: false,
                     why: held.describe(&lb),
                 })
             }
             // HAProxy applies an agent line as it reads it, with no header to decide by: the
             // agent check follows what its server line's HTTP check was answered last, so it
-            // never takes the node out before that check did.
+            // never takes the node out before that check did. With nothing to follow yet (the
+            // daemon just started, or the line's HTTP check has not come since), a drain the
+            // rule may hold is neither put in force nor lifted: no admin word.
             Asker::Agent { peer, line } => {
-                let followed = self.pollers.followed(peer, line, now.at)?;
-                if followed.told == Verdict::Drained {
-                    return None;
-                }
                 let name = line.map_or_else(
                     || "the server lines it checks".to_owned(),
                     |l| String::from_utf8_lossy(l).into_owned(),
                 );
                 let who = peer.to_canonical();
+                let Some(followed) = self.pollers.followed(peer, line, now.at) else {
+                    return hold::may_hold(decision.holders(drain, now.wall)).then(|| Kept {
+                        held: None,
+                        quiet: true,
+                        why: format!(
+                            "no HTTP check of {name} by load balancer {who} seen yet: the agent check leaves the server as it is until it follows one"
+                        ),
+                    });
+                };
+                if followed.told == Verdict::Drained {
+                    return None;
+                }
                 let why = match followed.held {
                     Some(Held::LastServer) => format!(
                         "drain held: load balancer {who} says this node is the only server taking new agents for {name}"
@@ -279,6 +309,7 @@ impl Node {
                 };
                 Some(Kept {
                     held: followed.held,
+                    quiet: false,
                     why,
                 })
             }
@@ -324,14 +355,14 @@ impl Node {
             Some(header) if proof.proven() => Asker::Check { peer, header },
             _ => Asker::Anyone,
         };
-        self.decide_for(asker, |decision, now, held| {
+        self.decide_for(asker, |decision, now, kept| {
             self.count(
                 Poll {
                     address: peer,
                     via: Via::Http,
                     verdict: decision.verdict,
                     state,
-                    held,
+                    held: kept.and_then(|k| k.held),
                     line: None,
                     client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
                     proof,

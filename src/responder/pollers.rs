@@ -109,7 +109,7 @@ impl Poller {
         self.steady >= REGULAR && now.saturating_duration_since(self.last) <= MAX_GAP
     }
 
-    /// Still polls, by the rhythm of either kind of check ([`polling`]).
+    /// Still polls, by the rhythm of either kind of check ([`polling`](crate::responder::server_line::polling)).
     pub fn polling(&self, now: Instant) -> bool {
         [self.http, self.agent]
             .iter()
@@ -306,10 +306,10 @@ impl Pollers {
 
     /// What an agent check of the proven load balancer at `address` follows, for the server
     /// line it names (`name`): what that line's HTTP checks were answered last while it is
-    /// checked. When it names none, or one this load balancer does not check now, the most
-    /// careful of the lines it checks (one not answered DRAINED first), else its HTTP checks'
-    /// latest answer (a load balancer without `send-state`). `None` when nothing it checks is
-    /// known.
+    /// checked. When it names none, the most careful of the lines it checks (one not answered
+    /// DRAINED first); when no line sends its state, the HTTP checks' latest answer (a load
+    /// balancer without `send-state`). `None` when nothing it checks is known, and for a named
+    /// line not seen while others are: one backend never steers another's agent check.
     pub fn followed(&self, address: IpAddr, name: Option<&[u8]>, now: Instant) -> Option<Followed> {
         let table = self.lock();
         let poller = table.proven(address.to_canonical())?;
@@ -318,10 +318,14 @@ impl Pollers {
             told: l.told,
             held: l.held,
         };
-        if let Some(line) = name.and_then(|n| poller.line(n, now)).filter(checked) {
-            return Some(followed(line));
-        }
         let checked_now = || poller.current_lines(now).filter(checked);
+        if let Some(name) = name {
+            match poller.line(name, now).filter(checked) {
+                Some(line) => return Some(followed(line)),
+                None if checked_now().next().is_some() => return None,
+                None => {}
+            }
+        }
         let careful = checked_now().find(|l| l.told != Verdict::Drained);
         if let Some(line) = careful.or_else(|| checked_now().next()) {
             return Some(followed(line));

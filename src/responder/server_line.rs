@@ -4,7 +4,7 @@
 //! line were told, and the line's own rhythm. Also the one definition of whether something
 //! still polls ([`polling`]), for pollers, their kinds of check and their server lines alike.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::health::hold::{self, Held};
 use crate::health::lb_state::{self, Malformed};
@@ -193,12 +193,25 @@ pub struct LineFacts {
 }
 
 impl LineFacts {
-    /// What the rule meets at the line for `lb`, the header of the check under way: this node
-    /// has not left a line it has no record of, and no agent check said `drain` there.
-    pub fn holds(&self, lb: &lb_state::LbState, now: Instant) -> Option<Held> {
+    /// What the rule meets at the line for `lb`, the header of the check under way. Of a line
+    /// it has no record of (the daemon started since, or the line is new), the drain is as
+    /// young as the record says (`drained_at`: since when its holders hold the node, at
+    /// `wall`), and no agent check said `drain` there that the daemon knows of.
+    pub fn holds(
+        &self,
+        lb: &lb_state::LbState,
+        now: Instant,
+        drained_at: Option<SystemTime>,
+        wall: SystemTime,
+    ) -> Option<Held> {
         match &self.line {
             Some(line) => line.holds(lb, now, now),
-            None => hold::holds(lb, false, true),
+            None => {
+                let young = drained_at.is_none_or(|since| {
+                    wall.duration_since(since).unwrap_or_default() < hold::YOUNG
+                });
+                hold::holds(lb, false, young)
+            }
         }
     }
 }

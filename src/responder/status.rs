@@ -2,7 +2,7 @@
 //! with what each load balancer said and was told, for each of its server lines, what the
 //! drain rule ([`crate::health::hold`]) meets there; the agent connections; the certificates'
 //! and the deploy records' dates. `pmcheck status`, the waits, `drain`, `cycle` and `on-stop`
-//! read it ([`crate::operator::view`]); another host gets only the poll's answer.
+//! read it (`operator::view`); another host gets only the poll's answer.
 
 use std::net::{IpAddr, SocketAddr};
 
