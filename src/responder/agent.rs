@@ -8,7 +8,9 @@
 //! line end, for at most [`SEND_WAIT`]; a load balancer that cannot prove itself (no key file,
 //! not an `--lb-address`) is answered at once. Words it does not find keep their old value and only
 //! the agent can undo what it set, so every line carries the whole state it knows: health,
-//! admin state and, while the node takes traffic or is out for a failure, the weight. HAProxy
+//! admin state and, while the node takes traffic or is out for a failure, the weight. The
+//! lines that know none carry no word, so that HAProxy keeps what it had: before the first
+//! probe, and a drain the rule may hold while its server line's HTTP check is not seen yet. HAProxy
 //! shows the text after `#` only next to a health word (`via agent : up (text)`; a line without
 //! one leaves `last_agt` empty as `agent=CHECKED`), which is why every drained line says
 //! `up drain`, whatever Puppet Server does: the drain's reason stays on the stats page while
@@ -52,6 +54,8 @@ const DESCRIPTION: usize = 100;
 /// | DOWN, NOTREADY | `down ready 10% #DOWN - ...` |
 /// | UNKNOWN | `fail ready 10% #UNKNOWN - ...`; `fail #...` when the drain state is unknown |
 /// | STARTING | `#STARTING - ...`: no state word, HAProxy keeps what it had until the first probe |
+///
+/// ([`quiet_line`] is the drained line without its words.)
 pub fn line(decision: &Decision<'_>) -> String {
     // (words, whether the weight goes with them)
     let (words, weighted) = words(decision);
