@@ -201,8 +201,9 @@ def test_rolling_restart_zero_failed_runs(fleet, agent_loops, pmcheck_bin, testd
             assert failing.cycles["a"].code != 0, failing.cycles["a"]
             assert "the roll stops here" in failing.failed.get("a", ""), failing.describe()
             assert "e2e: the upgrade failed" in failing.cycles["a"].stderr, failing.cycles["a"]
-            held = json.loads((serves["a"].state_dir / "drain").read_text())
-            assert held["reason"] == f"{reason}; cycle stopped: the command exited with 3", held
+            held = json.loads((serves["a"].state_dir / "drain").read_text())["holders"]
+            stopped = {"kind": "stopped-cycle", "what": f"{reason}; cycle stopped: the command exited with 3"}
+            assert [{k: h[k] for k in stopped} for h in held] == [stopped], held
             verdict = serves["a"].get(headers={"User-Agent": st.fleet.USER_AGENT}).body
             assert verdict.startswith("DRAINED"), verdict
             assert not (serves["b"].state_dir / "drain").exists(), "the play touched B"
