@@ -54,7 +54,7 @@ class Forger(st.Sampler):
 def proven_checks(d: st.PmcheckServe) -> dict | None:
     """The poller of 127.0.0.1 that proved itself with the key, if it has made both kinds of
     check."""
-    answer = d.get(headers={"User-Agent": "pmcheck/e2e", "Accept": "application/json"}).json()
+    answer = d.get("/status", headers={"User-Agent": "pmcheck/e2e"}).json()
     for p in answer.get("pollers") or []:
         if p["address"] == st.LOOPBACK and p.get("proof") == "key" and p.get("http") and p.get("agent"):
             return p
@@ -109,7 +109,7 @@ def test_forged_states_move_no_wait_and_no_guard(pmcheck, haproxy, shipped_hapro
         "Y to hear from HAProxy that it is the last server",
         lambda: any(
             (s.get("seen") or {}).get("weight") == (s.get("seen") or {}).get("total_weight", -1) > 0
-            for p in dy.get(headers={"User-Agent": "pmcheck/e2e", "Accept": "application/json"}).json()[
+            for p in dy.get("/status", headers={"User-Agent": "pmcheck/e2e"}).json()[
                 "pollers"
             ]
             if p.get("proof") == "key"
