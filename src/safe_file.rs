@@ -1,16 +1,18 @@
 //! Every file pmcheck reads besides the drain record (which has stricter rules of its own) is
-//! read here, one way: opened without blocking (opening a FIFO with no writer would wait
-//! forever), checked to be a regular file once open (the path may change between a look and
-//! the open), and read up to a limit that says what such a file may be. The e5ddf73 audit
-//! froze the daemon with a FIFO at a deploy record and at the CRL, and fed `check` a 59 MB CRL.
+//! read here, one way: examined before it is opened ([`Examined`]: a FIFO would block, a
+//! device may be endless or act on `open()` itself), and read up to a limit that says what such
+//! a file may be. The e5ddf73 audit froze the daemon with a FIFO at a deploy record and at the
+//! CRL, and fed `check` a 59 MB CRL; the c8a278e audit saw root's `check` open a link to a
+//! device (`/dev/watchdog` arms on open).
 //!
 //! Links are followed: Puppet's certificates and Code Manager's environments may be links.
 //! Errors keep the system's kind (a missing file is still `NotFound`), so callers that tell
 //! "missing" from "unreadable" keep doing so.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::Path;
 
 use nix::fcntl::OFlag;
@@ -38,17 +40,18 @@ pub fn read_to_string(path: &Path, limit: u64) -> io::Result<String> {
 /// [`read`], with the stamp of what was read: a caller that keeps it reads again only when
 /// the file changed ([`FileStamp::of`]).
 pub fn read_stamped(path: &Path, limit: u64) -> io::Result<(FileStamp, Vec<u8>)> {
-    let mut file = open(path)?;
-    let meta = file.metadata()?;
-    if let Some(kind) = not_regular(&meta) {
+    let examined = Examined::at(path, Links::Follow)?;
+    if let Some(kind) = not_regular(&examined.meta) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             format!("it is {kind}, not a regular file"),
         ));
     }
-    if meta.len() > limit {
-        return Err(too_large(meta.len(), limit));
+    if examined.meta.len() > limit {
+        return Err(too_large(examined.meta.len(), limit));
     }
+    let mut file = examined.open(path, Access::Read)?;
+    let meta = file.metadata()?;
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     (&mut file).take(limit + 1).read_to_end(&mut bytes)?;
     // It grew while read.
@@ -58,11 +61,96 @@ pub fn read_stamped(path: &Path, limit: u64) -> io::Result<(FileStamp, Vec<u8>)>
     Ok((FileStamp::from_metadata(&meta), bytes))
 }
 
-fn open(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-        .open(path)
+/// Whether a link at the path itself is followed, or refused as `ELOOP` (`O_NOFOLLOW`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    /// Puppet's files may be links.
+    Follow,
+    /// pmcheck's own state: a link there is planted.
+    Refuse,
+}
+
+/// What the file is opened for, once examined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// To read.
+    Read,
+    /// To read and write (a lock).
+    ReadWrite,
+    /// To append (a log).
+    Append,
+}
+
+/// A path looked at through a descriptor that opens nothing (`O_PATH`: the file's own
+/// `open()` does not run, so a FIFO does not block and a device does not act), with what it
+/// is. [`Examined::open`] then opens that very file, not whatever the path names by then.
+#[derive(Debug)]
+pub struct Examined {
+    handle: File,
+    links: Links,
+    /// What the path names: its type, size and owner.
+    pub meta: Metadata,
+}
+
+impl Examined {
+    /// Looks at `path`; with [`Links::Refuse`] a link there is `ELOOP`, as `O_NOFOLLOW` has it.
+    pub fn at(path: &Path, links: Links) -> io::Result<Self> {
+        let handle = OpenOptions::new()
+            .read(true)
+            .custom_flags((OFlag::O_PATH | OFlag::O_CLOEXEC | nofollow(links)).bits())
+            .open(path)?;
+        let meta = handle.metadata()?;
+        if meta.file_type().is_symlink() {
+            return Err(io::Error::from_raw_os_error(
+                nix::errno::Errno::ELOOP as i32,
+            ));
+        }
+        Ok(Self {
+            handle,
+            links,
+            meta,
+        })
+    }
+
+    /// Opens the file examined, without blocking, if it is a regular file: through its
+    /// descriptor (`/proc/self/fd`), or where /proc is not mounted by its path again, which
+    /// must still name the same file.
+    pub fn open(&self, path: &Path, access: Access) -> io::Result<File> {
+        if let Some(kind) = not_regular(&self.meta) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("it is {kind}, not a regular file"),
+            ));
+        }
+        let mut options = OpenOptions::new();
+        match access {
+            Access::Read => options.read(true),
+            Access::ReadWrite => options.read(true).write(true),
+            Access::Append => options.append(true),
+        };
+        let flags = OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let through = format!("/proc/self/fd/{}", self.handle.as_raw_fd());
+        let file = match options.custom_flags(flags.bits()).open(&through) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => options
+                .custom_flags((flags | nofollow(self.links)).bits())
+                .open(path)?,
+            opened => opened?,
+        };
+        let now = file.metadata()?;
+        if (now.dev(), now.ino()) != (self.meta.dev(), self.meta.ino()) {
+            return Err(io::Error::other(
+                "it was replaced while it was opened; try again",
+            ));
+        }
+        Ok(file)
+    }
+}
+
+fn nofollow(links: Links) -> OFlag {
+    match links {
+        Links::Follow => OFlag::empty(),
+        Links::Refuse => OFlag::O_NOFOLLOW,
+    }
 }
 
 /// What a file is when it is not a regular file (`a FIFO (named pipe)`), in words.
@@ -90,6 +178,32 @@ fn too_large(len: u64, limit: u64) -> io::Error {
     )
 }
 
+/// Counts the opens of a file (inotify's `IN_OPEN`), for the tests that prove a FIFO or a
+/// device standing in for a file pmcheck reads is never opened.
+#[cfg(test)]
+pub(crate) struct Opens(nix::sys::inotify::Inotify);
+
+#[cfg(test)]
+impl Opens {
+    pub(crate) fn of(path: &Path) -> Self {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let opens = Inotify::init(InitFlags::IN_NONBLOCK).expect("inotify");
+        opens
+            .add_watch(path, AddWatchFlags::IN_OPEN)
+            .expect("watch");
+        Self(opens)
+    }
+
+    /// The opens since the last call.
+    pub(crate) fn count(&self) -> usize {
+        match self.0.read_events() {
+            Ok(events) => events.len(),
+            Err(nix::errno::Errno::EAGAIN) => 0,
+            Err(e) => panic!("inotify: {e}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +226,57 @@ mod tests {
         assert!(e.to_string().contains("a character device"), "{e}");
         let e = read(dir.path(), CONFIG_LIMIT).unwrap_err();
         assert!(e.to_string().contains("a directory"), "{e}");
+    }
+
+    /// The c8a278e audit: a link to a device at a read path had the device's `open()` run. A
+    /// FIFO stands in for the device: inotify reports each time it is opened.
+    #[test]
+    fn what_is_not_a_regular_file_is_never_opened_even_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let link = dir.path().join("hostcrl.pem");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        let opens = Opens::of(&fifo);
+        for path in [&fifo, &link] {
+            let e = read(path, CRL_LIMIT).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                "it is a FIFO (named pipe), not a regular file"
+            );
+            let e = Examined::at(path, Links::Follow)
+                .unwrap()
+                .open(path, Access::ReadWrite)
+                .unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        }
+        assert_eq!(opens.count(), 0, "the FIFO was opened");
+        let e = Examined::at(&link, Links::Refuse).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(nix::errno::Errno::ELOOP as i32));
+        // The count works: an open of the FIFO is seen.
+        let mine = OpenOptions::new()
+            .read(true)
+            .custom_flags(OFlag::O_NONBLOCK.bits())
+            .open(&fifo)
+            .unwrap();
+        assert_eq!(opens.count(), 1);
+        drop(mine);
+    }
+
+    #[test]
+    fn an_examined_file_is_opened_as_asked_and_is_the_one_examined() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        std::fs::write(&path, "one\n").unwrap();
+        let examined = Examined::at(&path, Links::Refuse).unwrap();
+        // Replaced after the look: the file examined is the one opened.
+        std::fs::rename(&path, dir.path().join("old")).unwrap();
+        std::fs::write(&path, "two\n").unwrap();
+        let mut file = examined.open(&path, Access::Append).unwrap();
+        std::io::Write::write_all(&mut file, b"three\n").unwrap();
+        let old = std::fs::read_to_string(dir.path().join("old")).unwrap();
+        assert_eq!(old, "one\nthree\n");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
     }
 
     #[test]

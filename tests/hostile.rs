@@ -501,12 +501,19 @@ fn a_lock_of_the_state_directory_blocks_no_drain_and_a_held_lock_is_named() {
 /// Every file the daemon or a command reads goes through one reader that refuses what is not a
 /// regular file before reading and bounds the size. On e5ddf73 a FIFO at the CRL hung `check`
 /// for more than 30 s, a FIFO at a deploy record froze the daemon's code readings, and the
-/// daemon then ignored SIGTERM; a 59 MB CRL cost `check` 285 MB.
+/// daemon then ignored SIGTERM; a 59 MB CRL cost `check` 285 MB. On c8a278e root's `check`
+/// still ran the `open()` of what stood there (`/dev/watchdog` arms on open): here a link to a
+/// FIFO, whose opens inotify counts, is examined and never opened.
 #[test]
 fn a_fifo_or_a_huge_file_where_a_crl_or_deploy_record_belongs_hangs_nothing() {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
     let s = Setup::new(Behavior::Running);
+    let fifo = s.files.dir.path().join("device");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let opens = Inotify::init(InitFlags::IN_NONBLOCK).unwrap();
+    opens.add_watch(&fifo, AddWatchFlags::IN_OPEN).unwrap();
     let crl = s.files.dir.path().join("crl.pem");
-    nix::unistd::mkfifo(&crl, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    std::os::unix::fs::symlink(&fifo, &crl).unwrap();
     let crl_arg = crl.display().to_string();
     let mut check: Vec<String> = vec!["check".into()];
     check.extend(s.args(&["--hostcrl", &crl_arg]));
@@ -517,6 +524,10 @@ fn a_fifo_or_a_huge_file_where_a_crl_or_deploy_record_belongs_hangs_nothing() {
         line,
         &format!("hostcrl {crl_arg} cannot be read: it is a FIFO (named pipe), not a regular file")
     );
+    match opens.read_events() {
+        Err(nix::errno::Errno::EAGAIN) => {}
+        seen => panic!("`check` opened the FIFO at the CRL: {seen:?}"),
+    }
 
     // A daemon with a FIFO at the CRL and at a deploy record: it answers, shows why, and
     // stops at SIGTERM.

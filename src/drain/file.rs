@@ -9,13 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use nix::fcntl::{Flock, OFlag};
+use nix::fcntl::Flock;
 use thiserror::Error;
 
 use crate::drain::lock::{self, LockError};
 use crate::drain::log::{DrainLog, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord, DrainState, RECORD_LIMIT, Unreadable};
 use crate::file_stamp::FileStamp;
+use crate::safe_file::{Access, Examined, Links};
 
 /// Why `drain` or `undrain` could not change the record.
 #[derive(Debug, Error)]
@@ -215,21 +216,19 @@ impl DrainFile {
         }
     }
 
-    /// Opens without following links and without blocking, checks again what was opened (the
-    /// path may have changed since it was examined), and reads at most the limit.
+    /// Examines the path without following links or opening it, opens that file only if it is
+    /// a small regular one, and reads at most the limit.
     fn read(&self) -> Result<(FileStamp, Vec<u8>), Unreadable> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-            .open(&self.path)
-            .map_err(|e| match e.raw_os_error() {
+        let examined =
+            Examined::at(&self.path, Links::Refuse).map_err(|e| match e.raw_os_error() {
                 Some(code) if code == nix::errno::Errno::ELOOP as i32 => Unreadable::Symlink {
                     path: self.path.clone(),
                 },
                 _ => self.read_error(e),
             })?;
+        self.refuse(&examined.meta)?;
+        let mut file = (examined.open(&self.path, Access::Read)).map_err(|e| self.read_error(e))?;
         let meta = file.metadata().map_err(|e| self.read_error(e))?;
-        self.refuse(&meta)?;
         let mut bytes = Vec::with_capacity(meta.len() as usize);
         (&mut file)
             .take(RECORD_LIMIT + 1)
@@ -297,7 +296,7 @@ impl DrainFile {
             file.write_all(&json)?;
             file.sync_all()?;
             fs::rename(&tmp, &self.path)?;
-            File::open(&self.dir)?.sync_all()
+            open_dir(&self.dir)?.sync_all()
         })();
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
@@ -316,7 +315,7 @@ impl DrainFile {
         });
         match removed {
             Ok(()) => {
-                let _ = File::open(&self.dir).and_then(|d| d.sync_all());
+                let _ = open_dir(&self.dir).and_then(|d| d.sync_all());
                 Ok(Some(previous.unwrap_or_else(|| Drain::parse(b""))))
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -443,6 +442,15 @@ fn lock(file: &DrainFile) -> Result<Flock<File>, DrainError> {
     })
 }
 
+/// Opens the state directory to sync it: `O_DIRECTORY` refuses anything else before it is
+/// opened (a device put in its place does not have its `open()` run).
+fn open_dir(dir: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags((nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC).bits())
+        .open(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,8 +567,10 @@ mod tests {
         fs::remove_dir(file.path()).unwrap();
 
         nix::unistd::mkfifo(file.path(), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let opens = crate::safe_file::Opens::of(file.path());
         let why = unknown(file.state(SystemTime::now()));
-        assert!(why.contains("FIFO"), "a FIFO is named, never opened: {why}");
+        assert!(why.contains("FIFO"), "a FIFO is named: {why}");
+        assert_eq!(opens.count(), 0, "the FIFO was opened");
         fs::remove_file(file.path()).unwrap();
 
         std::os::unix::fs::symlink("/dev/zero", file.path()).unwrap();

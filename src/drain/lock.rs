@@ -14,6 +14,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg, OFlag};
 use thiserror::Error;
 
+use crate::safe_file::{Access, Examined, Links};
 use crate::settings::duration::format_duration;
 
 /// The lock file's name in the state directory.
@@ -76,23 +77,45 @@ pub fn acquire(dir: &Path, wait: Duration) -> Result<Flock<File>, LockError> {
     }
 }
 
-/// Opens the lock without following links or blocking, creating it 0660 with the directory's
-/// group (whoever creates it, the other side can still open it).
+/// Opens the lock without following links, blocking or opening anything but a regular file
+/// (a FIFO or a device planted there is examined, never opened), creating it 0660 with the
+/// directory's group (whoever creates it, the other side can still open it).
 fn open(dir: &Path, path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .mode(MODE)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(io::Error::other(format!(
-            "{} is not a regular file: remove it",
+    let not_regular = |kind: &str| {
+        io::Error::other(format!(
+            "{} is {kind}, not a regular file: remove it",
             path.display()
-        )));
-    }
+        ))
+    };
+    // Made by another process between the look and the creation: look again.
+    let mut tries = 3;
+    let file = loop {
+        match Examined::at(path, Links::Refuse) {
+            Ok(examined) => match crate::safe_file::not_regular(&examined.meta) {
+                Some("a directory") => return Err(io::ErrorKind::IsADirectory.into()),
+                Some(kind) => return Err(not_regular(kind)),
+                None => break examined.open(path, Access::ReadWrite)?,
+            },
+            Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
+                return Err(not_regular("a symbolic link"));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let created = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .mode(MODE)
+                    .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
+                    .open(path);
+                match created {
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries > 1 => tries -= 1,
+                    created => break created?,
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let meta = file.metadata()?;
     let mine = meta.uid() == nix::unistd::geteuid().as_raw();
     let dir_gid = fs::metadata(dir)?.gid();
     if mine && meta.gid() != dir_gid {
@@ -195,5 +218,24 @@ mod tests {
             e.contains(&dir.path().join(NAME).display().to_string()),
             "{e}"
         );
+    }
+
+    /// The c8a278e audit: a FIFO (or a device) at the lock had its `open()` run.
+    #[test]
+    fn a_fifo_or_a_link_at_the_lock_is_named_and_never_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(NAME);
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o660)).unwrap();
+        let opens = crate::safe_file::Opens::of(&path);
+        let e = acquire(dir.path(), WAIT).unwrap_err().to_string();
+        assert!(
+            e.contains("is a FIFO (named pipe), not a regular file: remove it"),
+            "{e}"
+        );
+        assert_eq!(opens.count(), 0, "the FIFO was opened");
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/null", &path).unwrap();
+        let e = acquire(dir.path(), WAIT).unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link, not a regular file"), "{e}");
     }
 }

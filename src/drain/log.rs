@@ -20,6 +20,7 @@ use thiserror::Error;
 
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::tenure::Stamp;
+use crate::safe_file::{Access, Examined, Links};
 
 /// The log's name in the state directory.
 pub const LOG_NAME: &str = "drain-events.log";
@@ -282,14 +283,17 @@ impl DrainLog {
         }
     }
 
-    /// Opens for appending without following links, creating it 0660 with the state
-    /// directory's group (whoever creates it, the other side can still append).
+    /// Opens for appending without following links or opening anything but a regular file,
+    /// creating it 0660 with the state directory's group (whoever creates it, the other side
+    /// can still append).
     fn open(&self) -> io::Result<File> {
         let open = || {
-            OpenOptions::new()
-                .append(true)
-                .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-                .open(&self.path)
+            let examined = Examined::at(&self.path, Links::Refuse)?;
+            if examined.meta.is_file() {
+                examined.open(&self.path, Access::Append)
+            } else {
+                Err(io::Error::other("not a regular file: remove it"))
+            }
         };
         let file = match open() {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -299,9 +303,6 @@ impl DrainLog {
             opened => opened?,
         };
         let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(io::Error::other("not a regular file: remove it"));
-        }
         let dir_gid = fs::metadata(&self.dir)?.gid();
         if meta.gid() != dir_gid && meta.uid() == nix::unistd::geteuid().as_raw() {
             // Best effort: only the owner (or root) may; the other side then still appends
@@ -356,10 +357,7 @@ fn tail_of(path: &Path, n: usize) -> io::Result<Vec<Event>> {
     if n == 0 {
         return Ok(Vec::new());
     }
-    let mut file = match OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-        .open(path)
+    let mut file = match Examined::at(path, Links::Refuse).and_then(|e| e.open(path, Access::Read))
     {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -457,10 +455,7 @@ impl Follower {
 
     /// Reads the whole lines of `path` from `offset`; returns the bytes consumed.
     fn take(&self, path: &Path, offset: u64, news: &mut News) -> io::Result<u64> {
-        let mut file = OpenOptions::new()
-            .read(true)
-            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-            .open(path)?;
+        let mut file = Examined::at(path, Links::Refuse)?.open(path, Access::Read)?;
         file.seek(SeekFrom::Start(offset))?;
         let mut bytes = Vec::new();
         file.take(ROTATE_AT).read_to_end(&mut bytes)?;

@@ -3,19 +3,18 @@
 //!
 //! A health checker that can be knocked over takes the whole pool with it, so a new connection
 //! is always accepted at once (nothing waits in the kernel's accept queue) and, past a limit,
-//! another is closed. An address holding more connections than any load balancer or monitor
-//! would sheds its own, oldest first. Otherwise the one that behaves least like a load
-//! balancer goes: a connection that never sent a complete request, one whose answers the
-//! client does not read, a regular poller's new connection
-//! ([`crate::responder::pollers::REGULAR`]), then the idlest of an address that is not a
-//! regular poller, and a regular poller's last.
-//! A load balancer's check sends its request at once and reads the answer, and a monitor's
-//! kept-alive connection asks again every few seconds, so neither is closed while a flood,
-//! from one address or from thousands, holds connections that do neither. A source at its own
-//! limit sheds its own connection by the same order. The table stays below the process's
+//! one is closed: another, or the newcomer itself. A proven load balancer (it polled with its
+//! key, or from an `--lb-address`) has room kept for it and is never closed to make room for
+//! anyone else: a flood of polite pollers, each asking every few seconds, looks like monitors,
+//! and regularity once protected it instead of the load balancer (the c8a278e audit). Among the
+//! others, what goes first: a connection that never sent its request within [`GRACE`], then
+//! one of the source holding the most (more than a monitor's [`LIGHT`]; a source as heavy as
+//! any pays for its own newcomers), then the oldest one that has not asked yet; a newcomer
+//! never displaces a connection that asked, it is closed instead. Each choice costs a lookup
+//! in an index, never a walk through the table. The table stays below the process's
 //! descriptor limit, which is raised at start.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -126,46 +125,69 @@ impl Activity {
 
 struct Table {
     next: u64,
-    /// By id, and ids only grow: the first entry of a source is its oldest connection.
+    /// By id, and ids only grow: the first entry is the oldest connection.
     live: BTreeMap<u64, Live>,
-    per_source: HashMap<IpAddr, usize>,
-    /// How many sources hold more than [`HEAVY`] connections.
-    heavy: usize,
+    sources: HashMap<IpAddr, Source>,
+    /// The sources of unproven connections by how many each holds, the most last.
+    heaviest: BTreeSet<(usize, IpAddr)>,
+    /// Unproven connections not seen to ask yet, oldest first (those that asked since are
+    /// dropped when met).
+    fresh: BTreeSet<u64>,
+    /// How many connections are not a proven load balancer's.
+    unproven: usize,
     shed: Throttle,
+    refused: Throttle,
+}
+
+/// One source's connections.
+#[derive(Default)]
+struct Source {
+    ids: BTreeSet<u64>,
+    unproven: usize,
 }
 
 struct Live {
     source: IpAddr,
-    /// The source was a regular poller when the connection was accepted.
-    regular: bool,
+    /// A proven load balancer's: never closed for another's.
+    proven: bool,
+    /// When it was accepted, as [`Activity`] stamps time.
+    accepted: u64,
     activity: Arc<Activity>,
     /// Dropping it tells the connection's task to close the socket.
     _close: oneshot::Sender<()>,
 }
 
-/// More connections than any load balancer or monitor holds from one address: HAProxy opens
-/// one per check, a monitor keeps one or two alive.
-const HEAVY: usize = 8;
+/// How long a new connection has to send its request: a load balancer's check sends it at once.
+pub const GRACE: Duration = Duration::from_secs(1);
+/// What a monitor holds from one address (one or two kept-alive connections): a source holding
+/// no more is never shed for being the heaviest.
+const LIGHT: usize = 2;
+
+/// The room kept for proven load balancers: an eighth of the table, at most 64 (HAProxy holds
+/// one connection per check while it runs, a few milliseconds each).
+fn reserved(total: usize) -> usize {
+    (total / 8).min(64)
+}
 
 impl Live {
-    /// Which connection goes first, lowest first. An address holding more than [`HEAVY`]
-    /// sheds its own, oldest first, whatever they do: a flood from one address pays for
-    /// itself. Otherwise the least like a load balancer's: one that never asked (oldest
-    /// first), one whose client does not read its answers (stalled longest first), a regular
-    /// poller's new connection, then by idleness one from an address that is not a regular
-    /// poller, and a regular poller's last. (Ids grow with time, so a never-asked connection's
-    /// id is its age.)
-    fn rank(&self, id: u64, held: usize) -> (u8, u64) {
+    /// Which of one source's connections goes first, lowest first: one that never asked within
+    /// its grace, one whose client does not read its answers (stalled longest first), the
+    /// idlest of those that asked, and one still within its grace last.
+    fn rank(&self, id: u64, now: u64) -> (u8, u64) {
         let asked = self.activity.asked.load(Ordering::Relaxed);
         let stalled = self.activity.stalled.load(Ordering::Relaxed);
         match (asked, stalled) {
-            _ if held > HEAVY => (0, id),
-            (0, _) if !self.regular => (1, id),
-            (_, 1..) => (2, stalled),
+            (0, _) if self.late(now) => (0, id),
+            (1.., 1..) => (1, stalled),
+            (1.., _) => (2, asked),
             (0, _) => (3, id),
-            _ if !self.regular => (4, asked),
-            _ => (5, asked),
         }
+    }
+
+    /// It has not asked and its grace is over.
+    fn late(&self, now: u64) -> bool {
+        self.activity.asked.load(Ordering::Relaxed) == 0
+            && now.saturating_sub(self.accepted) > GRACE.as_millis() as u64
     }
 }
 
@@ -192,9 +214,12 @@ impl Connections {
             table: Mutex::new(Table {
                 next: 0,
                 live: BTreeMap::new(),
-                per_source: HashMap::new(),
-                heavy: 0,
+                sources: HashMap::new(),
+                heaviest: BTreeSet::new(),
+                fresh: BTreeSet::new(),
+                unproven: 0,
                 shed: Throttle::new(LOG_EVERY),
+                refused: Throttle::new(LOG_EVERY),
             }),
             epoch: Instant::now(),
         })
@@ -210,79 +235,164 @@ impl Connections {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Enters a new connection from `source` (`regular`: a regular poller), closing another
-    /// first when a limit is reached.
-    pub fn admit(self: &Arc<Self>, source: IpAddr, regular: bool) -> Ticket {
+    /// Enters a new connection from `source` (`proven`: a proven load balancer's address),
+    /// closing another first when a limit is reached, or, when none may go, this one: its
+    /// ticket's `shed` has resolved already.
+    pub fn admit(self: &Arc<Self>, source: IpAddr, proven: bool) -> Ticket {
         let source = source.to_canonical();
         let (close, closed) = oneshot::channel();
         let activity = Arc::new(Activity::new(self.epoch));
+        let now = activity.stamp();
+        let limits = self.limits;
         let mut table = self.lock();
-        let from_source = table.per_source.get(&source).copied().unwrap_or(0);
-        if from_source >= self.limits.per_source {
-            table.shed(Some(source), self.limits);
-        } else if table.live.len() >= self.limits.total {
-            table.shed(None, self.limits);
-        }
         let id = table.next;
         table.next += 1;
+        let ticket = Ticket {
+            id,
+            connections: Arc::clone(self),
+            shed: closed,
+            activity: Arc::clone(&activity),
+        };
+        let held = table.sources.get(&source).map_or(0, |s| s.ids.len());
+        let room = if held >= limits.per_source {
+            Some(table.least_useful(source, now, false))
+        } else if table.live.len() >= limits.total
+            || (!proven && table.unproven >= limits.total - reserved(limits.total))
+        {
+            table.victim(source, proven, now)
+        } else {
+            Some(None)
+        };
+        match room {
+            Some(Some(victim)) => table.shed(victim, limits),
+            Some(None) => {}
+            None => {
+                // `close` is dropped: the connection closes at once.
+                table.refuse(source, limits);
+                return ticket;
+            }
+        }
         table.live.insert(
             id,
             Live {
                 source,
-                regular,
-                activity: Arc::clone(&activity),
+                proven,
+                accepted: now,
+                activity,
                 _close: close,
             },
         );
-        let held = table.per_source.entry(source).or_default();
-        *held += 1;
-        if *held == HEAVY + 1 {
-            table.heavy += 1;
+        let mut from = table.sources.remove(&source).unwrap_or_default();
+        from.ids.insert(id);
+        if !proven {
+            table.heaviest.remove(&(from.unproven, source));
+            from.unproven += 1;
+            table.heaviest.insert((from.unproven, source));
+            table.unproven += 1;
+            table.fresh.insert(id);
         }
-        Ticket {
-            id,
-            connections: Arc::clone(self),
-            shed: closed,
-            activity,
-        }
+        table.sources.insert(source, from);
+        ticket
     }
 }
 
 impl Table {
-    /// Closes the connection least like a load balancer's, of `source` only when given.
-    fn shed(&mut self, source: Option<IpAddr>, limits: Limits) {
-        // Oldest first, so the scan stops at the first connection of the best rank there can
-        // be: one of a heavy address, or a never-asked one when no address is heavy. Under a
-        // flood that is one of the first few.
-        let mut best: Option<((u8, u64), u64, IpAddr)> = None;
-        for (id, live) in &self.live {
-            if source.is_some_and(|s| live.source != s) {
-                continue;
+    /// Which connection makes room for a newcomer from `source`: `Some(Some(id))`, or
+    /// `Some(None)` when none need go, or `None` when the newcomer must (module doc).
+    fn victim(&mut self, source: IpAddr, proven: bool, now: u64) -> Option<Option<u64>> {
+        // Not yet asked, oldest first: those that asked meanwhile leave the index here.
+        let oldest_fresh = loop {
+            let Some(&id) = self.fresh.first() else {
+                break None;
+            };
+            match self.live.get(&id) {
+                Some(live) if !live.activity.has_asked() => break Some((id, live.late(now))),
+                _ => {
+                    self.fresh.pop_first();
+                }
             }
-            let held = self.per_source.get(&live.source).copied().unwrap_or(0);
-            let rank = live.rank(*id, held);
-            if best.as_ref().is_none_or(|(b, _, _)| rank < *b) {
-                best = Some((rank, *id, live.source));
+        };
+        if let Some((id, true)) = oldest_fresh {
+            return Some(Some(id));
+        }
+        let mine = if proven {
+            0
+        } else {
+            self.sources.get(&source).map_or(0, |s| s.unproven) + 1
+        };
+        let heaviest = self.heaviest.last().copied();
+        if let Some((count, heavy)) = heaviest {
+            if !proven && mine > LIGHT && mine >= count {
+                return None;
             }
-            if rank.0 == 0 || (rank.0 == 1 && (self.heavy == 0 || source.is_some())) {
-                break;
+            if count > LIGHT && count > mine {
+                return Some(self.least_useful(heavy, now, true));
             }
         }
-        let Some((_, id, victim)) = best else {
+        if let Some((id, _)) = oldest_fresh {
+            return Some(Some(id));
+        }
+        if !proven {
+            return None;
+        }
+        match heaviest {
+            Some((_, heavy)) => Some(self.least_useful(heavy, now, true)),
+            None => Some(self.live.keys().next().copied()),
+        }
+    }
+}
+impl Table {
+    /// The connection of `source` that goes first (unproven ones only, when `unproven`), if
+    /// it has any. A scan of one source's connections, at most
+    /// `--max-connections-per-source`.
+    fn least_useful(&self, source: IpAddr, now: u64, unproven: bool) -> Option<u64> {
+        let ids = self.sources.get(&source).map(|s| &s.ids);
+        (ids.into_iter().flatten())
+            .filter_map(|id| Some((*id, self.live.get(id)?)))
+            .filter(|(_, live)| !(unproven && live.proven))
+            .min_by_key(|(id, live)| live.rank(*id, now))
+            .map(|(id, _)| id)
+    }
+
+    /// Closes `id` to make room.
+    fn shed(&mut self, id: u64, limits: Limits) {
+        let Some(victim) = self.live.get(&id).map(|l| l.source) else {
             return;
         };
-        let held = self.per_source.get(&victim).copied().unwrap_or(0);
+        let held = self.sources.get(&victim).map_or(0, |s| s.ids.len());
         self.release(id);
         if let Some(count) = self.shed.hit(Instant::now()) {
             tracing::warn!(
                 count,
                 peer = %victim,
                 held,
-                "connection limit reached ({} in all, {} per source): closed {count} \
-                 connection(s) in the last {}s that sent no request, did not read their \
-                 answers or were idle longest, the latest from {victim}, which held {held}",
+                "connection limit reached ({} in all, {} per source, {} kept for proven load \
+                 balancers): closed {count} connection(s) in the last {}s that sent no request, \
+                 did not read their answers or came from the address holding the most, the \
+                 latest from {victim}, which held {held}",
                 limits.total,
                 limits.per_source,
+                reserved(limits.total),
+                LOG_EVERY.as_secs()
+            );
+        }
+    }
+
+    /// Notes a newcomer closed at once: every connection that might go was a proven load
+    /// balancer's or had asked, or its source holds as many as any.
+    fn refuse(&mut self, source: IpAddr, limits: Limits) {
+        if let Some(count) = self.refused.hit(Instant::now()) {
+            let held = self.sources.get(&source).map_or(0, |s| s.ids.len());
+            tracing::warn!(
+                count,
+                peer = %source,
+                held,
+                "connection limit reached ({} in all, {} kept for proven load balancers): \
+                 closed {count} new connection(s) in the last {}s at once, the latest from \
+                 {source}, which held {held}: the others asked, or belong to proven load \
+                 balancers",
+                limits.total,
+                reserved(limits.total),
                 LOG_EVERY.as_secs()
             );
         }
@@ -292,14 +402,21 @@ impl Table {
         let Some(live) = self.live.remove(&id) else {
             return;
         };
-        if let Some(count) = self.per_source.get_mut(&live.source) {
-            if *count == HEAVY + 1 {
-                self.heavy -= 1;
+        let Some(mut from) = self.sources.remove(&live.source) else {
+            return;
+        };
+        from.ids.remove(&id);
+        if !live.proven {
+            self.heaviest.remove(&(from.unproven, live.source));
+            from.unproven -= 1;
+            if from.unproven > 0 {
+                self.heaviest.insert((from.unproven, live.source));
             }
-            *count -= 1;
-            if *count == 0 {
-                self.per_source.remove(&live.source);
-            }
+            self.unproven -= 1;
+            self.fresh.remove(&id);
+        }
+        if !from.ids.is_empty() {
+            self.sources.insert(live.source, from);
         }
     }
 }
@@ -376,84 +493,139 @@ mod tests {
             .is_err_and(|e| e == oneshot::error::TryRecvError::Closed)
     }
 
-    /// Spread over thousands of addresses, a flood holds one connection per address: the
-    /// order sheds what a load balancer never does, whatever the addresses.
+    /// A table whose connections are `age` old (their grace over when it is more than
+    /// [`GRACE`]): a tiny epoch moved back.
+    fn aged(limits: Limits, age: Duration) -> Arc<Connections> {
+        let connections = Connections::new(limits);
+        let table = Arc::into_inner(connections).unwrap();
+        Arc::new(Connections {
+            epoch: Instant::now().checked_sub(age).unwrap(),
+            ..table
+        })
+    }
+
+    /// The c8a278e audit: a polite flood (many addresses, several kept-alive connections
+    /// each, every one asking) filled the table, and each check of a load balancer, not yet
+    /// asked, was the first to go. A proven load balancer's newcomer displaces the flood, and
+    /// the flood's own newcomers are closed, not the connections that asked.
     #[test]
-    fn a_full_table_sheds_what_a_load_balancer_never_does() {
+    fn a_polite_flood_never_takes_a_proven_load_balancers_place() {
         let table = Connections::new(Limits {
+            total: 16,
+            per_source: 8,
+        });
+        assert_eq!(reserved(16), 2);
+        let mut flood: Vec<_> = (0..14)
+            .map(|n| table.admit(ip(&format!("10.1.0.{}", n / 7)), false))
+            .collect();
+        for t in &flood {
+            t.activity.asked();
+        }
+        // The unproven have all but the reserved room: a flood's newcomer is closed at once.
+        let mut more = table.admit(ip("10.1.0.0"), false);
+        assert!(closed(&mut more));
+        assert!(flood.iter_mut().all(|t| !closed(t)));
+        // The proven load balancer's checks take the reserved room, then displace the flood.
+        let mut lb: Vec<_> = (0..4).map(|_| table.admit(ip("10.0.0.9"), true)).collect();
+        assert!(lb.iter_mut().all(|t| !closed(t)));
+        assert_eq!(flood.iter_mut().map(closed).filter(|&c| c).count(), 2);
+        assert_eq!(table.open(), 16);
+        // Not asked yet, they stay while the flood knocks again.
+        for n in 0..20 {
+            let mut newcomer = table.admit(ip(&format!("10.1.0.{}", n % 2)), false);
+            assert!(
+                closed(&mut newcomer),
+                "a flood's newcomer displaced someone"
+            );
+        }
+        assert!(lb.iter_mut().all(|t| !closed(t)));
+        // An unproven poller from a light address still gets in, at the heaviest's expense.
+        let mut monitor = table.admit(ip("10.0.0.4"), false);
+        assert!(!closed(&mut monitor));
+        assert_eq!(flood.iter_mut().map(closed).filter(|&c| c).count(), 3);
+    }
+
+    /// Spread over thousands of addresses, a flood holds one connection per address: what
+    /// never asked within its grace goes first, then a newcomer displaces only the oldest that
+    /// has not asked yet, never a monitor that asked.
+    #[test]
+    fn a_spread_flood_sheds_what_never_asked_and_never_a_monitor_that_did() {
+        let limits = Limits {
             total: 5,
             per_source: 5,
-        });
-        let mut monitor = table.admit(ip("10.0.0.4"), true);
+        };
+        let table = aged(limits, Duration::ZERO);
+        let mut monitor = [
+            table.admit(ip("10.0.0.4"), false),
+            table.admit(ip("10.0.0.4"), false),
+        ];
+        let mut idle = table.admit(ip("10.0.1.1"), false);
+        let mut asked = table.admit(ip("10.0.1.2"), false);
         let mut lb = table.admit(ip("10.0.0.9"), false);
-        let mut reader = table.admit(ip("10.0.1.1"), false);
-        let mut stalled = table.admit(ip("10.0.1.2"), false);
-        let mut idle = table.admit(ip("10.0.1.3"), false);
-        monitor.activity.asked();
-        reader.activity.asked();
-        stalled.activity.asked();
-        stalled.activity.stalled(true);
-        lb.activity.asked();
-        // Full: the connection that never asked goes first, although it is the newest.
-        let next = table.admit(ip("10.0.1.4"), false);
-        assert!(closed(&mut idle));
-        next.activity.asked();
-        // Then the one whose client does not read its answers.
-        let last = table.admit(ip("10.0.1.5"), false);
-        assert!(closed(&mut stalled));
-        last.activity.asked();
-        // Among those that asked, an unknown address idle longest, never the regular poller.
-        std::thread::sleep(Duration::from_millis(3));
-        for ticket in [&lb, &next, &last] {
-            ticket.activity.asked();
+        for t in monitor.iter().chain([&asked]) {
+            t.activity.asked();
         }
-        let _newcomer = table.admit(ip("10.0.1.6"), false);
-        assert!(closed(&mut reader), "the unknown address idle longest");
-        assert!(!closed(&mut monitor), "a regular poller is shed last");
-        assert!(!closed(&mut lb));
-        assert_eq!(table.open(), 5);
-    }
+        // Within their grace, the oldest that has not asked goes.
+        let mut next = table.admit(ip("10.0.1.3"), false);
+        assert!(closed(&mut idle));
+        assert!(!closed(&mut lb) && !closed(&mut next));
+        lb.activity.asked();
+        next.activity.asked();
+        // All asked: a newcomer of one more light address is closed itself.
+        let mut late = table.admit(ip("10.0.1.4"), false);
+        assert!(closed(&mut late));
+        assert!(monitor.iter_mut().chain([&mut asked]).all(|t| !closed(t)));
 
-    /// A load balancer's new connection has not asked yet either: an address holding more
-    /// than a monitor would goes first, however much older the load balancer's is.
-    #[test]
-    fn a_heavy_address_sheds_before_an_older_light_one() {
-        let table = Connections::new(Limits {
-            total: 10,
-            per_source: 10,
-        });
-        let mut lb = table.admit(ip("10.0.0.9"), false);
-        let mut flood: Vec<_> = (0..9).map(|_| table.admit(ip("10.0.0.1"), false)).collect();
-        let last = table.admit(ip("10.0.0.1"), false);
-        assert!(!closed(&mut lb));
-        assert!(closed(&mut flood[0]));
-        // The flood gone, nobody is heavy: the oldest that never asked goes first again.
-        drop(flood);
-        let others: Vec<_> = (2..10)
-            .map(|n| table.admit(ip(&format!("10.0.1.{n}")), false))
+        // A connection that never asked within its grace goes before anything else.
+        let old = aged(limits, GRACE * 2);
+        let mut slow = old.admit(ip("10.0.1.1"), false);
+        let mut rest: Vec<_> = (2..6)
+            .map(|n| old.admit(ip(&format!("10.0.1.{n}")), false))
             .collect();
-        assert_eq!(table.open(), 10);
-        let _newcomer = table.admit(ip("10.0.2.1"), false);
-        assert!(closed(&mut lb));
-        drop((last, others));
-        assert_eq!(table.open(), 1);
+        for t in &rest {
+            t.activity.asked();
+        }
+        let mut newcomer = old.admit(ip("10.0.2.1"), false);
+        assert!(closed(&mut slow) && !closed(&mut newcomer));
+        assert!(rest.iter_mut().all(|t| !closed(t)));
     }
 
+    /// A proven load balancer's connections go only for its own at its per-source limit, or
+    /// for another proven one when nothing else is left.
+    #[test]
+    fn only_a_proven_load_balancer_closes_a_proven_one() {
+        let table = Connections::new(Limits {
+            total: 3,
+            per_source: 2,
+        });
+        let mut lb = [
+            table.admit(ip("10.0.0.9"), true),
+            table.admit(ip("10.0.0.9"), true),
+        ];
+        let mut other = table.admit(ip("10.0.0.8"), true);
+        let mut flood = table.admit(ip("10.1.0.1"), false);
+        assert!(closed(&mut flood), "no room for the unproven");
+        assert!(lb.iter_mut().chain([&mut other]).all(|t| !closed(t)));
+        let _third = table.admit(ip("10.0.0.9"), true);
+        assert!(closed(&mut lb[0]) && !closed(&mut lb[1]) && !closed(&mut other));
+    }
+
+    /// Within a source, a client that does not read its answers goes before one that does.
     #[test]
     fn a_stalled_write_that_went_through_no_longer_counts() {
         let table = Connections::new(Limits {
-            total: 2,
+            total: 4,
             per_source: 2,
         });
         let mut first = table.admit(ip("10.0.0.1"), false);
-        let mut second = table.admit(ip("10.0.0.2"), false);
+        let mut second = table.admit(ip("10.0.0.1"), false);
         first.activity.asked();
         first.activity.stalled(true);
         first.activity.stalled(false);
         std::thread::sleep(Duration::from_millis(3));
         second.activity.asked();
         second.activity.stalled(true);
-        let _third = table.admit(ip("10.0.0.3"), false);
+        let _third = table.admit(ip("10.0.0.1"), false);
         assert!(closed(&mut second));
         assert!(!closed(&mut first));
     }
@@ -468,7 +640,9 @@ mod tests {
         let b = table.admit(ip("10.0.0.2"), false);
         drop((a, b));
         assert_eq!(table.open(), 0);
-        assert!(table.lock().per_source.is_empty());
+        let t = table.lock();
+        assert!(t.sources.is_empty() && t.heaviest.is_empty() && t.fresh.is_empty());
+        assert_eq!(t.unproven, 0);
     }
 
     #[test]

@@ -128,11 +128,11 @@ impl Listener {
                 }
                 continue;
             }
-            let regular = self.node.pollers.is_regular(peer, Instant::now());
+            let proven = self.node.pollers.is_proven(peer, Instant::now());
             let connection = Connection {
                 node: Arc::clone(&self.node),
                 peer,
-                ticket: self.guard.connections.admit(peer, regular),
+                ticket: self.guard.connections.admit(peer, proven),
             };
             match self.kind {
                 Via::Agent => connections.spawn(connection.agent(stream)),

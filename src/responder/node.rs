@@ -225,11 +225,15 @@ impl Node {
         then: impl FnOnce(&Decision<'_>, Now, Option<&Kept>) -> R,
     ) -> R {
         let now = now();
-        let drain = Arc::clone(&self.drain.borrow());
+        let published = Arc::clone(&self.drain.borrow());
+        // A `--for` that ran out before the watcher published it expired is expired now (a
+        // copy, for those few moments only): the answer says so, not a bare OK.
+        let aged = published.at(now.wall);
+        let drain = aged.as_ref().unwrap_or(&published);
         let probe = self.latest();
         let rejoin = *self.rejoin.borrow();
-        let decision = Decision::decide(&drain, probe.as_deref(), rejoin, now, &self.rules);
-        let kept = match (decision.verdict, &*drain) {
+        let decision = Decision::decide(drain, probe.as_deref(), rejoin, now, &self.rules);
+        let kept = match (decision.verdict, drain) {
             (Verdict::Drained, DrainState::Drained(d)) => self.kept(d, &decision, asker, now),
             _ => None,
         };

@@ -289,10 +289,12 @@ impl Pollers {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// `address` is a regular poller now: the connection table sheds its connections last.
-    pub fn is_regular(&self, address: IpAddr, now: Instant) -> bool {
-        let address = address.to_canonical();
-        (self.lock().pollers.iter()).any(|p| p.address == address && p.regular(now))
+    /// `address` proved itself a load balancer (its key, or an `--lb-address`) within
+    /// [`GONE_AFTER`]: the connection table keeps room for it and never closes its
+    /// connections for anyone else's.
+    pub fn is_proven(&self, address: IpAddr, now: Instant) -> bool {
+        (self.lock().proven(address.to_canonical()))
+            .is_some_and(|p| now.saturating_duration_since(p.last) < GONE_AFTER)
     }
 
     /// What the drain rule reads of the server line `name` of the proven load balancer at

@@ -251,6 +251,42 @@ pub async fn monitor_keepalive(
     polls
 }
 
+/// A polite flood (the c8a278e audit): `sources` addresses from `first` on, each keeping
+/// `connections` connections alive and asking on each every `every`, reading every answer, as
+/// monitors do. What they lost, added up.
+pub async fn polite_flood(
+    target: SocketAddr,
+    first: std::net::Ipv4Addr,
+    sources: u32,
+    connections: usize,
+    every: Duration,
+    until: Instant,
+) -> Polls {
+    let tasks: Vec<_> = (0..sources)
+        .map(|n| {
+            let source = IpAddr::V4(std::net::Ipv4Addr::from(u32::from(first) + n));
+            let turn = every / connections as u32;
+            tokio::spawn(monitor_keepalive(
+                target,
+                source,
+                connections,
+                turn,
+                every,
+                until,
+            ))
+        })
+        .collect();
+    let mut all = Polls::default();
+    for task in tasks {
+        if let Ok(polls) = task.await {
+            all.lost += polls.lost;
+            all.latencies.extend(polls.latencies);
+            all.statuses.extend(polls.statuses);
+        }
+    }
+    all
+}
+
 /// One keep-alive request and its whole answer (headers and `Content-Length` body).
 async fn ask_keepalive(stream: &mut TcpStream) -> io::Result<u16> {
     stream
@@ -295,10 +331,35 @@ pub async fn poll_like_haproxy(
     timeout: Duration,
     until: Instant,
 ) -> Polls {
+    poll_with(target, source, CHECK, every, timeout, until).await
+}
+
+/// [`poll_like_haproxy`] with a load balancers' key (`http-check send hdr X-Pmcheck-Key`): a
+/// proven load balancer.
+pub async fn poll_with_key(
+    target: SocketAddr,
+    source: IpAddr,
+    key: &str,
+    every: Duration,
+    timeout: Duration,
+    until: Instant,
+) -> Polls {
+    let check = format!("OPTIONS / HTTP/1.0\r\nX-Pmcheck-Key: {key}\r\n\r\n");
+    poll_with(target, source, check.as_bytes(), every, timeout, until).await
+}
+
+async fn poll_with(
+    target: SocketAddr,
+    source: IpAddr,
+    check: &[u8],
+    every: Duration,
+    timeout: Duration,
+    until: Instant,
+) -> Polls {
     let mut polls = Polls::default();
     while Instant::now() < until {
         let started = Instant::now();
-        match tokio::time::timeout(timeout, poll_once(source, target)).await {
+        match tokio::time::timeout(timeout, poll_once(source, target, check)).await {
             Ok(Ok(status)) => {
                 polls.latencies.push(started.elapsed());
                 polls.statuses.push(status);
@@ -310,9 +371,9 @@ pub async fn poll_like_haproxy(
     polls
 }
 
-async fn poll_once(source: IpAddr, target: SocketAddr) -> io::Result<u16> {
+async fn poll_once(source: IpAddr, target: SocketAddr, check: &[u8]) -> io::Result<u16> {
     let mut stream = connect_from(source, target).await?;
-    stream.write_all(CHECK).await?;
+    stream.write_all(check).await?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).await?;
     let status = answer
