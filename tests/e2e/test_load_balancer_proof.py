@@ -109,9 +109,7 @@ def test_forged_states_move_no_wait_and_no_guard(pmcheck, haproxy, shipped_hapro
         "Y to hear from HAProxy that it is the last server",
         lambda: any(
             (s.get("seen") or {}).get("weight") == (s.get("seen") or {}).get("total_weight", -1) > 0
-            for p in dy.get("/status", headers={"User-Agent": "pmcheck/e2e"}).json()[
-                "pollers"
-            ]
+            for p in dy.get("/status", headers={"User-Agent": "pmcheck/e2e"}).json()["pollers"]
             if p.get("proof") == "key"
             for s in p.get("states", [])
         ),
