@@ -21,7 +21,7 @@ use crate::provenance::{Provenance, ProvenanceError};
 use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
 use crate::responder::{inetd, server, signals, systemd};
-use crate::settings::lb_proof::{LbKeyError, LbProof};
+use crate::settings::lb_proof::LbProof;
 use crate::settings::{Given, Host, Settings, SettingsError};
 
 /// Why a command failed; each becomes its exit code in [`Error::exit`].
@@ -48,9 +48,6 @@ pub enum Error {
     /// A value of the service's environment file is refused.
     #[error(transparent)]
     EnvFile(#[from] ProvenanceError),
-    /// The load balancers' key file is unusable.
-    #[error(transparent)]
-    LbKey(#[from] LbKeyError),
     /// `status --history`: the event log cannot be read.
     #[error(transparent)]
     History(#[from] history::HistoryError),
@@ -63,7 +60,7 @@ impl Error {
     /// How the command ends.
     pub fn exit(&self) -> Exit {
         match self {
-            Error::Settings(_) | Error::EnvFile(_) | Error::LbKey(_) => Exit::Config,
+            Error::Settings(_) | Error::EnvFile(_) => Exit::Config,
             Error::Listen(e) => e.exit(),
             Error::Change(e) => match e {
                 ChangeError::Drain(_) | ChangeError::Guard(GuardError::Drain(_)) => {
@@ -80,7 +77,9 @@ impl Error {
                 CycleError::NoDaemon(e) => wait_exit(e),
                 CycleError::Unasked(_) => Exit::Unavailable,
                 CycleError::Drain(_) => Exit::CantCreate,
-                CycleError::Turn { .. } | CycleError::EmptyBackend { .. } => Exit::Refused,
+                CycleError::Turn { .. }
+                | CycleError::EmptyBackend { .. }
+                | CycleError::KeyFile(_) => Exit::Refused,
                 e if e.not_healthy() => Exit::Critical,
                 CycleError::Wait { source, .. } => wait_exit(source),
                 CycleError::Command { .. } | CycleError::Released { .. } => Exit::Warning,
@@ -221,10 +220,20 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     let Some(daemon) = &settings.daemon else {
         unreachable!("`serve` takes the daemon's options, so its settings have them");
     };
-    let proof = LbProof::load(
+    // A key file that cannot be used never stops the daemon: pushed to every master at once,
+    // that would empty the backends. Said loudly; nothing proves a poll until it is fixed.
+    let (proof, unusable) = LbProof::load_or_unusable(
         daemon.lb_key_file.value.as_deref(),
         daemon.lb_addresses.value.clone(),
-    )?;
+    );
+    if let Some(e) = unusable {
+        tracing::error!(
+            "{e}. pmcheck answers the load balancers as always, but no poll proves itself: `drain` and `cycle` refuse (exit 77) unless --force, the waits go by HAProxy's timing, and `pmcheck status` says so. Fix the file, then `systemctl restart pmcheck` (`pmcheck config --check` tells first)"
+        );
+    }
+    for warning in proof.warnings() {
+        tracing::warn!("{warning}");
+    }
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
         Some(inherited) => {

@@ -406,6 +406,8 @@ fn config_check_names_what_blocks_each_file() {
 fn config_check_refuses_a_key_file_every_user_can_read() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
+    // A directory every user may enter: inside one they may not, 0644 is private.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let key = dir.path().join("lb-key");
     std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();

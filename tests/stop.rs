@@ -19,16 +19,6 @@ const NOLB: &str =
 const LAST: &str =
     "UP; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
 
-/// The kinds of the drain record's holders.
-fn holders(s: &Setup) -> Vec<String> {
-    record(s)
-        .and_then(|r| r["holders"].as_array().cloned())
-        .unwrap_or_default()
-        .iter()
-        .map(|h| h["kind"].as_str().unwrap_or("?").to_owned())
-        .collect()
-}
-
 /// A load balancer polling `d` every 50 ms with `state`, once `d` counts it as regular.
 fn load_balancer(d: &Daemon, state: &str) -> LoadBalancer {
     let lb = LoadBalancer::start(Polling::new(d.addr, None));

@@ -102,14 +102,35 @@ pub fn config(
     }
     let mut ok = access::check(&needed(&settings), &readers, &mut out);
     if let Some(daemon) = &settings.daemon {
-        let addresses = daemon.lb_addresses.value.clone();
-        if let Err(e) = LbProof::load(daemon.lb_key_file.value.as_deref(), addresses) {
-            out.push_str(&format!("error: {e}\n"));
-            ok = false;
-        }
+        ok &= key_file(daemon, &mut out);
     }
     out!("{out}");
     Ok(if ok { Exit::Ok } else { Exit::Config })
+}
+
+/// The load balancer key file as the daemon will read it: each key's addresses and what is
+/// weak, or why it cannot be used (`false`).
+fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool {
+    let addresses = daemon.lb_addresses.value.clone();
+    match LbProof::load(daemon.lb_key_file.value.as_deref(), addresses) {
+        Ok(proof) => {
+            for key in proof.answer().map(|a| a.keys).unwrap_or_default() {
+                let from = key.addresses();
+                out.push_str(&format!(
+                    "load balancer key, line {}: for {from}\n",
+                    key.line
+                ));
+            }
+            for w in proof.warnings() {
+                out.push_str(&format!("warning: {w}\n"));
+            }
+            true
+        }
+        Err(e) => {
+            out.push_str(&format!("error: {e}\n"));
+            false
+        }
+    }
 }
 
 /// The files the daemon reads.

@@ -96,6 +96,9 @@ pub enum CycleError {
     /// The daemon runs but did not answer the guard: nothing was done.
     #[error("nothing done: {0}")]
     Unasked(GuardError),
+    /// The daemon cannot use its load balancer key file: nothing was done.
+    #[error("nothing done: {0}")]
+    KeyFile(GuardError),
     /// The drain record cannot be written or replaced: nothing was run.
     #[error(transparent)]
     Drain(#[from] DrainError),
@@ -420,6 +423,7 @@ async fn take_turn(
             }
             Err(GuardError::Drain(e)) => return Err(e.into()),
             Err(e @ GuardError::Unasked(_)) => return Err(CycleError::Unasked(e)),
+            Err(e @ GuardError::KeyFile(_)) => return Err(CycleError::KeyFile(e)),
             Err(GuardError::LetGo(found)) => {
                 ticker.clear();
                 return Err(CycleError::Released {
@@ -587,6 +591,7 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
         CycleError::Interrupted { step, .. } => format!("interrupted during {step}"),
         CycleError::NoDaemon(_)
         | CycleError::Unasked(_)
+        | CycleError::KeyFile(_)
         | CycleError::Drain(_)
         | CycleError::Turn { .. }
         | CycleError::EmptyBackend { .. }

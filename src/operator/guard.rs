@@ -88,6 +88,13 @@ pub enum GuardError {
         "refused: {0}, asked {ASKS} times: cannot check whether a load balancer says this node is the last server taking agents. Fix the daemon (`pmcheck status`, its log), or pass --force to drain without the check"
     )]
     Unasked(String),
+    /// The daemon's load balancer key file cannot be used (`0`: why): no load balancer proves
+    /// its word, so nothing can tell whether this node is a backend's last server. Nothing was
+    /// written.
+    #[error(
+        "refused: cannot check whether a load balancer says this node is the last server taking agents: the daemon cannot use its key file: {0}. Fix it and restart the daemon (`pmcheck config --check`), or pass --force to drain without the check"
+    )]
+    KeyFile(String),
     /// The record no longer held this drain before the load balancers' checks came: someone
     /// let go of it meanwhile. What the record holds instead.
     #[error("the drain record no longer holds this drain (`pmcheck undrain --force`?); found {0}")]
@@ -115,6 +122,7 @@ pub async fn take(
     let view = view_of(daemon, file, force, &mut warnings).await?;
     let started = view.as_ref().and_then(View::started);
     if let Some(view) = &view {
+        key_file(view, force, &mut warnings)?;
         mine.checked = true;
         let others = beside(file, &replaces, started);
         let resulting: Vec<Holder> = others.into_iter().chain([mine.clone()]).collect();
@@ -125,12 +133,8 @@ pub async fn take(
             (true, true) => mine.forced = Some(FORCED.to_owned()),
             (true, false) => {}
         }
-        let unproven = view.unproven_views();
-        if !unproven.is_empty() && blockers.is_empty() {
-            warnings.push(format!(
-                "cannot check whether a load balancer says this node is the last server taking agents: {} (set PMCHECK_LB_KEY_FILE and send its key from HAProxy, as packaging/haproxy/pmcheck.cfg does)",
-                unproven.join("; ")
-            ));
+        if blockers.is_empty() {
+            warnings.extend(unproven(view));
         }
     }
     let written = Instant::now();
@@ -189,6 +193,37 @@ pub async fn take(
         replaced,
         outcome,
         warnings,
+    })
+}
+
+/// A daemon that cannot use its load balancer key file proves no load balancer's word: the
+/// drain is refused unless `force`, which says what it went past.
+fn key_file(view: &View, force: bool, warnings: &mut Vec<String>) -> Result<(), GuardError> {
+    let Some(problem) = view.key_file_problem() else {
+        return Ok(());
+    };
+    if !force {
+        return Err(GuardError::KeyFile(problem.to_owned()));
+    }
+    warnings.push(format!(
+        "--force: drained although the daemon cannot use its key file: {problem}"
+    ));
+    Ok(())
+}
+
+/// The pollers whose word the guard could not use, and how to make them prove it.
+fn unproven(view: &View) -> Option<String> {
+    let unproven = view.unproven_views();
+    let how = if view.status().lb_key_file.is_some() {
+        "send the key of the daemon's key file from those load balancers, from an address its line names, as packaging/haproxy/pmcheck.cfg does"
+    } else {
+        "set PMCHECK_LB_KEY_FILE and send its key from HAProxy, as packaging/haproxy/pmcheck.cfg does"
+    };
+    (!unproven.is_empty()).then(|| {
+        format!(
+            "cannot check whether a load balancer says this node is the last server taking agents: {}; {how}",
+            unproven.join("; ")
+        )
     })
 }
 

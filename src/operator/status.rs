@@ -113,6 +113,9 @@ pub fn describe(reply: &Reply, holders: &[Holder]) -> String {
     if !others.is_empty() {
         let _ = writeln!(out, "others: {} (people and scripts)", others.join("; "));
     }
+    if let Some(keys) = &status.lb_key_file {
+        let _ = writeln!(out, "keys:   {}", key_file(keys));
+    }
     if let Some(t) = &status.traffic {
         let _ = writeln!(out, "agents: {}", traffic(t));
     }
@@ -392,4 +395,22 @@ fn next_step(view: &View) -> String {
             "pmcheck cannot tell: fix what the reason names (`pmcheck config --check`)".to_owned()
         }
     }
+}
+
+/// The daemon's load balancer key file: UNUSABLE and why, or each key's addresses, and what
+/// is weak about it.
+fn key_file(k: &crate::settings::lb_proof::KeyFileAnswer) -> String {
+    if let Some(problem) = &k.problem {
+        return format!(
+            "UNUSABLE: {problem}; no load balancer proves its word meanwhile: drain and cycle refuse without --force"
+        );
+    }
+    let keys: Vec<String> = (k.keys.iter())
+        .map(|key| format!("line {}: {}", key.line, key.addresses()))
+        .collect();
+    let mut line = keys.join("; ");
+    for w in &k.warnings {
+        line.push_str(&format!("\n        warning: {w}"));
+    }
+    line
 }

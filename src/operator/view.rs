@@ -103,6 +103,11 @@ pub struct OtherFile {
 }
 
 impl View {
+    /// Why the daemon cannot use its load balancer key file, if it cannot.
+    pub fn key_file_problem(&self) -> Option<&str> {
+        (self.status.lb_key_file.as_ref()).and_then(|k| k.problem.as_deref())
+    }
+
     /// The daemon's answer `status`.
     pub fn new(status: Status<'static>) -> Self {
         Self { status }

@@ -325,8 +325,20 @@ impl Node {
         if let Some(metrics) = &self.metrics {
             metrics.polled(poll.via, poll.verdict);
         }
-        if !own {
-            self.pollers.record(poll, now);
+        if own {
+            return;
+        }
+        let (address, via) = (poll.address, poll.via);
+        if let Some(lack) = self.pollers.record(poll, now) {
+            let kind = match via {
+                Via::Http => "HTTP check",
+                Via::Agent => "agent check",
+            };
+            tracing::warn!(
+                peer = %address,
+                "a load balancer's {kind} from {address} is {}: it proves nothing, so the waits go by HAProxy's timing and the last-server guard cannot use its word; send the key of the key file from there (`http-check send hdr X-Pmcheck-Key`, `agent-send`), and bind it to that address (said once per address and kind)",
+                lack.describe()
+            );
         }
     }
 }
@@ -420,6 +432,7 @@ impl Node {
             unrecorded: self.pollers.unrecorded(now.at),
             certificates: self.certificates(),
             code: self.code(),
+            lb_key_file: self.proof.answer(),
         };
         respond_with(decision, method, status.to_json(), true)
     }

@@ -84,6 +84,8 @@ pub struct Poller {
     pub headerless: Option<Instant>,
     /// The client its latest HTTP poll named (`User-Agent`); `None` for HAProxy's checks.
     pub client: Option<ClientName>,
+    /// The lack of proof its checks were last logged for: said once per address and kind.
+    pub warned: Option<Proof>,
 }
 
 impl Poller {
@@ -204,6 +206,7 @@ impl Table {
             lines: [None; STATES],
             headerless: None,
             client: None,
+            warned: None,
         });
         Some(pollers.len() - 1)
     }
@@ -339,16 +342,25 @@ impl Pollers {
         })
     }
 
-    /// Notes that `poll.address` was just told `poll.verdict`.
-    pub fn record(&self, poll: Poll<'_>, now: Instant) {
+    /// Notes that `poll.address` was just told `poll.verdict`. What the poll lacked to prove
+    /// itself, when it is a load balancer's check (HAProxy's names no client) and the first of
+    /// its address with that lack: for the log, once.
+    pub fn record(&self, poll: Poll<'_>, now: Instant) -> Option<Proof> {
         let address = poll.address.to_canonical();
         // Read before the lock: a malformed header never takes a good one's place.
         let well_formed = poll.state.map(lb_state::well_formed);
         let mut table = self.lock();
-        let Some(index) = table.entry(address, poll.proof, now) else {
-            return;
-        };
+        let index = table.entry(address, poll.proof, now)?;
         let poller = &mut table.pollers[index];
+        let check = poll.via == Via::Agent || poll.client.is_none();
+        let lacks = matches!(
+            poll.proof,
+            Proof::NoKey | Proof::WrongKey | Proof::Elsewhere
+        );
+        let first = (check && lacks && poller.warned != Some(poll.proof)).then(|| {
+            poller.warned = Some(poll.proof);
+            poll.proof
+        });
         let gap = now.saturating_duration_since(poller.last);
         poller.steady = if poller.polls == 0 || gap <= MAX_GAP {
             poller.steady.saturating_add(1)
@@ -377,6 +389,7 @@ impl Pollers {
             Via::Agent => &mut poller.agent,
         };
         *told = Some(Told::next(*told, poll.verdict, now));
+        first
     }
 
     /// How many pollers were heard from in the last [`GONE_AFTER`].

@@ -15,7 +15,7 @@ use crate::health::verdict::Verdict;
 use crate::puppet::code::{Found, Reading};
 use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::file_sync::FileSync;
-use crate::settings::lb_proof::Proof;
+use crate::settings::lb_proof::{KeyFileAnswer, Proof};
 
 /// The operator's JSON: the poll's answer, and what only the operator reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -46,6 +46,10 @@ pub struct Status<'a> {
     /// The deploy records of `--code-environment`, as the daemon last read them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<Vec<CodeAnswer>>,
+    /// The load balancers' key file, when one is set: whether it can be used, and the
+    /// addresses each key is bound to (never the keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lb_key_file: Option<KeyFileAnswer>,
 }
 
 impl Status<'_> {

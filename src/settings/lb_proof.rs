@@ -9,6 +9,13 @@
 //! Without a key file, `--lb-address` lists the load balancers' addresses: weaker, since any
 //! process on those hosts (a monitoring check, a user's curl) passes for the load balancer.
 //!
+//! A key travels in clear, so each line of the key file may bind its key to the addresses
+//! allowed to send it (`KEY 10.0.0.5 10.0.0.6`): captured and replayed from elsewhere, it
+//! proves nothing (the c8a278e audit replayed one). A key file that is set but cannot be used
+//! never stops the daemon (that would take every master out at once when configuration
+//! management pushes the mistake): nothing proves a poll, and the guard refuses unforced drains
+//! until it is fixed.
+//!
 //! Checking costs no allocation: the keys are compared in constant time, so a poller cannot
 //! learn a key byte by byte from the answers' timing.
 
@@ -16,6 +23,7 @@ use std::io;
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -28,6 +36,8 @@ use crate::settings::allow;
 pub const HEADER: &str = "x-pmcheck-key";
 /// The shortest key: 128 bits in hex.
 pub const SHORTEST: usize = 32;
+/// The fewest bits a key must hold, by its length and the alphabet it is written in.
+pub const STRENGTH: f64 = 128.0;
 /// The longest key: HAProxy sends it in one check buffer with everything else.
 pub const LONGEST: usize = 128;
 /// The most keys in the file: the one in use, and the next one while it is rolled out.
@@ -47,6 +57,10 @@ pub enum Proof {
     NoKey,
     /// A key file is set and it sent another key.
     WrongKey,
+    /// It sent a key of the file from an address that key is not bound to: replayed.
+    Elsewhere,
+    /// A key file is set but cannot be used: nothing proves a poll until it is fixed.
+    Unusable,
     /// Neither a key file nor `--lb-address` is set, or it came from another address.
     #[default]
     Unlisted,
@@ -65,6 +79,8 @@ impl Proof {
             Self::Address => "trusted by its address (--lb-address)",
             Self::NoKey => "unverified: sent no X-Pmcheck-Key",
             Self::WrongKey => "unverified: sent a wrong X-Pmcheck-Key",
+            Self::Elsewhere => "unverified: sent a key bound to other addresses (--lb-key-file)",
+            Self::Unusable => "unverified: the key file (--lb-key-file) cannot be used",
             Self::Unlisted => {
                 "unverified: no key file is set and its address is not an --lb-address"
             }
@@ -75,8 +91,54 @@ impl Proof {
 /// What a load balancer must show.
 #[derive(Debug, Clone, Default)]
 pub struct LbProof {
-    keys: Vec<Box<[u8]>>,
+    keys: Vec<Key>,
     addresses: Vec<IpNet>,
+    /// A key file is set but cannot be used: why.
+    unusable: Option<Arc<str>>,
+}
+
+/// One line of the key file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Key {
+    secret: Box<[u8]>,
+    /// Its line, from 1.
+    line: usize,
+    /// The addresses that may send it; none: any.
+    from: Vec<IpNet>,
+}
+
+/// What the key file says of one key, without the key: for `status` and `config`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyScope {
+    /// Its line in the file, from 1.
+    pub line: usize,
+    /// The networks it is bound to; empty: any address.
+    pub from: Vec<String>,
+}
+
+impl KeyScope {
+    /// Its addresses in words: `10.0.0.5/32, 10.0.0.6/32`, or `any address`.
+    pub fn addresses(&self) -> String {
+        if self.from.is_empty() {
+            "any address".to_owned()
+        } else {
+            self.from.join(", ")
+        }
+    }
+}
+
+/// The key file as the daemon uses it, for the operator's JSON.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyFileAnswer {
+    /// Why it cannot be used, if it cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// Each key's addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<KeyScope>,
+    /// What is weak about it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Why the key file cannot be used.
@@ -100,9 +162,19 @@ pub enum LbKeyError {
         /// Its mode.
         mode: u32,
     },
+    /// Others than its owner may write it, or replace it in its directory.
+    #[error(
+        "the load balancer key file {path} (--lb-key-file) {who}: anyone who can write it chooses the key; `chmod 0640 {path}` and keep it and its directory owned by root"
+    )]
+    Writable {
+        /// The file.
+        path: PathBuf,
+        /// Who may write it, in words.
+        who: String,
+    },
     /// A line is not a key.
     #[error(
-        "the load balancer key file {path} (--lb-key-file), line {line}: {why}; a key is {SHORTEST} to {LONGEST} characters of A-Z a-z 0-9 . _ ~ + / = - (make one with `openssl rand -hex 32`)"
+        "the load balancer key file {path} (--lb-key-file), line {line}: {why}; a line is a key of {SHORTEST} to {LONGEST} characters of A-Z a-z 0-9 . _ ~ + / = - holding at least 128 random bits (make one with `openssl rand -hex 32`), then the addresses allowed to send it (`KEY 10.0.0.5 10.0.0.6`)"
     )]
     BadKey {
         /// The file.
@@ -134,8 +206,8 @@ impl LbProof {
     pub fn load(key_file: Option<&Path>, addresses: Vec<IpNet>) -> Result<Self, LbKeyError> {
         let Some(path) = key_file else {
             return Ok(Self {
-                keys: Vec::new(),
                 addresses,
+                ..Self::default()
             });
         };
         let read = |source| LbKeyError::Read {
@@ -144,10 +216,18 @@ impl LbProof {
         };
         let meta = std::fs::metadata(path).map_err(read)?;
         let mode = meta.permissions().mode() & 0o7777;
-        if mode & 0o004 != 0 {
+        // Readable by every user only if they may also enter its directory: 0644 inside the
+        // packaged 0750 /etc/pmcheck is private.
+        if mode & 0o004 != 0 && others_enter(path) {
             return Err(LbKeyError::WorldReadable {
                 path: path.to_owned(),
                 mode,
+            });
+        }
+        if let Some(who) = writable_by_others(path, mode) {
+            return Err(LbKeyError::Writable {
+                path: path.to_owned(),
+                who,
             });
         }
         let text = safe_file::read_to_string(path, safe_file::CONFIG_LIMIT).map_err(read)?;
@@ -164,13 +244,31 @@ impl LbProof {
         }
         Ok(Self {
             keys,
-            addresses: Vec::new(),
+            ..Self::default()
         })
+    }
+
+    /// [`LbProof::load`] for the daemon: a key file that cannot be used proves nothing
+    /// ([`Proof::Unusable`]) and says why, instead of stopping the daemon.
+    pub fn load_or_unusable(
+        key_file: Option<&Path>,
+        addresses: Vec<IpNet>,
+    ) -> (Self, Option<LbKeyError>) {
+        match Self::load(key_file, addresses) {
+            Ok(proof) => (proof, None),
+            Err(e) => {
+                let unusable = Self {
+                    unusable: Some(e.to_string().into()),
+                    ..Self::default()
+                };
+                (unusable, Some(e))
+            }
+        }
     }
 
     /// A key file is set: only a key proves a poll.
     pub fn wants_key(&self) -> bool {
-        !self.keys.is_empty()
+        !self.keys.is_empty() || self.unusable.is_some()
     }
 
     /// Whether a poll from `peer` can prove itself at all: with a key file, any may (with the
@@ -182,11 +280,17 @@ impl LbProof {
     /// How a poll from `peer` that sent `key` (the header, or the key word of the agent
     /// check's line) proves itself.
     pub fn judge(&self, peer: IpAddr, key: Option<&[u8]>) -> Proof {
+        if self.unusable.is_some() {
+            return Proof::Unusable;
+        }
         if self.wants_key() {
-            return match key.map(trim) {
-                None | Some([]) => Proof::NoKey,
-                Some(sent) if self.keys.iter().any(|k| same(k, sent)) => Proof::Key,
-                Some(_) => Proof::WrongKey,
+            let Some(sent) = key.map(trim).filter(|k| !k.is_empty()) else {
+                return Proof::NoKey;
+            };
+            return match self.keys.iter().find(|k| same(&k.secret, sent)) {
+                Some(k) if k.from.is_empty() || allow::permits(&k.from, peer) => Proof::Key,
+                Some(_) => Proof::Elsewhere,
+                None => Proof::WrongKey,
             };
         }
         if allow::permits(&self.addresses, peer) && !self.addresses.is_empty() {
@@ -195,16 +299,91 @@ impl LbProof {
             Proof::Unlisted
         }
     }
+
+    /// What the key file holds (never the keys) and what is weak about it, when one is set.
+    pub fn answer(&self) -> Option<KeyFileAnswer> {
+        if !self.wants_key() {
+            return None;
+        }
+        let keys = (self.keys.iter())
+            .map(|k| KeyScope {
+                line: k.line,
+                from: k.from.iter().map(ToString::to_string).collect(),
+            })
+            .collect();
+        Some(KeyFileAnswer {
+            problem: self.unusable.as_deref().map(str::to_owned),
+            keys,
+            warnings: self.warnings(),
+        })
+    }
+
+    /// What a captured key could do: a key bound to no address, or to a network wider than
+    /// one host.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for k in &self.keys {
+            if k.from.is_empty() {
+                warnings.push(format!(
+                    "the key on line {} of the load balancer key file is bound to no address: captured, it proves a poll from anywhere; add the load balancers' addresses after it (`KEY 10.0.0.5`)",
+                    k.line
+                ));
+            }
+            for net in k
+                .from
+                .iter()
+                .filter(|n| n.prefix_len() < n.max_prefix_len())
+            {
+                warnings.push(format!(
+                    "the key on line {} of the load balancer key file is bound to {net}, more than one host: any host there that captures it passes for a load balancer",
+                    k.line
+                ));
+            }
+        }
+        warnings
+    }
+}
+
+/// Whether users other than the owner and group of `path`'s directory may enter it (when it
+/// cannot be read, assume they may).
+fn others_enter(path: &Path) -> bool {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::metadata(dir).map_or(true, |m| m.permissions().mode() & 0o001 != 0)
+}
+
+/// Who besides the owner may write `path` or replace it in its directory, if anyone.
+fn writable_by_others(path: &Path, mode: u32) -> Option<String> {
+    if mode & 0o022 != 0 {
+        return Some(format!(
+            "is writable by others than its owner (mode {mode:o})"
+        ));
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty())?;
+    let dir_mode = std::fs::metadata(dir).ok()?.permissions().mode() & 0o7777;
+    // Sticky (/tmp): others may write there, but not replace what is not theirs.
+    (dir_mode & 0o022 != 0 && dir_mode & 0o1000 == 0).then(|| {
+        format!(
+            "sits in {}, which others than its owner may write (mode {dir_mode:o}): they can replace it",
+            dir.display()
+        )
+    })
 }
 
 /// The keys of a key file, or the line at fault and why.
-fn parse_keys(text: &str) -> Result<Vec<Box<[u8]>>, (usize, String)> {
+fn parse_keys(text: &str) -> Result<Vec<Key>, (usize, String)> {
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let key = line.split('#').next().unwrap_or_default().trim();
-        if key.is_empty() {
+        let mut words = line
+            .split('#')
+            .next()
+            .unwrap_or_default()
+            .split_whitespace();
+        let Some(key) = words.next() else {
             continue;
-        }
+        };
         let why = if key.contains(PLACEHOLDER) {
             Some("it is the example's placeholder, which everybody can read".to_owned())
         } else if let Some(c) = key.chars().find(|&c| !key_char(c)) {
@@ -212,14 +391,64 @@ fn parse_keys(text: &str) -> Result<Vec<Box<[u8]>>, (usize, String)> {
         } else if !(SHORTEST..=LONGEST).contains(&key.len()) {
             Some(format!("it is {} characters long", key.len()))
         } else {
-            None
+            weak(key)
         };
         if let Some(why) = why {
             return Err((i + 1, why));
         }
-        keys.push(key.as_bytes().into());
+        let from = words
+            .map(|w| {
+                (w.parse::<IpNet>())
+                    .or_else(|_| w.parse::<IpAddr>().map(IpNet::from))
+                    .map(|n| n.trunc())
+                    .map_err(|_| {
+                        (
+                            i + 1,
+                            format!("{w:?} is not an address or a network (10.0.0.5, 10.0.0.0/29)"),
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        keys.push(Key {
+            secret: key.as_bytes().into(),
+            line: i + 1,
+            from,
+        });
     }
     Ok(keys)
+}
+
+/// Why `key` is too weak, if it is: fewer than [`STRENGTH`] bits by its length and the
+/// alphabet it is written in (hex 16 symbols, base64 64, else the 69 a key may hold), or
+/// too few different characters to be random. The alphabet, not the characters a key
+/// happens to use: `openssl rand -hex 16` rarely uses all 16 hex digits, and must pass.
+fn weak(key: &str) -> Option<String> {
+    let alphabet: f64 = if key.bytes().all(|b| b.is_ascii_hexdigit()) {
+        16.0
+    } else if key
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"+/=-_".contains(&b))
+    {
+        64.0
+    } else {
+        69.0
+    };
+    let symbols = key.trim_end_matches('=').len() as f64;
+    let bits = symbols * alphabet.log2();
+    let mut seen = [false; 128];
+    for b in key.bytes() {
+        seen[usize::from(b & 0x7f)] = true;
+    }
+    let distinct = seen.iter().filter(|&&s| s).count();
+    if distinct < 8 {
+        Some(format!(
+            "it uses {distinct} different characters: it is not random"
+        ))
+    } else if bits < STRENGTH {
+        Some(format!("it holds about {bits:.0} bits, fewer than 128"))
+    } else {
+        None
+    }
 }
 
 /// What a key may hold: base64 and hex, and nothing HAProxy's log-format would expand (`%`)
@@ -257,8 +486,12 @@ mod tests {
     #[test]
     fn a_key_proves_a_poll_and_nothing_else_does() {
         let proof = LbProof {
-            keys: vec![KEY.as_bytes().into()],
-            addresses: Vec::new(),
+            keys: vec![Key {
+                secret: KEY.as_bytes().into(),
+                line: 1,
+                from: Vec::new(),
+            }],
+            ..LbProof::default()
         };
         assert_eq!(proof.judge(ip(1), Some(KEY.as_bytes())), Proof::Key);
         let agent_line = format!("{KEY}\n");
@@ -312,6 +545,10 @@ mod tests {
         let path = dir.path().join("lb-key");
         std::fs::write(&path, format!("{KEY}\n")).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // In a directory others cannot enter (the packaged 0750 /etc/pmcheck), 0644 is private.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+        assert!(LbProof::load(Some(&path), Vec::new()).is_ok());
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let e = LbProof::load(Some(&path), Vec::new()).unwrap_err();
         assert!(
             matches!(e, LbKeyError::WorldReadable { mode: 0o644, .. }),
@@ -331,5 +568,97 @@ mod tests {
         assert!(matches!(e, LbKeyError::Count { found: 0, .. }), "{e}");
         let e = LbProof::load(Some(&dir.path().join("missing")), Vec::new()).unwrap_err();
         assert!(e.to_string().contains("missing (--lb-key-file)"), "{e}");
+    }
+
+    /// The c8a278e audit replayed a captured key from another address: a key bound to its
+    /// load balancers' addresses proves nothing elsewhere.
+    #[test]
+    fn a_key_bound_to_addresses_proves_a_poll_only_from_them() {
+        let keys = parse_keys(&format!("{KEY} 10.0.0.5 10.0.1.0/30\n{KEY}ff\n")).unwrap();
+        let proof = LbProof {
+            keys,
+            ..LbProof::default()
+        };
+        assert_eq!(proof.judge(ip(5), Some(KEY.as_bytes())), Proof::Key);
+        assert_eq!(proof.judge(ip(6), Some(KEY.as_bytes())), Proof::Elsewhere);
+        let mapped = IpAddr::V6(Ipv4Addr::new(10, 0, 1, 2).to_ipv6_mapped());
+        assert_eq!(proof.judge(mapped, Some(KEY.as_bytes())), Proof::Key);
+        let unbound = format!("{KEY}ff");
+        assert_eq!(proof.judge(ip(9), Some(unbound.as_bytes())), Proof::Key);
+        assert!(!Proof::Elsewhere.proven());
+        let answer = proof.answer().unwrap();
+        assert_eq!(answer.keys[0].from, ["10.0.0.5/32", "10.0.1.0/30"]);
+        assert!(answer.keys[1].from.is_empty());
+        let [wide, unbound] = &answer.warnings[..] else {
+            panic!("{:?}", answer.warnings)
+        };
+        assert!(
+            wide.contains("line 1") && wide.contains("10.0.1.0/30, more than one host"),
+            "{wide}"
+        );
+        assert!(
+            unbound.contains("line 2") && unbound.contains("bound to no address"),
+            "{unbound}"
+        );
+        assert_eq!(
+            parse_keys(&format!("{KEY} lb1\n")).unwrap_err(),
+            (
+                1,
+                "\"lb1\" is not an address or a network (10.0.0.5, 10.0.0.0/29)".into()
+            )
+        );
+    }
+
+    /// What the README tells users to run passes; a key that is long but not random, or
+    /// short for its alphabet, does not.
+    #[test]
+    fn a_key_must_hold_128_bits_by_its_length_and_alphabet() {
+        for made in [
+            "0f1e2d3c4b5a69788796a5b4c3d2e1f0", // openssl rand -hex 16
+            "0f0f0f0f1e1e1e1e2d2d2d2d3c3c3c3c4b4b4b4b5a5a5a5a69696969787878ff", // -hex 32
+            "q3J0bS9wbWNoZWNrL2tleS9iYXNlNjQvMzJieXRlcz0=", // -base64 32
+        ] {
+            assert_eq!(weak(made), None, "{made}");
+        }
+        assert_eq!(
+            parse_keys(&format!("{}\n", "a".repeat(32))).unwrap_err(),
+            (1, "it uses 1 different characters: it is not random".into())
+        );
+        let hex_short_alphabet = "0123456789abcdef0123456789abcdef";
+        assert_eq!(weak(hex_short_alphabet), None);
+        assert_eq!(
+            weak("0123456789abcdef0123456789abcde"),
+            Some("it holds about 124 bits, fewer than 128".into())
+        );
+    }
+
+    #[test]
+    fn a_key_file_others_may_write_is_refused_and_the_daemon_keeps_going_without_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lb-key");
+        std::fs::write(&path, format!("{KEY}\n")).unwrap();
+        for mode in [0o602, 0o620] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = LbProof::load(Some(&path), Vec::new()).unwrap_err();
+            assert!(matches!(e, LbKeyError::Writable { .. }), "{mode:o}: {e}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = LbProof::load(Some(&path), Vec::new()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("which others than its owner may write (mode 777)"),
+            "{e}"
+        );
+        let (proof, problem) = LbProof::load_or_unusable(Some(&path), Vec::new());
+        assert!(problem.is_some());
+        assert_eq!(proof.judge(ip(1), Some(KEY.as_bytes())), Proof::Unusable);
+        assert!(proof.wants_key() && proof.may_prove(ip(1)));
+        let answer = proof.answer().unwrap();
+        assert!(answer.problem.unwrap().contains("mode 777"));
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+        let (proof, problem) = LbProof::load_or_unusable(Some(&path), Vec::new());
+        assert!(problem.is_none());
+        assert_eq!(proof.judge(ip(1), Some(KEY.as_bytes())), Proof::Key);
     }
 }

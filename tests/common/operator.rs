@@ -150,6 +150,16 @@ pub fn record(s: &Setup) -> Option<serde_json::Value> {
     Some(serde_json::from_slice(&bytes).expect("a JSON record"))
 }
 
+/// The kinds of the drain record's holders.
+pub fn holders(s: &Setup) -> Vec<String> {
+    record(s)
+        .and_then(|r| r["holders"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|h| h["kind"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
 /// The drain event log's events, every line of which must be one JSON object; none when
 /// there is no log.
 pub fn logged_events(s: &Setup) -> Vec<serde_json::Value> {
