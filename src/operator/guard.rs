@@ -316,7 +316,7 @@ async fn watch(
 fn late(view: &View, how: &Wait, written: Instant) -> String {
     let since = written.elapsed();
     let lines: Vec<String> = (view.lines())
-        .filter(|l| l.age() >= since)
+        .filter(|l| !l.checked_since(since))
         .map(|l| format!("{}/{} of {}", l.lb.backend, l.lb.server, l.who()))
         .collect();
     let waited = crate::text::seconds(how.lb_interval * (how.polls + 1));

@@ -43,6 +43,15 @@ impl Line<'_> {
     pub fn age(&self) -> Duration {
         Duration::from_millis(self.state.last_ms_ago)
     }
+
+    /// Its latest check came within `within` and was answered under the drain (DRAINED, or
+    /// held there). A check that came after the record was written but was answered before
+    /// the daemon saw it (answered OK) shows nothing of the drain yet.
+    pub fn checked_since(&self, within: Duration) -> bool {
+        self.age() < within
+            && (self.state.told == crate::health::verdict::Verdict::Drained
+                || self.state.held.is_some())
+    }
 }
 
 /// A server line where a drain is held, or would be.
@@ -202,10 +211,10 @@ impl View {
             .collect()
     }
 
-    /// Every line that checks this node was checked in the last `within`: what it was
-    /// answered to a change made then shows.
+    /// Every line that checks this node was checked in the last `within`, and answered under
+    /// the drain made then ([`Line::checked_since`]).
     pub fn checked_within(&self, within: Duration) -> bool {
-        self.lines().all(|l| l.age() < within)
+        self.lines().all(|l| l.checked_since(within))
     }
 
     /// How long the daemon has listened.
