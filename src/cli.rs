@@ -148,7 +148,7 @@ pub struct DaemonArgs {
         value_parser = parse_network
     )]
     pub(crate) allow: Vec<ipnet::IpNet>,
-    /// File of the load balancers' key (one per line, at most 4; mode 0640): only an HTTP check that sends it in X-Pmcheck-Key (HAProxy: http-check send hdr X-Pmcheck-Key KEY) or an agent check that sends it (agent-send KEY) counts as a load balancer's word for --wait, cycle, the last-server guard and status [default: none]
+    /// File of the load balancers' keys (one per line, each followed by the addresses that may send it: `KEY 10.0.0.5`; at most 4; mode 0640): only an HTTP check that sends it in X-Pmcheck-Key (HAProxy: http-check send hdr X-Pmcheck-Key KEY) or an agent check that sends it (agent-send "BACKEND/SERVER KEY\n") counts as a load balancer's word for --wait, cycle, the last-server guard and status; a file that cannot be used never stops the daemon, and drain and cycle refuse until it is fixed [default: none]
     #[arg(long, env = "PMCHECK_LB_KEY_FILE", value_name = "PATH")]
     pub(crate) lb_key_file: Option<PathBuf>,
     /// Without --lb-key-file: polls from this network count as a load balancer's word (weaker: anything on that host passes) (repeatable; in the environment, comma-separated) [default: none]
