@@ -42,6 +42,10 @@
 #   written to `lb_key_file` (root:pmcheck 0640) and set as PMCHECK_LB_KEY_FILE, so that only
 #   checks that send it count as a load balancer's word for `drain --wait`, `cycle`, the
 #   last-server guard and `status`. Default: none (see `lb_address`).
+# @param lb_key_addresses
+#   The load balancers' addresses (`10.0.0.5`, or networks) the key is bound to, written after
+#   it on its line: a key captured and replayed from any other address proves nothing. Without
+#   them the key is accepted from anywhere, which pmcheck warns of. Needs `lb_key`.
 # @param lb_key_file
 #   Where `lb_key` is written. The default's directory, /etc/pmcheck, is managed too (root:pmcheck
 #   0750); another file's directory must exist.
@@ -115,6 +119,7 @@ class pmcheck (
   Optional[Array[Pmcheck::SocketAddr, 1]] $listen = undef,
   Optional[Array[Pmcheck::Cidr, 1]] $allow = undef,
   Optional[Sensitive[Pattern[/\A[A-Za-z0-9._~+\/=-]{32,128}\z/]]] $lb_key = undef,
+  Optional[Array[Pmcheck::Cidr, 1]] $lb_key_addresses = undef,
   Stdlib::Unixpath $lb_key_file = '/etc/pmcheck/lb-key',
   Optional[Array[Pmcheck::Cidr, 1]] $lb_address = undef,
   Optional[Integer[1, 4294967295]] $max_connections = undef,
@@ -153,6 +158,10 @@ class pmcheck (
     default: {
       fail("pmcheck: ${facts['os']['family']} is not supported (Debian and RedHat families only)")
     }
+  }
+
+  if $lb_key_addresses =~ NotUndef and $lb_key =~ Undef {
+    fail('pmcheck: lb_key_addresses binds lb_key to the load balancers\' addresses: set lb_key too, or drop lb_key_addresses')
   }
 
   # Paths must stay free of whitespace and shell quoting: systemd and `. FILE` read them alike.
@@ -232,12 +241,14 @@ class pmcheck (
           before  => File[$lb_key_file],
         }
       }
+      # The key, then the addresses allowed to send it: `KEY ADDR...`.
+      $key_line = ([$lb_key.unwrap] + $lb_key_addresses.lest || { [] }).join(' ')
       file { $lb_key_file:
         ensure    => file,
         owner     => 'root',
         group     => 'pmcheck',
         mode      => '0640',
-        content   => Sensitive("${lb_key.unwrap}\n"),
+        content   => Sensitive("${key_line}\n"),
         show_diff => false,
         require   => Package['pmcheck'],
       }
