@@ -165,6 +165,51 @@ fn a_full_disk_loses_the_event_says_so_and_still_drains() {
     );
 }
 
+/// A real full disk: the state directory on a tmpfs of four pages, in a mount namespace of its
+/// own. The log fills one page to 96 bytes short, a filler two, and the drain record takes the
+/// last: the event's line fits in part only, so the append fails and takes back what went.
+#[test]
+fn a_small_filesystem_that_fills_loses_the_event_and_leaves_no_half_line() {
+    if !running_as_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs the tests as root"
+        );
+        eprintln!("SKIPPED: needs root to mount a small filesystem in a namespace of its own");
+        return;
+    }
+    let s = Setup::new(Behavior::Running);
+    let nowhere = format!("http://{}/", closed_port());
+    let script = r#"dir=$1; shift
+mount --make-rprivate / && mount -t tmpfs -o size=16k,mode=0755 pmcheck-test "$dir" || exit 90
+head -c 4000 /dev/zero | tr '\0' '\n' >"$dir/drain-events.log"
+head -c 8192 /dev/zero >"$dir/filler" || exit 91
+"$@" >&2
+echo "rc=$?"
+wc -c <"$dir/drain-events.log"
+test -s "$dir/drain" && echo record"#;
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", script, "sh"])
+        .arg(s.state.path())
+        .arg(bin())
+        .args(["drain", "--state-dir"])
+        .arg(s.state.path())
+        .args(["--url", &nowhere, "--reason", "kernel"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(
+        stdout.split_whitespace().collect::<Vec<_>>(),
+        ["rc=0", "4000", "record"],
+        "the drain happens, its record is written, the log is as it was: {stderr}"
+    );
+    assert!(
+        stderr.contains("did not record this drain event (it is lost")
+            && stderr.contains("No space left on device"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn only_root_and_the_state_directorys_group_read_the_log() {
     if !running_as_root() {

@@ -257,18 +257,7 @@ impl DrainLog {
         self.rotate(line.len() as u64).map_err(fail)?;
         let mut file = self.open().map_err(fail)?;
         let start = file.metadata().map_err(fail)?.len();
-        let error = match file.write(&line) {
-            Ok(n) if n == line.len() => return Ok(()),
-            // Only part of the line went (a full disk, a size limit): the rest says why.
-            Ok(n) => match file.write(&line[n..]) {
-                Ok(_) => io::Error::from_raw_os_error(nix::errno::Errno::ENOSPC as i32),
-                Err(e) => e,
-            },
-            Err(e) => e,
-        };
-        // Take back what went, so that the next event starts a line of its own.
-        let _ = file.set_len(start);
-        Err(fail(error))
+        write_whole(&mut file, start, &line).map_err(fail)
     }
 
     /// Renames the log to [`OLD_NAME`] when `more` bytes would take it past [`ROTATE_AT`].
@@ -467,10 +456,84 @@ impl Follower {
     }
 }
 
+/// The end of a file an event is appended to: what went of a line that failed is taken back.
+trait Tail: Write {
+    fn take_back(&mut self, to: u64) -> io::Result<()>;
+}
+
+impl Tail for File {
+    fn take_back(&mut self, to: u64) -> io::Result<()> {
+        self.set_len(to)
+    }
+}
+
+/// Writes `line` whole after `start`, however many writes it takes (a write may take part of
+/// it and the next the rest), or fails, taking back what went: a full disk or a size limit
+/// never leaves half a line, and the next event starts a line of its own.
+fn write_whole(out: &mut impl Tail, start: u64, line: &[u8]) -> io::Result<()> {
+    out.write_all(line).inspect_err(|_| {
+        let _ = out.take_back(start);
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// A file that takes at most `per_write` bytes a write, and fails once it holds `room`.
+    struct Short {
+        data: Vec<u8>,
+        per_write: usize,
+        room: usize,
+    }
+
+    impl Write for Short {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let n = buf
+                .len()
+                .min(self.per_write)
+                .min(self.room - self.data.len());
+            if n == 0 && !buf.is_empty() {
+                return Err(io::Error::from_raw_os_error(
+                    nix::errno::Errno::ENOSPC as i32,
+                ));
+            }
+            self.data.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Tail for Short {
+        fn take_back(&mut self, to: u64) -> io::Result<()> {
+            self.data.truncate(usize::try_from(to).unwrap());
+            Ok(())
+        }
+    }
+
+    /// c8a278e reported ENOSPC and took the line back when a second write completed it.
+    #[test]
+    fn a_line_written_in_parts_is_kept_and_one_that_cannot_be_is_taken_back() {
+        let line = b"{\"action\":\"drain\"}\n";
+        let mut parts = Short {
+            data: b"old\n".to_vec(),
+            per_write: 3,
+            room: 100,
+        };
+        write_whole(&mut parts, 4, line).unwrap();
+        assert_eq!(parts.data, [b"old\n".as_slice(), line].concat());
+        let mut full = Short {
+            data: b"old\n".to_vec(),
+            per_write: 3,
+            room: 10,
+        };
+        let error = write_whole(&mut full, 4, line).unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(nix::errno::Errno::ENOSPC as i32));
+        assert_eq!(full.data, b"old\n", "no half line left behind");
+    }
 
     fn event(reason: &str) -> Event {
         let holder = Holder::drain(
