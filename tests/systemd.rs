@@ -308,7 +308,19 @@ fn under_systemd_every_line_is_a_journal_entry_with_its_fields() {
     assert_eq!(event.get("REASON"), Some("kernel 6.1"), "{event:?}");
     assert_eq!(event.get("HOLDER"), Some("drain"), "{event:?}");
     assert_eq!(event.get("UNTIL"), None, "no --for, no UNTIL: {event:?}");
-    daemon.entry("VERDICT=DRAINED", |e| e.get("VERDICT") == Some("DRAINED"));
+    let drained = daemon.entry("VERDICT=DRAINED", |e| e.get("VERDICT") == Some("DRAINED"));
+    // Who and why, apart from Puppet Server's words; no weight, as the agent line sends none.
+    // (tracing-journald writes INFO as 5, notice; WARN as 4.)
+    assert!(
+        (drained.get("DRAIN")).is_some_and(|d| d.contains("kernel 6.1")),
+        "{drained:?}"
+    );
+    assert_eq!(drained.get("WEIGHT"), None, "{drained:?}");
+    assert_eq!(
+        drained.get("PRIORITY"),
+        Some("5"),
+        "info, not a warning: {drained:?}"
+    );
     let reply = request(addr, "GET / HTTP/1.0\r\n\r\n");
     assert_eq!(
         reply.status, 503,

@@ -19,3 +19,4 @@ pub mod server_line;
 pub(crate) mod signals;
 pub mod status;
 pub(crate) mod systemd;
+pub(crate) mod verdict_log;

@@ -16,15 +16,15 @@ use crate::drain::file::DrainFile;
 use crate::drain::record::DrainState;
 use crate::drain::watch::{Drains, Watcher};
 use crate::health::decision::{Decision, Rules};
-use crate::health::verdict::Verdict;
 use crate::health::weight::{Rejoin, Tracker};
 use crate::puppet::probe::{self, ProbeTarget, Prober};
-use crate::puppet::report::{ProbeOutcome, ProbeReport};
+use crate::puppet::report::ProbeReport;
 use crate::puppet::{code, expiry};
 use crate::reading;
 use crate::responder::listener::{Guard, Listener, closed};
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
+use crate::responder::verdict_log::VerdictLog;
 use crate::settings::duration::format_duration;
 use crate::settings::lb_proof::LbProof;
 use crate::settings::{Daemon, Settings};
@@ -291,7 +291,7 @@ async fn track_rejoin(
             moment,
             &health.rules,
         );
-        log.note(&decision);
+        let _ = log.note(&decision);
         let state = tracker.observe(decision.verdict, now);
         publish.send_if_modified(|current| {
             let changed = *current != state;
@@ -343,45 +343,10 @@ fn observe(health: Arc<Node>) -> impl FnMut(&ProbeReport) {
     }
 }
 
-/// Logs one line whenever the verdict changes, not one per poll: a new verdict, or a new cause
-/// of a 503. The pool's comings and goings while OK (busy, warm, paused: on a small pool, twice
-/// per agent run) are logged at debug only, and its numbers, which move with every compile,
-/// not at all.
-#[derive(Debug, Default)]
-struct VerdictLog {
-    last: Option<(Verdict, String)>,
-}
-
-impl VerdictLog {
-    fn note(&mut self, decision: &Decision<'_>) {
-        let key = match (decision.verdict, decision.probe.map(|p| &p.outcome)) {
-            (Verdict::Ok, Some(ProbeOutcome::Healthy(Some(load)))) => format!("{load:?}"),
-            _ => decision.reason.to_string(),
-        };
-        if (self.last.as_ref()).is_some_and(|(v, k)| *v == decision.verdict && *k == key) {
-            return;
-        }
-        // Until the first probe has finished there is nothing to say.
-        if decision.probe.is_none() {
-            return;
-        }
-        let verdict = decision.verdict.as_str();
-        let (reason, weight) = (&decision.reason, decision.weight);
-        let new_verdict = (self.last.as_ref()).is_none_or(|(v, _)| *v != decision.verdict);
-        if decision.verdict == Verdict::Ok && !new_verdict {
-            tracing::debug!(verdict, %reason, weight, "verdict {verdict}: {reason}");
-        } else if decision.verdict == Verdict::Ok {
-            tracing::info!(verdict, %reason, weight, "verdict {verdict}: {reason}");
-        } else {
-            tracing::warn!(verdict, %reason, weight, "verdict {verdict}: {reason}");
-        }
-        self.last = Some((decision.verdict, key));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::puppet::report::ProbeOutcome;
 
     /// The verdict's tracker wakes only when the verdict can change by time alone.
     #[test]
