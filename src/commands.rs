@@ -257,10 +257,10 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     rt.block_on(async {
         let (reload, reloads) = tokio::sync::watch::channel(());
         let stopped = signals::stop_requested(reload)?;
-        let ready = || {
+        let ready = |progress| {
             if let Some(n) = &notifier {
                 n.notify("READY=1\nSTATUS=answering polls");
-                if let Some(watchdog) = n.watchdog_task() {
+                if let Some(watchdog) = n.watchdog_task(progress) {
                     tokio::spawn(watchdog);
                 }
             }

@@ -136,6 +136,61 @@ fn serve_notifies_ready_watchdog_and_stopping() {
     assert_eq!(code, Some(0));
 }
 
+/// The pings stand for progress, not for a timer: a prober wedged after its first probe (the
+/// test seam `TEST_PMCHECK_WEDGE_PROBER`) stops them once its latest report is twice as old as
+/// the verdict's own limit (here 2 x 2 x (100ms + 200ms)), and the daemon says why, once.
+#[test]
+fn a_wedged_prober_stops_the_watchdogs_pings() {
+    let s = Setup::new(Behavior::Running);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let socket = UnixDatagram::bind(&path).unwrap();
+    let mut command = pmcheck();
+    command
+        .env("NOTIFY_SOCKET", &path)
+        .env("WATCHDOG_USEC", "200000")
+        .env("TEST_PMCHECK_WEDGE_PROBER", "1");
+    let daemon = Daemon::start_with(
+        command,
+        &s.args(&["--interval", "100ms", "--timeout", "200ms"]),
+    );
+    assert!(recv(&socket, Duration::from_secs(10)).starts_with("READY=1"));
+    assert_eq!(
+        recv(&socket, Duration::from_secs(5)),
+        "WATCHDOG=1",
+        "it pings while the first report is fresh"
+    );
+    // Taking the pings as systemd does (a full queue would drop them), until the line.
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while daemon.logged("not pinging systemd's watchdog") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?}",
+            daemon.log.lock().unwrap()
+        );
+        let _ = socket.recv(&mut buf);
+    }
+    // A ping sent before the line may still be queued; none comes after.
+    socket
+        .set_read_timeout(Some(Duration::from_millis(1000)))
+        .unwrap();
+    let mut late = 0;
+    while socket.recv(&mut buf).is_ok() {
+        late += 1;
+        assert!(late <= 1, "pings went on after the daemon said it stopped");
+    }
+    assert_eq!(
+        daemon.logged("not pinging systemd's watchdog: the prober has made no probe for"),
+        1,
+        "{:?}",
+        daemon.log.lock().unwrap()
+    );
+}
+
 #[test]
 fn watchdog_for_another_process_is_ignored() {
     let s = Setup::new(Behavior::Running);

@@ -49,49 +49,39 @@ impl Reader {
         }
     }
 
-    /// The daemon as `unit` runs it (`User=`, `SupplementaryGroups=`), or why it cannot be told.
+    /// The daemon as `unit` runs it (`User=`, `Group=`, `SupplementaryGroups=`), or why it
+    /// cannot be told: the file alone, without its drop-ins (where systemd does not run).
     pub fn unit(unit: &Path) -> Result<Self, String> {
         let text = crate::safe_file::read_to_string(unit, crate::safe_file::CONFIG_LIMIT)
             .map_err(|e| format!("cannot read the unit {}: {e}", unit.display()))?;
-        let mut user = None;
-        let mut groups: Vec<String> = Vec::new();
+        let mut identity = Identity::default();
         for line in text.lines() {
-            let line = line.trim();
-            if let Some(v) = line.strip_prefix("User=") {
-                user = Some(v.trim().to_owned());
-            } else if let Some(v) = line.strip_prefix("SupplementaryGroups=") {
-                if v.trim().is_empty() {
-                    groups.clear();
-                } else {
-                    groups.extend(v.split_whitespace().map(str::to_owned));
-                }
-            }
+            identity.assign(line.trim());
         }
-        let user = user.ok_or_else(|| format!("{} sets no User=", unit.display()))?;
-        let account = User::from_name(&user)
-            .ok()
-            .flatten()
-            .ok_or_else(|| format!("user {user} of {} does not exist", unit.display()))?;
-        let mut gids = vec![account.gid.as_raw()];
-        let mut names = vec![group_name(account.gid.as_raw())];
-        for name in &groups {
-            let group = Group::from_name(name)
-                .ok()
-                .flatten()
-                .ok_or_else(|| format!("group {name} of {} does not exist", unit.display()))?;
-            gids.push(group.gid.as_raw());
-            names.push(name.clone());
+        identity.reader(&unit.display().to_string())
+    }
+
+    /// The daemon as systemd runs `pmcheck.service`, drop-ins included (`systemctl edit`):
+    /// `None` when systemd is not running here or does not know the unit.
+    pub fn systemd() -> Option<Result<Self, String>> {
+        if !Path::new("/run/systemd/system").is_dir() {
+            return None;
         }
-        Ok(Self {
-            who: format!(
-                "the service (user {user}, groups {}; {})",
-                names.join(", "),
-                unit.display()
-            ),
-            uid: account.uid.as_raw(),
-            gids,
-            open: false,
-        })
+        let out = std::process::Command::new("systemctl")
+            .args(["show", "-p", "LoadState", "-p", "User", "-p", "Group"])
+            .args(["-p", "SupplementaryGroups", "pmcheck.service"])
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !text.lines().any(|l| l == "LoadState=loaded") {
+            return None;
+        }
+        let mut identity = Identity::default();
+        for line in text.lines() {
+            identity.assign(line);
+        }
+        Some(identity.reader("as systemd runs pmcheck.service, drop-ins included"))
     }
 
     /// Whether this reader may read `path`: `Err` names what blocks it and how to fix it.
@@ -167,6 +157,67 @@ pub struct Needed {
 
 /// Checks every needed file for every reader; prints one line per problem and a summary, and
 /// says whether all is well.
+/// `User=`, `Group=` and `SupplementaryGroups=` as a unit file or `systemctl show` gives them
+/// (an empty assignment clears the groups before it, as systemd reads it).
+#[derive(Debug, Default)]
+struct Identity {
+    user: Option<String>,
+    group: Option<String>,
+    groups: Vec<String>,
+}
+
+impl Identity {
+    fn assign(&mut self, line: &str) {
+        let nonempty = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
+        if let Some(v) = line.strip_prefix("User=") {
+            self.user = nonempty(v);
+        } else if let Some(v) = line.strip_prefix("Group=") {
+            self.group = nonempty(v);
+        } else if let Some(v) = line.strip_prefix("SupplementaryGroups=") {
+            if v.trim().is_empty() {
+                self.groups.clear();
+            } else {
+                self.groups.extend(v.split_whitespace().map(str::to_owned));
+            }
+        }
+    }
+
+    /// The reader this identity makes; `source` says where it was read.
+    fn reader(self, source: &str) -> Result<Reader, String> {
+        let user = self.user.ok_or_else(|| format!("{source}: no User="))?;
+        let account = User::from_name(&user)
+            .ok()
+            .flatten()
+            .ok_or_else(|| format!("user {user} ({source}) does not exist"))?;
+        let group = |name: &str| {
+            Group::from_name(name)
+                .ok()
+                .flatten()
+                .map(|g| g.gid.as_raw())
+                .ok_or_else(|| format!("group {name} ({source}) does not exist"))
+        };
+        let primary = match &self.group {
+            Some(name) => (group(name)?, name.clone()),
+            None => (account.gid.as_raw(), group_name(account.gid.as_raw())),
+        };
+        let mut gids = vec![primary.0];
+        let mut names = vec![primary.1];
+        for name in &self.groups {
+            gids.push(group(name)?);
+            names.push(name.clone());
+        }
+        Ok(Reader {
+            who: format!(
+                "the service (user {user}, groups {}; {source})",
+                names.join(", ")
+            ),
+            uid: account.uid.as_raw(),
+            gids,
+            open: false,
+        })
+    }
+}
+
 pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
     let mut problems = 0;
     for n in needed {
@@ -223,6 +274,26 @@ mod tests {
             gids: vec![65534],
             open: false,
         }
+    }
+
+    /// As systemd reads them: an empty `SupplementaryGroups=` (a drop-in's) clears the ones
+    /// before it, and `Group=` replaces the user's own group.
+    #[test]
+    fn a_drop_in_that_clears_the_groups_or_sets_the_group_is_read_as_systemd_reads_it() {
+        let mut identity = Identity::default();
+        for line in [
+            "User=root",
+            "SupplementaryGroups=daemon bin",
+            "SupplementaryGroups=",
+        ] {
+            identity.assign(line);
+        }
+        identity.assign("Group=daemon");
+        let reader = identity.reader("a test").unwrap();
+        assert_eq!(reader.who, "the service (user root, groups daemon; a test)");
+        let mut nobody = Identity::default();
+        nobody.assign("User=");
+        assert_eq!(nobody.reader("a test").unwrap_err(), "a test: no User=");
     }
 
     #[test]

@@ -86,13 +86,17 @@ pub fn config(
     let mut readers = vec![Reader::me()];
     let mut out = String::new();
     if nix::unistd::getuid().is_root() {
-        let unit = unit.map(Path::to_owned).or_else(|| {
-            UNIT_LOCATIONS
-                .iter()
-                .map(PathBuf::from)
-                .find(|p| p.exists())
-        });
-        match unit.map(|u| Reader::unit(&u)) {
+        // What systemd runs (drop-ins included) unless --unit names a file; the file where
+        // systemd does not run.
+        let service = match unit {
+            Some(file) => Some(Reader::unit(file)),
+            None => Reader::systemd().or_else(|| {
+                (UNIT_LOCATIONS.iter().map(PathBuf::from))
+                    .find(|p| p.exists())
+                    .map(|file| Reader::unit(&file))
+            }),
+        };
+        match service {
             Some(Ok(service)) => readers.push(service),
             Some(Err(why)) => out.push_str(&format!("note: not checked as the service: {why}\n")),
             None => out.push_str(

@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 use crate::responder::agent;
 use crate::responder::connections::{Activity, Connections, Limits, Throttle, Ticket};
 use crate::responder::deadline::WriteDeadline;
+use crate::responder::heartbeat::{Beat, LISTENER_TICK};
 use crate::responder::http::operator_view;
 use crate::responder::node::Node;
 use crate::responder::pollers::Via;
@@ -87,6 +88,8 @@ pub struct Listener {
     pub guard: Arc<Guard>,
     /// Changes (closes) when the daemon stops.
     pub stopped: watch::Receiver<()>,
+    /// Marked at each turn of its loop, for the watchdog.
+    pub beat: Arc<Beat>,
 }
 
 impl Listener {
@@ -97,7 +100,10 @@ impl Listener {
         let mut connections = JoinSet::new();
         let stop = closed(self.stopped.clone());
         tokio::pin!(stop);
+        let mut ticks = tokio::time::interval(LISTENER_TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
+            self.beat.mark();
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(accepted) => accepted,
@@ -114,6 +120,8 @@ impl Listener {
                 },
                 () = &mut stop => break,
                 Some(_) = connections.join_next() => continue,
+                // Idle, it still turns: the watchdog's pings stand for it.
+                _ = ticks.tick() => continue,
             };
             let peer = peer.ip();
             if !permits(&self.guard.allow, peer) {
@@ -408,6 +416,7 @@ mod tests {
             node: health,
             guard: Arc::clone(&guard),
             stopped,
+            beat: Beat::new(),
         };
         let running = tokio::spawn(listener.run());
         let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();

@@ -8,6 +8,7 @@ pub mod client_name;
 pub(crate) mod connections;
 pub(crate) mod deadline;
 pub(crate) mod exposition;
+pub(crate) mod heartbeat;
 pub mod http;
 pub(crate) mod inetd;
 pub(crate) mod listener;

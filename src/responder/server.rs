@@ -21,6 +21,7 @@ use crate::puppet::probe::{self, ProbeTarget, Prober};
 use crate::puppet::report::ProbeReport;
 use crate::puppet::{code, expiry};
 use crate::reading;
+use crate::responder::heartbeat::{Beat, Progress};
 use crate::responder::listener::{Guard, Listener, closed};
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
@@ -38,14 +39,14 @@ pub struct Listeners {
 }
 
 /// Runs the daemon on already-bound listeners until `shutdown` resolves. `ready` is called once
-/// every listener accepts (the systemd notification goes there); `reload` (SIGHUP) re-reads the
-/// certificates and the drain record.
+/// every listener accepts (the systemd notification goes there) with what the watchdog's pings
+/// stand for; `reload` (SIGHUP) re-reads the certificates and the drain record.
 pub async fn serve(
     settings: &Settings,
     proof: LbProof,
     listeners: Listeners,
     reload: watch::Receiver<()>,
-    ready: impl FnOnce(),
+    ready: impl FnOnce(Progress),
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let Some(daemon) = &settings.daemon else {
@@ -80,7 +81,7 @@ pub async fn serve(
     };
     let puppet = Some(settings.puppet_addr.value);
     let node = Arc::new(Node::new(feeds, rules, proof, &drain_file, puppet, true));
-    listen(&mut tasks, listeners, &node, daemon)?;
+    let beats = listen(&mut tasks, listeners, &node, daemon)?;
     let prober = Prober::new(ProbeTarget::of(settings));
     let drain_path = watcher.file().path().display().to_string();
     tracing::info!(
@@ -106,8 +107,20 @@ pub async fn serve(
     let tracked = Arc::clone(&node);
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, stop));
     let observed = observe(Arc::clone(&node));
+    let progress = Progress {
+        listeners: beats,
+        latest: node.latest.clone(),
+        since: Instant::now(),
+        probe_bound: 2 * rules.stale_after,
+    };
+    // A test seam (docs/testing.md): a prober that wedges after its first probe, as a bug
+    // would leave it, for the watchdog's tests.
+    let interval = match std::env::var_os("TEST_PMCHECK_WEDGE_PROBER") {
+        Some(_) => Duration::from_secs(365 * 86_400),
+        None => interval,
+    };
     tasks.spawn(|stop| probe::run(prober, interval, publish, reload, observed, stop));
-    ready();
+    ready(progress);
     shutdown.await;
     tracing::info!("shutting down");
     drop(stop);
@@ -159,13 +172,15 @@ fn log_proof(daemon: &Daemon) {
     }
 }
 
-/// A [`Listener`] per bound socket, all behind one guard (`--allow`, the connection limits).
+/// A [`Listener`] per bound socket, all behind one guard (`--allow`, the connection limits);
+/// each one's address and beat.
 fn listen(
     tasks: &mut Tasks,
     listeners: Listeners,
     node: &Arc<Node>,
     daemon: &Daemon,
-) -> io::Result<()> {
+) -> io::Result<Vec<(String, Arc<Beat>)>> {
+    let mut beats = Vec::new();
     let limits = daemon.limits().fit_descriptors();
     let guard = Arc::new(Guard::new(daemon.allow.value.clone(), limits));
     let kinds = (listeners.http.into_iter().map(|l| (Via::Http, l)))
@@ -179,12 +194,15 @@ fn listen(
                 tracing::info!(%address, via = "agent", "answering HAProxy agent checks on {address}");
             }
         }
+        let beat = Beat::new();
+        beats.push((address.to_string(), Arc::clone(&beat)));
         let listener = Listener {
             kind,
             listener,
             node: Arc::clone(node),
             guard: Arc::clone(&guard),
             stopped: tasks.stopped.clone(),
+            beat,
         };
         // It stops itself, and gives the polls in flight a moment.
         tasks.spawn(|_| listener.run());
@@ -198,7 +216,7 @@ fn listen(
         limits.total,
         limits.per_source
     );
-    Ok(())
+    Ok(beats)
 }
 
 /// The slow readers: the certificates' dates, and the deploy records with file sync (asked

@@ -6,9 +6,11 @@ use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
+
+use crate::responder::heartbeat::Progress;
 
 #[derive(Debug, Error)]
 pub enum SystemdError {
@@ -60,7 +62,13 @@ impl Notifier {
             Some(name) => SocketAddr::from_abstract_name(name),
             None => SocketAddr::from_pathname(&path),
         };
-        let made = addr.and_then(|addr| Ok((UnixDatagram::unbound()?, addr)));
+        // Never blocking a runtime thread: a datagram systemd is slow to take is dropped.
+        let unbound = || -> io::Result<UnixDatagram> {
+            let socket = UnixDatagram::unbound()?;
+            socket.set_nonblocking(true)?;
+            Ok(socket)
+        };
+        let made = addr.and_then(|addr| Ok((unbound()?, addr)));
         match made {
             Ok((socket, addr)) => Some(Self {
                 socket: Arc::new(socket),
@@ -82,8 +90,13 @@ impl Notifier {
         }
     }
 
-    /// Pings `WATCHDOG=1` at half of `WatchdogSec`, when systemd asked for it for this process.
-    pub fn watchdog_task(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+    /// Pings `WATCHDOG=1` at half of `WatchdogSec`, when systemd asked for it for this process,
+    /// while `progress` says the daemon makes progress; otherwise says why once, and stays
+    /// silent so that systemd restarts it.
+    pub fn watchdog_task(
+        &self,
+        progress: Progress,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
         if usec == 0 {
             return None;
@@ -95,11 +108,30 @@ impl Notifier {
         }
         let period = Duration::from_micros(usec) / 2;
         let notifier = self.clone();
+        let limit = Duration::from_micros(usec);
         Some(async move {
             let mut ticks = tokio::time::interval(period);
+            let mut silent = false;
             loop {
                 ticks.tick().await;
-                notifier.notify("WATCHDOG=1");
+                match progress.stalled(Instant::now()) {
+                    None => {
+                        if silent {
+                            tracing::warn!("progress again: pinging systemd's watchdog again");
+                            silent = false;
+                        }
+                        notifier.notify("WATCHDOG=1");
+                    }
+                    Some(why) if !silent => {
+                        tracing::error!(
+                            %why,
+                            "not pinging systemd's watchdog: {why}; systemd restarts pmcheck once {} pass without a ping (WatchdogSec)",
+                            crate::settings::duration::format_duration(limit)
+                        );
+                        silent = true;
+                    }
+                    Some(_) => {}
+                }
             }
         })
     }
