@@ -72,7 +72,11 @@ impl PuppetClient {
 
     /// The HTTP client, rebuilt when the certificate, key or CA changed on disk.
     pub async fn http(&self) -> Result<reqwest::Client, CannotProbe> {
-        let stamps = self.identity.stamps();
+        // Three stats: off the runtime's workers too, before every probe.
+        let identity = self.identity.clone();
+        let stamps = tokio::task::spawn_blocking(move || identity.stamps())
+            .await
+            .map_err(CannotProbe::Loader)?;
         let mut built = self.built.lock().await;
         if let Some((was, client)) = &*built
             && *was == stamps

@@ -86,6 +86,8 @@ pub struct Activity {
     /// Since when a write has waited for the client to read, in ms after `epoch` plus one; 0
     /// while none waits.
     stalled: AtomicU64,
+    /// Told of the first request, for a stop that waits for it.
+    first: tokio::sync::Notify,
 }
 
 impl Activity {
@@ -94,6 +96,7 @@ impl Activity {
             epoch,
             asked: AtomicU64::new(0),
             stalled: AtomicU64::new(0),
+            first: tokio::sync::Notify::new(),
         }
     }
 
@@ -105,7 +108,17 @@ impl Activity {
 
     /// A complete request arrived (or, on the agent port, the line was taken).
     pub fn asked(&self) {
-        self.asked.store(self.stamp(), Ordering::Relaxed);
+        if self.asked.swap(self.stamp(), Ordering::Relaxed) == 0 {
+            // A permit, kept until [`Activity::first_request`] takes it.
+            self.first.notify_one();
+        }
+    }
+
+    /// Resolves once a complete request has arrived on this connection.
+    pub async fn first_request(&self) {
+        if !self.has_asked() {
+            self.first.notified().await;
+        }
     }
 
     /// A complete request has arrived on this connection.

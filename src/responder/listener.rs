@@ -207,11 +207,7 @@ impl Connection {
                 // yet. One accepted just before the stop is a poll on its way: answer it first
                 // (under socket activation, the polls still queued go to the next process).
                 if !self.ticket.activity.has_asked() {
-                    let first = async {
-                        while !self.ticket.activity.has_asked() {
-                            tokio::time::sleep(Duration::from_millis(5)).await;
-                        }
-                    };
+                    let first = self.ticket.activity.first_request();
                     tokio::select! {
                         result = connection.as_mut() => return log_end(self.peer, result),
                         _ = tokio::time::timeout(FIRST_REQUEST, first) => {}
