@@ -155,8 +155,6 @@ pub struct Needed {
     pub required: bool,
 }
 
-/// Checks every needed file for every reader; prints one line per problem and a summary, and
-/// says whether all is well.
 /// `User=`, `Group=` and `SupplementaryGroups=` as a unit file or `systemctl show` gives them
 /// (an empty assignment clears the groups before it, as systemd reads it).
 #[derive(Debug, Default)]
@@ -218,6 +216,8 @@ impl Identity {
     }
 }
 
+/// Checks every needed file for every reader; prints one line per problem and a summary, and
+/// says whether all is well.
 pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
     let mut problems = 0;
     for n in needed {
