@@ -325,6 +325,59 @@ fn an_interrupted_cycle_stops_its_command_and_stays_drained() {
     );
 }
 
+/// Issue 46 (part 5): the state directory's lock was waited for on a sleeping thread, so a
+/// Ctrl-C during another command's change waited up to 10 s. Now the wait is the runtime's and
+/// the signal ends it at once, with nothing written.
+#[test]
+fn ctrl_c_ends_a_cycles_wait_for_the_lock_at_once_with_nothing_changed() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let path = s.state.path().join("lock");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o660)
+        .open(&path)
+        .unwrap();
+    let held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .expect("the test holds the lock");
+    let mut cycle = Running::start(&s, "cycle", &["--url", &url(&d), "--", "true"]);
+    // Ready when the cycle has the lock file open: it is trying the lock.
+    let deadline = Instant::now() + SOON;
+    while !has_open(cycle.0.id(), &path) {
+        assert!(Instant::now() < deadline, "the cycle never opened {path:?}");
+        assert!(cycle.0.try_wait().unwrap().is_none(), "the cycle ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let signalled = Instant::now();
+    interrupt(&cycle);
+    let out = cycle.finish(SOON);
+    let took = signalled.elapsed();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    // The lock's wait is 10 s: well under it, whatever the machine's load.
+    assert!(took < Duration::from_secs(5), "Ctrl-C took {took:?}");
+    assert_contains!(
+        text(&out.stderr),
+        "interrupted during drain; nothing was changed",
+        "{out:?}"
+    );
+    assert!(record(&s).is_none(), "nothing written");
+    drop(held);
+}
+
+/// Whether process `pid` has `path` open.
+fn has_open(pid: u32, path: &std::path::Path) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+}
+
 #[test]
 fn cycle_without_a_daemon_exits_69_and_touches_nothing() {
     let s = Setup::new(Behavior::Running);

@@ -143,7 +143,7 @@ impl Audit {
             }
             let mut event = Event::of(Action::Expire, holder, now);
             event.who = format!("{} (pmcheck serve: the --for ended)", event.who);
-            match self.file.log(&[event]) {
+            match self.file.lock().map(|locked| locked.log(&[event])) {
                 Ok(lost) => {
                     for e in lost {
                         tracing::warn!("{e}");

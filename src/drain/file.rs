@@ -379,11 +379,67 @@ pub enum Change {
     Remove,
 }
 
+/// The state directory's lock, held: the record and the event log change only through it,
+/// and it is released when this is dropped.
+pub struct Locked<'a> {
+    file: &'a DrainFile,
+    _lock: Flock<File>,
+}
+
 impl DrainFile {
-    /// Reads the record, decides and applies `change`, all under an exclusive lock of the state
-    /// directory, so that no other pmcheck command changes it in between.
+    /// Takes the state directory's lock, waiting at most [`lock::WAIT`] on this thread: for
+    /// the daemon's blocking pool. Commands use [`DrainFile::locked`].
+    pub fn lock(&self) -> Result<Locked<'_>, DrainError> {
+        self.create_dir().map_err(|e| self.write_error(e))?;
+        let lock = lock::acquire(self.dir(), lock::WAIT).map_err(|e| self.lock_error(e))?;
+        Ok(self.holding(lock))
+    }
+
+    /// [`DrainFile::lock`] on the runtime's timer: a command's Ctrl-C drops the wait at
+    /// once, with nothing changed.
+    pub async fn locked(&self) -> Result<Locked<'_>, DrainError> {
+        self.create_dir().map_err(|e| self.write_error(e))?;
+        let lock =
+            (lock::acquire_async(self.dir(), lock::WAIT).await).map_err(|e| self.lock_error(e))?;
+        Ok(self.holding(lock))
+    }
+
+    fn holding(&self, lock: Flock<File>) -> Locked<'_> {
+        self.sweep_leftovers();
+        Locked {
+            file: self,
+            _lock: lock,
+        }
+    }
+
+    fn write_error(&self, source: io::Error) -> DrainError {
+        DrainError::Write {
+            dir: self.dir().to_path_buf(),
+            source,
+        }
+    }
+
+    fn lock_error(&self, e: LockError) -> DrainError {
+        match e {
+            LockError::Open(source) => DrainError::Lock {
+                dir: self.dir().to_path_buf(),
+                source,
+            },
+            held @ LockError::Held { .. } => DrainError::Locked(held),
+        }
+    }
+}
+
+impl<'a> Locked<'a> {
+    /// The drain record this lock guards.
+    pub fn file(&self) -> &'a DrainFile {
+        self.file
+    }
+
+    /// Reads the record, decides and applies `change`, so that no other pmcheck command
+    /// changes it in between.
     pub fn update<T>(
-        &self,
+        self,
         change: impl FnOnce(Option<Drain>) -> (Change, T),
     ) -> Result<T, DrainError> {
         self.update_logged(|current| {
@@ -393,53 +449,31 @@ impl DrainFile {
         .map(|(result, _)| result)
     }
 
-    /// [`DrainFile::update`], appending the events `change` returns to the event log in the
+    /// [`Locked::update`], appending the events `change` returns to the event log in the
     /// same critical section once the change is made. A failed append does not undo the
     /// change (the record is what keeps agents away): it comes back for the caller to say.
     pub fn update_logged<T>(
-        &self,
+        self,
         change: impl FnOnce(Option<Drain>) -> (Change, Vec<Event>, T),
     ) -> Result<(T, Vec<LogError>), DrainError> {
-        let _lock = lock(self)?;
-        self.sweep_leftovers();
-        let (change, events, result) = change(self.current());
+        let file = self.file;
+        let (change, events, result) = change(file.current());
         match change {
             Change::Keep => {}
-            Change::Write(record) => self.write(&record)?,
+            Change::Write(record) => file.write(&record)?,
             Change::Remove => {
-                self.remove()?;
+                file.remove()?;
             }
         }
-        Ok((result, self.append(&events)))
+        Ok((result, self.log(&events)))
     }
 
-    /// Appends `events` to the event log under the state directory's lock: for what is logged
-    /// without changing the record (a refused drain, an expiry the daemon saw).
-    pub fn log(&self, events: &[Event]) -> Result<Vec<LogError>, DrainError> {
-        let _lock = lock(self)?;
-        Ok(self.append(events))
-    }
-
-    fn append(&self, events: &[Event]) -> Vec<LogError> {
-        let log = DrainLog::new(&self.dir);
+    /// Appends `events` to the event log: for what is logged without changing the record (a
+    /// refused drain, an expiry the daemon saw).
+    pub fn log(&self, events: &[Event]) -> Vec<LogError> {
+        let log = DrainLog::new(&self.file.dir);
         events.iter().filter_map(|e| log.append(e).err()).collect()
     }
-}
-
-/// The state directory's lock ([`mod@lock`]), released when dropped.
-fn lock(file: &DrainFile) -> Result<Flock<File>, DrainError> {
-    let fail = |source| DrainError::Write {
-        dir: file.dir().to_path_buf(),
-        source,
-    };
-    file.create_dir().map_err(fail)?;
-    lock::acquire(file.dir(), lock::WAIT).map_err(|e| match e {
-        LockError::Open(source) => DrainError::Lock {
-            dir: file.dir().to_path_buf(),
-            source,
-        },
-        held @ LockError::Held { .. } => DrainError::Locked(held),
-    })
 }
 
 /// Opens the state directory to sync it: `O_DIRECTORY` refuses anything else before it is

@@ -5,7 +5,7 @@
 
 use std::time::SystemTime;
 
-use crate::drain::file::{Change, DrainError, DrainFile};
+use crate::drain::file::{Change, DrainError, Locked};
 use crate::drain::holders::Holder;
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord};
@@ -32,11 +32,11 @@ pub enum Release {
     StillHeld(Vec<Holder>),
 }
 
-impl DrainFile {
+impl Locked<'_> {
     /// Adds `mine` to the record's holders, logged as `action`; the holders `replaces` names
     /// and the expired ones go.
     pub fn hold(
-        &self,
+        self,
         mine: &Holder,
         replaces: impl Fn(&Holder) -> bool,
         action: Action,
@@ -62,7 +62,7 @@ impl DrainFile {
     /// Takes out the holder `which` names, logged as `action`; the record goes when no live
     /// holder is left.
     pub fn release(
-        &self,
+        self,
         which: impl Fn(&Holder) -> bool,
         action: Action,
     ) -> Result<(Release, Vec<LogError>), DrainError> {
@@ -91,6 +91,7 @@ impl DrainFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::file::DrainFile;
     use crate::drain::holders::Kind;
 
     fn file() -> (tempfile::TempDir, DrainFile) {
@@ -108,7 +109,11 @@ mod tests {
         let is = |kind: Kind| move |h: &Holder| h.kind == kind;
 
         let hold = |mine: &Holder| {
-            let (held, lost) = file.hold(mine, is(mine.kind), Action::Drain).unwrap();
+            let (held, lost) = file
+                .lock()
+                .unwrap()
+                .hold(mine, is(mine.kind), Action::Drain)
+                .unwrap();
             assert!(lost.is_empty(), "{lost:?}");
             held
         };
@@ -143,14 +148,30 @@ mod tests {
             "each drain says for itself whether it was forced"
         );
 
-        let (left, _) = file.release(is(Kind::Stop), Action::StopUndrain).unwrap();
+        let (left, _) = file
+            .lock()
+            .unwrap()
+            .release(is(Kind::Stop), Action::StopUndrain)
+            .unwrap();
         assert_eq!(left, Release::StillHeld(vec![drain.clone()]));
-        let (left, _) = file.release(is(Kind::Stop), Action::StopUndrain).unwrap();
+        let (left, _) = file
+            .lock()
+            .unwrap()
+            .release(is(Kind::Stop), Action::StopUndrain)
+            .unwrap();
         assert_eq!(left, Release::NotHeld(vec![drain]));
-        let (left, _) = file.release(is(Kind::Drain), Action::Undrain).unwrap();
+        let (left, _) = file
+            .lock()
+            .unwrap()
+            .release(is(Kind::Drain), Action::Undrain)
+            .unwrap();
         assert_eq!(left, Release::Undrained);
         assert!(file.current().is_none());
-        let (left, _) = file.release(is(Kind::Drain), Action::Undrain).unwrap();
+        let (left, _) = file
+            .lock()
+            .unwrap()
+            .release(is(Kind::Drain), Action::Undrain)
+            .unwrap();
         assert_eq!(left, Release::NotDrained);
     }
 }

@@ -46,33 +46,79 @@ pub enum LockError {
     },
 }
 
-/// Takes the exclusive lock of the state directory `dir`, waiting at most `wait`; released when
+/// How often a waiting change tries the lock again.
+const RETRY: Duration = Duration::from_millis(25);
+
+/// Takes the exclusive lock of the state directory `dir`, waiting at most `wait` on this
+/// thread: for code outside the runtime (the daemon's blocking pool, tests); released when
 /// dropped.
 pub fn acquire(dir: &Path, wait: Duration) -> Result<Flock<File>, LockError> {
-    let path = dir.join(NAME);
-    let mut file = open(dir, &path).map_err(|e| match e.kind() {
-        io::ErrorKind::IsADirectory => LockError::Open(io::Error::other(format!(
-            "{} is a directory, not the lock: remove it (rmdir)",
-            path.display()
-        ))),
-        _ => LockError::Open(e),
-    })?;
-    let deadline = Instant::now() + wait;
+    let mut trying = Trying::open(dir, wait)?;
     loop {
+        match trying.once()? {
+            Some(lock) => return Ok(lock),
+            None => std::thread::sleep(RETRY),
+        }
+    }
+}
+
+/// [`acquire`] on the runtime's timer, for the commands: dropping the future (a cycle's
+/// Ctrl-C) ends the wait at once, with nothing taken or changed.
+pub async fn acquire_async(dir: &Path, wait: Duration) -> Result<Flock<File>, LockError> {
+    let mut trying = Trying::open(dir, wait)?;
+    loop {
+        match trying.once()? {
+            Some(lock) => return Ok(lock),
+            None => tokio::time::sleep(RETRY).await,
+        }
+    }
+}
+
+/// The lock file, opened, and until when it is tried.
+struct Trying {
+    /// `None` only while `flock` has it.
+    file: Option<File>,
+    path: PathBuf,
+    wait: Duration,
+    deadline: Instant,
+}
+
+impl Trying {
+    fn open(dir: &Path, wait: Duration) -> Result<Self, LockError> {
+        let path = dir.join(NAME);
+        let file = open(dir, &path).map_err(|e| match e.kind() {
+            io::ErrorKind::IsADirectory => LockError::Open(io::Error::other(format!(
+                "{} is a directory, not the lock: remove it (rmdir)",
+                path.display()
+            ))),
+            _ => LockError::Open(e),
+        })?;
+        Ok(Self {
+            file: Some(file),
+            path,
+            wait,
+            deadline: Instant::now() + wait,
+        })
+    }
+
+    /// One try without blocking: the lock, `None` to try again, or the error once the wait
+    /// is over.
+    fn once(&mut self) -> Result<Option<Flock<File>>, LockError> {
+        let Some(file) = self.file.take() else {
+            return Err(LockError::Open(io::Error::other("the lock file was lost")));
+        };
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => return Ok(lock),
-            Err((back, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
-                file = back;
-                std::thread::sleep(Duration::from_millis(25));
+            Ok(lock) => Ok(Some(lock)),
+            Err((back, Errno::EWOULDBLOCK)) if Instant::now() < self.deadline => {
+                self.file = Some(back);
+                Ok(None)
             }
-            Err((back, Errno::EWOULDBLOCK)) => {
-                return Err(LockError::Held {
-                    holder: holder(&back),
-                    path,
-                    waited: wait,
-                });
-            }
-            Err((_, errno)) => return Err(LockError::Open(errno.into())),
+            Err((back, Errno::EWOULDBLOCK)) => Err(LockError::Held {
+                holder: holder(&back),
+                path: self.path.clone(),
+                waited: self.wait,
+            }),
+            Err((_, errno)) => Err(LockError::Open(errno.into())),
         }
     }
 }
@@ -193,6 +239,23 @@ mod tests {
         }
         drop(first);
         acquire(dir.path(), Duration::ZERO).expect("free again");
+    }
+
+    #[tokio::test]
+    async fn the_runtimes_wait_is_bounded_and_gets_the_lock_once_it_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = acquire(dir.path(), WAIT).unwrap();
+        let e = acquire_async(dir.path(), Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, LockError::Held { .. }), "{e}");
+        let waiting = acquire_async(dir.path(), WAIT);
+        let releasing = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(first);
+        };
+        let (taken, ()) = tokio::join!(waiting, releasing);
+        taken.expect("taken once released");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
 
 use crate::console::{errln, outln};
-use crate::drain::file::{Change, DrainError, DrainFile};
+use crate::drain::file::{Change, DrainError, DrainFile, Locked};
 use crate::drain::holders::Holder;
 use crate::drain::holding::Release;
 use crate::drain::log::{Action, Event};
@@ -201,38 +201,18 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
     // 1. drain: this cycle holds the node drained, beside whoever already does, in its turn
     // 2. wait until the load balancers acted and the agents left
     let (me, done) = drained_in_turn(cycle, daemon, &file, &mut signals, started).await?;
-    // From here on every failure leaves the node drained, and says so in our holder.
-    let fail = |e: CycleError| {
-        stopped(&file, &me, &e);
-        e
-    };
     for warning in &done.warnings {
         errln!("pmcheck cycle: warning: {warning}");
     }
-    give_back_if_needed(cycle, daemon, &file).await?;
-
-    // 3. the command
-    let ended = command_step(cycle, &mut signals).await.map_err(fail)?;
-
-    // 4. wait until Puppet Server can compile again
-    let t = Instant::now();
-    let done = wait_step(
-        Step::WaitHealthy,
-        Goal::Healthy { since: ended },
-        daemon,
-        cycle,
-        &mut signals,
-        Some(&file),
-    )
-    .await
-    .map_err(fail)?;
-    step(Step::WaitHealthy, t, &done.summary);
-
-    // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
-    let t = Instant::now();
-    let let_go = let_go(&file)?;
+    // From here on every failure leaves the node drained, and says so in our holder.
+    let let_go = match drained_steps(cycle, daemon, &file, &mut signals).await {
+        Ok(let_go) => let_go,
+        Err(e) => {
+            stopped(&file, &me, &e, &mut signals).await;
+            return Err(e);
+        }
+    };
     let undrained = matches!(let_go, Release::Undrained);
-    step(Step::Undrain, t, &described(&let_go, &file));
     if !undrained {
         let left = if matches!(let_go, Release::NotDrained) {
             ""
@@ -261,6 +241,41 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
     step(Step::WaitUndrained, t, &done.summary);
     outln!("pmcheck cycle: done in {}", seconds(started.elapsed()));
     Ok(())
+}
+
+/// The steps made while this cycle holds the node: the point of no return, the command
+/// (3), the wait until Puppet Server can compile again (4), letting go (5). What letting go
+/// left.
+async fn drained_steps(
+    cycle: &Cycle,
+    daemon: &Daemon,
+    file: &DrainFile,
+    signals: &mut Signals,
+) -> Result<Release, CycleError> {
+    give_back_if_needed(cycle, daemon, file, signals).await?;
+
+    // 3. the command
+    let ended = command_step(cycle, signals).await?;
+
+    // 4. wait until Puppet Server can compile again
+    let t = Instant::now();
+    let done = wait_step(
+        Step::WaitHealthy,
+        Goal::Healthy { since: ended },
+        daemon,
+        cycle,
+        signals,
+        Some(file),
+    )
+    .await?;
+    step(Step::WaitHealthy, t, &done.summary);
+
+    // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
+    let t = Instant::now();
+    let locked = locked(file, signals, Step::Undrain, LEFT_DRAINED).await?;
+    let let_go = let_go(locked)?;
+    step(Step::Undrain, t, &described(&let_go, file));
+    Ok(let_go)
 }
 
 /// Steps 1 and 2: this cycle's hold, in its turn, and the wait until the load balancers
@@ -297,14 +312,21 @@ async fn drained_in_turn(
                 source: WaitError::Held { held, .. },
                 ..
             }) => {
-                let left = described(&let_go(file)?, file);
+                let released = match locked(file, signals, Step::WaitDrained, LEFT_DRAINED).await {
+                    Ok(locked) => let_go(locked)?,
+                    Err(e) => {
+                        stopped(file, &me, &e, signals).await;
+                        return Err(e);
+                    }
+                };
+                let left = described(&released, file);
                 errln!(
                     "pmcheck cycle: drain held before the command: {}; this cycle let go ({left}) and waits its turn again",
                     said(&held)
                 );
             }
             Err(e) => {
-                stopped(file, &me, &e);
+                stopped(file, &me, &e, signals).await;
                 return Err(e);
             }
         }
@@ -317,6 +339,7 @@ async fn give_back_if_needed(
     cycle: &Cycle,
     daemon: &Daemon,
     file: &DrainFile,
+    signals: &mut Signals,
 ) -> Result<(), CycleError> {
     if cycle.force {
         return Ok(());
@@ -330,8 +353,9 @@ async fn give_back_if_needed(
     }
     let said = empty.join("; ");
     // The trail says why the hold goes: the command was refused, as a drain would be.
-    warn(guard::log_refused(file, &cycle.reason, &said));
-    let left = described(&let_go(file)?, file);
+    let locked = locked(file, signals, Step::Drain, LEFT_DRAINED).await?;
+    warn(locked.log(&[Event::refused(&cycle.reason, &said, SystemTime::now())]));
+    let left = described(&let_go(locked)?, file);
     Err(CycleError::EmptyBackend { said, left })
 }
 
@@ -405,16 +429,24 @@ async fn take_turn(
     loop {
         let mine = Holder::cycle(cycle.reason.clone(), SystemTime::now());
         let none = |_: &Holder| false;
-        let taken = guard::take(
+        let taking = guard::take(
             daemon,
             file,
             &cycle.wait,
-            mine,
+            mine.clone(),
             none,
             cycle.force,
             Action::CycleDrain,
-        )
-        .await;
+        );
+        // A signal ends the step wherever it is: the lock's wait, the daemon's answer, the
+        // load balancers' checks. Once the hold is written, the node stays drained, marked.
+        let taken = tokio::select! {
+            taken = taking => taken,
+            _ = signals.next() => {
+                ticker.clear();
+                return Err(interrupted_taking(file, &mine, signals).await);
+            }
+        };
         let held = match taken {
             Ok(taken) => {
                 ticker.clear();
@@ -436,7 +468,12 @@ async fn take_turn(
         let waited = since.elapsed();
         if waited >= cycle.wait.max_wait {
             ticker.clear();
-            warn(guard::log_refused(file, &cycle.reason, &said(&held)));
+            let locked = locked(file, signals, Step::Drain, "; nothing was changed").await?;
+            warn(locked.log(&[Event::refused(
+                &cycle.reason,
+                &said(&held),
+                SystemTime::now(),
+            )]));
             return Err(CycleError::Turn {
                 held,
                 waited: cycle.wait.max_wait,
@@ -462,6 +499,24 @@ async fn take_turn(
             }
         }
     }
+}
+
+/// A drain step stopped by a signal: when the record holds this cycle already, the node stays
+/// drained and the hold says why; otherwise nothing was changed.
+async fn interrupted_taking(file: &DrainFile, mine: &Holder, signals: &mut Signals) -> CycleError {
+    let step = Step::Drain;
+    if guard::let_go_of(file, Holder::is_me).is_some() {
+        return CycleError::Interrupted {
+            step,
+            left: "; nothing was changed",
+        };
+    }
+    let e = CycleError::Interrupted {
+        step,
+        left: LEFT_DRAINED,
+    };
+    stopped(file, mine, &e, signals).await;
+    e
 }
 
 /// The drain step's line: what was written, who else holds the node, what the load balancers
@@ -490,10 +545,24 @@ fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
 
 /// Step 5: takes this cycle's hold out of the record, removing the record when no holder is
 /// left.
-fn let_go(file: &DrainFile) -> Result<Release, DrainError> {
-    let (release, lost) = file.release(Holder::is_me, Action::CycleUndrain)?;
+fn let_go(locked: Locked<'_>) -> Result<Release, DrainError> {
+    let (release, lost) = locked.release(Holder::is_me, Action::CycleUndrain)?;
     warn(&lost);
     Ok(release)
+}
+
+/// The state directory's lock, unless a signal comes first: a Ctrl-C never waits for another
+/// command's change. Interrupted during `step`, the node is `left`.
+async fn locked<'a>(
+    file: &'a DrainFile,
+    signals: &mut Signals,
+    step: Step,
+    left: &'static str,
+) -> Result<Locked<'a>, CycleError> {
+    tokio::select! {
+        locked = file.locked() => Ok(locked?),
+        _ = signals.next() => Err(CycleError::Interrupted { step, left }),
+    }
 }
 
 /// The undrain step's line.
@@ -579,7 +648,9 @@ async fn released(file: &DrainFile) -> String {
 
 /// Turns this cycle's hold into a stopped cycle's, which keeps the node drained until
 /// `pmcheck undrain`, and says why in it; a record that no longer has this cycle is left as it is.
-fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
+/// While another command holds the lock, a further signal gives up saying why (the node
+/// stays drained either way).
+async fn stopped(file: &DrainFile, me: &Holder, e: &CycleError, signals: &mut Signals) {
     let why = match e {
         CycleError::Wait {
             step,
@@ -606,32 +677,41 @@ fn stopped(file: &DrainFile, me: &Holder, e: &CycleError) {
         .collect();
     let keep = REASON_LIMIT - why.chars().count();
     let what: String = me.what.chars().take(keep).chain(why.chars()).collect();
-    let updated = file.update_logged(|current| {
-        let Some(record) = current.and_then(|d| d.record) else {
-            return (Change::Keep, Vec::new(), false);
-        };
-        let mut held = record.holders().to_vec();
-        let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
-            return (Change::Keep, Vec::new(), false);
-        };
-        let event = Event::of(
-            Action::CycleStopped,
-            &Holder {
-                what: what.clone(),
-                ..mine.clone()
-            },
-            SystemTime::now(),
-        );
-        *mine = Holder {
-            kind: crate::drain::holders::Kind::StoppedCycle,
-            what: what.clone(),
-            process: None,
-            ..mine.clone()
-        };
-        match DrainRecord::held_by(held) {
-            Some(record) => (Change::Write(record), vec![event], true),
-            None => (Change::Keep, Vec::new(), false),
+    let locked = tokio::select! {
+        locked = file.locked() => locked,
+        _ = signals.next() => {
+            errln!("pmcheck cycle: the node stays drained; interrupted again before the record said why");
+            return;
         }
+    };
+    let updated = locked.and_then(|locked| {
+        locked.update_logged(|current| {
+            let Some(record) = current.and_then(|d| d.record) else {
+                return (Change::Keep, Vec::new(), false);
+            };
+            let mut held = record.holders().to_vec();
+            let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
+                return (Change::Keep, Vec::new(), false);
+            };
+            let event = Event::of(
+                Action::CycleStopped,
+                &Holder {
+                    what: what.clone(),
+                    ..mine.clone()
+                },
+                SystemTime::now(),
+            );
+            *mine = Holder {
+                kind: crate::drain::holders::Kind::StoppedCycle,
+                what: what.clone(),
+                process: None,
+                ..mine.clone()
+            };
+            match DrainRecord::held_by(held) {
+                Some(record) => (Change::Write(record), vec![event], true),
+                None => (Change::Keep, Vec::new(), false),
+            }
+        })
     });
     match updated {
         Ok((true, lost)) => warn(&lost),
@@ -671,8 +751,9 @@ mod tests {
         assert_eq!(shown(&quoted), r"`sh -c 'echo '\''hi'\'' there'`");
     }
 
-    #[test]
-    fn a_stopped_cycle_keeps_its_hold_says_why_and_keeps_who_and_since() {
+    #[tokio::test]
+    async fn a_stopped_cycle_keeps_its_hold_says_why_and_keeps_who_and_since() {
+        let mut signals = Signals::new().unwrap();
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
         let now = SystemTime::now();
@@ -684,7 +765,7 @@ mod tests {
             command: "`false`".into(),
             how: "exited with 1".into(),
         };
-        stopped(&file, &me, &e);
+        stopped(&file, &me, &e, &mut signals).await;
         let record = file.current().unwrap().record.unwrap();
         assert_eq!(
             record.reason(),
@@ -706,7 +787,7 @@ mod tests {
                 .ends_with("; cycle stopped: the command exited with 1")
         );
         // A record that no longer names this cycle is left as it is.
-        stopped(&file, &me, &e);
+        stopped(&file, &me, &e, &mut signals).await;
         assert_eq!(
             file.current().unwrap().record.unwrap(),
             record,
@@ -716,7 +797,7 @@ mod tests {
         let short = Holder::cycle("upgrade".into(), now);
         file.write(&DrainRecord::held_by(vec![short.clone()]).unwrap())
             .unwrap();
-        stopped(&file, &short, &e);
+        stopped(&file, &short, &e, &mut signals).await;
         assert_eq!(
             file.current().unwrap().record.unwrap().reason(),
             "upgrade; cycle stopped: the command exited with 1"

@@ -61,7 +61,7 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     .await;
     let taken = match taken {
         Err(GuardError::Refused(held)) => {
-            warn(guard::log_refused(&file, &args.reason, &said(&held)));
+            warn(guard::log_refused(&file, &args.reason, &said(&held)).await);
             return Err(GuardError::Refused(held).into());
         }
         taken => taken?,
@@ -138,7 +138,8 @@ fn stays(e: WaitError, left: &str) -> WaitError {
 /// `--force`), and with `--wait` waits until the load balancers took the node back.
 pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
     let file = DrainFile::new(&args.state.state_dir);
-    let (outcome, lost) = file.update_logged(|current| undrained(&file, current, args.force))?;
+    let (outcome, lost) =
+        (file.locked().await?).update_logged(|current| undrained(&file, current, args.force))?;
     warn(&lost);
     match outcome {
         Undrain::NotDrained => outln!(

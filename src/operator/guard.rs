@@ -138,7 +138,7 @@ pub async fn take(
         }
     }
     let written = Instant::now();
-    let (holding, lost) = file.hold(&mine, &replaces, action)?;
+    let (holding, lost) = (file.locked().await?).hold(&mine, &replaces, action)?;
     warnings.extend(lost.iter().map(ToString::to_string));
     let Holding { before, others } = holding;
     let replaced: Vec<Holder> = (before.and_then(|d| d.record))
@@ -165,7 +165,7 @@ pub async fn take(
             match watched {
                 Some((view, _)) if holdable && !view.held().is_empty() => {
                     let held = view.held();
-                    warnings.extend(undo(file, &mine, &replaced, &said(&held)));
+                    warnings.extend(undo(file, &mine, &replaced, &said(&held)).await);
                     return Err(GuardError::BackedOff(held));
                 }
                 Some((view, true)) if holdable && view.lines().next().is_some() => Outcome::Out {
@@ -372,8 +372,12 @@ fn out_line(l: &crate::operator::view::Line<'_>) -> String {
 
 /// Takes `mine` out of the record again and puts back the holders it replaced; logs the drain
 /// as refused for `why`. What went wrong, for the caller to say.
-fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -> Vec<String> {
-    let result = file.update_logged(|current| {
+async fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -> Vec<String> {
+    let locked = match file.locked().await {
+        Ok(locked) => locked,
+        Err(e) => return vec![format!("the held drain could not be undone: {e}")],
+    };
+    let result = locked.update_logged(|current| {
         let now = SystemTime::now();
         let record = current.and_then(|d| d.record);
         let mut held: Vec<Holder> = record.map(|r| r.holders().to_vec()).unwrap_or_default();
@@ -396,9 +400,9 @@ fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -> Vec<
 }
 
 /// Logs a drain the guard refused, in the drain event log; what went wrong, if anything.
-pub fn log_refused(file: &DrainFile, reason: &str, why: &str) -> Vec<String> {
+pub async fn log_refused(file: &DrainFile, reason: &str, why: &str) -> Vec<String> {
     let event = Event::refused(reason, why, SystemTime::now());
-    match file.log(&[event]) {
+    match file.locked().await.map(|locked| locked.log(&[event])) {
         Ok(lost) => lost.iter().map(ToString::to_string).collect(),
         Err(e) => vec![format!("the refused drain was not logged: {e}")],
     }

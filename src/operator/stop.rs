@@ -78,7 +78,7 @@ pub async fn on_stop(args: &OnStopArgs) {
     };
     let last = view.map(|v| v.holding()).unwrap_or_default();
     let mine = Holder::stop(name, SystemTime::now());
-    if let Err(e) = hold(&file, &mine) {
+    if let Err(e) = hold(&file, &mine).await {
         errln!("pmcheck on-stop: WARNING: {e}; {name} stops without a drain");
         return;
     }
@@ -133,7 +133,8 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
     {
         fresh_and_healthy(&daemon, &Wait::of(&args.waiting, state)).await;
     }
-    let (left, lost) = file.release(|h| h.kind == Kind::Stop, Action::StopUndrain)?;
+    let (left, lost) =
+        (file.locked().await?).release(|h| h.kind == Kind::Stop, Action::StopUndrain)?;
     warn(&lost);
     match left {
         Release::NotDrained => outln!("{name} started; not drained"),
@@ -275,9 +276,9 @@ fn on_stop_command(argv: &[OsString], at_start: &EnvFile, now: &EnvFile) -> Comm
 }
 
 /// Adds `mine` to the holders, in place of an earlier stop's.
-fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
+async fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
     let replaces = |h: &Holder| h.kind == Kind::Stop;
-    let (_, lost) = file.hold(mine, replaces, Action::StopDrain)?;
+    let (_, lost) = (file.locked().await?).hold(mine, replaces, Action::StopDrain)?;
     warn(&lost);
     Ok(())
 }
