@@ -214,7 +214,8 @@ fn serve(given: &Given) -> Result<Exit, Error> {
         tracing::warn!(
             variable = name,
             "{}",
-            crate::provenance::unread_name_said(name, meant.as_deref())
+            crate::provenance::unread_name_said(name, meant.as_deref(), |n| std::env::var_os(n)
+                .is_some())
         );
     }
     let Some(daemon) = &settings.daemon else {

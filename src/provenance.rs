@@ -248,9 +248,17 @@ pub fn unread_names<'a>(
     unread
 }
 
-/// [`unread_names`]'s finding in words: `NAME is read by no option (did you mean OTHER?)`.
-pub fn unread_name_said(name: &str, meant: Option<&str>) -> String {
+/// [`unread_names`]'s finding in words: `NAME is read by no option (did you mean OTHER?)`,
+/// and, when `set` says OTHER is not set either, the value OTHER keeps: a drain answered 503
+/// instead of 404 is a DOWN server in the shipped backend, which the typo alone does not say.
+pub fn unread_name_said(name: &str, meant: Option<&str>, set: impl Fn(&str) -> bool) -> String {
     match meant {
+        Some(meant) if !set(meant) => format!(
+            "{name} is read by no option of pmcheck (did you mean {meant}?): it changes nothing; \
+             {meant} keeps {}",
+            default_of(meant)
+                .map_or_else(|| "no value".to_owned(), |d| format!("its default, {d}"))
+        ),
         Some(meant) => format!(
             "{name} is read by no option of pmcheck (did you mean {meant}?): it changes nothing"
         ),
@@ -258,6 +266,20 @@ pub fn unread_name_said(name: &str, meant: Option<&str>) -> String {
             "{name} is read by no option of pmcheck (see `pmcheck config` for every name): it changes nothing"
         ),
     }
+}
+
+/// The default of the option the variable `env` sets, as `pmcheck config` shows it.
+fn default_of(env: &str) -> Option<String> {
+    let cli = Cli::command();
+    let arg = cli
+        .get_subcommands()
+        .flat_map(clap::Command::get_arguments)
+        .chain(cli.get_arguments())
+        .find(|a| a.get_env().is_some_and(|e| e == env))?;
+    let values: Vec<String> = (arg.get_default_values().iter())
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect();
+    (!values.is_empty()).then(|| values.join(","))
 }
 
 /// When clap refused a value that came from the environment, which variable held it and where

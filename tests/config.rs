@@ -438,14 +438,17 @@ fn a_name_no_option_reads_is_said_with_the_one_it_meant() {
     let file = dir.path().join("pmcheck");
     std::fs::write(&file, "PMCHECK_DRAINED_STAUTS=404\nPMCHECK_INTERVAL=5s\n").unwrap();
     let f = file.display().to_string();
-    let want = "PMCHECK_DRAINED_STAUTS is read by no option of pmcheck (did you mean PMCHECK_DRAINED_STATUS?): it changes nothing";
-    for check in [&[][..], &["--check"]] {
+    let want = "PMCHECK_DRAINED_STAUTS is read by no option of pmcheck (did you mean PMCHECK_DRAINED_STATUS?): it changes nothing; PMCHECK_DRAINED_STATUS keeps its default, 503";
+    // Before a restart (`--check`) it is an error: drains would answer 503, DOWN in the
+    // shipped backend, where the operator asked for 404.
+    for (check, level, code) in [(&[][..], "warning", 0), (&["--check"][..], "error", 78)] {
         let out = pmcheck()
             .args(["config", "--certname", "x", "--env-file", &f])
             .args(check)
             .output()
             .unwrap();
-        assert_contains!(stdout(&out), &format!("warning: {f}: {want}"), "{out:?}");
+        assert_contains!(stdout(&out), &format!("{level}: {f}: {want}"), "{out:?}");
+        assert_eq!(out.status.code(), Some(code), "{out:?}");
         assert!(
             !stdout(&out).contains("PMCHECK_INTERVAL is read by no option"),
             "{out:?}"

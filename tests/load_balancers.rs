@@ -634,20 +634,7 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
         "UP; name=bk/m1; node=lb1; weight=100/200; scur=5/9; qcur=0",
     ));
     let started = Instant::now();
-    let out = s.pmcheck(
-        "drain",
-        &[
-            "--wait",
-            "--polls",
-            "3",
-            "--lb-interval",
-            "500ms",
-            "--max-wait",
-            "20s",
-            "--url",
-            &url(&d),
-        ],
-    );
+    let out = drain_waiting(&s, &d, "500ms", "20s");
     let waited = started.elapsed();
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
@@ -684,4 +671,60 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(marker.exists(), "the cycle did not run its command");
+}
+
+/// Issue 46 (what a new operator met): a person's `curl` loop slows every drain, as an unkeyed
+/// HAProxy would, and must: it cannot be told from one. The wait now names it as the poller it
+/// waits for, and says how to leave it out.
+#[test]
+fn a_wait_held_by_a_curl_loop_names_it_and_says_how_to_leave_it_out() {
+    use std::io::{Read as _, Write as _};
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let stop = Arc::new(AtomicBool::new(false));
+    let looping = {
+        let (stop, to) = (Arc::clone(&stop), d.addr);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if let Ok(mut c) = common::http::connect_from("127.0.0.67", to, SOON) {
+                    let asked = "GET / HTTP/1.1\r\nHost: m1\r\nUser-Agent: curl/8.14.1\r\nConnection: close\r\n\r\n";
+                    let _ = c.write_all(asked.as_bytes());
+                    let _ = c.read_to_end(&mut Vec::new());
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    d.wait_for_json(SOON, "the curl loop to be regular", |a| {
+        (a.pollers.iter()).any(|p| p.address.to_string() == "127.0.0.67" && p.regular)
+    });
+    // It is waited for as long as 3 checks 2 s apart take; the wait gives up before.
+    let out = drain_waiting(&s, &d, "2s", "1s");
+    stop.store(true, Ordering::SeqCst);
+    let _ = looping.join();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(75), "{stderr}");
+    assert_contains!(
+        stderr,
+        "127.0.0.67 (unverified: sent no X-Pmcheck-Key) told DRAINED for"
+    );
+    assert_contains!(
+        stderr,
+        "it names itself curl: a person's or a script's poller is waited for as a load balancer without a key would be; leave it out with --allow, or give every load balancer a key (--lb-key-file)"
+    );
+}
+
+/// `pmcheck drain --wait` for 3 checks `lb_interval` apart, within `max_wait`.
+fn drain_waiting(s: &Setup, d: &Daemon, lb_interval: &str, max_wait: &str) -> std::process::Output {
+    let url = url(d);
+    let args = [
+        "--wait",
+        "--polls",
+        "3",
+        "--lb-interval",
+        lb_interval,
+        "--max-wait",
+        max_wait,
+    ];
+    s.pmcheck("drain", &[&args[..], &["--url", &url]].concat())
 }

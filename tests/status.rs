@@ -238,3 +238,30 @@ fn a_stopped_cycle_that_holds_the_node_is_shown() {
     );
     assert_contains!(held, "drain (kernel upgrade, by alice via sudo", "{shown}");
 }
+
+/// What the new operator of issue 46 met: a record pmcheck cannot read showed `drain: not
+/// drained` under UNKNOWN, and a note written by hand showed a JSON parser's complaint.
+#[test]
+fn the_drain_line_says_cannot_tell_for_an_unreadable_record_and_shows_a_note() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    d.wait_for(SOON, "OK", is("OK"));
+    let path = s.state.path().join("drain");
+    replace(&path, b"kernel upgrade, back by 18:00 -- alice\n");
+    d.wait_for(SOON, "DRAINED", is("DRAINED"));
+    let shown = status(&d);
+    assert_eq!(
+        line(&shown, "drain:"),
+        "drain:  kernel upgrade, back by 18:00 -- alice (not a pmcheck record; it still counts as drained)",
+        "{shown}"
+    );
+    replace(&path, &vec![b' '; 16 * 1024]);
+    d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
+    let shown = status(&d);
+    let drain = line(&shown, "drain:");
+    assert!(
+        drain.starts_with("drain:  cannot tell, so UNKNOWN (503): drain record ")
+            && drain.contains("is 16384 bytes, more than the 8192"),
+        "{shown}"
+    );
+}

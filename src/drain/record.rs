@@ -180,7 +180,7 @@ impl Drain {
             Err(e) => {
                 return Self {
                     record: None,
-                    problem: Some(DrainProblem::NotARecord(Arc::new(e))),
+                    problem: Some(DrainProblem::of(bytes, e)),
                 };
             }
         };
@@ -271,15 +271,29 @@ impl Drain {
                 self.tail(r, &mut s);
                 s
             }
-            None => format!(
-                "drain file is {}; it still counts as drained",
-                self.problem
-                    .as_ref()
-                    .map_or("unreadable".to_owned(), ToString::to_string)
-            ),
+            None => match &self.problem {
+                Some(DrainProblem::Note(note)) => format!("{note} (a note, {NOTE})"),
+                problem => format!(
+                    "drain file is {}; it still counts as drained",
+                    problem
+                        .as_ref()
+                        .map_or("unreadable".to_owned(), ToString::to_string)
+                ),
+            },
+        }
+    }
+
+    /// A hand-written note's first line, which stands for the reason.
+    pub fn note(&self) -> Option<&str> {
+        match &self.problem {
+            Some(DrainProblem::Note(note)) => Some(note),
+            _ => None,
         }
     }
 }
+
+/// What a note drain file is, after its text.
+const NOTE: &str = "not a pmcheck record; it still counts as drained";
 
 /// `YYYY-MM-DD` of `t`, in UTC.
 fn rfc3339_date(t: SystemTime) -> String {
@@ -308,12 +322,35 @@ fn clock(time: &Stamp, day: &str) -> String {
 /// What is wrong with a drain file that still drains the node.
 #[derive(Debug, Clone, Error)]
 pub enum DrainProblem {
-    /// The file is not a JSON drain record (`touch drain`, a hand-edited file).
+    /// The file is empty (`touch drain`).
+    #[error("empty")]
+    Empty,
+    /// The file is text, not JSON (`echo "kernel upgrade" > drain`): its first line, made one
+    /// safe line, stands for the reason, where a JSON parser's complaint would say nothing.
+    #[error("{NOTE}")]
+    Note(String),
+    /// The file looks like JSON but is not a drain record (a hand-edited record).
     #[error("not a valid drain record ({0})")]
     NotARecord(Arc<serde_json::Error>),
     /// `until` is not an RFC 3339 time.
     #[error("`until` is not an RFC 3339 time ({0}), so the drain does not expire")]
     BadUntil(humantime::TimestampError),
+}
+
+impl DrainProblem {
+    /// Why `bytes` are not a record: empty, a note, or broken JSON with the parser's words.
+    fn of(bytes: &[u8], e: serde_json::Error) -> Self {
+        let text = String::from_utf8_lossy(bytes);
+        let text = text.trim();
+        match text.chars().next() {
+            None => DrainProblem::Empty,
+            Some('{' | '[' | '"') => DrainProblem::NotARecord(Arc::new(e)),
+            Some(_) => {
+                let first = text.lines().next().unwrap_or_default();
+                DrainProblem::Note(text::one_line(first, REASON_LIMIT).into_owned())
+            }
+        }
+    }
 }
 
 /// What the drain record says at one moment.
@@ -423,4 +460,23 @@ pub enum Unreadable {
         /// What the system said.
         source: Arc<io::Error>,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_not_a_record_is_empty_a_note_or_broken_json() {
+        let problem = |bytes: &[u8]| Drain::parse(bytes).problem.map(|p| p.to_string());
+        assert_eq!(problem(b" \n").as_deref(), Some("empty"));
+        let note = Drain::parse(b"\n  reboot\r\n2nd line");
+        assert_eq!(note.note(), Some("reboot"));
+        assert!(note.record.is_none());
+        let broken = problem(br#"{"reason": "kernel"#).unwrap_or_default();
+        assert!(
+            broken.starts_with("not a valid drain record (EOF"),
+            "{broken}"
+        );
+    }
 }

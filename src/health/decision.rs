@@ -29,6 +29,8 @@ const RUNNING: &str = "Puppet Server is running";
 /// ([`crate::health::hold`]), or a stop's hold once Puppet Server started again.
 pub static NOT_DRAINED: DrainState = DrainState::NotDrained;
 const NO_PROBE_YET: &str = "no probe of Puppet Server has finished yet";
+/// How an UNKNOWN for an unreadable drain record begins: `status` finds its drain line in it.
+pub const DRAIN_UNKNOWN: &str = "cannot tell whether this node is drained: ";
 
 /// The daemon's settings that shape an answer.
 #[derive(Debug, Clone, Copy)]
@@ -119,10 +121,9 @@ impl<'a> Decision<'a> {
         };
         // The common answers borrow their reason: a poll allocates little more than its body.
         let (verdict, reason): (Verdict, Cow<'a, str>) = match (drain, outcome, age) {
-            (DrainState::Unknown(why), _, _) => (
-                Verdict::Unknown,
-                format!("cannot tell whether this node is drained: {why}").into(),
-            ),
+            (DrainState::Unknown(why), _, _) => {
+                (Verdict::Unknown, format!("{DRAIN_UNKNOWN}{why}").into())
+            }
             (DrainState::Drained(d), _, _) => (
                 Verdict::Drained,
                 format!("{}; {}", d.summary(now.wall), puppet()).into(),
@@ -202,7 +203,7 @@ impl<'a> Decision<'a> {
         let drain = |d: &'a Drain, expired: bool| {
             let record = d.record.as_ref();
             DrainAnswer {
-                reason: record.map(|r| r.reason().into()),
+                reason: (record.map(|r| r.reason()).or(d.note())).map(Cow::Borrowed),
                 by: record.map(|r| r.by().into()),
                 since: record.map(|r| r.since().as_str().into()),
                 until: record.and_then(|r| r.until()).map(|u| u.as_str().into()),

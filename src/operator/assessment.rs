@@ -326,14 +326,26 @@ fn by_time(a: &mut Assessment, p: &PollerAnswer, verdict: Verdict, how: &Wait) {
             a.acted.push(p.address);
         }
         told => a.pending.push(format!(
-            "{what} told {} for {} of the {} that {} checks {} apart take (its own word is not believed)",
+            "{what} told {} for {} of the {} that {} checks {} apart take (its own word is not believed){}",
             verdict.as_str(),
             seconds(told.unwrap_or_default()),
             seconds(needed),
             how.polls,
-            seconds(how.lb_interval)
+            seconds(how.lb_interval),
+            p.client.as_deref().map(person).unwrap_or_default()
         )),
     }
+}
+
+/// What the wait says of an unproven poller that names its client (HAProxy's checks name
+/// none): without a key it cannot be told from a load balancer, so it is waited for all the
+/// same, and the operator learns how to leave it out.
+fn person(client: &str) -> String {
+    format!(
+        "; it names itself {client}: a person's or a script's poller is waited for as a load \
+         balancer without a key would be; leave it out with --allow, or give every load \
+         balancer a key (--lb-key-file)"
+    )
 }
 
 impl ToldAnswer {

@@ -32,6 +32,9 @@ pub fn config(
 ) -> Result<Exit, SettingsError> {
     let settings = Settings::resolve(given, &Host::REAL)?;
     out!("{settings}");
+    // A misspelt name changes nothing: before a restart (`--check`) that is an error.
+    let mut misspelt = false;
+    let level = if check { "error" } else { "warning" };
     if let Some(file) = file {
         for (line, text) in &file.ignored {
             outln!(
@@ -42,10 +45,12 @@ pub fn config(
         for (name, meant) in
             crate::provenance::unread_names(file.vars.iter().map(|(n, _)| n.as_str()))
         {
+            misspelt = true;
+            let set = |n: &str| file.vars.iter().any(|(v, _)| v == n);
             outln!(
-                "warning: {}: {}",
+                "{level}: {}: {}",
                 file.path.display(),
-                crate::provenance::unread_name_said(name, meant.as_deref())
+                crate::provenance::unread_name_said(name, meant.as_deref(), set)
             );
         }
     }
@@ -104,7 +109,7 @@ pub fn config(
             ),
         }
     }
-    let mut ok = access::check(&needed(&settings), &readers, &mut out);
+    let mut ok = access::check(&needed(&settings), &readers, &mut out) && !misspelt;
     if let Some(daemon) = &settings.daemon {
         ok &= key_file(daemon, &mut out);
     }

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::drain::holders::{Holder, Kind};
+use crate::health::decision::DRAIN_UNKNOWN;
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
@@ -132,7 +133,11 @@ pub fn describe(reply: &Reply, holders: &[Holder]) -> String {
 /// The `drain:` line, with its newline.
 fn drain_line(answer: &crate::health::answer::Answer<'_>) -> String {
     let Some(drain) = &answer.drain else {
-        return "drain:  not drained\n".to_owned();
+        // An unreadable record is not "not drained": the node answers UNKNOWN (fail closed).
+        return match answer.reason.strip_prefix(DRAIN_UNKNOWN) {
+            Some(why) => format!("drain:  cannot tell, so UNKNOWN (503): {why}\n"),
+            None => "drain:  not drained\n".to_owned(),
+        };
     };
     let mut line = format!(
         "drain:  {}",

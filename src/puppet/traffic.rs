@@ -52,7 +52,10 @@ pub struct Socket {
 /// The remote ends of the established connections to the Puppet Server listening at `puppet`
 /// (the address pmcheck probes), without pmcheck's own probes.
 pub fn connections(puppet: SocketAddr) -> Result<Vec<SocketAddr>, TrafficError> {
-    let own = own_inodes(Path::new("/proc/self/fd"))?;
+    // This process's sockets before and after the tables are read: a probe that connects
+    // or closes in between is ours in one of the two lists (with only the list before, a
+    // probe connected meanwhile was counted as an agent, once in a run of the whole suite).
+    let mut own = own_inodes(Path::new("/proc/self/fd"))?;
     let mut sockets = Vec::new();
     for (path, v6) in TABLES {
         match fs::read_to_string(path) {
@@ -67,6 +70,7 @@ pub fn connections(puppet: SocketAddr) -> Result<Vec<SocketAddr>, TrafficError> 
             }
         }
     }
+    own.extend(own_inodes(Path::new("/proc/self/fd"))?);
     Ok(agent_connections(&sockets, puppet, &own))
 }
 
