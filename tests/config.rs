@@ -438,12 +438,36 @@ fn a_name_no_option_reads_is_said_with_the_one_it_meant() {
     let file = dir.path().join("pmcheck");
     std::fs::write(&file, "PMCHECK_DRAINED_STAUTS=404\nPMCHECK_INTERVAL=5s\n").unwrap();
     let f = file.display().to_string();
+    // Files every reader can read, so that the name is the check's only problem.
+    let readable = |name: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, "").unwrap();
+        path.display().to_string()
+    };
+    std::fs::write(dir.path().join("pmcheck.service"), "[Service]\n").unwrap();
+    let unit = dir.path().join("pmcheck.service").display().to_string();
+    let files = [
+        "--hostcert",
+        &readable("cert.pem"),
+        "--hostprivkey",
+        &readable("key.pem"),
+        "--localcacert",
+        &readable("ca.pem"),
+        "--puppet-conf",
+        &readable("puppet.conf"),
+        "--puppetserver-confd",
+        &dir.path().display().to_string(),
+        "--unit",
+        &unit,
+    ]
+    .map(str::to_owned);
     let want = "PMCHECK_DRAINED_STAUTS is read by no option of pmcheck (did you mean PMCHECK_DRAINED_STATUS?): it changes nothing; PMCHECK_DRAINED_STATUS keeps its default, 503";
     // Before a restart (`--check`) it is an error: drains would answer 503, DOWN in the
     // shipped backend, where the operator asked for 404.
     for (check, level, code) in [(&[][..], "warning", 0), (&["--check"][..], "error", 78)] {
         let out = pmcheck()
             .args(["config", "--certname", "x", "--env-file", &f])
+            .args(&files)
             .args(check)
             .output()
             .unwrap();
