@@ -8,6 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::operator::closed_port;
 use common::*;
 
 const SOON: Duration = Duration::from_secs(10);
@@ -179,6 +180,44 @@ fn sighup_reloads_and_usr1_usr2_do_no_harm() {
     d.wait_for_log(SOON, "SIGUSR2 ignored");
     assert!(d.child().try_wait().unwrap().is_none(), "still running");
     assert_eq!(d.wait_for(SOON, "OK", is("OK")).status, 200);
+    signal(&d, "TERM");
+    assert_eq!(exit_code(&mut d, SOON), Some(0));
+}
+
+/// Issue 46 (a new operator): Puppet Server moved to another port in webserver.conf kept being
+/// probed on the old one, and a reload said nothing. A reload still cannot move the probe (the
+/// agent connections are read against it), but it now says that the file moved and what
+/// restart takes it.
+#[test]
+fn a_listener_moved_in_webserver_conf_is_said_at_a_reload() {
+    let s = Setup::new(Behavior::Running);
+    let confd = tempfile::tempdir().unwrap();
+    let web = confd.path().join("webserver.conf");
+    let conf =
+        |port: u16| format!("webserver: {{\n    ssl-host: 127.0.0.1\n    ssl-port: {port}\n}}\n");
+    std::fs::write(&web, conf(s.stub.addr.port())).unwrap();
+    let mut args = s.fast_args(&["--puppetserver-confd", &confd.path().display().to_string()]);
+    let given = args.iter().position(|a| a == "--puppet-addr").unwrap();
+    args.drain(given..given + 2);
+    let mut d = Daemon::start(&args);
+    // OK proves the probe found the stub through webserver.conf.
+    d.wait_for(SOON, "OK", is("OK"));
+    let moved = closed_port().port();
+    std::fs::write(&web, conf(moved)).unwrap();
+    signal(&d, "HUP");
+    d.wait_for_log(
+        SOON,
+        &format!(
+            "{} now says Puppet Server listens on 127.0.0.1:{moved}; pmcheck probes {} until it is restarted (`systemctl restart pmcheck`)",
+            web.display(),
+            s.stub.addr
+        ),
+    );
+    assert_eq!(
+        d.wait_for(SOON, "OK", is("OK")).status,
+        200,
+        "still probing the stub"
+    );
     signal(&d, "TERM");
     assert_eq!(exit_code(&mut d, SOON), Some(0));
 }

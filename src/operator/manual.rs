@@ -47,7 +47,7 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
             .text([roman(exit.meaning())]);
     }
     roff.control("SH", ["SIGNALS"])
-        .text([bold("serve"), roman(" stops gracefully on SIGTERM and SIGINT, re-reads the certificate, key, CA and the drain record at once on SIGHUP (it also notices changes by itself within a second), and ignores SIGUSR1 and SIGUSR2.")])
+        .text([bold("serve"), roman(" stops gracefully on SIGTERM and SIGINT, re-reads the certificate, key, CA and the drain record at once on SIGHUP (it also notices changes by itself within a second; Puppet Server's listener is read at start only, and a SIGHUP says when webserver.conf names another: restart to move the probe), and ignores SIGUSR1 and SIGUSR2.")])
         .control("SH", ["ENVIRONMENT"])
         .text([roman("Every option also reads an environment variable, so a systemd EnvironmentFile configures the daemon; a flag beats its variable. RUST_LOG sets the log level (default info). NOTIFY_SOCKET, WATCHDOG_USEC, LISTEN_FDS and LISTEN_PID are read as systemd sets them.")]);
     // From the clap definitions, so the list cannot drift from the options.

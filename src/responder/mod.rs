@@ -13,6 +13,7 @@ pub mod http;
 pub(crate) mod inetd;
 pub(crate) mod listener;
 pub mod metrics;
+pub(crate) mod moved_port;
 pub mod node;
 pub mod pollers;
 pub(crate) mod server;

@@ -23,12 +23,13 @@ use crate::puppet::{code, expiry};
 use crate::reading;
 use crate::responder::heartbeat::{Beat, Progress};
 use crate::responder::listener::{Guard, Listener, closed};
+use crate::responder::moved_port;
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
 use crate::responder::verdict_log::VerdictLog;
 use crate::settings::duration::format_duration;
 use crate::settings::lb_proof::LbProof;
-use crate::settings::{Daemon, Settings};
+use crate::settings::{Daemon, Settings, Source};
 
 /// The bound listeners: HTTP checks, and HAProxy agent checks.
 pub struct Listeners {
@@ -106,6 +107,12 @@ pub async fn serve(
     }
     let tracked = Arc::clone(&node);
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, stop));
+    // Worked out from Puppet Server's files, not given: a move there needs a restart.
+    if let Source::Default(_) = settings.puppet_addr.source {
+        let webserver = settings.puppetserver_confd.value.join("webserver.conf");
+        let (probed, reload) = (settings.puppet_addr.value, reload.clone());
+        tasks.spawn(|stop| moved_port::watch(webserver, probed, reload, stop));
+    }
     let observed = observe(Arc::clone(&node));
     let progress = Progress {
         listeners: beats,

@@ -1,7 +1,7 @@
 //! What the host says where the configuration files are silent: its FQDN, the way Facter tells
 //! Puppet's default certname, and where Puppet Server itself listens (its webserver.conf).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -57,6 +57,16 @@ impl Webserver {
                 .map(PathBuf::from),
             path,
         }
+    }
+}
+
+impl Webserver {
+    /// Where pmcheck probes the Puppet Server this file configures: `ssl-host` unless it is a
+    /// wildcard (then 127.0.0.1), and `ssl-port`; `None` without a port.
+    pub fn listener(&self) -> Option<SocketAddr> {
+        let host =
+            (self.host.filter(|h| !h.is_unspecified())).unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        Some(SocketAddr::new(host, self.port?))
     }
 }
 

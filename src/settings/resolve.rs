@@ -225,15 +225,14 @@ fn default_puppet_addr(
 ) -> Result<Setting<SocketAddr>, SettingsError> {
     let loopback = IpAddr::from([127, 0, 0, 1]);
     if let Some(web) = webserver
-        && let Some(port) = web.port
+        && let Some(value) = web.listener()
     {
-        let host = web.host.filter(|h| !h.is_unspecified());
-        let how = match host {
+        let how = match web.host.filter(|h| !h.is_unspecified()) {
             Some(_) => "ssl-host and ssl-port",
             None => "127.0.0.1 and ssl-port",
         };
         return Ok(Setting {
-            value: SocketAddr::new(host.unwrap_or(loopback), port),
+            value,
             source: Source::Default(format!("{how} from {}", web.path.display())),
         });
     }
