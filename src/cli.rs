@@ -54,6 +54,8 @@ pub enum Command {
     Cycle(CycleArgs),
     /// Ask the running daemon what it answers HAProxy now (exit 0 when it answers 200).
     Status(StatusArgs),
+    /// Mark this master for one rolling restart (`begin`; refused, exit 77, while another roll's mark is here and has not lapsed) or take the mark away (`end`): one roll at a time, from any control node. A mark drains nothing.
+    Roll(RollArgs),
     /// For pmcheck-drain-on-stop@.service, as Puppet Server's unit stops: drain, and wait (within --max-wait) until the load balancers have acted and the agents have left. Never fails the stop.
     OnStop(OnStopArgs),
     /// For pmcheck-drain-on-stop@.service, once Puppet Server's unit has started: let go of the hold `on-stop` took, once the daemon's next probe finds Puppet Server healthy (within --max-wait); every other drain stays.
@@ -467,6 +469,48 @@ pub struct StatusArgs {
     pub(crate) history: Option<u16>,
     #[command(flatten)]
     pub(crate) state: StateArgs,
+}
+
+/// `pmcheck roll`.
+#[derive(Debug, Args)]
+pub struct RollArgs {
+    /// Mark this master for the roll, or take its mark away
+    #[arg(value_enum)]
+    pub(crate) step: RollStep,
+    /// The roll's name, the same on every master it marks (the playbook's names its control node and start)
+    #[arg(long, value_name = "NAME", required_unless_present = "force", value_parser = parse_roll_name)]
+    pub(crate) name: Option<String>,
+    /// `begin`: what the roll runs, shown with its mark
+    #[arg(long, value_name = "TEXT", default_value = "a rolling restart", value_parser = crate::drain::record::parse_reason)]
+    pub(crate) reason: String,
+    /// `begin`: the mark lapses after this long, so that a roll whose control node died keeps no other out for good
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, default_value = "4h")]
+    pub(crate) lasting: Duration,
+    /// `end`: take the mark away whosever it is (or whatever the file holds)
+    #[arg(long)]
+    pub(crate) force: bool,
+    #[command(flatten)]
+    pub(crate) state: StateArgs,
+}
+
+/// `pmcheck roll`'s two steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RollStep {
+    /// Mark this master for the roll
+    Begin,
+    /// Take the roll's mark away
+    End,
+}
+
+/// A roll's name: one line, not empty, at most 128 characters.
+fn parse_roll_name(text: &str) -> Result<String, String> {
+    let limit = crate::drain::roll::NAME_LIMIT;
+    match text {
+        "" => Err("is empty; name the roll (the playbook uses its control node and start)".into()),
+        t if t.chars().any(char::is_control) => Err("must be one line of printable text".into()),
+        t if t.chars().count() > limit => Err(format!("is longer than {limit} characters")),
+        t => Ok(t.to_owned()),
+    }
 }
 
 /// `pmcheck generate`.

@@ -9,6 +9,7 @@ use thiserror::Error;
 
 use crate::cli::{Cli, Command, ConfigArgs, CycleArgs, Generate, StatusArgs};
 use crate::console::{errln, out, outln};
+use crate::drain::roll::RollError;
 use crate::exit::Exit;
 use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::daemon::{self, Daemon};
@@ -51,6 +52,9 @@ pub enum Error {
     /// `status --history`: the event log cannot be read.
     #[error(transparent)]
     History(#[from] history::HistoryError),
+    /// `roll`: another roll's mark, or the mark cannot be read or changed.
+    #[error(transparent)]
+    Roll(#[from] RollError),
     /// Any other system error.
     #[error("{0}")]
     Io(#[from] std::io::Error),
@@ -72,6 +76,8 @@ impl Error {
                 ChangeError::Guard(_) | ChangeError::Held(_) => Exit::Refused,
             },
             Error::Status(e) => status_exit(e),
+            Error::Roll(RollError::Drain(_)) => Exit::CantCreate,
+            Error::Roll(_) => Exit::Refused,
             Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
@@ -162,6 +168,10 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
             .map(|()| Exit::Ok),
         Command::Cycle(args) => cycle_command(args),
         Command::Status(args) => status_command(args),
+        Command::Roll(args) => run_single_threaded(crate::operator::roll::roll(args))
+            .map_err(Error::from)
+            .and_then(|r| r.map_err(Error::from))
+            .map(|()| Exit::Ok),
         Command::OnStop(args) => run_single_threaded(stop::on_stop(&args))
             .map(|()| Exit::Ok)
             .map_err(Error::from),
@@ -334,7 +344,8 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
             .and_then(|d| d.record)
             .map(|r| r.holders().to_vec())
             .unwrap_or_default();
-        out!("{}", status::describe(&reply, &holders));
+        let roll = crate::operator::roll::line(&args.state.state_dir, std::time::SystemTime::now());
+        out!("{}", status::describe(&reply, &holders, roll.as_deref()));
     }
     Ok(if reply.status == 200 {
         Exit::Ok

@@ -31,7 +31,8 @@ pub enum Exit {
     TempFail,
     /// EX_NOPERM: `drain` or `cycle` refused: a load balancer says this node is the last
     /// server taking traffic in its backend (or, for a drained cycle, that none is left);
-    /// `undrain` refused: a running cycle holds the node (`--force` overrides).
+    /// `undrain` refused: a running cycle holds the node (`--force` overrides); `roll begin`
+    /// refused: another roll's mark is here.
     Refused,
     /// EX_CONFIG: a setting is wrong (puppet.conf, a value).
     Config,
@@ -119,11 +120,12 @@ impl Exit {
                  cycle waits its turn for --max-wait first; once drained, a cycle whose backend \
                  has no server left lets go and runs nothing); nothing was written, or the drain \
                  held at the checks right after it was undone; undrain: refused, a running cycle \
-                 holds the node (--force overrides each) (EX_NOPERM)"
+                 holds the node (--force overrides each); roll begin: another roll's mark is \
+                 here and has not lapsed, or the mark cannot be read (EX_NOPERM)"
             }
             Exit::Config => {
                 "a bad setting: puppet.conf, a value, the environment file; config --check: a \
-                 file the daemon cannot read (EX_CONFIG)"
+                 file the daemon cannot read, or a PMCHECK_ name no option reads (EX_CONFIG)"
             }
             Exit::Held => {
                 "drain --wait: the drain is written and held: a load balancer says this node is \

@@ -280,6 +280,12 @@ impl DrainFile {
         self.sweep_leftovers();
         let mut json = serde_json::to_vec_pretty(record).map_err(|e| fail(e.into()))?;
         json.push(b'\n');
+        self.replace(&self.path, &json).map_err(fail)
+    }
+
+    /// Replaces `path` in the state directory with `bytes`, mode 0644, atomically: temporary
+    /// file, fsync, rename, fsync of the directory; on failure `path` is left as it was.
+    pub(crate) fn replace(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let tmp = self.dir.join(format!(".drain.{}.tmp", std::process::id()));
         // The directory belongs to the daemon's user while root writes here: remove whatever
         // has the temporary name (a leftover, or a planted symlink) and create it exclusively,
@@ -293,15 +299,15 @@ impl DrainFile {
                 .open(&tmp)?;
             // Whatever the operator's umask: the daemon runs as another user and must read it.
             file.set_permissions(fs::Permissions::from_mode(0o644))?;
-            file.write_all(&json)?;
+            file.write_all(bytes)?;
             file.sync_all()?;
-            fs::rename(&tmp, &self.path)?;
+            fs::rename(&tmp, path)?;
             open_dir(&self.dir)?.sync_all()
         })();
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }
-        result.map_err(fail)
+        result
     }
 
     /// Removes the record. Returns what was there, `None` if nothing was.

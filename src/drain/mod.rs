@@ -9,5 +9,6 @@ pub mod holding;
 pub mod lock;
 pub mod log;
 pub mod record;
+pub mod roll;
 pub mod tenure;
 pub mod watch;

@@ -16,6 +16,7 @@ pub mod guard;
 pub mod history;
 pub mod manual;
 pub mod readings;
+pub mod roll;
 pub mod status;
 pub mod stop;
 pub mod view;

@@ -49,7 +49,7 @@ fn names(addrs: impl Iterator<Item = IpAddr>) -> HashMap<IpAddr, String> {
 
 /// The reply for a person: the verdict line, then the drain (with `holders`, the drain
 /// record's on this host) and what the load balancers made of it, and the probe.
-pub fn describe(reply: &Reply, holders: &[Holder]) -> String {
+pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String {
     let Ok(status) = Status::from_json(&reply.body) else {
         return format!("HTTP {}: {}", reply.status, reply.body.trim());
     };
@@ -65,6 +65,9 @@ pub fn describe(reply: &Reply, holders: &[Holder]) -> String {
     if holders.iter().any(|h| h.kind != Kind::Drain) {
         let held: Vec<String> = holders.iter().map(Holder::describe).collect();
         let _ = writeln!(out, "holders: {}", held.join("; "));
+    }
+    if let Some(roll) = roll {
+        let _ = writeln!(out, "roll:   {roll}");
     }
     let probe = &answer.probe;
     let ms = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));

@@ -8,6 +8,7 @@ The tests run in this order and share the fleet (conftest.py); each leaves every
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -159,10 +160,42 @@ def hosts(fleet: Fleet, commands: dict[str, str] | None = None) -> dict[str, dic
     return out
 
 
+def roll_mark(m: Master) -> dict | None:
+    """The roll's mark on the master (`pmcheck roll begin`), if any."""
+    cp = m.ssh("cat /var/lib/pmcheck/roll", check=False)
+    return json.loads(cp.stdout) if cp.returncode == 0 else None
+
+
 def test_the_ansible_rolling_restart_of_three_loses_no_run(fleet: Fleet, tmp_path):
+    """The roll, and a second play begun while it runs (issue 46, part 8): before, its pre-check
+    passed in the window after a master was back UP, and only the cycles' guard protected the
+    backend. Now every master carries the first roll's mark and the second play is refused
+    before it touches anything."""
     jvms = {m.name: m.jvm() for m in fleet.masters}
-    roll = st.ansible_roll(hosts(fleet), tmp_path / "roll")
+    rolls: dict[str, st.Roll] = {}
+    first = threading.Thread(target=lambda: rolls.update(first=st.ansible_roll(hosts(fleet), tmp_path / "roll")))
+    first.start()
+    try:
+        st.wait_until(
+            "the first roll's mark on every master",
+            lambda: all(roll_mark(m) for m in fleet.masters) or not first.is_alive(),
+            300,
+            0.5,
+        )
+        marks = {m.name: roll_mark(m) for m in fleet.masters}
+        names = {(mark or {}).get("roll") for mark in marks.values()}
+        assert len(names) == 1 and None not in names, marks
+        second = st.ansible_roll(hosts(fleet), tmp_path / "second")
+        assert second.code != 0 and not second.cycles, second.describe()
+        refused = " ".join(second.failed.values())
+        assert f"another roll is under way here: roll {names.pop()}" in refused, second.describe()
+        measured("a second play during the roll", refused[:300])
+    finally:
+        first.join(1200)
+    assert not first.is_alive(), "the first roll still runs"
+    roll = rolls["first"]
     assert roll.code == 0, roll.describe()
+    assert not any(roll_mark(m) for m in fleet.masters), "the roll's marks outlived it"
     assert list(roll.cycles) == [m.name for m in fleet.masters], roll.describe()
     assert all(c.code == 0 for c in roll.cycles.values()), roll.describe()
     end = max(fleet.wait_up(m) for m in fleet.masters)
@@ -197,6 +230,8 @@ def test_a_play_whose_command_fails_on_master2_stops_there(fleet: Fleet, tmp_pat
         assert m3.drain_record() is None, "the play drained master3"
         assert m3.jvm() == jvm3, "the play restarted master3's Puppet Server"
         assert fleet.in_pool() == 2, "HAProxy should take agents to master1 and master3"
+        marks = {m.name: roll_mark(m) for m in fleet.masters}
+        assert not any(marks.values()), f"the failed roll kept its marks: {marks}"
         measured("a play failing on master2", f"{m2.name} said: {line}; {m3.name} untouched")
     finally:
         m2.ssh("pmcheck undrain", check=False)

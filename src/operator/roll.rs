@@ -1,0 +1,64 @@
+//! `pmcheck roll begin|end`: this master's mark for one rolling restart
+//! ([`crate::drain::roll`]). The playbook begins its roll on every master before the first
+//! cycle, and ends it on every master at the end or at a failure.
+
+use std::path::Path;
+use std::time::SystemTime;
+
+use crate::cli::{RollArgs, RollStep};
+use crate::console::{errln, outln};
+use crate::drain::file::DrainFile;
+use crate::drain::roll::{Began, Ended, Mark, RollError};
+
+/// `status`'s `roll:` line: the mark on this master, if any, and whether it lapsed.
+pub fn line(state_dir: &Path, now: SystemTime) -> Option<String> {
+    match crate::drain::roll::read(state_dir) {
+        Ok(None) => None,
+        Ok(Some(mark)) if mark.tenure.expired_at(now) => Some(format!(
+            "{}: lapsed, the next roll replaces it",
+            mark.describe()
+        )),
+        Ok(Some(mark)) => Some(format!(
+            "{}: no other roll begins here until it ends",
+            mark.describe()
+        )),
+        Err(e) => Some(format!("cannot tell: {e}")),
+    }
+}
+
+/// Begins or ends the roll `args` names, saying what it found.
+pub async fn roll(args: RollArgs) -> Result<(), RollError> {
+    let file = DrainFile::new(&args.state.state_dir);
+    let name = args.name.unwrap_or_default();
+    let now = SystemTime::now();
+    match args.step {
+        RollStep::Begin => {
+            let mine = Mark::new(&name, &args.reason, now, args.lasting);
+            let began = file.locked().await?.begin_roll(&mine, now)?;
+            let until = (mine.tenure.until.as_ref()).map_or("", |u| u.as_str());
+            match began {
+                Began::Marked => {
+                    outln!("pmcheck roll: marked this master for roll {name} until {until}")
+                }
+                Began::Renewed => outln!("pmcheck roll: renewed roll {name}'s mark until {until}"),
+                Began::Replaced(lapsed) => outln!(
+                    "pmcheck roll: marked this master for roll {name} until {until}, in place of the lapsed {}",
+                    lapsed.describe()
+                ),
+            }
+        }
+        RollStep::End => match file.locked().await?.end_roll(&name, args.force)? {
+            Ended::Removed => outln!("pmcheck roll: roll {name} ended here; its mark is removed"),
+            Ended::NotMarked => outln!("pmcheck roll: no roll mark here; nothing to do"),
+            Ended::Other(other) => errln!(
+                "pmcheck roll: the mark here is not roll {name}'s but {}: left as it is (--force removes it)",
+                other.describe()
+            ),
+            Ended::Forced(Some(found)) => {
+                outln!("pmcheck roll: removed the mark of {}", found.describe())
+            }
+            Ended::Forced(None) => outln!("pmcheck roll: removed the roll mark"),
+        },
+    }
+    Ok(())
+}
