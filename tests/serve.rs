@@ -457,3 +457,79 @@ fn sigterm_stops_the_daemon_cleanly() {
     let status = exited_within(d.child(), SOON).expect("pmcheck ignored SIGTERM");
     assert_eq!(status.code(), Some(0));
 }
+
+/// Issue 46 (a new operator): the first probe after an install timed out, the node that had
+/// served for 12 minutes was answered and logged DOWN, and its weight ramped up again. The
+/// daemon's first probe is its coldest: one that times out is made again before any answer
+/// but STARTING, which changes nothing in HAProxy.
+#[test]
+fn a_first_probe_that_times_out_is_made_again_before_any_answer() {
+    let s = Setup::new(Behavior::Hang);
+    let d = s.daemon(&["--agent-listen", "127.0.0.1:0"]);
+    let deadline = Instant::now() + SOON;
+    while s.stub.connections() == 0 {
+        assert!(Instant::now() < deadline, "the first probe never came");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The first connection hangs until the probe's 1 s deadline; the next one is answered.
+    s.stub.set(Behavior::Running);
+    let mut said = Vec::new();
+    loop {
+        let reply = d.poll();
+        let word = reply
+            .body
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        if word == "OK" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never OK: {said:?}");
+        said.push(word);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(said.iter().all(|w| w == "STARTING"), "{said:?}");
+    d.wait_for_log(SOON, "the first probe timed out");
+    assert_eq!(d.logged("verdict DOWN"), 0, "no DOWN was logged");
+    // Nothing came back, so nothing ramps: the first OK asks for the whole weight.
+    let (line, _) = agent_line(d.agent_addr(), None);
+    assert!(line.starts_with("up ready 100%"), "{line}");
+}
+
+/// Issue 46 (a new operator): a package upgrade restarted pmcheck mid-ramp and the weight went
+/// from 31% straight to 100%, since a new daemon starts steady. The ramp under way is kept in
+/// the state directory, and a new daemon resumes it.
+#[test]
+fn a_restarted_daemon_resumes_the_slow_start_under_way() {
+    let s = Setup::new(Behavior::Reply(503, "text/plain", "starting"));
+    let args = ["--agent-listen", "127.0.0.1:0", "--slow-start", "60s"];
+    let d = s.daemon(&args);
+    d.wait_for(SOON, "DOWN", is("DOWN"));
+    s.stub.set(Behavior::Running);
+    d.wait_for(SOON, "OK", is("OK"));
+    let weight = |d: &Daemon| {
+        let (line, _) = agent_line(d.agent_addr(), None);
+        (line
+            .strip_prefix("up ready ")
+            .and_then(|l| l.split('%').next()))
+        .and_then(|n| n.parse::<u8>().ok())
+        .unwrap_or_else(|| panic!("no weight: {line}"))
+    };
+    assert!(weight(&d) < 50, "ramping");
+    let record = s.state.path().join("ramp");
+    let deadline = Instant::now() + SOON;
+    while !record.exists() {
+        assert!(Instant::now() < deadline, "the ramp was not kept");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(d);
+    let again = s.daemon(&args);
+    again.wait_for(SOON, "OK", is("OK"));
+    again.wait_for_log(SOON, "resuming the slow start a previous pmcheck began ");
+    let resumed = weight(&again);
+    assert!(
+        (10..50).contains(&resumed),
+        "resumed at {resumed}%, not 100%"
+    );
+}

@@ -21,6 +21,7 @@ fn drain_wait_returns_once_the_load_balancer_was_told_and_the_last_agent_left() 
     // An agent that talks to Puppet Server directly, mid-run.
     let agent = TcpStream::connect(s.stub.addr).unwrap();
     let u = url(&d);
+    let started = Instant::now();
     let mut wait = Running::start(&s, "drain", &["--reason", "upgrade", "--wait", "--url", &u]);
     let lines = wait.stderr_until("1 agent connection(s)");
     let pending = lines.last().unwrap();
@@ -39,11 +40,22 @@ fn drain_wait_returns_once_the_load_balancer_was_told_and_the_last_agent_left() 
         "upgrade",
         "drained meanwhile"
     );
+    let held = started.elapsed();
     drop(agent);
     let out = wait.finish(SOON);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert_contains!(stdout, "safe to stop Puppet Server after ");
+    // The words count the whole command, the guard's checks after the write too (a new
+    // operator read "after 0.5s" of a drain that took 3.1 s): at least as long as the agent
+    // held it, give or take the tenth the words round to.
+    let after: f64 = (stdout.split("safe to stop Puppet Server after ").nth(1))
+        .and_then(|rest| rest.split("s:").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no duration: {stdout}"));
+    assert!(
+        after + 0.1 >= held.as_secs_f64(),
+        "said {after}s, took over {held:?}: {stdout}"
+    );
     assert_contains!(stdout, "127.0.0.2 acted (HTTP: DRAINED x");
     assert_contains!(stdout, "agent: DRAINED x");
     assert_contains!(

@@ -125,6 +125,17 @@ impl Tracker {
         }
     }
 
+    /// A tracker that resumes a ramp `elapsed` into its length at `now`: the one a previous
+    /// daemon began ([`crate::responder::ramp_record`]).
+    pub fn resuming(over: Duration, elapsed: Duration, now: Instant) -> Self {
+        Self {
+            state: now
+                .checked_sub(elapsed)
+                .map_or(Rejoin::Steady, Rejoin::Since),
+            over,
+        }
+    }
+
     /// Takes the verdict of `now` into account and says where the node stands.
     pub fn observe(&mut self, verdict: Verdict, now: Instant) -> Rejoin {
         self.state = match (self.state, verdict) {

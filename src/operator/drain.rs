@@ -3,7 +3,7 @@
 //! [`crate::operator::guard`]), say what was decided, and with `--wait` wait for the load
 //! balancers.
 
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use thiserror::Error;
 
@@ -45,6 +45,8 @@ pub enum ChangeError {
 /// else the operator's drain replaces theirs among the holders; says what was decided, and with
 /// `--wait` waits until it is safe to stop Puppet Server.
 pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
+    // "Safe after" counts from here: the guard's checks after the write are part of the wait.
+    let began = Instant::now();
     let how = Wait::of(&args.waiting, &args.state);
     let file = DrainFile::new(&args.state.state_dir);
     let mine = Holder::drain(args.reason.clone(), args.for_, SystemTime::now());
@@ -115,7 +117,7 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
         .map_err(|e| stays(e, "the node stays drained"))?;
     outln!(
         "safe to stop Puppet Server after {}: {}",
-        seconds(done.waited),
+        seconds(began.elapsed()),
         done.summary
     );
     warn(&done.warnings);

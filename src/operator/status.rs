@@ -88,10 +88,14 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     }
     let _ = writeln!(out, "weight: {}", weight(status));
     let pollers = &status.pollers;
-    let names = names(pollers.iter().map(|p| p.address));
-    // A load balancer by the name its own view gives (HAProxy's `node`), as the waits name it;
-    // else by reverse DNS.
-    let named = |p: &PollerAnswer| match node_of(p).or_else(|| names.get(&p.address).cloned()) {
+    // An address by the name a proven load balancer's own view gives it (HAProxy's `node`),
+    // as the waits name it, wherever it shows (its curl too: one address, one name); else by
+    // reverse DNS.
+    let nodes: HashMap<IpAddr, String> = (pollers.iter())
+        .filter_map(|p| Some((p.address, node_of(p)?)))
+        .collect();
+    let names = names((pollers.iter().map(|p| p.address)).filter(|a| !nodes.contains_key(a)));
+    let named = |p: &PollerAnswer| match nodes.get(&p.address).or(names.get(&p.address)) {
         Some(name) => format!("{} ({name})", p.address),
         None => p.address.to_string(),
     };

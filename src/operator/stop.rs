@@ -51,6 +51,8 @@ pub async fn on_stop(args: &OnStopArgs) {
         state,
     } = &args.stop;
     let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
+    // "Safe after" counts from here, as the stop's own time does.
+    let began = Instant::now();
     if !drain_on_stop {
         outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
         return;
@@ -105,7 +107,7 @@ pub async fn on_stop(args: &OnStopArgs) {
     match wait::wait(Goal::Drained, &daemon, &how, std::future::pending()).await {
         Ok(done) => outln!(
             "safe to stop after {}: {}; {name} stops now",
-            seconds(done.waited),
+            seconds(began.elapsed()),
             done.summary
         ),
         Err(WaitError::NoDaemon(e)) => errln!(

@@ -369,12 +369,25 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
+    let mut first = true;
     loop {
         let started = tokio::time::Instant::now();
         let report = tokio::select! {
             report = prober.probe() => Arc::new(report),
             () = &mut shutdown => return,
         };
+        // The daemon's first probe is its coldest (a new client's first handshake, a package's
+        // install still running): one that timed out is made again at once before anything is
+        // published. A new operator saw a node that had served for 12 minutes logged DOWN and
+        // ramped up again after the install's first probe timed out. The verdict meanwhile
+        // stays STARTING, which changes nothing in HAProxy.
+        if std::mem::take(&mut first) && report.timed_out() {
+            tracing::info!(
+                "the first probe timed out ({}): probing again before answering",
+                report.detail()
+            );
+            continue;
+        }
         observe(&report);
         publish.send_replace(Some(report));
         tokio::select! {

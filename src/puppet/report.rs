@@ -105,6 +105,16 @@ pub enum ProbeOutcome {
     CannotTell(CannotProbe),
 }
 
+impl ProbeReport {
+    /// Whether the probe failed for want of an answer within its deadline.
+    pub fn timed_out(&self) -> bool {
+        matches!(
+            self.outcome,
+            ProbeOutcome::Unhealthy(crate::puppet::probe_error::ProbeError::Timeout { .. })
+        )
+    }
+}
+
 impl ProbeOutcome {
     /// Whether Puppet Server answered `running` and can compile.
     pub fn is_healthy(&self) -> bool {

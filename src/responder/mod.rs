@@ -16,6 +16,7 @@ pub mod metrics;
 pub(crate) mod moved_port;
 pub mod node;
 pub mod pollers;
+pub(crate) mod ramp_record;
 pub(crate) mod server;
 pub mod server_line;
 pub(crate) mod signals;

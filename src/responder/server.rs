@@ -3,9 +3,10 @@
 
 use std::future::Future;
 use std::io;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -23,10 +24,10 @@ use crate::puppet::{code, expiry};
 use crate::reading;
 use crate::responder::heartbeat::{Beat, Progress};
 use crate::responder::listener::{Guard, Listener, closed};
-use crate::responder::moved_port;
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
 use crate::responder::verdict_log::VerdictLog;
+use crate::responder::{moved_port, ramp_record};
 use crate::settings::duration::format_duration;
 use crate::settings::lb_proof::LbProof;
 use crate::settings::{Daemon, Settings, Source};
@@ -106,7 +107,8 @@ pub async fn serve(
         read(&mut tasks, settings, &node, &prober);
     }
     let tracked = Arc::clone(&node);
-    tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, stop));
+    let state_dir = settings.state_dir.value.clone();
+    tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
     // Worked out from Puppet Server's files, not given: a move there needs a restart.
     if let Source::Default(_) = settings.puppet_addr.source {
         let webserver = settings.puppetserver_confd.value.join("webserver.conf");
@@ -297,9 +299,24 @@ fn prepare_state_dir(file: &DrainFile) {
 async fn track_rejoin(
     health: Arc<Node>,
     publish: watch::Sender<Rejoin>,
+    state_dir: PathBuf,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut tracker = Tracker::new(health.rules.slow_start);
+    let over = health.rules.slow_start;
+    let dir = state_dir.clone();
+    let resumed =
+        tokio::task::spawn_blocking(move || ramp_record::under_way(&dir, over, SystemTime::now()));
+    let mut tracker = match resumed.await.ok().flatten() {
+        Some(elapsed) => {
+            tracing::info!(
+                "resuming the slow start a previous pmcheck began {} ago",
+                format_duration(elapsed)
+            );
+            Tracker::resuming(over, elapsed, Instant::now())
+        }
+        None => Tracker::new(over),
+    };
+    let mut ramping = None;
     let mut log = VerdictLog::default();
     let mut drains = health.drain.clone();
     let mut latest = health.latest.clone();
@@ -318,6 +335,16 @@ async fn track_rejoin(
         );
         let _ = log.note(&decision);
         let state = tracker.observe(decision.verdict, now);
+        let began = match state {
+            Rejoin::Since(t) => SystemTime::now().checked_sub(now.saturating_duration_since(t)),
+            Rejoin::Steady | Rejoin::Out => None,
+        };
+        // Kept at each start and end of a ramp, and once at start-up: a record a daemon left
+        // goes once this one finds the node steady or out.
+        if ramping != Some(began.is_some()) {
+            ramp_record::keep(state_dir.clone(), began);
+            ramping = Some(began.is_some());
+        }
         publish.send_if_modified(|current| {
             let changed = *current != state;
             *current = state;

@@ -221,6 +221,11 @@ impl Stub {
     pub fn requests(&self) -> usize {
         self.seen.requests.load(Ordering::SeqCst)
     }
+
+    /// TCP connections accepted (a hung one too).
+    pub fn connections(&self) -> usize {
+        self.seen.connections.load(Ordering::SeqCst)
+    }
 }
 
 async fn serve_stub(
