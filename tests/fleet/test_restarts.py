@@ -173,7 +173,9 @@ def test_the_ansible_rolling_restart_of_three_loses_no_run(fleet: Fleet, tmp_pat
     before it touches anything."""
     jvms = {m.name: m.jvm() for m in fleet.masters}
     rolls: dict[str, st.Roll] = {}
-    first = threading.Thread(target=lambda: rolls.update(first=st.ansible_roll(hosts(fleet), tmp_path / "roll")))
+    first = threading.Thread(
+        target=lambda: rolls.update(first=st.ansible_roll(hosts(fleet), tmp_path / "roll"))
+    )
     first.start()
     try:
         st.wait_until(
