@@ -77,6 +77,7 @@ impl Error {
             },
             Error::Status(e) => status_exit(e),
             Error::Roll(RollError::Drain(_)) => Exit::CantCreate,
+            Error::Roll(RollError::Unnamed) => Exit::Usage,
             Error::Roll(_) => Exit::Refused,
             Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,
             Error::Cycle(e) => match e {

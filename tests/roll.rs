@@ -83,6 +83,8 @@ fn a_lapsed_mark_is_replaced_and_an_unreadable_one_refuses_until_forced_away() {
     let out = roll(&s, &["end", "--force"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(!s.state.path().join("roll").exists());
-    let out = roll(&s, &["begin", "--name", "a\nb"]);
-    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    for bad in [&["begin", "--name", "a\nb"][..], &["begin", "--force"]] {
+        let out = roll(&s, bad);
+        assert_eq!(out.status.code(), Some(64), "{bad:?}: {out:?}");
+    }
 }

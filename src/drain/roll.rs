@@ -96,6 +96,9 @@ pub enum RollError {
     /// The mark cannot be written or removed (the lock, the directory).
     #[error(transparent)]
     Drain(#[from] DrainError),
+    /// `begin` without a name (`--force` only ends a mark).
+    #[error("roll begin needs --name: the same name on every master the roll marks")]
+    Unnamed,
 }
 
 /// What a roll's mark was before `begin`.

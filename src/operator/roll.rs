@@ -33,6 +33,9 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
     let now = SystemTime::now();
     match args.step {
         RollStep::Begin => {
+            if name.is_empty() {
+                return Err(RollError::Unnamed);
+            }
             let mine = Mark::new(&name, &args.reason, now, args.lasting);
             let began = file.locked().await?.begin_roll(&mine, now)?;
             let until = (mine.tenure.until.as_ref()).map_or("", |u| u.as_str());
