@@ -170,12 +170,7 @@ fn a_full_disk_loses_the_event_says_so_and_still_drains() {
 /// last: the event's line fits in part only, so the append fails and takes back what went.
 #[test]
 fn a_small_filesystem_that_fills_loses_the_event_and_leaves_no_half_line() {
-    if !running_as_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI runs the tests as root"
-        );
-        eprintln!("SKIPPED: needs root to mount a small filesystem in a namespace of its own");
+    if !root_or_skip("needs root to mount a small filesystem in a namespace of its own") {
         return;
     }
     let s = Setup::new(Behavior::Running);
@@ -212,12 +207,7 @@ test -s "$dir/drain" && echo record"#;
 
 #[test]
 fn only_root_and_the_state_directorys_group_read_the_log() {
-    if !running_as_root() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI runs the tests as root"
-        );
-        eprintln!("SKIPPED: needs root to give the state directory another group");
+    if !root_or_skip("needs root to give the state directory another group") {
         return;
     }
     let s = Setup::new(Behavior::Running);

@@ -96,16 +96,23 @@ fn sockets_meant_for_another_process_are_left_alone() {
     assert_eq!(daemon.logged("from systemd"), 0);
 }
 
-#[test]
-fn serve_notifies_ready_watchdog_and_stopping() {
-    let s = Setup::new(Behavior::Running);
+/// A notify socket as systemd's (in a directory kept while the test runs), and `pmcheck`
+/// told of it with `env` besides.
+fn notified(env: &[(&str, &str)]) -> (tempfile::TempDir, UnixDatagram, Command) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify");
     let socket = UnixDatagram::bind(&path).unwrap();
     let mut command = pmcheck();
     command
         .env("NOTIFY_SOCKET", &path)
-        .env("WATCHDOG_USEC", "200000");
+        .envs(env.iter().copied());
+    (dir, socket, command)
+}
+
+#[test]
+fn serve_notifies_ready_watchdog_and_stopping() {
+    let s = Setup::new(Behavior::Running);
+    let (_dir, socket, command) = notified(&[("WATCHDOG_USEC", "200000")]);
     let mut daemon = Daemon::start_with(command, &s.args(&[]));
 
     let first = recv(&socket, Duration::from_secs(10));
@@ -142,14 +149,10 @@ fn serve_notifies_ready_watchdog_and_stopping() {
 #[test]
 fn a_wedged_prober_stops_the_watchdogs_pings() {
     let s = Setup::new(Behavior::Running);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("notify");
-    let socket = UnixDatagram::bind(&path).unwrap();
-    let mut command = pmcheck();
-    command
-        .env("NOTIFY_SOCKET", &path)
-        .env("WATCHDOG_USEC", "200000")
-        .env("TEST_PMCHECK_WEDGE_PROBER", "1");
+    let (_dir, socket, command) = notified(&[
+        ("WATCHDOG_USEC", "200000"),
+        ("TEST_PMCHECK_WEDGE_PROBER", "1"),
+    ]);
     let daemon = Daemon::start_with(
         command,
         &s.args(&["--interval", "100ms", "--timeout", "200ms"]),
@@ -194,14 +197,7 @@ fn a_wedged_prober_stops_the_watchdogs_pings() {
 #[test]
 fn watchdog_for_another_process_is_ignored() {
     let s = Setup::new(Behavior::Running);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("notify");
-    let socket = UnixDatagram::bind(&path).unwrap();
-    let mut command = pmcheck();
-    command
-        .env("NOTIFY_SOCKET", &path)
-        .env("WATCHDOG_USEC", "100000")
-        .env("WATCHDOG_PID", "1");
+    let (_dir, socket, command) = notified(&[("WATCHDOG_USEC", "100000"), ("WATCHDOG_PID", "1")]);
     let _daemon = Daemon::start_with(command, &s.args(&[]));
     assert!(recv(&socket, Duration::from_secs(10)).starts_with("READY=1"));
     socket

@@ -177,3 +177,18 @@ pub fn stderr(o: &std::process::Output) -> String {
 pub fn running_as_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
+
+/// Whether a test that needs root may run: as root it may; otherwise it says loudly why it
+/// skips, and fails in CI, which runs the tests as root (`CI=true`).
+pub fn root_or_skip(needs: &str) -> bool {
+    if running_as_root() {
+        return true;
+    }
+    assert_ne!(
+        std::env::var("CI").as_deref(),
+        Ok("true"),
+        "CI=true: this test must run as root ({needs})"
+    );
+    eprintln!("!!!!!!!! SKIPPED, NOT TESTED: {needs}");
+    false
+}
