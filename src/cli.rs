@@ -509,6 +509,11 @@ fn parse_roll_name(text: &str) -> Result<String, String> {
         "" => Err("is empty; name the roll (the playbook uses its control node and start)".into()),
         t if t.chars().any(char::is_control) => Err("must be one line of printable text".into()),
         t if t.chars().count() > limit => Err(format!("is longer than {limit} characters")),
+        // Kept as written, so that `end` finds the mark `begin` made under the same name.
+        t if crate::text::one_line(t, limit) != t => Err(
+            "must not begin or end with a space, nor have two spaces in a row or any other blank"
+                .into(),
+        ),
         t => Ok(t.to_owned()),
     }
 }

@@ -76,7 +76,7 @@ impl Error {
                 ChangeError::Guard(_) | ChangeError::Held(_) => Exit::Refused,
             },
             Error::Status(e) => status_exit(e),
-            Error::Roll(RollError::Drain(_)) => Exit::CantCreate,
+            Error::Roll(RollError::Locked(_) | RollError::Write { .. }) => Exit::CantCreate,
             Error::Roll(RollError::Unnamed) => Exit::Usage,
             Error::Roll(_) => Exit::Refused,
             Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,

@@ -40,7 +40,17 @@ pub fn read_to_string(path: &Path, limit: u64) -> io::Result<String> {
 /// [`read`], with the stamp of what was read: a caller that keeps it reads again only when
 /// the file changed ([`FileStamp::of`]).
 pub fn read_stamped(path: &Path, limit: u64) -> io::Result<(FileStamp, Vec<u8>)> {
-    let examined = Examined::at(path, Links::Follow)?;
+    read_linked(path, limit, Links::Follow)
+}
+
+/// [`read`] for pmcheck's own state (a roll's mark, the ramp under way): a link there was
+/// planted, and is refused (`ELOOP`).
+pub fn read_state(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    read_linked(path, limit, Links::Refuse).map(|(_, bytes)| bytes)
+}
+
+fn read_linked(path: &Path, limit: u64, links: Links) -> io::Result<(FileStamp, Vec<u8>)> {
+    let examined = Examined::at(path, links)?;
     if let Some(kind) = not_regular(&examined.meta) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

@@ -83,7 +83,11 @@ fn a_lapsed_mark_is_replaced_and_an_unreadable_one_refuses_until_forced_away() {
     let out = roll(&s, &["end", "--force"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(!s.state.path().join("roll").exists());
-    for bad in [&["begin", "--name", "a\nb"][..], &["begin", "--force"]] {
+    for bad in [
+        &["begin", "--name", "a\nb"][..],
+        &["begin", "--name", "ctl1  two spaces"],
+        &["begin", "--force"],
+    ] {
         let out = roll(&s, bad);
         assert_eq!(out.status.code(), Some(64), "{bad:?}: {out:?}");
     }

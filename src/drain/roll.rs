@@ -20,6 +20,7 @@ use thiserror::Error;
 
 use crate::drain::file::{DrainError, DrainFile, Locked};
 use crate::drain::holders::operator;
+use crate::drain::lock::LockError;
 use crate::drain::record::REASON_LIMIT;
 use crate::drain::tenure::Tenure;
 use crate::text;
@@ -93,9 +94,17 @@ pub enum RollError {
         /// Why.
         why: String,
     },
-    /// The mark cannot be written or removed (the lock, the directory).
-    #[error(transparent)]
-    Drain(#[from] DrainError),
+    /// Another command held the state directory's lock for the whole wait.
+    #[error("cannot change the roll mark: {0}")]
+    Locked(#[source] LockError),
+    /// The mark (or the lock it is changed under) cannot be written or removed.
+    #[error("cannot change the roll mark {path}: {source}")]
+    Write {
+        /// The mark's path.
+        path: PathBuf,
+        /// What the system said.
+        source: io::Error,
+    },
     /// `begin` without a name (`--force` only ends a mark).
     #[error("roll begin needs --name: the same name on every master the roll marks")]
     Unnamed,
@@ -132,7 +141,7 @@ pub fn read(dir: &Path) -> Result<Option<Mark>, RollError> {
         path: path.clone(),
         why,
     };
-    match crate::safe_file::read(&path, LIMIT) {
+    match crate::safe_file::read_state(&path, LIMIT) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
             .map_err(|e| unreadable(format!("not a roll mark ({e})"))),
@@ -183,10 +192,24 @@ impl Locked<'_> {
 }
 
 fn write_error(file: &DrainFile, source: io::Error) -> RollError {
-    RollError::Drain(DrainError::Write {
-        dir: file.dir().to_path_buf(),
+    RollError::Write {
+        path: file.dir().join(NAME),
         source,
-    })
+    }
+}
+
+impl RollError {
+    /// The state directory's lock could not be taken for the mark in `dir`: said of the
+    /// mark, not of the drain record.
+    pub fn unlocked(dir: &Path, e: DrainError) -> Self {
+        let path = dir.join(NAME);
+        match e {
+            DrainError::Locked(held) => RollError::Locked(held),
+            DrainError::Write { source, .. }
+            | DrainError::Lock { source, .. }
+            | DrainError::Remove { source, .. } => RollError::Write { path, source },
+        }
+    }
 }
 
 #[cfg(test)]

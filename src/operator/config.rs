@@ -46,7 +46,8 @@ pub fn config(
             crate::provenance::unread_names(file.vars.iter().map(|(n, _)| n.as_str()))
         {
             misspelt = true;
-            let set = |n: &str| file.vars.iter().any(|(v, _)| v == n);
+            let set =
+                |n: &str| file.vars.iter().any(|(v, _)| v == n) || std::env::var_os(n).is_some();
             outln!(
                 "{level}: {}: {}",
                 file.path.display(),

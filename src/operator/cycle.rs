@@ -353,7 +353,7 @@ async fn give_back_if_needed(
     }
     let said = empty.join("; ");
     // The trail says why the hold goes: the command was refused, as a drain would be.
-    let locked = locked(file, signals, Step::Drain, LEFT_DRAINED).await?;
+    let locked = locked(file, signals, Step::WaitDrained, LEFT_DRAINED).await?;
     warn(locked.log(&[Event::refused(&cycle.reason, &said, SystemTime::now())]));
     let left = described(&let_go(locked)?, file);
     Err(CycleError::EmptyBackend { said, left })
@@ -468,12 +468,15 @@ async fn take_turn(
         let waited = since.elapsed();
         if waited >= cycle.wait.max_wait {
             ticker.clear();
-            let locked = locked(file, signals, Step::Drain, "; nothing was changed").await?;
-            warn(locked.log(&[Event::refused(
-                &cycle.reason,
-                &said(&held),
-                SystemTime::now(),
-            )]));
+            // The refusal is the answer; a trail that cannot be written is only a warning.
+            let event = Event::refused(&cycle.reason, &said(&held), SystemTime::now());
+            match locked(file, signals, Step::Drain, "; nothing was changed").await {
+                Ok(locked) => warn(locked.log(&[event])),
+                Err(CycleError::Drain(e)) => {
+                    warn([format!("the refused drain was not logged: {e}")])
+                }
+                Err(interrupted) => return Err(interrupted),
+            }
             return Err(CycleError::Turn {
                 held,
                 waited: cycle.wait.max_wait,
@@ -490,12 +493,10 @@ async fn take_turn(
         let next = TURN.min(ticker.due_in()).max(Duration::from_millis(10));
         tokio::select! {
             () = tokio::time::sleep(next) => {}
+            // A hold the guard failed to undo may still be there: said as it is.
             _ = signals.next() => {
                 ticker.clear();
-                return Err(CycleError::Interrupted {
-                    step: Step::Drain,
-                    left: "; nothing was changed",
-                });
+                return Err(interrupted_taking(file, &mine, signals).await);
             }
         }
     }

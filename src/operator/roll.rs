@@ -37,7 +37,8 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
                 return Err(RollError::Unnamed);
             }
             let mine = Mark::new(&name, &args.reason, now, args.lasting);
-            let began = file.locked().await?.begin_roll(&mine, now)?;
+            let locked = (file.locked().await).map_err(|e| RollError::unlocked(file.dir(), e))?;
+            let began = locked.begin_roll(&mine, now)?;
             let until = (mine.tenure.until.as_ref()).map_or("", |u| u.as_str());
             match began {
                 Began::Marked => {
@@ -50,7 +51,10 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
                 ),
             }
         }
-        RollStep::End => match file.locked().await?.end_roll(&name, args.force)? {
+        RollStep::End => match (file.locked().await)
+            .map_err(|e| RollError::unlocked(file.dir(), e))?
+            .end_roll(&name, args.force)?
+        {
             Ended::Removed => outln!("pmcheck roll: roll {name} ended here; its mark is removed"),
             Ended::NotMarked => outln!("pmcheck roll: no roll mark here; nothing to do"),
             Ended::Other(other) => errln!(

@@ -380,7 +380,8 @@ pub async fn run(
         // install still running): one that timed out is made again at once before anything is
         // published. A new operator saw a node that had served for 12 minutes logged DOWN and
         // ramped up again after the install's first probe timed out. The verdict meanwhile
-        // stays STARTING, which changes nothing in HAProxy.
+        // stays STARTING: a 503 to the HTTP check (one failed check of HAProxy's `fall`), and
+        // an agent line that changes nothing; no DOWN is logged and no ramp follows.
         if std::mem::take(&mut first) && report.timed_out() {
             tracing::info!(
                 "the first probe timed out ({}): probing again before answering",

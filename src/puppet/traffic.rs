@@ -53,8 +53,10 @@ pub struct Socket {
 /// (the address pmcheck probes), without pmcheck's own probes.
 pub fn connections(puppet: SocketAddr) -> Result<Vec<SocketAddr>, TrafficError> {
     // This process's sockets before and after the tables are read: a probe that connects
-    // or closes in between is ours in one of the two lists (with only the list before, a
-    // probe connected meanwhile was counted as an agent, once in a run of the whole suite).
+    // or closes in between is in one of the two lists (with only the list before, a probe
+    // connected meanwhile was counted as an agent, once in a run of the whole suite). One
+    // that both connects and closes in between is still missed: the window is narrowed, not
+    // closed.
     let mut own = own_inodes(Path::new("/proc/self/fd"))?;
     let mut sockets = Vec::new();
     for (path, v6) in TABLES {

@@ -15,16 +15,18 @@ pub const NAME: &str = "ramp";
 /// How far into a ramp of length `over` the record in `dir` says the node is, when one is
 /// under way `now`.
 pub fn under_way(dir: &Path, over: Duration, now: SystemTime) -> Option<Duration> {
-    let text = crate::safe_file::read_to_string(&dir.join(NAME), 256).ok()?;
+    let bytes = crate::safe_file::read_state(&dir.join(NAME), 256).ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     let began = humantime::parse_rfc3339(text.trim()).ok()?;
     let elapsed = now.duration_since(began).ok()?;
     (elapsed < over).then_some(elapsed)
 }
 
-/// Keeps in `dir` the start of the ramp under way (`Some`), or that none is (`None`), off the
-/// runtime. A failure costs only the resumption after a restart: logged at debug level.
-pub fn keep(dir: PathBuf, began: Option<SystemTime>) {
-    tokio::task::spawn_blocking(move || {
+/// Keeps in `dir` the start of the ramp under way (`Some`), or that none is (`None`), on the
+/// blocking pool; awaited, so that two changes land in their order. A failure costs only the
+/// resumption after a restart: logged at debug level.
+pub async fn keep(dir: PathBuf, began: Option<SystemTime>) {
+    let kept = tokio::task::spawn_blocking(move || {
         let path = dir.join(NAME);
         let result = match began {
             Some(t) => {
@@ -40,6 +42,7 @@ pub fn keep(dir: PathBuf, began: Option<SystemTime>) {
             tracing::debug!(error = %e, "cannot keep the ramp in {}: {e}", path.display());
         }
     });
+    let _ = kept.await;
 }
 
 #[cfg(test)]

@@ -342,7 +342,7 @@ async fn track_rejoin(
         // Kept at each start and end of a ramp, and once at start-up: a record a daemon left
         // goes once this one finds the node steady or out.
         if ramping != Some(began.is_some()) {
-            ramp_record::keep(state_dir.clone(), began);
+            ramp_record::keep(state_dir.clone(), began).await;
             ramping = Some(began.is_some());
         }
         publish.send_if_modified(|current| {
