@@ -126,7 +126,7 @@ impl Tracker {
     }
 
     /// A tracker that resumes a ramp `elapsed` into its length at `now`: the one a previous
-    /// daemon began ([`crate::responder::ramp_record`]).
+    /// daemon began (`STATE_DIR/ramp`).
     pub fn resuming(over: Duration, elapsed: Duration, now: Instant) -> Self {
         Self {
             state: now
