@@ -36,6 +36,7 @@ pub fn config(
     let mut misspelt = false;
     let level = if check { "error" } else { "warning" };
     if let Some(file) = file {
+        let set = |n: &str| file.vars.iter().any(|(v, _)| v == n) || std::env::var_os(n).is_some();
         for (line, text) in &file.ignored {
             outln!(
                 "warning: {} line {line}: systemd ignores `{text}` (write VAR=value, no `export`)",
@@ -46,8 +47,6 @@ pub fn config(
             crate::provenance::unread_names(file.vars.iter().map(|(n, _)| n.as_str()))
         {
             misspelt = true;
-            let set =
-                |n: &str| file.vars.iter().any(|(v, _)| v == n) || std::env::var_os(n).is_some();
             outln!(
                 "{level}: {}: {}",
                 file.path.display(),

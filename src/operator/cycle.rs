@@ -468,14 +468,15 @@ async fn take_turn(
         let waited = since.elapsed();
         if waited >= cycle.wait.max_wait {
             ticker.clear();
-            // The refusal is the answer; a trail that cannot be written is only a warning.
-            let event = Event::refused(&cycle.reason, &said(&held), SystemTime::now());
-            match locked(file, signals, Step::Drain, "; nothing was changed").await {
-                Ok(locked) => warn(locked.log(&[event])),
-                Err(CycleError::Drain(e)) => {
-                    warn([format!("the refused drain was not logged: {e}")])
-                }
-                Err(interrupted) => return Err(interrupted),
+            // The refusal is the answer; a trail that cannot be written is only a warning
+            // (the guard's, as `drain` says it), and a signal does not wait for its lock.
+            let why = said(&held);
+            tokio::select! {
+                lost = guard::log_refused(file, &cycle.reason, &why) => warn(lost),
+                _ = signals.next() => return Err(CycleError::Interrupted {
+                    step: Step::Drain,
+                    left: "; nothing was changed",
+                }),
             }
             return Err(CycleError::Turn {
                 held,

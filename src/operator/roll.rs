@@ -31,13 +31,13 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
     let file = DrainFile::new(&args.state.state_dir);
     let name = args.name.unwrap_or_default();
     let now = SystemTime::now();
+    if args.step == RollStep::Begin && name.is_empty() {
+        return Err(RollError::Unnamed);
+    }
+    let locked = (file.locked().await).map_err(|e| RollError::unlocked(file.dir(), e))?;
     match args.step {
         RollStep::Begin => {
-            if name.is_empty() {
-                return Err(RollError::Unnamed);
-            }
             let mine = Mark::new(&name, &args.reason, now, args.lasting);
-            let locked = (file.locked().await).map_err(|e| RollError::unlocked(file.dir(), e))?;
             let began = locked.begin_roll(&mine, now)?;
             let until = (mine.tenure.until.as_ref()).map_or("", |u| u.as_str());
             match began {
@@ -51,10 +51,7 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
                 ),
             }
         }
-        RollStep::End => match (file.locked().await)
-            .map_err(|e| RollError::unlocked(file.dir(), e))?
-            .end_roll(&name, args.force)?
-        {
+        RollStep::End => match locked.end_roll(&name, args.force)? {
             Ended::Removed => outln!("pmcheck roll: roll {name} ended here; its mark is removed"),
             Ended::NotMarked => outln!("pmcheck roll: no roll mark here; nothing to do"),
             Ended::Other(other) => errln!(

@@ -3,12 +3,12 @@
 //! it (the agent connections and the status are read against it), so at each reload the
 //! file is read again and a move is said, with the restart that takes it.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use tokio::sync::watch;
 
-use crate::responder::server::Stop;
 use crate::settings::host::{Webserver, read_confd_file};
 
 /// Says, at each reload until `stop`, when `webserver` (the file `probed` came from) names
@@ -17,8 +17,9 @@ pub async fn watch(
     webserver: PathBuf,
     probed: SocketAddr,
     mut reload: watch::Receiver<()>,
-    mut stop: Stop,
+    stop: impl Future<Output = ()>,
 ) {
+    tokio::pin!(stop);
     loop {
         tokio::select! {
             changed = reload.changed() => if changed.is_err() { return },

@@ -335,15 +335,16 @@ async fn track_rejoin(
         );
         let _ = log.note(&decision);
         let state = tracker.observe(decision.verdict, now);
-        let began = match state {
-            Rejoin::Since(t) => SystemTime::now().checked_sub(now.saturating_duration_since(t)),
-            Rejoin::Steady | Rejoin::Out => None,
-        };
         // Kept at each start and end of a ramp, and once at start-up: a record a daemon left
         // goes once this one finds the node steady or out.
-        if ramping != Some(began.is_some()) {
+        let ramps = matches!(state, Rejoin::Since(_));
+        if ramping != Some(ramps) {
+            let began = match state {
+                Rejoin::Since(t) => SystemTime::now().checked_sub(now.saturating_duration_since(t)),
+                Rejoin::Steady | Rejoin::Out => None,
+            };
             ramp_record::keep(state_dir.clone(), began).await;
-            ramping = Some(began.is_some());
+            ramping = Some(ramps);
         }
         publish.send_if_modified(|current| {
             let changed = *current != state;
