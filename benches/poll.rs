@@ -21,6 +21,7 @@ use pmcheck::health::weight::Rejoin;
 use pmcheck::puppet::pool::{Load, Pool};
 use pmcheck::puppet::report::{ProbeOutcome, ProbeReport};
 use pmcheck::responder::agent::Sent;
+use pmcheck::responder::http::Rendered;
 use pmcheck::responder::node::{Feeds, Node};
 use pmcheck::settings::lb_proof::LbProof;
 use tokio::sync::watch;
@@ -91,7 +92,9 @@ fn verdict_of(health: &Node) -> Verdict {
         .header("accept", "application/json")
         .body(())
         .expect("request");
-    let body = health.answer(&request, LB).into_body();
+    let body = health
+        .answer(&request, LB, &mut Rendered::default())
+        .into_body();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("runtime");
@@ -111,9 +114,18 @@ fn agent_check(health: &Node, sent: &Sent) -> String {
     line
 }
 
+/// Each poll on a connection of its own, as HAProxy's checks come.
 fn measure(name: &str, health: &Node, request: &Request<()>) {
     time(name, || {
-        black_box(health.answer(black_box(request), LB));
+        black_box(health.answer(black_box(request), LB, &mut Rendered::default()));
+    });
+}
+
+/// Every poll on one kept-alive connection, as a monitor's or `wrk`'s come.
+fn measure_kept_alive(name: &str, health: &Node, request: &Request<()>) {
+    let mut last = Rendered::default();
+    time(name, || {
+        black_box(health.answer(black_box(request), LB, &mut last));
     });
 }
 
@@ -160,12 +172,13 @@ fn main() {
         .expect("request");
     assert_eq!(verdict_of(&health), Verdict::Ok);
     measure("OK, text (HAProxy's OPTIONS /)", &health, &options);
+    measure_kept_alive("OK, text, kept alive", &health, &options);
     measure("OK, text, HAProxy's state and key", &health, &haproxy);
     measure("OK, JSON", &health, &json);
     // Prometheus's scrape: not a poll, but it must stay cheap and never wait for Puppet Server.
     let scrape = Request::get("/metrics").body(()).expect("request");
     time_rounds("Prometheus scrape (classic text)", 10_000, || {
-        black_box(health.answer(black_box(&scrape), LB));
+        black_box(health.answer(black_box(&scrape), LB, &mut Rendered::default()));
     });
     let sent = Sent::of(format!("puppet/m1 {KEY}\n").as_bytes());
     assert!(
@@ -197,6 +210,7 @@ fn main() {
     senders.1.send_replace(Arc::new(file.state(now)));
     assert_eq!(verdict_of(&health), Verdict::Drained);
     measure("DRAINED, text", &health, &options);
+    measure_kept_alive("DRAINED, text, kept alive", &health, &options);
     // The drain rule's path: the check's header read, its server line looked up, the holders
     // weighed (this drain is unchecked: it takes effect).
     measure("DRAINED, text, HAProxy's state and key", &health, &haproxy);

@@ -21,6 +21,7 @@ use common::lb::{LoadBalancer, Polling};
 use common::operator::*;
 use common::*;
 use pmcheck::health::hold::Held;
+use pmcheck::responder::http::Rendered;
 use pmcheck::responder::status::Status;
 
 /// This node (`m1`) and another server as heavy take new agents in backend `bk`.
@@ -589,7 +590,9 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
                 request = request.header("x-pmcheck-key", key);
             }
             let request = request.body(()).unwrap();
-            node.answer(&request, lb).status().as_u16()
+            node.answer(&request, lb, &mut Rendered::default())
+                .status()
+                .as_u16()
         };
         let agent = |line: &str| {
             let sent = Sent::of(format!("{line} {KEY}\n").as_bytes());

@@ -9,7 +9,6 @@
 //! one ([`crate::puppet::pause`]) asks for the floor, as every other paused master does.
 
 use std::borrow::Cow;
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use crate::drain::holders::Holder;
@@ -193,8 +192,12 @@ impl<'a> Decision<'a> {
 
     /// The one-line body for people and curl.
     pub fn text(&self) -> String {
-        let mut body = String::with_capacity(self.verdict.as_str().len() + self.reason.len() + 4);
-        let _ = writeln!(body, "{} - {}", self.verdict.as_str(), self.reason);
+        let verdict = self.verdict.as_str();
+        let mut body = String::with_capacity(verdict.len() + 3 + self.reason.len() + 1);
+        body.push_str(verdict);
+        body.push_str(" - ");
+        body.push_str(&self.reason);
+        body.push('\n');
         body
     }
 

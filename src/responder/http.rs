@@ -44,18 +44,18 @@ pub(crate) fn from_pmcheck(headers: &HeaderMap) -> bool {
 }
 
 /// The answer to a GET, HEAD or OPTIONS poll. HEAD gets the same status and headers, no body.
+/// A text answer reuses `last`'s bytes when it says the same thing.
 pub fn respond(
     decision: &Decision<'_>,
     method: &Method,
     headers: &HeaderMap,
+    last: &mut Rendered,
 ) -> Response<Full<Bytes>> {
-    let json = wants_json(headers);
-    let body = if json {
-        decision.json()
-    } else {
-        decision.text()
-    };
-    respond_with(decision, method, body, json)
+    if wants_json(headers) {
+        return respond_with(decision, method, decision.json(), true);
+    }
+    let (body, phrase) = last.text(decision);
+    answer(decision, method, body, phrase, TEXT)
 }
 
 /// The answer with `body` (JSON or text) rendered already.
@@ -65,16 +65,62 @@ pub(crate) fn respond_with(
     body: String,
     json: bool,
 ) -> Response<Full<Bytes>> {
-    let status = StatusCode::from_u16(decision.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let phrase = (decision.verdict != Verdict::Ok).then(|| reason_phrase(decision));
     let content_type = if json { JSON } else { TEXT };
-    let mut response = with_body(status, content_type, Bytes::from(body), method);
-    if decision.verdict != Verdict::Ok {
-        response.extensions_mut().insert(reason_phrase(decision));
+    answer(decision, method, Bytes::from(body), phrase, content_type)
+}
+
+fn answer(
+    decision: &Decision<'_>,
+    method: &Method,
+    body: Bytes,
+    phrase: Option<ReasonPhrase>,
+    content_type: HeaderValue,
+) -> Response<Full<Bytes>> {
+    let status = StatusCode::from_u16(decision.status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let mut response = with_body(status, content_type, body, method);
+    if let Some(phrase) = phrase {
+        response.extensions_mut().insert(phrase);
     }
     if *method == Method::OPTIONS {
         response.headers_mut().insert(header::ALLOW, ALLOW);
     }
     response
+}
+
+/// The text answer a connection sent last. A kept-alive client (a monitor, a curl loop, wrk)
+/// asks the same question again and again while the answer changes far less often: the same
+/// words get the same bytes back, shared, instead of being formatted and checked again.
+#[derive(Default)]
+pub struct Rendered {
+    /// The body (`VERDICT - reason`) and the status line's reason phrase that go with it.
+    last: Option<(Bytes, Option<ReasonPhrase>)>,
+}
+
+impl Rendered {
+    /// The body and reason phrase of `decision`, from the last answer when it says the same.
+    fn text(&mut self, decision: &Decision<'_>) -> (Bytes, Option<ReasonPhrase>) {
+        if let Some((body, phrase)) = &self.last
+            && says(body, decision)
+        {
+            return (body.clone(), phrase.clone());
+        }
+        let body = Bytes::from(decision.text());
+        let phrase = (decision.verdict != Verdict::Ok).then(|| reason_phrase(decision));
+        self.last = Some((body.clone(), phrase.clone()));
+        (body, phrase)
+    }
+}
+
+/// Whether `body` is [`Decision::text`] of `decision`: the phrase is made from the same verdict
+/// and reason, so it goes with it.
+fn says(body: &[u8], decision: &Decision<'_>) -> bool {
+    let verdict = decision.verdict.as_str().as_bytes();
+    let reason = decision.reason.as_bytes();
+    body.len() == verdict.len() + 3 + reason.len() + 1
+        && body.starts_with(verdict)
+        && body[verdict.len()..].starts_with(b" - ")
+        && body[verdict.len() + 3..body.len() - 1] == *reason
 }
 
 /// Every answer's status, type, length and `no-store`; HEAD gets the same headers, no body.
@@ -187,9 +233,18 @@ pub(crate) mod tests {
     fn head_has_the_get_headers_and_no_body() {
         let drain = DrainState::NotDrained;
         let v = starting(&drain);
-        let (status, get_headers, get_body) = body(respond(&v, &Method::GET, &HeaderMap::new()));
-        let (head_status, head_headers, head_body) =
-            body(respond(&v, &Method::HEAD, &HeaderMap::new()));
+        let (status, get_headers, get_body) = body(respond(
+            &v,
+            &Method::GET,
+            &HeaderMap::new(),
+            &mut Rendered::default(),
+        ));
+        let (head_status, head_headers, head_body) = body(respond(
+            &v,
+            &Method::HEAD,
+            &HeaderMap::new(),
+            &mut Rendered::default(),
+        ));
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(head_status, status);
         assert!(head_body.is_empty());
@@ -210,7 +265,12 @@ pub(crate) mod tests {
         let drain = DrainState::NotDrained;
         let mut v = starting(&drain);
         v.reason = format!("r\u{e9}boot\r\nnow {}", "x".repeat(300)).into();
-        let response = respond(&v, &Method::GET, &HeaderMap::new());
+        let response = respond(
+            &v,
+            &Method::GET,
+            &HeaderMap::new(),
+            &mut Rendered::default(),
+        );
         let phrase = response
             .extensions()
             .get::<ReasonPhrase>()
@@ -229,9 +289,78 @@ pub(crate) mod tests {
             header::ACCEPT,
             HeaderValue::from_static("text/html, application/json;q=0.9"),
         );
-        let (_, h, b) = body(respond(&v, &Method::GET, &headers));
+        let (_, h, b) = body(respond(
+            &v,
+            &Method::GET,
+            &headers,
+            &mut Rendered::default(),
+        ));
         assert_eq!(h[header::CONTENT_TYPE], "application/json");
         let json: serde_json::Value = serde_json::from_slice(&b).unwrap();
         assert_eq!(json["verdict"], "STARTING");
+    }
+
+    fn phrase(response: &Response<Full<Bytes>>) -> Option<&[u8]> {
+        response
+            .extensions()
+            .get::<ReasonPhrase>()
+            .map(ReasonPhrase::as_bytes)
+    }
+
+    #[test]
+    fn a_kept_alive_connection_gets_the_same_bytes_until_the_answer_changes() {
+        let drain = DrainState::NotDrained;
+        let mut v = starting(&drain);
+        let mut last = Rendered::default();
+        let get = |v: &Decision<'_>, last: &mut Rendered| {
+            let response = respond(v, &Method::GET, &HeaderMap::new(), last);
+            let phrase = phrase(&response).map(<[u8]>::to_vec);
+            let (status, _, bytes) = body(response);
+            (status, bytes, phrase)
+        };
+        let (_, first, first_phrase) = get(&v, &mut last);
+        let (_, again, again_phrase) = get(&v, &mut last);
+        assert_eq!(first, v.text().as_bytes());
+        // Shared, not copied: the same allocation answers both.
+        assert_eq!(first.as_ptr(), again.as_ptr());
+        assert_eq!(first_phrase, again_phrase);
+        assert!(first_phrase.is_some_and(|p| p.starts_with(b"Starting: ")));
+
+        // Other words: new bytes, and a phrase that says them.
+        v.reason = "Puppet Server is not ready: starting".into();
+        let (_, changed, changed_phrase) = get(&v, &mut last);
+        assert_eq!(changed, v.text().as_bytes());
+        assert_eq!(
+            changed_phrase.as_deref(),
+            Some(&b"Starting: Puppet Server is not ready: starting"[..])
+        );
+
+        // The same words under another verdict are another answer; OK has no phrase.
+        v.verdict = Verdict::Ok;
+        v.status = 200;
+        let (status, ok, ok_phrase) = get(&v, &mut last);
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(ok, v.text().as_bytes());
+        assert_eq!(ok_phrase, None);
+
+        // A reason that only differs in its last byte, or is a prefix, is not the same.
+        v.reason = "Puppet Server is not ready: startinG".into();
+        assert_eq!(get(&v, &mut last).1, v.text().as_bytes());
+        v.reason = "Puppet Server is not ready".into();
+        assert_eq!(get(&v, &mut last).1, v.text().as_bytes());
+    }
+
+    #[test]
+    fn a_json_answer_leaves_the_text_it_keeps_alone() {
+        let drain = DrainState::NotDrained;
+        let v = starting(&drain);
+        let mut last = Rendered::default();
+        let text = body(respond(&v, &Method::GET, &HeaderMap::new(), &mut last)).2;
+        let mut json = HeaderMap::new();
+        json.insert(header::ACCEPT, JSON);
+        let (_, h, _) = body(respond(&v, &Method::GET, &json, &mut last));
+        assert_eq!(h[header::CONTENT_TYPE], "application/json");
+        let again = body(respond(&v, &Method::GET, &HeaderMap::new(), &mut last)).2;
+        assert_eq!(text.as_ptr(), again.as_ptr());
     }
 }

@@ -20,7 +20,7 @@ use crate::health::weight::Rejoin;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::probe_error::CannotProbe;
 use crate::puppet::report::ProbeReport;
-use crate::responder::http::operator_view;
+use crate::responder::http::{Rendered, operator_view};
 use crate::responder::node::{Feeds, Node};
 use crate::settings::SettingsError;
 use crate::settings::lb_proof::LbProof;
@@ -89,7 +89,11 @@ pub async fn answer_one(
                 if operator_view(&request, peer) {
                     health.agents.refresh().await;
                 }
-                Ok::<_, std::convert::Infallible>(health.answer(&request, peer))
+                Ok::<_, std::convert::Infallible>(health.answer(
+                    &request,
+                    peer,
+                    &mut Rendered::default(),
+                ))
             }
         })
     };

@@ -1,6 +1,7 @@
 //! A listener of the daemon: accepts connections within the guard (`--allow`, the connection
 //! table), and serves each, HTTP polls with hyper, agent checks with one line.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -19,7 +20,7 @@ use crate::responder::agent;
 use crate::responder::connections::{Activity, Connections, Limits, Throttle, Ticket};
 use crate::responder::deadline::WriteDeadline;
 use crate::responder::heartbeat::{Beat, LISTENER_TICK};
-use crate::responder::http::operator_view;
+use crate::responder::http::{Rendered, operator_view};
 use crate::responder::node::Node;
 use crate::responder::pollers::Via;
 use crate::settings::allow::permits;
@@ -259,18 +260,20 @@ fn answers(
     Error = std::convert::Infallible,
     Future = Reply,
 > {
+    let last = RefCell::new(Rendered::default());
     service_fn(move |request| {
         if let Some(activity) = &activity {
             activity.asked();
         }
         if !operator_view(&request, peer) {
-            return Reply::Now(Some(health.answer(&request, peer)));
+            let answer = health.answer(&request, peer, &mut last.borrow_mut());
+            return Reply::Now(Some(answer));
         }
         // The operator's view reads the agent connections first, off the async workers.
         let health = Arc::clone(&health);
         Reply::Later(Box::pin(async move {
             health.agents.refresh().await;
-            health.answer(&request, peer)
+            health.answer(&request, peer, &mut Rendered::default())
         }))
     })
 }

@@ -27,8 +27,8 @@ use crate::puppet::report::{Latest, ProbeReport};
 use crate::responder::agent::{self, Sent};
 use crate::responder::agents::Agents;
 use crate::responder::http::{
-    METRICS_PATH, STATUS_PATH, from_pmcheck, method_not_allowed, plain, respond, respond_with,
-    with_body,
+    METRICS_PATH, Rendered, STATUS_PATH, from_pmcheck, method_not_allowed, plain, respond,
+    respond_with, with_body,
 };
 use crate::responder::metrics::Metrics;
 use crate::responder::metrics::{self, Current};
@@ -350,7 +350,13 @@ impl Node {
     /// `/status` is the operator's: from this host its JSON also lists the pollers and the
     /// agent connections. Those name other hosts and cost a read of the kernel's socket tables,
     /// so nobody else gets them. `/metrics` is Prometheus's; every other path is a poll.
-    pub fn answer<B>(&self, request: &Request<B>, peer: IpAddr) -> Response<Full<Bytes>> {
+    /// `last` is what this connection was answered last ([`Rendered`]).
+    pub fn answer<B>(
+        &self,
+        request: &Request<B>,
+        peer: IpAddr,
+        last: &mut Rendered,
+    ) -> Response<Full<Bytes>> {
         let method = request.method();
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return method_not_allowed();
@@ -386,7 +392,7 @@ impl Node {
                 now.at,
                 own,
             );
-            respond(decision, method, headers)
+            respond(decision, method, headers, last)
         })
     }
 
@@ -523,7 +529,8 @@ mod tests {
             .header(header::USER_AGENT, user_agent)
             .body(())
             .unwrap();
-        let (_, _, bytes) = body(responder.answer(&request, peer.parse().unwrap()));
+        let (_, _, bytes) =
+            body(responder.answer(&request, peer.parse().unwrap(), &mut Rendered::default()));
         serde_json::from_slice(&bytes).unwrap()
     }
 
@@ -563,8 +570,11 @@ mod tests {
     fn status_from_elsewhere_is_the_short_json_and_no_poll() {
         let (responder, _keep) = responder(Some("127.0.0.1:8140".parse().unwrap()));
         let request = Request::get(STATUS_PATH).body(()).unwrap();
-        let (status, headers, bytes) =
-            body(responder.answer(&request, "10.0.0.7".parse().unwrap()));
+        let (status, headers, bytes) = body(responder.answer(
+            &request,
+            "10.0.0.7".parse().unwrap(),
+            &mut Rendered::default(),
+        ));
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(headers[header::CONTENT_TYPE], "application/json");
         let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
