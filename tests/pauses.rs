@@ -385,6 +385,16 @@ fn a_lock_taken_long_ago_is_not_ready_at_once() {
     assert_contains!(a.body, "(10m): longer than --pause-grace 1m", "{a:?}");
 }
 
+/// The stub's JVM started an hour ago: a pool it reports was ready before any lock now.
+fn up_for_an_hour(s: &Setup) {
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    let ms = hour_ago.duration_since(std::time::UNIX_EPOCH).unwrap();
+    s.stub
+        .seen
+        .jvm_start
+        .store(ms.as_millis() as u64, Ordering::SeqCst);
+}
+
 /// `inetd` and `check` answer from one probe with no history: a pause is granted only from
 /// the start Puppet Server gives (a lock's `last-change-time`), never "since now", which
 /// would be new at every poll. The audit of e5ddf73: an empty pool in a JVM up for an hour
@@ -392,12 +402,7 @@ fn a_lock_taken_long_ago_is_not_ready_at_once() {
 #[test]
 fn one_shot_modes_grant_no_pause_whose_start_they_cannot_prove() {
     let s = Setup::new(EMPTY());
-    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-    let ms = hour_ago.duration_since(std::time::UNIX_EPOCH).unwrap();
-    s.stub
-        .seen
-        .jvm_start
-        .store(ms.as_millis() as u64, Ordering::SeqCst);
+    up_for_an_hour(&s);
     let inetd = || inetd(&s, b"OPTIONS / HTTP/1.0\r\n\r\n", true);
     let check = || {
         let out = pmcheck().arg("check").args(s.args(&[])).output().unwrap();
@@ -460,6 +465,47 @@ fn one_shot_modes_grant_no_pause_whose_start_they_cannot_prove() {
     let a = inetd();
     assert_eq!(a.status, 503, "{a:?}");
     assert_contains!(a.body, "(10m): longer than --pause-grace 1m", "{a:?}");
+}
+
+/// OpenVox since 8.13 writes a lock's `last-change-time` in the JVM's zone, with its offset
+/// and up to nine fractional digits. Read as UTC, a lock taken 5 s ago in Paris would be an
+/// hour in the future and no one-shot mode could grant the pause: a fleet-wide deploy lock
+/// would take every inetd-mode master out at once.
+#[test]
+fn one_shot_modes_read_a_lock_time_in_the_jvms_zone() {
+    let s = Setup::new(EMPTY());
+    up_for_an_hour(&s);
+    let five_ago = std::time::SystemTime::now() - Duration::from_secs(5);
+    // The same moment as a JVM in Paris (UTC+01:00 in November) and in New York writes it.
+    let zoned = |east_secs: i64, offset: &str| {
+        let local = if east_secs >= 0 {
+            five_ago + Duration::from_secs(east_secs.unsigned_abs())
+        } else {
+            five_ago - Duration::from_secs(east_secs.unsigned_abs())
+        };
+        let text = humantime::format_rfc3339_nanos(local).to_string();
+        format!("{}{offset}", text.trim_end_matches('Z'))
+    };
+    for since in [zoned(3600, "+01:00"), zoned(-5 * 3600, "-05:00")] {
+        s.stub.set(Behavior::Pool(pool_changed(
+            2,
+            2,
+            0,
+            0,
+            ":acquired",
+            &since,
+        )));
+        let a = inetd(&s, b"OPTIONS / HTTP/1.0\r\n\r\n", true);
+        assert_eq!(a.status, 200, "{since}: {a:?}");
+        assert!(
+            a.body.starts_with("OK - paused: JRuby pool locked since "),
+            "{since}: {a:?}"
+        );
+        let out = pmcheck().arg("check").args(s.args(&[])).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{since}: {text}");
+        assert_contains!(text, "paused");
+    }
 }
 
 /// A Puppet Server that reported its pool since it started and then answers

@@ -13,5 +13,6 @@ pub mod probe_error;
 pub mod readings;
 pub mod report;
 pub mod status_api;
+pub mod timestamp;
 pub mod traffic;
 pub mod wedge;

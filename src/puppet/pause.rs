@@ -15,6 +15,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::puppet::pool::Unready;
+use crate::puppet::timestamp;
 use crate::settings::duration::format_duration;
 
 /// What holds the pool.
@@ -70,9 +71,7 @@ impl Pause {
 /// that stays empty would be answered OK forever.
 pub fn began(why: &Unready, wall: SystemTime) -> Option<SystemTime> {
     match why {
-        Unready::Locked { since: Some(since) } => humantime::parse_rfc3339_weak(since)
-            .ok()
-            .filter(|t| *t <= wall),
+        Unready::Locked { since: Some(since) } => timestamp::parse(since).filter(|t| *t <= wall),
         _ => None,
     }
 }
@@ -398,5 +397,25 @@ mod tests {
             .unready(locked_at("1970-01-01T13:00:00Z"), None, now, wall)
             .unwrap();
         assert_eq!(p.lasted, Duration::ZERO);
+    }
+
+    /// OpenVox's lock times carry the JVM zone's offset: read as UTC, a lock taken in Paris
+    /// would be an hour in the future and a one-shot check (inetd mode) could grant no pause.
+    #[test]
+    fn a_lock_time_with_an_offset_begins_the_pause_at_the_same_moment() {
+        let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(43210);
+        let taken = SystemTime::UNIX_EPOCH + Duration::from_millis(43_201_500);
+        for since in [
+            "1970-01-01T12:00:01.500Z",
+            "1970-01-01T12:00:01.5Z",
+            "1970-01-01T13:00:01.500+01:00",
+            "1970-01-01T13:00:01.500000000+01:00",
+            "1970-01-01T07:00:01.500-05:00",
+        ] {
+            let why = Unready::Locked {
+                since: Some(since.to_owned()),
+            };
+            assert_eq!(began(&why, wall), Some(taken), "{since}");
+        }
     }
 }

@@ -445,6 +445,24 @@ mod tests {
         }
     }
 
+    /// Debian's Puppet Server writes lock times in UTC whatever the JVM's zone (captured with
+    /// `-Duser.timezone=Europe/Paris`); the reader takes them as such.
+    #[test]
+    fn a_jvm_in_another_zone_still_writes_utc_lock_times() {
+        let text = include_str!(
+            "../../tests/fixtures/puppetserver-7.9.5-jvm-in-europe-paris-jruby-metrics.json"
+        );
+        let all: serde_json::Value = serde_json::from_str(text).unwrap();
+        let status: ServiceStatus = serde_json::from_value(all["jruby-metrics"].clone()).unwrap();
+        let p = status.pool().unwrap().expect("pool numbers");
+        let since = p.lock_since.expect("a last-change-time");
+        assert_eq!(since, "2026-11-27T23:09:06.335Z");
+        assert_eq!(
+            crate::puppet::timestamp::parse(&since),
+            humantime::parse_rfc3339(&since).ok()
+        );
+    }
+
     #[test]
     fn the_captured_answer_is_a_warm_idle_pool() {
         let status = captured();
