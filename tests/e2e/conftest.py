@@ -27,6 +27,7 @@ collected test runs.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
@@ -86,6 +87,41 @@ def pytest_configure(config):
         "ci_on(*stacks): the stacks CI runs it on: debian12 (this machine), debian13 (scripts/e2e --trixie);"
         " none: by hand only",
     )
+    config.addinivalue_line(
+        "markers",
+        "every_haproxy(*releases): once per HAProxy of the stack: its own, and the newer ones beside it"
+        " (those named, if any)",
+    )
+
+
+# HAProxy releases newer than the stack's own, beside it (scripts/trixie-root unpacks Debian's
+# sid and experimental ones into the Debian 13 root): /usr/local/sbin/haproxy-MAJOR.MINOR.
+NEWER_HAPROXY = "/usr/local/sbin/haproxy-[0-9]*"
+
+
+def haproxy_binaries(only: tuple[str, ...] = ()) -> dict[str, str]:
+    """The HAProxy binaries a test marked ``every_haproxy`` runs against, by release: the
+    stack's own ``haproxy`` and each newer one beside it (only those ``only`` names, if any)."""
+    found = {"{}.{}".format(*st.release_of("haproxy")): "haproxy"}
+    for path in sorted(glob.glob(NEWER_HAPROXY)):
+        release = Path(path).name.removeprefix("haproxy-")
+        if not only or release in only:
+            found[release] = path
+    return found
+
+
+def pytest_generate_tests(metafunc):
+    """``every_haproxy(*releases)``: the test runs once per HAProxy binary of the stack (its own,
+    and the newer ones beside it, or those of them it names)."""
+    mark = metafunc.definition.get_closest_marker("every_haproxy")
+    if mark is None:
+        return
+    binaries = haproxy_binaries(mark.args)
+    if STRICT and st.stack().debian == "13" and len(binaries) < 2:
+        raise pytest.UsageError(
+            f"CI=true: no HAProxy newer than Debian 13's beside it ({NEWER_HAPROXY}); scripts/trixie-root makes them"
+        )
+    metafunc.parametrize("haproxy_bin", list(binaries.values()), ids=[f"haproxy{r}" for r in binaries])
 
 
 def pytest_addoption(parser):
@@ -263,14 +299,20 @@ def pmcheck(request, pmcheck_bin, testdir):
 
 
 @pytest.fixture
-def haproxy(request, testdir):
+def haproxy_bin() -> str:
+    """The HAProxy a test runs: the stack's own, unless ``every_haproxy`` parametrizes it."""
+    return "haproxy"
+
+
+@pytest.fixture
+def haproxy(request, testdir, haproxy_bin):
     """Factory: haproxy(name, body, source) -> started HAProxy with an admin socket."""
     started: list[st.HAProxy] = []
-    if shutil.which("haproxy") is None:
-        unavailable("haproxy is not installed (scripts/e2e installs it with apt-get)")
+    if shutil.which(haproxy_bin) is None:
+        unavailable(f"{haproxy_bin} is not installed (scripts/e2e installs haproxy with apt-get)")
 
     def make(name: str, body: str, source: str) -> st.HAProxy:
-        h = st.HAProxy(testdir, name, body, source)
+        h = st.HAProxy(testdir, name, body, source, binary=haproxy_bin)
         add_log(request, f"haproxy {name}", h.log)
         add_log(request, f"haproxy {name} config", h.cfg)
         started.append(h)

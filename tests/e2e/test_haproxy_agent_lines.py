@@ -92,6 +92,7 @@ def shown(s: dict[str, str]) -> str:
     return " ".join(f"{k}={s.get(k)!r}" for k in SHOWN)
 
 
+@pytest.mark.every_haproxy()
 def test_haproxy_reads_each_agent_line(haproxy, shipped_haproxy):
     with st.HttpStatusStub(503, "Starting") as http, st.AgentLineStub(STEPS[0][3]) as agent:
         cfg, backend, servers = st.render_haproxy(
@@ -134,7 +135,7 @@ def test_haproxy_reads_each_agent_line(haproxy, shipped_haproxy):
             for x in logged:
                 print(f"[e2e]   log: {x}")
             record(
-                f"{st.stack().haproxy} reading HTTP {status} + agent {line!r} ({what})",
+                f"{h.label} reading HTTP {status} + agent {line!r} ({what})",
                 f"{shown(s)}; transitions {seen}; log {logged[:3]}",
             )
             if not want(s):

@@ -66,6 +66,7 @@ def run(pm, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.usefixtures("puppetserver")
+@pytest.mark.every_haproxy()
 def test_forged_states_move_no_wait_and_no_guard(pmcheck, haproxy, shipped_haproxy, testdir):
     assert "http-check send hdr X-Pmcheck-Key" in shipped_haproxy and "agent-send" in shipped_haproxy
     a, b, h, backend, servers, front = two_masters(pmcheck, haproxy, shipped_haproxy, testdir)
@@ -76,7 +77,7 @@ def test_forged_states_move_no_wait_and_no_guard(pmcheck, haproxy, shipped_hapro
             f"{d.listen}: HAProxy's checks proven by the key", lambda d=d: proven_checks(d), 15
         )
         record(
-            f"{st.stack().haproxy}'s checks as pmcheck sees them",
+            f"{h.label}'s checks as pmcheck sees them",
             f"proof={p['proof']}, http and agent from {p['address']}",
         )
 

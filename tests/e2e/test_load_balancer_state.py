@@ -139,6 +139,7 @@ def two_masters(pmcheck, haproxy, shipped_haproxy: str, testdir):
 
 
 @pytest.mark.usefixtures("puppetserver")
+@pytest.mark.every_haproxy()
 def test_waits_and_drains_follow_haproxys_own_view(pmcheck, haproxy, shipped_haproxy, testdir):
     assert "http-check send-state" in shipped_haproxy
     a, b, h, backend, servers, front = two_masters(pmcheck, haproxy, shipped_haproxy, testdir)

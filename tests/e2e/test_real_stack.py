@@ -145,6 +145,7 @@ def test_zero_configuration_answers_ok(pmcheck, puppet_cfg, testdir):
 
 
 @pytest.mark.usefixtures("puppetserver")
+@pytest.mark.every_haproxy("3.2")
 @pytest.mark.parametrize("timing", ["shipped", "fast"])
 def test_haproxy_check_follows_drain_and_undrain(pmcheck, haproxy, shipped_haproxy, testdir, timing):
     """packaging/haproxy/pmcheck.cfg as shipped: UP, DOWN with 503 after a drain, UP after undrain."""
@@ -218,6 +219,71 @@ def test_haproxy_check_follows_drain_and_undrain(pmcheck, haproxy, shipped_hapro
     )
     record(f"HAProxy reaction to `pmcheck undrain`, {t}", f"{react_up:.2f}s until UP")
     assert h.server(backend, srv)["chkdown"] != "0", "HAProxy counted the UP->DOWN transition"
+
+
+@pytest.mark.usefixtures("puppetserver")
+@pytest.mark.every_haproxy("3.2", "3.4")
+def test_init_state_down_keeps_a_fresh_server_out_until_pmcheck_says_ok(
+    pmcheck, haproxy, haproxy_bin, shipped_haproxy, testdir
+):
+    """packaging/haproxy/pmcheck.cfg's advice for HAProxy 3.1+: with `init-state down` on its
+    server lines a freshly started HAProxy sends no agent to a drained master, where without it
+    the master counts UP until `fall` checks have failed. 2.6 and 3.0 refuse the keyword."""
+    assert "add `init-state down` to each server line" in shipped_haproxy
+    state = testdir / "state"
+    d = pmcheck.serve(state)
+    d.wait_verdict(200)
+    cp = pmcheck.run("drain", "--reason", "e2e: init-state", "--state-dir", str(state))
+    assert cp.returncode == 0, cp
+    d.wait_verdict(503, timeout=1)
+    cfg, backend, servers = st.render_haproxy(shipped_haproxy, st.free_port(), d.port)
+    with_init, n = re.subn(r"(?m)^([ \t]*server[ \t].*\S)[ \t]*$", r"\1 init-state down", cfg)
+    assert n == len(servers), with_init
+    release = st.release_of(haproxy_bin)
+    if release < (3, 1):
+        h = st.HAProxy(testdir, "init-refused", with_init, "packaging/haproxy/pmcheck.cfg + init-state down",
+                       binary=haproxy_bin)  # fmt: skip
+        with pytest.raises(st.StackError) as refused:
+            h.validate()
+        h.stop()  # never started: only its files go
+        said = str(refused.value).split("--- config:")[0]
+        assert "init-state" in said, said
+        record(
+            f"HAProxy {release[0]}.{release[1]} and `init-state down`",
+            "refused by `haproxy -c`, as the file says",
+        )
+        return
+
+    # Without it, as shipped: a fresh HAProxy counts the drained master UP until its first
+    # checks fail (HAProxy spreads them over `inter`), and sends agents there meanwhile.
+    plain = haproxy("plain", cfg, "packaging/haproxy/pmcheck.cfg")
+    # With it: out from the start; sampled for longer than `fall 3` x `inter 2s` takes.
+    h = haproxy("init", with_init, "packaging/haproxy/pmcheck.cfg + init-state down")
+    seen: set[str] = set()
+    until = time.monotonic() + 7
+    while time.monotonic() < until:
+        seen |= {h.server(backend, s)["status"] for s in servers}
+        time.sleep(0.1)
+    # HAProxy's own count of UP -> DOWN transitions (`chkdown`): each server of the plain
+    # one was UP after its start; none of the other ever was.
+    went_down = {
+        s: plain.wait_server(backend, s, lambda r: r["status"] == "DOWN", "DOWN", 10)[0]["chkdown"]
+        for s in servers
+    }
+    never = {s: h.server(backend, s)["chkdown"] for s in servers}
+    record(
+        f"{h.label}: a fresh HAProxy and a drained master",
+        f"as shipped UP first, then DOWN (chkdown {went_down}); with init-state down {sorted(seen)} for 7 s (chkdown {never})",
+    )
+    assert all(v != "0" for v in went_down.values()), went_down
+    assert not any(v.startswith("UP") for v in seen), seen
+    assert all(v == "0" for v in never.values()), never
+    # Undrained, it comes in as any server that was DOWN: after `rise` passed checks.
+    cp = pmcheck.run("undrain", "--state-dir", str(state))
+    assert cp.returncode == 0, cp
+    d.wait_verdict(200, timeout=1)
+    took = wait_all(h, backend, servers, st.is_up_checked, "UP after `rise` passed checks", 15)
+    record(f"{h.label} with init-state down: UP after the undrain", f"{took:.1f}s (inter 2s, rise 3)")
 
 
 # ---------------------------------------------------------------------------

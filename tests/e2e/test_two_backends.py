@@ -32,6 +32,7 @@ def serving(s: dict[str, str]) -> bool:
 
 
 @pytest.mark.usefixtures("puppetserver")
+@pytest.mark.every_haproxy("3.2")
 def test_each_backend_follows_its_own_server_line(pmcheck, haproxy, shipped_haproxy, testdir):
     common = ("--drained-status", "404", "--interval", "500ms", "--slow-start", "0s")
     daemons, agents = {}, {}

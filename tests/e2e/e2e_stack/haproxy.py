@@ -4,10 +4,13 @@ socket (never inferred), and packaging/haproxy/pmcheck.cfg rendered for loopback
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
+import shutil
 import socket
 import subprocess
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,11 +35,31 @@ defaults
 """
 
 
+@functools.cache
+def release_of(binary: str) -> tuple[int, int]:
+    """The major and minor release ``binary -v`` says, (0, 0) when it says none."""
+    try:
+        out = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return (0, 0)
+    m = re.match(r"HAProxy version (\d+)\.(\d+)", out)
+    return (int(m[1]), int(m[2])) if m else (0, 0)
+
+
 class HAProxy:
-    def __init__(self, workdir: Path, name: str, body: str, source: str):
+    def __init__(self, workdir: Path, name: str, body: str, source: str, binary: str = "haproxy"):
+        """``binary``: the stack's own ``haproxy``, or a newer one beside it
+        (``/usr/local/sbin/haproxy-3.2``: scripts/trixie-root)."""
         self.dir = workdir
         self.name = name
+        self.binary = binary
         self.sock = workdir / f"haproxy-{name}.sock"
+        # HAProxy takes a socket path of at most 97 bytes; a test's directory, named after the
+        # test and its parameters, may be longer.
+        self.sock_dir: Path | None = None
+        if len(str(self.sock)) > 97:
+            self.sock_dir = Path(tempfile.mkdtemp(prefix="pmcheck-hap-", dir="/tmp"))
+            self.sock = self.sock_dir / f"{name}.sock"
         self.cfg = workdir / f"haproxy-{name}.cfg"
         self.log = workdir / f"haproxy-{name}.log"
         self.cfg.write_text(HAPROXY_HEAD.format(sock=self.sock, source=source) + body)
@@ -44,12 +67,21 @@ class HAProxy:
 
     def validate(self) -> None:
         cp = subprocess.run(
-            ["haproxy", "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30
+            [self.binary, "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30
         )
         if cp.returncode != 0:
             raise StackError(
                 f"haproxy -c rejected {self.cfg}:\n{cp.stdout}{cp.stderr}\n--- config:\n{self.cfg.read_text()}"
             )
+
+    @property
+    def release(self) -> tuple[int, int]:
+        return release_of(self.binary)
+
+    @property
+    def label(self) -> str:
+        """``HAProxy 3.2``: as the tests name the load balancer they read."""
+        return "HAProxy {}.{}".format(*self.release)
 
     def check_alive(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
@@ -59,7 +91,7 @@ class HAProxy:
         self.validate()
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                ["haproxy", "-db", "-f", str(self.cfg)],
+                [self.binary, "-db", "-f", str(self.cfg)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
         wait_until(
@@ -72,6 +104,8 @@ class HAProxy:
     def stop(self) -> None:
         if self.proc is not None:
             stop_pid(self.proc, "haproxy", term_timeout=10)
+        if self.sock_dir is not None:
+            shutil.rmtree(self.sock_dir, ignore_errors=True)
 
     # -- the admin socket: HAProxy's own view, never inferred
 

@@ -1,7 +1,8 @@
 """What the suite runs against: the Debian release and its real components' versions, as dpkg
 says. scripts/e2e runs the suite on this machine (Debian 12: Puppet Server 7.9, HAProxy 2.6)
-and, with --trixie, in a Debian 13 root (Puppet Server 8.7, HAProxy 3.0); a test that meets a
-difference between the two names it with these."""
+and, with --trixie, in a Debian 13 root (Puppet Server 8.7, HAProxy 3.0, with 3.2 and 3.4
+beside it: ``haproxy.release_of`` names those); a test that meets a difference between the two
+names it with these."""
 
 from __future__ import annotations
 
