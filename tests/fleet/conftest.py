@@ -64,9 +64,16 @@ class Master:
         return self.ssh("systemctl show -p MainPID --value puppetserver").stdout.strip()
 
     def answer(self, timeout: float = 1.0) -> tuple[int, str]:
-        """pmcheck's answer on port 9200: its status code and first line."""
-        r = st.http_request(9200, headers={"User-Agent": "pmcheck/fleet"}, host=self.addr, timeout=timeout)
-        return r.status, r.body.split("\n", 1)[0]
+        """pmcheck's answer on port 9200 as HAProxy's check gets it: its status code and first
+        line (``VERDICT - reason``). Asked at /status, which is not a poll: polled at /, this watch
+        would be a second, unproven poller on the load balancer's address, and every wait would
+        wait it out by time; this way the waits and the guard go by the proven checks of the
+        load balancer alone, as on a user's fleet."""
+        r = st.http_request(
+            9200, "/status", headers={"User-Agent": "pmcheck/fleet"}, host=self.addr, timeout=timeout
+        )
+        answer = json.loads(r.body)
+        return r.status, f"{answer['verdict']} - {answer['reason']}"
 
     def journal(self, since_wall: float) -> list[tuple[float, str]]:
         """The master's journal since a wall-clock time: (time, `UNIT: message` as journalctl

@@ -200,6 +200,18 @@ def test_the_ansible_rolling_restart_of_three_loses_no_run(fleet: Fleet, tmp_pat
     assert not any(roll_mark(m) for m in fleet.masters), "the roll's marks outlived it"
     assert list(roll.cycles) == [m.name for m in fleet.masters], roll.describe()
     assert all(c.code == 0 for c in roll.cycles.values()), roll.describe()
+    # HAProxy sends the key as packaging/haproxy/pmcheck.cfg does, and nothing else on its
+    # host polls: each cycle's wait goes by its proven word (out, no session left), and no
+    # unproven poller is waited out by time.
+    for name, c in roll.cycles.items():
+        drained = c.steps.get("wait-drained")
+        assert drained is not None, f"{name}: no wait-drained step: {c.stdout}"
+        measured(f"{name}: the cycle's wait for the drain", f"{drained[1]:.1f}s: {drained[2][:300]}")
+        # (A load balancer's state header is read only from a proven poller.)
+        assert "unverified" not in drained[2], f"{name}: {drained[2]}"
+        assert re.search(r"load balancer \S+ .* says \w+ .*: out, no session left", drained[2]), (
+            f"{name}: {drained[2]}"
+        )
     end = max(fleet.wait_up(m) for m in fleet.masters)
     failed, said = figures(fleet, "the Ansible rolling restart of three masters", roll.start, end)
     assert not failed, f"{said}: {fleet.describe_failed(failed)}"
