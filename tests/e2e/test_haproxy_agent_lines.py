@@ -12,6 +12,7 @@ per server (more than rise/fall 3), then records what `show stat` and `show serv
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -144,3 +145,45 @@ def test_haproxy_reads_each_agent_line(haproxy, shipped_haproxy):
             if line.startswith("up drain") and DRAIN not in s["last_agt"]:
                 failures.append(f"{what}: the reason is not in last_agt: {shown(s)}")
         assert not failures, "HAProxy did not read these as the contract says:\n" + "\n".join(failures)
+
+
+@pytest.mark.every_haproxy("3.2", "3.4")
+def test_haproxy_exports_an_unreachable_agent_check_as_the_alert_reads_it(haproxy, shipped_haproxy):
+    """packaging/prometheus's PmcheckAgentCheckUnreachable reads HAProxy's own exporter:
+    `haproxy_server_agent_status{proxy, server, state}`, 1 for the current state, L4CON for an
+    agent port that refuses. 3.2 added the series; 2.6 and 3.0 export none."""
+    with st.HttpStatusStub(200, "OK") as http:
+        # The agent port: a free port nothing listens on, so every agent check is refused.
+        cfg, backend, servers = st.render_haproxy(shipped_haproxy, st.free_port(), http.port, timing=TIMING)
+        prom = st.free_port()
+        cfg += (
+            "\nfrontend prometheus\n    mode http\n"
+            f"    bind {st.LOOPBACK}:{prom}\n    http-request use-service prometheus-exporter\n"
+        )
+        h = haproxy("exporter", cfg, "packaging/haproxy/pmcheck.cfg and HAProxy's prometheus-exporter")
+
+        def scrape() -> str:
+            return st.http_request(prom, "/metrics?scope=server", timeout=5).body
+
+        srv = servers[0]
+        refused = f'haproxy_server_agent_status{{proxy="{backend}",server="{srv}",state="L4CON"}} 1'
+        if h.release < (3, 2):
+            text, _ = st.wait_until(
+                f"HAProxy's exporter to show {srv}",
+                lambda: (t := scrape()) and f'server="{srv}"' in t and t,
+                10,
+            )
+            assert "haproxy_server_agent_status" not in text, text
+            record(f"{h.label}'s exporter and agent checks", "no haproxy_server_agent_status series")
+            return
+        text, took = st.wait_until(
+            f"HAProxy's exporter to say {srv}'s agent check is refused",
+            lambda: (t := scrape()) and refused in t and t,
+            10,
+            alive=h.check_alive,
+        )
+        states = re.findall(
+            rf'haproxy_server_agent_status{{proxy="{backend}",server="{srv}",state="(\w+)"}} 1', text
+        )
+        assert states == ["L4CON"], states
+        record(f"{h.label}'s exporter, an agent port that refuses", f"{refused} after {took:.1f}s")

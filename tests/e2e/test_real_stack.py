@@ -222,25 +222,26 @@ def test_haproxy_check_follows_drain_and_undrain(pmcheck, haproxy, shipped_hapro
 
 
 @pytest.mark.usefixtures("puppetserver")
+@pytest.mark.ci_on("debian12", "debian13")  # Debian 12: that HAProxy 2.6 refuses the keyword
 @pytest.mark.every_haproxy("3.2", "3.4")
 def test_init_state_down_keeps_a_fresh_server_out_until_pmcheck_says_ok(
     pmcheck, haproxy, haproxy_bin, shipped_haproxy, testdir
 ):
     """packaging/haproxy/pmcheck.cfg's advice for HAProxy 3.1+: with `init-state down` on its
     server lines a freshly started HAProxy sends no agent to a drained master, where without it
-    the master counts UP until `fall` checks have failed. 2.6 and 3.0 refuse the keyword."""
+    the master counts UP until its first check fails (HAProxy spreads the first checks over
+    `inter`). 2.6 and 3.0 refuse the keyword."""
     assert "add `init-state down` to each server line" in shipped_haproxy
-    state = testdir / "state"
-    d = pmcheck.serve(state)
-    d.wait_verdict(200)
-    cp = pmcheck.run("drain", "--reason", "e2e: init-state", "--state-dir", str(state))
-    assert cp.returncode == 0, cp
-    d.wait_verdict(503, timeout=1)
-    cfg, backend, servers = st.render_haproxy(shipped_haproxy, st.free_port(), d.port)
-    with_init, n = re.subn(r"(?m)^([ \t]*server[ \t].*\S)[ \t]*$", r"\1 init-state down", cfg)
-    assert n == len(servers), with_init
+
+    def rendered(check_port: int) -> tuple[str, str, str, list[str]]:
+        cfg, backend, servers = st.render_haproxy(shipped_haproxy, st.free_port(), check_port)
+        with_init, n = re.subn(r"(?m)^([ \t]*server[ \t].*\S)[ \t]*$", r"\1 init-state down", cfg)
+        assert n == len(servers), with_init
+        return cfg, with_init, backend, servers
+
     release = st.release_of(haproxy_bin)
     if release < (3, 1):
+        _, with_init, _, _ = rendered(st.free_port())
         h = st.HAProxy(testdir, "init-refused", with_init, "packaging/haproxy/pmcheck.cfg + init-state down",
                        binary=haproxy_bin)  # fmt: skip
         with pytest.raises(st.StackError) as refused:
@@ -254,10 +255,17 @@ def test_init_state_down_keeps_a_fresh_server_out_until_pmcheck_says_ok(
         )
         return
 
+    state = testdir / "state"
+    d = pmcheck.serve(state)
+    d.wait_verdict(200)
+    cp = pmcheck.run("drain", "--reason", "e2e: init-state", "--state-dir", str(state))
+    assert cp.returncode == 0, cp
+    d.wait_verdict(503, timeout=1)
+    cfg, with_init, backend, servers = rendered(d.port)
     # Without it, as shipped: a fresh HAProxy counts the drained master UP until its first
-    # checks fail (HAProxy spreads them over `inter`), and sends agents there meanwhile.
+    # check fails, and sends agents there meanwhile.
     plain = haproxy("plain", cfg, "packaging/haproxy/pmcheck.cfg")
-    # With it: out from the start; sampled for longer than `fall 3` x `inter 2s` takes.
+    # With it: out from the start; sampled for 7 s, over three rounds of checks (`inter 2s`).
     h = haproxy("init", with_init, "packaging/haproxy/pmcheck.cfg + init-state down")
     seen: set[str] = set()
     until = time.monotonic() + 7

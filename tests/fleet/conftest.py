@@ -64,16 +64,23 @@ class Master:
         return self.ssh("systemctl show -p MainPID --value puppetserver").stdout.strip()
 
     def answer(self, timeout: float = 1.0) -> tuple[int, str]:
-        """pmcheck's answer on port 9200 as HAProxy's check gets it: its status code and first
-        line (``VERDICT - reason``). Asked at /status, which is not a poll: polled at /, this watch
+        """pmcheck's answer on port 9200 to a poll that proves nothing (a drain the drain rule
+        holds for a proven load balancer shows DRAINED here): its status code and first line
+        (``VERDICT - reason``). Asked at /status, which is not a poll: polled at /, this watch
         would be a second, unproven poller on the load balancer's address, and every wait would
         wait it out by time; this way the waits and the guard go by the proven checks of the
-        load balancer alone, as on a user's fleet."""
+        load balancer alone, as on a user's fleet. An answer that is not pmcheck's JSON raises
+        OSError, as a failed connection does."""
         r = st.http_request(
             9200, "/status", headers={"User-Agent": "pmcheck/fleet"}, host=self.addr, timeout=timeout
         )
-        answer = json.loads(r.body)
-        return r.status, f"{answer['verdict']} - {answer['reason']}"
+        try:
+            answer = json.loads(r.body)
+            return r.status, f"{answer['verdict']} - {answer['reason']}"
+        except (ValueError, KeyError, TypeError) as e:
+            raise OSError(
+                f"/status answered {r.status} without pmcheck's JSON ({e!r}): {r.body[:200]!r}"
+            ) from e
 
     def journal(self, since_wall: float) -> list[tuple[float, str]]:
         """The master's journal since a wall-clock time: (time, `UNIT: message` as journalctl

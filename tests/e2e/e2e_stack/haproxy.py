@@ -54,10 +54,11 @@ class HAProxy:
         self.name = name
         self.binary = binary
         self.sock = workdir / f"haproxy-{name}.sock"
-        # HAProxy takes a socket path of at most 97 bytes; a test's directory, named after the
-        # test and its parameters, may be longer.
+        # HAProxy binds `<path>.<pid>.tmp` first, within sun_path's 108 bytes (it said "max 97"
+        # for a 6-digit PID); a test's directory, named after the test and its parameters, can
+        # make the path longer than that.
         self.sock_dir: Path | None = None
-        if len(str(self.sock)) > 97:
+        if len(str(self.sock)) > 90:
             self.sock_dir = Path(tempfile.mkdtemp(prefix="pmcheck-hap-", dir="/tmp"))
             self.sock = self.sock_dir / f"{name}.sock"
         self.cfg = workdir / f"haproxy-{name}.cfg"
