@@ -95,7 +95,8 @@ def test_prometheus_follows_a_drain_and_a_stop(pmcheck, puppetserver, prometheus
     groups = prom.api("rules")["groups"]
     rules = sorted((r["name"], r["health"]) for g in groups for r in g["rules"])
     names = (
-        ["PmcheckCertificateExpiresSoon"] * 2
+        ["PmcheckAgentCheckUnreachable"]
+        + ["PmcheckCertificateExpiresSoon"] * 2
         + ["PmcheckCodeDiverged"] * 2
         + ["PmcheckCrlStale"]
         + ["PmcheckDrainedTooLong"] * 2
