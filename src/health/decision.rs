@@ -190,6 +190,18 @@ impl<'a> Decision<'a> {
         hold::live(holders, started(self.probe), now)
     }
 
+    /// Whether `body` is this decision's [`Self::text`], byte for byte (one format, kept here):
+    /// a kept-alive connection sends its last answer again while this holds.
+    pub fn is_text(&self, body: &[u8]) -> bool {
+        let verdict = self.verdict.as_str().as_bytes();
+        let reason = self.reason.as_bytes();
+        body.len() == verdict.len() + 3 + reason.len() + 1
+            && body.starts_with(verdict)
+            && body[verdict.len()..].starts_with(b" - ")
+            && body[verdict.len() + 3..body.len() - 1] == *reason
+            && body.ends_with(b"\n")
+    }
+
     /// The one-line body for people and curl.
     pub fn text(&self) -> String {
         let verdict = self.verdict.as_str();

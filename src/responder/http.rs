@@ -65,9 +65,14 @@ pub(crate) fn respond_with(
     body: String,
     json: bool,
 ) -> Response<Full<Bytes>> {
-    let phrase = (decision.verdict != Verdict::Ok).then(|| reason_phrase(decision));
     let content_type = if json { JSON } else { TEXT };
-    answer(decision, method, Bytes::from(body), phrase, content_type)
+    answer(
+        decision,
+        method,
+        Bytes::from(body),
+        reason_phrase(decision),
+        content_type,
+    )
 }
 
 fn answer(
@@ -101,26 +106,15 @@ impl Rendered {
     /// The body and reason phrase of `decision`, from the last answer when it says the same.
     fn text(&mut self, decision: &Decision<'_>) -> (Bytes, Option<ReasonPhrase>) {
         if let Some((body, phrase)) = &self.last
-            && says(body, decision)
+            && decision.is_text(body)
         {
             return (body.clone(), phrase.clone());
         }
         let body = Bytes::from(decision.text());
-        let phrase = (decision.verdict != Verdict::Ok).then(|| reason_phrase(decision));
+        let phrase = reason_phrase(decision);
         self.last = Some((body.clone(), phrase.clone()));
         (body, phrase)
     }
-}
-
-/// Whether `body` is [`Decision::text`] of `decision`: the phrase is made from the same verdict
-/// and reason, so it goes with it.
-fn says(body: &[u8], decision: &Decision<'_>) -> bool {
-    let verdict = decision.verdict.as_str().as_bytes();
-    let reason = decision.reason.as_bytes();
-    body.len() == verdict.len() + 3 + reason.len() + 1
-        && body.starts_with(verdict)
-        && body[verdict.len()..].starts_with(b" - ")
-        && body[verdict.len() + 3..body.len() - 1] == *reason
 }
 
 /// Every answer's status, type, length and `no-store`; HEAD gets the same headers, no body.
@@ -147,7 +141,11 @@ pub(crate) fn with_body(
 
 /// The status line's reason phrase: the verdict and the start of its reason, which HAProxy shows
 /// as the check's info on its stats page (`last_chk`), so the cause of a 503 is visible there.
-fn reason_phrase(decision: &Decision<'_>) -> ReasonPhrase {
+/// OK keeps the standard phrase: none.
+fn reason_phrase(decision: &Decision<'_>) -> Option<ReasonPhrase> {
+    if decision.verdict == Verdict::Ok {
+        return None;
+    }
     /// Long enough for "Drained: kernel upgrade (by alice since ...)", short enough for a table cell.
     const LIMIT: usize = 100;
     let word = decision.verdict.reason_phrase();
@@ -168,7 +166,10 @@ fn reason_phrase(decision: &Decision<'_>) -> ReasonPhrase {
             '?'
         });
     }
-    ReasonPhrase::try_from(phrase).unwrap_or_else(|_| ReasonPhrase::from_static(word.as_bytes()))
+    Some(
+        ReasonPhrase::try_from(phrase)
+            .unwrap_or_else(|_| ReasonPhrase::from_static(word.as_bytes())),
+    )
 }
 
 pub(crate) fn method_not_allowed() -> Response<Full<Bytes>> {
