@@ -464,14 +464,14 @@ fn sigterm_stops_the_daemon_cleanly() {
 /// but STARTING, which changes nothing in HAProxy.
 #[test]
 fn a_first_probe_that_times_out_is_made_again_before_any_answer() {
-    let s = Setup::new(Behavior::Hang);
+    let s = Setup::new(Behavior::HangProbes);
     let d = s.daemon(&["--agent-listen", "127.0.0.1:0"]);
     let deadline = Instant::now() + SOON;
-    while s.stub.connections() == 0 {
+    while s.stub.unanswered() == 0 {
         assert!(Instant::now() < deadline, "the first probe never came");
         std::thread::sleep(Duration::from_millis(10));
     }
-    // The first connection hangs until the probe's 1 s deadline; the next one is answered.
+    // The first probe's request hangs until its 1 s deadline; the next one is answered.
     s.stub.set(Behavior::Running);
     let mut said = Vec::new();
     loop {

@@ -19,6 +19,9 @@ use tokio::net::TcpListener;
 use super::pki::Ca;
 use super::{CERTNAME, fixture};
 
+/// The file sync client's status, which the daemon asks aside from its probes.
+const FILE_SYNC_PATH: &str = "/status/v1/services/file-sync-client-service";
+
 /// How the stub answers.
 #[derive(Clone, Debug)]
 pub enum Behavior {
@@ -40,6 +43,11 @@ pub enum Behavior {
     Reply(u16, &'static str, &'static str),
     /// Accept the TCP connection, or a request on an open one, and never say a word.
     Hang,
+    /// Complete the TLS handshake and answer the file sync status (404, as open source does),
+    /// but never answer a probe's request. Unlike [`Behavior::Hang`] this holds the probe
+    /// whichever connection its request lands on: the HTTP client's pool hands a waiting
+    /// request the first connection ready, and the daemon's file sync request opens one too.
+    HangProbes,
     /// A Puppet Server older than 6.14: no pool service, no /status/v1/simple/server.
     Legacy,
 }
@@ -115,6 +123,8 @@ pub struct Seen {
     pub requests: AtomicUsize,
     pub file_sync_requests: AtomicUsize,
     pub connections: AtomicUsize,
+    /// Probe requests received and left unanswered ([`Behavior::Hang`], [`Behavior::HangProbes`]).
+    pub unanswered: AtomicUsize,
     pub snis: Mutex<Vec<Option<String>>>,
     pub requests_log: Mutex<Vec<(String, String, Option<String>)>>,
 }
@@ -226,6 +236,11 @@ impl Stub {
     pub fn connections(&self) -> usize {
         self.seen.connections.load(Ordering::SeqCst)
     }
+
+    /// Probe requests left unanswered.
+    pub fn unanswered(&self) -> usize {
+        self.seen.unanswered.load(Ordering::SeqCst)
+    }
 }
 
 async fn serve_stub(
@@ -239,8 +254,11 @@ async fn serve_stub(
         let Ok((tcp, _)) = listener.accept().await else {
             continue;
         };
+        // Decided before the connection is counted: a test that changes the behaviour once it
+        // sees a connection must not change what that connection gets.
+        let hang = matches!(*behavior.lock().unwrap(), Behavior::Hang);
         seen.connections.fetch_add(1, Ordering::SeqCst);
-        if matches!(*behavior.lock().unwrap(), Behavior::Hang) {
+        if hang {
             hung.push(tcp);
             continue;
         }
@@ -255,7 +273,15 @@ async fn serve_stub(
             seen.snis.lock().unwrap().push(sni.clone());
             let service = service_fn(move |req: Request<hyper::body::Incoming>| {
                 // A request on a kept-alive connection hangs too, not only a new connection.
-                let hang = matches!(*behavior.lock().unwrap(), Behavior::Hang);
+                let probe = req.uri().path() != FILE_SYNC_PATH;
+                let hang = match *behavior.lock().unwrap() {
+                    Behavior::Hang => true,
+                    Behavior::HangProbes => probe,
+                    _ => false,
+                };
+                if hang && probe {
+                    seen.unanswered.fetch_add(1, Ordering::SeqCst);
+                }
                 let answer = (!hang).then(|| stub_answer(&req, sni.as_deref(), &seen, &behavior));
                 async move {
                     match answer {
@@ -277,7 +303,7 @@ fn stub_answer(
     seen: &Seen,
     behavior: &Mutex<Behavior>,
 ) -> Response<Full<Bytes>> {
-    if req.uri().path() == "/status/v1/services/file-sync-client-service" {
+    if req.uri().path() == FILE_SYNC_PATH {
         seen.file_sync_requests.fetch_add(1, Ordering::SeqCst);
     } else {
         seen.requests.fetch_add(1, Ordering::SeqCst);
