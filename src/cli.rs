@@ -480,12 +480,12 @@ pub struct RollArgs {
     /// The roll's name, the same on every master it marks (the playbook's names its control node and start)
     #[arg(long, value_name = "NAME", required_unless_present = "force", value_parser = parse_roll_name)]
     pub(crate) name: Option<String>,
-    /// `begin`: what the roll runs, shown with its mark
-    #[arg(long, value_name = "TEXT", default_value = "a rolling restart", value_parser = crate::drain::record::parse_reason)]
-    pub(crate) reason: String,
-    /// `begin`: the mark lapses after this long, so that a roll whose control node died keeps no other out for good
-    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, default_value = "4h")]
-    pub(crate) lasting: Duration,
+    /// `begin`: what the roll runs, shown with its mark [default: a rolling restart]
+    #[arg(long, value_name = "TEXT", value_parser = crate::drain::record::parse_reason)]
+    pub(crate) reason: Option<String>,
+    /// `begin`: the mark lapses after this long, so that a roll whose control node died keeps no other out for good [default: 4h]
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) lasting: Option<Duration>,
     /// `end`: take the mark away whosever it is (or whatever the file holds)
     #[arg(long)]
     pub(crate) force: bool,

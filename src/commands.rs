@@ -77,7 +77,7 @@ impl Error {
             },
             Error::Status(e) => status_exit(e),
             Error::Roll(RollError::Locked(_) | RollError::Write { .. }) => Exit::CantCreate,
-            Error::Roll(RollError::Unnamed) => Exit::Usage,
+            Error::Roll(RollError::Unnamed | RollError::Misplaced { .. }) => Exit::Usage,
             Error::Roll(_) => Exit::Refused,
             Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,
             Error::Cycle(e) => match e {

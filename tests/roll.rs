@@ -92,3 +92,46 @@ fn a_lapsed_mark_is_replaced_and_an_unreadable_one_refuses_until_forced_away() {
         assert_eq!(out.status.code(), Some(64), "{bad:?}: {out:?}");
     }
 }
+
+/// An option of the other step was accepted and ignored: `begin --force` replaced nothing and
+/// `end --for 1h` ended at once. Each is refused (64), names itself, and touches no mark.
+#[test]
+fn an_option_of_the_other_step_is_refused_and_changes_nothing() {
+    let s = Setup::new(Behavior::Running);
+    let out = roll(&s, &["begin", "--name", "ctl1", "--reason", "upgrade"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mark = s.state.path().join("roll");
+    let before = std::fs::read(&mark).unwrap();
+    for (args, said) in [
+        (
+            &["begin", "--name", "ctl2", "--force"][..],
+            "--force is not for `roll begin`: a roll's begin never takes another roll's mark away; end that roll first",
+        ),
+        (
+            &["end", "--name", "ctl1", "--reason", "done"],
+            "--reason is not for `roll end`: ",
+        ),
+        (
+            &["end", "--name", "ctl1", "--for", "1h"],
+            "--for is not for `roll end`: ",
+        ),
+        (
+            &["end", "--force", "--for", "1h"],
+            "--for is not for `roll end`: ",
+        ),
+    ] {
+        let out = roll(&s, args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {out:?}");
+        assert_contains!(text(&out.stderr), said, "{args:?}");
+        assert_eq!(
+            std::fs::read(&mark).unwrap(),
+            before,
+            "{args:?} changed the mark"
+        );
+    }
+    let out = roll(&s, &["end", "--name", "ctl1"]);
+    assert_contains!(
+        text(&out.stdout),
+        "roll ctl1 ended here; its mark is removed"
+    );
+}

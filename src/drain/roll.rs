@@ -108,6 +108,17 @@ pub enum RollError {
     /// `begin` without a name (`--force` only ends a mark).
     #[error("roll begin needs --name: the same name on every master the roll marks")]
     Unnamed,
+    /// An option of the other step (`begin --force`, `end --reason`, `end --for`): refused
+    /// rather than ignored, so that nobody believes it did something.
+    #[error("{option} is not for `roll {step}`: {fix}")]
+    Misplaced {
+        /// The option given.
+        option: &'static str,
+        /// The step it was given to.
+        step: &'static str,
+        /// What to do instead.
+        fix: &'static str,
+    },
 }
 
 /// What a roll's mark was before `begin`.

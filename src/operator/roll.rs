@@ -3,12 +3,42 @@
 //! cycle, and ends it on every master at the end or at a failure.
 
 use std::path::Path;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::cli::{RollArgs, RollStep};
 use crate::console::{errln, outln};
 use crate::drain::file::DrainFile;
 use crate::drain::roll::{Began, Ended, Mark, RollError};
+
+/// What a roll runs, unless `begin --reason` says.
+const DEFAULT_REASON: &str = "a rolling restart";
+
+/// How long a mark lasts, unless `begin --for` says: longer than any roll of a few masters,
+/// short enough that a roll whose control node died keeps no other out for a working day.
+const DEFAULT_LASTING: Duration = Duration::from_secs(4 * 3600);
+
+/// An option the other step takes: refused before anything is touched.
+fn misplaced(args: &RollArgs) -> Option<RollError> {
+    let (option, step, fix) = match args.step {
+        RollStep::Begin if args.force => (
+            "--force",
+            "begin",
+            "a roll's begin never takes another roll's mark away; end that roll first (`pmcheck roll end --name NAME`, or `pmcheck roll end --force` for one whose play is gone)",
+        ),
+        RollStep::End if args.reason.is_some() => (
+            "--reason",
+            "end",
+            "the end takes the mark away whatever it says; leave --reason out",
+        ),
+        RollStep::End if args.lasting.is_some() => (
+            "--for",
+            "end",
+            "the end takes the mark away at once; leave --for out",
+        ),
+        _ => return None,
+    };
+    Some(RollError::Misplaced { option, step, fix })
+}
 
 /// `status`'s `roll:` line: the mark on this master, if any, and whether it lapsed.
 pub fn line(state_dir: &Path, now: SystemTime) -> Option<String> {
@@ -28,6 +58,9 @@ pub fn line(state_dir: &Path, now: SystemTime) -> Option<String> {
 
 /// Begins or ends the roll `args` names, saying what it found.
 pub async fn roll(args: RollArgs) -> Result<(), RollError> {
+    if let Some(misplaced) = misplaced(&args) {
+        return Err(misplaced);
+    }
     let file = DrainFile::new(&args.state.state_dir);
     let name = args.name.unwrap_or_default();
     let now = SystemTime::now();
@@ -37,7 +70,8 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
     let locked = (file.locked().await).map_err(|e| RollError::unlocked(file.dir(), e))?;
     match args.step {
         RollStep::Begin => {
-            let mine = Mark::new(&name, &args.reason, now, args.lasting);
+            let reason = args.reason.as_deref().unwrap_or(DEFAULT_REASON);
+            let mine = Mark::new(&name, reason, now, args.lasting.unwrap_or(DEFAULT_LASTING));
             let began = locked.begin_roll(&mine, now)?;
             let until = (mine.tenure.until.as_ref()).map_or("", |u| u.as_str());
             match began {
