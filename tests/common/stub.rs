@@ -303,17 +303,17 @@ fn stub_answer(
     seen: &Seen,
     behavior: &Mutex<Behavior>,
 ) -> Response<Full<Bytes>> {
-    if req.uri().path() == FILE_SYNC_PATH {
-        seen.file_sync_requests.fetch_add(1, Ordering::SeqCst);
-    } else {
+    let probe = req.uri().path() != FILE_SYNC_PATH;
+    if probe {
         seen.requests.fetch_add(1, Ordering::SeqCst);
+    } else {
+        seen.file_sync_requests.fetch_add(1, Ordering::SeqCst);
     }
     let host = req
         .headers()
         .get("host")
         .and_then(|h| h.to_str().ok())
         .map(str::to_owned);
-    let probe = !req.uri().path().ends_with("/file-sync-client-service");
     seen.requests_log.lock().unwrap().extend(probe.then(|| {
         (
             req.method().to_string(),
