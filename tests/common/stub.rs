@@ -122,7 +122,6 @@ pub struct Seen {
     /// asks aside once a minute (counted in `file_sync_requests`).
     pub requests: AtomicUsize,
     pub file_sync_requests: AtomicUsize,
-    pub connections: AtomicUsize,
     /// Probe requests received and left unanswered ([`Behavior::Hang`], [`Behavior::HangProbes`]).
     pub unanswered: AtomicUsize,
     pub snis: Mutex<Vec<Option<String>>>,
@@ -232,11 +231,6 @@ impl Stub {
         self.seen.requests.load(Ordering::SeqCst)
     }
 
-    /// TCP connections accepted (a hung one too).
-    pub fn connections(&self) -> usize {
-        self.seen.connections.load(Ordering::SeqCst)
-    }
-
     /// Probe requests left unanswered.
     pub fn unanswered(&self) -> usize {
         self.seen.unanswered.load(Ordering::SeqCst)
@@ -254,11 +248,7 @@ async fn serve_stub(
         let Ok((tcp, _)) = listener.accept().await else {
             continue;
         };
-        // Decided before the connection is counted: a test that changes the behaviour once it
-        // sees a connection must not change what that connection gets.
-        let hang = matches!(*behavior.lock().unwrap(), Behavior::Hang);
-        seen.connections.fetch_add(1, Ordering::SeqCst);
-        if hang {
+        if matches!(*behavior.lock().unwrap(), Behavior::Hang) {
             hung.push(tcp);
             continue;
         }
