@@ -272,7 +272,8 @@ async fn serve_stub(
                 if hang && probe {
                     seen.unanswered.fetch_add(1, Ordering::SeqCst);
                 }
-                let answer = (!hang).then(|| stub_answer(&req, sni.as_deref(), &seen, &behavior));
+                let answer =
+                    (!hang).then(|| stub_answer(&req, probe, sni.as_deref(), &seen, &behavior));
                 async move {
                     match answer {
                         Some(answer) => Ok::<_, std::convert::Infallible>(answer),
@@ -287,13 +288,15 @@ async fn serve_stub(
     }
 }
 
+/// The answer to `req`; `probe` when it is not the file sync status (the caller tells them
+/// apart already).
 fn stub_answer(
     req: &Request<hyper::body::Incoming>,
+    probe: bool,
     sni: Option<&str>,
     seen: &Seen,
     behavior: &Mutex<Behavior>,
 ) -> Response<Full<Bytes>> {
-    let probe = req.uri().path() != FILE_SYNC_PATH;
     if probe {
         seen.requests.fetch_add(1, Ordering::SeqCst);
     } else {
