@@ -208,9 +208,77 @@ async fn abuse(stream: &mut TcpStream, kind: Kind) {
     }
 }
 
-/// A monitor that keeps `connections` connections alive and asks on each in turn, every
-/// `every` until `until` (`GET /` over HTTP/1.1). A request not answered within `timeout`, or
-/// a connection closed under it, counts as lost (and the connection is opened again).
+/// A monitor: `connections` kept-alive connections from one address, asked in turn (`GET /`
+/// over HTTP/1.1). A request not answered within its timeout, or a connection closed under it,
+/// counts as lost (and the connection is opened again at its next turn).
+pub struct Monitor {
+    target: SocketAddr,
+    source: IpAddr,
+    open: Vec<Option<TcpStream>>,
+}
+
+impl Monitor {
+    /// Opens every connection and asks once on each, as a monitor running long before a
+    /// flood has: the table's promise is for connections that asked ("a newcomer never
+    /// displaces a connection that asked"), not for a monitor's newcomer racing a flood's.
+    pub async fn open(
+        target: SocketAddr,
+        source: IpAddr,
+        connections: usize,
+        timeout: Duration,
+    ) -> io::Result<Self> {
+        let mut open = Vec::with_capacity(connections);
+        for _ in 0..connections {
+            let mut stream = tokio::time::timeout(timeout, connect_from(source, target)).await??;
+            tokio::time::timeout(timeout, ask_keepalive(&mut stream)).await??;
+            open.push(Some(stream));
+        }
+        Ok(Self {
+            target,
+            source,
+            open,
+        })
+    }
+
+    /// Asks on each connection in turn, every `every` until `until`.
+    pub async fn poll(mut self, every: Duration, timeout: Duration, until: Instant) -> Polls {
+        let mut polls = Polls::default();
+        let mut turn = 0;
+        while Instant::now() < until {
+            let started = Instant::now();
+            let slots = self.open.len().max(1);
+            let Some(slot) = self.open.get_mut(turn % slots) else {
+                return polls;
+            };
+            turn += 1;
+            let (source, target) = (self.source, self.target);
+            let asked = tokio::time::timeout(timeout, async {
+                if slot.is_none() {
+                    *slot = Some(connect_from(source, target).await?);
+                }
+                let stream = slot
+                    .as_mut()
+                    .ok_or_else(|| io::Error::other("no connection"))?;
+                ask_keepalive(stream).await
+            })
+            .await;
+            match asked {
+                Ok(Ok(status)) => {
+                    polls.latencies.push(started.elapsed());
+                    polls.statuses.push(status);
+                }
+                _ => {
+                    polls.lost += 1;
+                    *slot = None;
+                }
+            }
+            tokio::time::sleep_until(tokio::time::Instant::from_std(started + every)).await;
+        }
+        polls
+    }
+}
+
+/// A [`Monitor`] whose connections open at their first turn, every `every` until `until`.
 pub async fn monitor_keepalive(
     target: SocketAddr,
     source: IpAddr,
@@ -219,36 +287,12 @@ pub async fn monitor_keepalive(
     timeout: Duration,
     until: Instant,
 ) -> Polls {
-    let mut polls = Polls::default();
-    let mut open: Vec<Option<TcpStream>> = (0..connections).map(|_| None).collect();
-    let mut turn = 0;
-    while Instant::now() < until {
-        let started = Instant::now();
-        let slot = &mut open[turn % connections];
-        turn += 1;
-        let asked = tokio::time::timeout(timeout, async {
-            if slot.is_none() {
-                *slot = Some(connect_from(source, target).await?);
-            }
-            let stream = slot
-                .as_mut()
-                .ok_or_else(|| io::Error::other("no connection"))?;
-            ask_keepalive(stream).await
-        })
-        .await;
-        match asked {
-            Ok(Ok(status)) => {
-                polls.latencies.push(started.elapsed());
-                polls.statuses.push(status);
-            }
-            _ => {
-                polls.lost += 1;
-                *slot = None;
-            }
-        }
-        tokio::time::sleep_until(tokio::time::Instant::from_std(started + every)).await;
-    }
-    polls
+    let monitor = Monitor {
+        target,
+        source,
+        open: (0..connections).map(|_| None).collect(),
+    };
+    monitor.poll(every, timeout, until).await
 }
 
 /// A polite flood (the c8a278e audit): `sources` addresses from `first` on, each keeping
