@@ -17,7 +17,8 @@
 //! Two more phases: `spread`, the flood from 2,000 addresses with one connection each (no
 //! address holds the most, so shedding must go by what the connections do), and `garbage`, 200
 //! clients writing garbage to the agent port as fast as it is taken. In every phase a monitor
-//! also asks on two kept-alive connections from 127.0.0.4 (its columns after `max`).
+//! also asks on two kept-alive connections from 127.0.0.4, opened before the flood (its columns
+//! after `max`).
 
 #[path = "../tests/common/flood.rs"]
 mod flood;
@@ -49,13 +50,19 @@ impl Drop for Daemon {
 
 fn start(bin: &str) -> Daemon {
     let state = tempfile::tempdir().expect("a state directory");
+    // An empty puppet.conf (a regular file: pmcheck refuses to read a device such as /dev/null).
+    let puppet_conf = state.path().join("puppet.conf");
+    std::fs::write(&puppet_conf, "").expect("an empty puppet.conf");
+    let state_dir = state.path().join("state");
+    std::fs::create_dir(&state_dir).expect("a state directory");
     // A port nobody listens on: polls are answered from the latest probe whatever it says.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port");
     let mut child = Command::new("sh")
         .args(["-c", "ulimit -Sn 1024 && exec \"$0\" \"$@\"", bin, "serve"])
-        .args(["--listen", "127.0.0.1:0", "--puppet-conf", "/dev/null"])
+        .args(["--listen", "127.0.0.1:0", "--puppet-conf"])
+        .arg(&puppet_conf)
         .args(["--agent-listen", "127.0.0.1:0"])
         .args([
             "--certname",
@@ -64,7 +71,7 @@ fn start(bin: &str) -> Daemon {
             &closed.to_string(),
         ])
         .arg("--state-dir")
-        .arg(state.path())
+        .arg(&state_dir)
         .env_clear()
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
@@ -119,21 +126,17 @@ struct Phase {
 
 async fn phase(d: &Daemon, name: &str, seconds: u64, attack: Option<Attack>) -> Phase {
     let lb: IpAddr = "127.0.0.2".parse().expect("an address");
+    let monitor: IpAddr = "127.0.0.4".parse().expect("an address");
+    let monitor = flood::Monitor::open(d.addr, monitor, 2, Duration::from_secs(2))
+        .await
+        .expect("the monitor's two connections, before the flood");
     let until = Instant::now() + Duration::from_secs(seconds);
     let logged = d.log_lines.load(Ordering::Relaxed);
     let attacking = attack.map(|a| a.spawn(until));
     let every = Duration::from_millis(10);
-    let monitor: IpAddr = "127.0.0.4".parse().expect("an address");
     let (polls, monitor, (rss_kib, fds)) = tokio::join!(
         flood::poll_like_haproxy(d.addr, lb, every, Duration::from_secs(2), until),
-        flood::monitor_keepalive(
-            d.addr,
-            monitor,
-            2,
-            Duration::from_millis(20),
-            Duration::from_secs(2),
-            until
-        ),
+        monitor.poll(Duration::from_millis(20), Duration::from_secs(2), until),
         flood::sample_process(d.child.id(), until),
     );
     let hostile = attacking
