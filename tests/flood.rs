@@ -113,10 +113,10 @@ fn a_flood_from_one_address_never_starves_a_load_balancer() {
 /// holds two). A monitor with two kept-alive connections (unproven, opened and asked on before
 /// the flood, as a monitor's are) and a proven load balancer's single-shot polls lose nothing:
 /// the flood's connections never ask, never read, or write garbage, which no load balancer
-/// does. (An unproven newcomer opened during the flood's first burst may be shed before its
-/// request is read, like the flood's own: nothing tells them apart yet.) (c8a278e passes this one too: its losses came
-/// from a polite spread, the next test but one.) Lost means closed under it, or not answered
-/// within 5 s.
+/// does. An unproven newcomer opened during the flood's first burst may be shed before its
+/// request is read, like the flood's own: nothing tells them apart yet. (c8a278e passes this
+/// one too: its losses came from a polite spread, the next test but one.) Lost means closed
+/// under it, or not answered within 5 s.
 #[test]
 fn a_flood_spread_over_many_addresses_never_sheds_a_monitor_or_a_load_balancer() {
     let s = Setup::new(Behavior::Running);
