@@ -548,6 +548,7 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
             "up drain #DRAINED"
         };
         assert!(fresh.starts_with(want), "{name}: a fresh daemon: {fresh}");
+        let whose = node.proof.judge(lb, Some(KEY.as_bytes()));
         let now = Instant::now();
         // bk-old: this node has been out there for 70 s (a DRAINED run), its header then
         // saying the backend is empty; bk-stale: a line last heard 10 s ago, saying last.
@@ -563,6 +564,7 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
                     line: None,
                     client: None,
                     proof: Proof::Key,
+                    key_line: whose.key_line,
                 },
                 now - Duration::from_secs(s),
             );
@@ -579,6 +581,7 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
                     line: None,
                     client: None,
                     proof: Proof::Key,
+                    key_line: whose.key_line,
                 },
                 now - Duration::from_secs(s),
             );
@@ -635,27 +638,42 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
         for (what, got, want) in table {
             assert_eq!(got, want, "{name}: {what}");
         }
-        // The agent checks, each naming its line: bk held where its HTTP check was, bk2 out.
+        // The agent checks, each naming its line. While bk's own agent check is not heard, an
+        // agent check naming another line might be bk's with a copied `agent-send`: it follows
+        // the most careful line, bk, held (the audit at 4743d29 emptied bk that way).
         let say = |line: &str| agent(line).starts_with("up ready");
-        assert_eq!(say("bk/m1"), may, "{name}: agent of bk");
+        assert_eq!(
+            say("bk2/m1"),
+            may,
+            "{name}: agent of bk2 before bk's is heard"
+        );
+        // Heard on every held line (bk, and bk-new): each follows its own line, bk held where
+        // its HTTP check was, bk2 out.
+        for held_line in ["bk-new/m1", "bk/m1"] {
+            let sent = Sent::of(format!("{held_line} {KEY}\n").as_bytes());
+            let (line, told) = node.agent_line(lb, &sent);
+            node.agent_told(lb, &sent, told);
+            assert_eq!(
+                line.starts_with("up ready"),
+                may,
+                "{name}: agent of {held_line}: {line}"
+            );
+        }
         assert!(
             !say("bk2/m1"),
             "{name}: agent of bk2, out: {}",
             agent("bk2/m1")
         );
         assert!(!say("bk-old/m1"), "{name}: agent of bk-old");
-        // A line whose HTTP check is not seen (never, or not for 10 s) while others are: a
-        // drain that may be held is told no admin word, HAProxy keeps the server as it was;
-        // another is out.
+        // A line whose HTTP check is not seen (never, or not for 10 s) while others are: it
+        // names no line this load balancer checks, and follows the most careful, bk.
         for unseen in ["nope/m1", "bk-stale/m1"] {
-            let said = agent(unseen);
-            let quiet = format!("#DRAINED - no HTTP check of {unseen} by load balancer");
-            let want = if may {
-                quiet.as_str()
-            } else {
-                "up drain #DRAINED"
-            };
-            assert!(said.starts_with(want), "{name}: agent of {unseen}: {said}");
+            assert_eq!(
+                say(unseen),
+                may,
+                "{name}: agent of {unseen}: {}",
+                agent(unseen)
+            );
         }
         // One that names no line follows the most careful: bk, held.
         let unnamed = node
@@ -666,10 +684,19 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
             may,
             "{name}: agent naming no line: {unnamed}"
         );
+        // Without the key (no `agent-send`, as a backend written before it was shipped): it
+        // proves nothing, and still never takes out a node held at its address.
         let unproven = node.agent_line(lb, &Sent::of(b"bk/m1\n")).0;
+        assert_eq!(
+            unproven.starts_with("up ready"),
+            may,
+            "{name}: an agent check without the key: {unproven}"
+        );
+        let elsewhere: IpAddr = "10.0.0.9".parse().unwrap();
+        let unproven = node.agent_line(elsewhere, &Sent::of(b"bk/m1\n")).0;
         assert!(
             unproven.starts_with("up drain"),
-            "{name}: an agent check without the key: {unproven}"
+            "{name}: an agent check without the key from another address: {unproven}"
         );
     }
 }

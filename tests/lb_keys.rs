@@ -154,18 +154,22 @@ fn config_check_names_a_loose_or_weak_key_file_and_each_keys_addresses() {
     };
     let good = key_file(
         dir.path(),
-        &format!("{LB_KEY} 10.0.0.5 10.0.1.0/29\n"),
+        &format!("{LB_KEY} 10.0.0.5 10.0.1.0/29 10.8.0.0/16\n"),
         0o640,
     );
     let out = check(&good);
     let stdout = text(&out.stdout);
     assert_contains!(
         stdout,
-        "load balancer key, line 1: for 10.0.0.5/32, 10.0.1.0/29"
+        "load balancer key, line 1: for 10.0.0.5/32, 10.0.1.0/29, 10.8.0.0/16"
     );
     assert_contains!(
         stdout,
-        "warning: the key on line 1 of the load balancer key file is bound to 10.0.1.0/29, more than one host"
+        "warning: the key on line 1 of the load balancer key file is bound to 10.8.0.0/16, wider than a /24 (IPv4) or /64 (IPv6)"
+    );
+    assert!(
+        !stdout.contains("10.0.1.0/29, wider"),
+        "a /29 is a site's subnet: {stdout}"
     );
     for (text_, mode, said) in [
         (

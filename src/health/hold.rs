@@ -39,6 +39,11 @@ pub enum Held {
     LastServer,
     /// No server takes new agents: this node and another went out at once.
     EmptyBackend,
+    /// Two load balancers answer as one (one key and one `node` name, two HAProxy
+    /// processes): their headers of the line disagree about the backend, check by check. Such
+    /// a view may keep the node in, never let it out: which of them a check came from is
+    /// unknown, so neither one's word can be trusted to leave another server.
+    TwoViews,
 }
 
 /// What a server line's header holds: why a drain that may be held is held there, if it is.
@@ -46,7 +51,11 @@ pub enum Held {
 /// `agent_out`: the line's agent check had been told `drain` when HAProxy wrote the header, so
 /// HAProxy keeps the server in DRAIN, out of the backend's total weight (the word stays `UP`).
 /// `young`: this node's drain took effect at the line less than [`YOUNG`] ago, or has not.
-pub fn holds(lb: &LbState, agent_out: bool, young: bool) -> Option<Held> {
+/// `two_views`: the line's headers come from two load balancers answering as one.
+pub fn holds(lb: &LbState, agent_out: bool, young: bool, two_views: bool) -> Option<Held> {
+    if two_views {
+        return Some(Held::TwoViews);
+    }
     if lb.last_serving() && !agent_out {
         return Some(Held::LastServer);
     }
@@ -120,8 +129,20 @@ impl Held {
                 "drain held: load balancer{node} says no server takes new agents in backend {} (another master went out at the same moment); it goes out once another server takes agents there",
                 lb.backend
             ),
+            Held::TwoViews => format!(
+                "drain held: {}; it goes out once each load balancer proves itself apart",
+                two_views(&node, &lb.backend, &lb.server)
+            ),
         }
     }
+}
+
+/// What two load balancers answering as one look like, and what to change: the one sentence,
+/// for the answer's reason and the operator's refusal alike.
+pub fn two_views(node: &str, backend: &str, server: &str) -> String {
+    format!(
+        "two load balancers{node} answer as one for {backend}/{server} (their checks of it, with one key, disagree about the backend at every check): give each HAProxy its own key line in the key file (--lb-key-file), bound to its address"
+    )
 }
 
 #[cfg(test)]
@@ -180,9 +201,16 @@ mod tests {
             (EMPTY, false, false, None),
             (EMPTY, true, true, Some(Held::EmptyBackend)),
         ];
+        for (header, ..) in table {
+            assert_eq!(
+                holds(&h(header), true, false, true),
+                Some(Held::TwoViews),
+                "two views at {header} keep the node in, whatever the header says"
+            );
+        }
         for (header, agent_out, young, want) in table {
             assert_eq!(
-                holds(&h(header), agent_out, young),
+                holds(&h(header), agent_out, young, false),
                 want,
                 "{header} agent_out={agent_out} young={young}"
             );

@@ -143,6 +143,39 @@ pub fn name_of(bytes: &[u8]) -> &[u8] {
         .unwrap_or_default()
 }
 
+/// One field of a header (`node=` gives `node`), found without reading the rest; empty when
+/// there is none.
+fn field_of<'a>(bytes: &'a [u8], key: &[u8]) -> &'a [u8] {
+    (bytes.split(|&b| b == b';').map(<[u8]>::trim_ascii))
+        .find_map(|field| field.strip_prefix(key)?.strip_prefix(b"="))
+        .unwrap_or_default()
+}
+
+/// The `node=` of a header: which HAProxy wrote it (its `global node`, else its host name).
+pub fn node_of(bytes: &[u8]) -> &[u8] {
+    field_of(bytes, b"node")
+}
+
+/// What a header says of the backend, as a fingerprint: the state word, the weights and the
+/// throttle, not the sessions (which move at every check). One HAProxy's headers of a line
+/// change it only when a server changes state; two HAProxy processes answering as one,
+/// with different servers, make it flip at every check ([`crate::responder::server_line`]).
+pub fn backend_view(bytes: &[u8]) -> u64 {
+    let word = bytes.split(|&b| b == b';').next().unwrap_or_default();
+    // FNV-1a: allocation-free, and a collision only misses a flip.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in [
+        word,
+        field_of(bytes, b"weight"),
+        field_of(bytes, b"throttle"),
+    ] {
+        for &b in part.iter().chain(b";") {
+            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
 /// Reads one header value.
 pub fn parse(bytes: &[u8]) -> Result<LbState, Malformed> {
     let f = fields(bytes)?;

@@ -79,15 +79,25 @@ impl Blocker {
                 "{} says no server takes new agents in backend {} (weight {} of 0)",
                 self.who, lb.backend, lb.weight
             ),
+            Held::TwoViews => format!(
+                "{}: {}",
+                self.who,
+                hold::two_views("", &lb.backend, &lb.server)
+            ),
         }
     }
 
     /// What ends the hold.
     pub fn ends(&self) -> String {
-        format!(
-            "it ends once another server takes new agents in backend {}",
-            self.lb.backend
-        )
+        match self.held {
+            Held::TwoViews => {
+                "it ends once each load balancer proves itself with its own key".to_owned()
+            }
+            _ => format!(
+                "it ends once another server takes new agents in backend {}",
+                self.lb.backend
+            ),
+        }
     }
 }
 

@@ -16,12 +16,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+pub use crate::responder::throttle::Throttle;
 pub use crate::settings::Limits;
 
 /// Descriptors kept for everything but polls: listeners, the probe, the journal, blocking reads.
@@ -88,6 +89,9 @@ pub struct Activity {
     stalled: AtomicU64,
     /// Told of the first request, for a stop that waits for it.
     first: tokio::sync::Notify,
+    /// Its latest request did not prove itself a load balancer's: a connection admitted as a
+    /// proven load balancer's (by its address) loses its kept room.
+    unproven: AtomicBool,
 }
 
 impl Activity {
@@ -97,7 +101,14 @@ impl Activity {
             asked: AtomicU64::new(0),
             stalled: AtomicU64::new(0),
             first: tokio::sync::Notify::new(),
+            unproven: AtomicBool::new(false),
         }
+    }
+
+    /// Its latest request proved itself a load balancer's (its key, or an `--lb-address`), or
+    /// did not.
+    pub fn proved(&self, proven: bool) {
+        self.unproven.store(!proven, Ordering::Relaxed);
     }
 
     fn stamp(&self) -> u64 {
@@ -148,6 +159,8 @@ struct Table {
     fresh: BTreeSet<u64>,
     /// How many connections are not a proven load balancer's.
     unproven: usize,
+    /// The connections admitted as a proven load balancer's, until they show otherwise.
+    proven: BTreeSet<u64>,
     shed: Throttle,
     refused: Throttle,
 }
@@ -231,6 +244,7 @@ impl Connections {
                 heaviest: BTreeSet::new(),
                 fresh: BTreeSet::new(),
                 unproven: 0,
+                proven: BTreeSet::new(),
                 shed: Throttle::new(LOG_EVERY),
                 refused: Throttle::new(LOG_EVERY),
             }),
@@ -267,6 +281,11 @@ impl Connections {
             activity: Arc::clone(&activity),
         };
         let held = table.sources.get(&source).map_or(0, |s| s.ids.len());
+        let crowded =
+            held >= limits.per_source || table.live.len() + reserved(limits.total) >= limits.total;
+        if crowded {
+            table.demote(now);
+        }
         let room = if held >= limits.per_source {
             Some(table.least_useful(source, now, false))
         } else if table.live.len() >= limits.total
@@ -297,19 +316,53 @@ impl Connections {
         );
         let mut from = table.sources.remove(&source).unwrap_or_default();
         from.ids.insert(id);
-        if !proven {
-            table.heaviest.remove(&(from.unproven, source));
-            from.unproven += 1;
-            table.heaviest.insert((from.unproven, source));
-            table.unproven += 1;
-            table.fresh.insert(id);
-        }
         table.sources.insert(source, from);
+        if proven {
+            table.proven.insert(id);
+        } else {
+            table.count_unproven(id, source);
+        }
         ticket
     }
 }
 
 impl Table {
+    /// Counts `id` of `source` among the connections that are no proven load balancer's.
+    fn count_unproven(&mut self, id: u64, source: IpAddr) {
+        let from = self.sources.entry(source).or_default();
+        self.heaviest.remove(&(from.unproven, source));
+        from.unproven += 1;
+        self.heaviest.insert((from.unproven, source));
+        self.unproven += 1;
+        if self.live.get(&id).is_some_and(|l| !l.activity.has_asked()) {
+            self.fresh.insert(id);
+        }
+    }
+
+    /// Connections admitted as a proven load balancer's by their address that did not prove
+    /// themselves (a request without the key, or none within [`GRACE`]) lose their kept room:
+    /// a keyless curl loop on the load balancer's host is shed like anyone's. A walk through
+    /// those connections only, each leaving the set once.
+    fn demote(&mut self, now: u64) {
+        let unproven: Vec<u64> = (self.proven.iter())
+            .filter(|id| {
+                self.live
+                    .get(id)
+                    .is_some_and(|l| l.activity.unproven.load(Ordering::Relaxed) || l.late(now))
+            })
+            .copied()
+            .collect();
+        for id in unproven {
+            self.proven.remove(&id);
+            let Some(live) = self.live.get_mut(&id) else {
+                continue;
+            };
+            live.proven = false;
+            let source = live.source;
+            self.count_unproven(id, source);
+        }
+    }
+
     /// Which connection makes room for a newcomer from `source`: `Some(Some(id))`, or
     /// `Some(None)` when none need go, or `None` when the newcomer must (module doc).
     fn victim(&mut self, source: IpAddr, proven: bool, now: u64) -> Option<Option<u64>> {
@@ -419,6 +472,7 @@ impl Table {
             return;
         };
         from.ids.remove(&id);
+        self.proven.remove(&id);
         if !live.proven {
             self.heaviest.remove(&(from.unproven, live.source));
             from.unproven -= 1;
@@ -431,38 +485,6 @@ impl Table {
         if !from.ids.is_empty() {
             self.sources.insert(live.source, from);
         }
-    }
-}
-
-/// Counts an event that may repeat thousands of times a second, and says when it is time to
-/// log it again: at the first occurrence, then at most once per period, with the count since.
-#[derive(Debug)]
-pub struct Throttle {
-    every: Duration,
-    last: Option<Instant>,
-    count: u64,
-}
-
-impl Throttle {
-    pub fn new(every: Duration) -> Self {
-        Self {
-            every,
-            last: None,
-            count: 0,
-        }
-    }
-
-    /// Records one event; `Some(n)` when it should be logged, `n` counting this one.
-    pub fn hit(&mut self, now: Instant) -> Option<u64> {
-        self.count += 1;
-        if self
-            .last
-            .is_some_and(|last| now.saturating_duration_since(last) < self.every)
-        {
-            return None;
-        }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.count))
     }
 }
 
@@ -556,6 +578,51 @@ mod tests {
         let mut monitor = table.admit(ip("10.0.0.4"), false);
         assert!(!closed(&mut monitor));
         assert_eq!(flood.iter_mut().map(closed).filter(|&c| c).count(), 3);
+    }
+
+    /// The audit at 4743d29: every connection from a proven load balancer's address was kept,
+    /// keyless or not. Admitted as the load balancer's by its address, a connection that asks
+    /// without the key (or does not ask within its grace) is shed like anyone's; one that
+    /// proved itself stays.
+    #[test]
+    fn a_keyless_connection_from_a_proven_address_loses_its_kept_room() {
+        let table = Connections::new(Limits {
+            total: 16,
+            per_source: 16,
+        });
+        let mut keyed = table.admit(ip("10.0.0.9"), true);
+        keyed.activity.asked();
+        keyed.activity.proved(true);
+        let mut curl: Vec<_> = (0..6).map(|_| table.admit(ip("10.0.0.9"), true)).collect();
+        for t in &curl {
+            t.activity.asked();
+            t.activity.proved(false);
+        }
+        let mut flood: Vec<_> = (0..7)
+            .map(|n| table.admit(ip(&format!("10.1.0.{n}")), false))
+            .collect();
+        for t in &flood {
+            t.activity.asked();
+        }
+        assert_eq!(table.open(), 14);
+        // Crowded: the keyless ones from the load balancer's address are its heaviest
+        // unproven source, and pay for the newcomers down to a monitor's two; the keyed check
+        // never does.
+        for n in 0..5 {
+            let mut newcomer = table.admit(ip(&format!("10.2.0.{n}")), false);
+            assert!(!closed(&mut newcomer), "newcomer {n} was refused");
+            newcomer.activity.asked();
+            std::mem::forget(newcomer);
+        }
+        assert!(!closed(&mut keyed));
+        assert_eq!(curl.iter_mut().map(closed).filter(|&c| c).count(), 4);
+        assert!(flood.iter_mut().all(|t| !closed(t)));
+        let mut refused = table.admit(ip("10.2.0.9"), false);
+        assert!(
+            closed(&mut refused),
+            "a monitor's two and the keyed check stay"
+        );
+        assert!(!closed(&mut keyed));
     }
 
     /// Spread over thousands of addresses, a flood holds one connection per address: what

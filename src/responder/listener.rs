@@ -137,7 +137,7 @@ impl Listener {
                 }
                 continue;
             }
-            let proven = self.node.pollers.is_proven(peer, Instant::now());
+            let proven = self.node.proven_address(peer, Instant::now());
             let connection = Connection {
                 node: Arc::clone(&self.node),
                 peer,
@@ -177,6 +177,7 @@ impl Connection {
                 agent::Sent::NONE
             };
             let (line, told) = node.agent_line(peer, &sent);
+            activity.proved(told.proven());
             if agent::answer(stream, line, activity).await {
                 node.agent_told(peer, &sent, told);
             }
@@ -266,7 +267,11 @@ fn answers(
             activity.asked();
         }
         if !operator_view(&request, peer) {
-            let answer = health.answer(&request, peer, &mut last.borrow_mut());
+            let mut last = last.borrow_mut();
+            let answer = health.answer(&request, peer, &mut last);
+            if let Some(activity) = &activity {
+                activity.proved(last.proven);
+            }
             return Reply::Now(Some(answer));
         }
         // The operator's view reads the agent connections first, off the async workers.

@@ -22,4 +22,5 @@ pub mod server_line;
 pub(crate) mod signals;
 pub mod status;
 pub(crate) mod systemd;
+pub(crate) mod throttle;
 pub(crate) mod verdict_log;

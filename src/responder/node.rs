@@ -34,7 +34,7 @@ use crate::responder::metrics::Metrics;
 use crate::responder::metrics::{self, Current};
 use crate::responder::pollers::{Poll, Pollers, Via};
 use crate::responder::status::{CertificatesAnswer, CodeAnswer, Status};
-use crate::settings::lb_proof::{self, LbProof, Proof};
+use crate::settings::lb_proof::{self, LbProof, Whose};
 
 /// The moment a decision is made at: the one place the responder reads both clocks for one.
 pub(crate) fn now() -> Now {
@@ -53,14 +53,19 @@ pub enum Asker<'a> {
     Check {
         /// Its address.
         peer: IpAddr,
+        /// Its key ([`Whose::key_line`]).
+        key_line: Option<usize>,
         /// The header.
         header: &'a [u8],
     },
-    /// A proven load balancer's agent check, naming the server line it is for (`agent-send`),
-    /// or none.
+    /// An agent check, naming the server line it is for (`agent-send`), or none: every agent
+    /// check, proven or not, since one that proves nothing must not take out a node that a
+    /// load balancer at its address holds.
     Agent {
         /// Its address.
         peer: IpAddr,
+        /// Its key ([`Whose::key_line`]), when it proved itself; `None` when it did not.
+        key_line: Option<Option<usize>>,
         /// The server line named, `BACKEND/SERVER`.
         line: Option<&'a [u8]>,
     },
@@ -72,8 +77,15 @@ pub struct AgentTold {
     verdict: Verdict,
     held: Option<Held>,
     quiet: bool,
-    proof: Proof,
+    whose: Whose,
     at: Instant,
+}
+
+impl AgentTold {
+    /// The check proved itself a load balancer's.
+    pub fn proven(&self) -> bool {
+        self.whose.proof.proven()
+    }
 }
 
 /// A drained node answered otherwise to one asker, and why.
@@ -85,7 +97,7 @@ pub(crate) struct Kept {
     /// the server as it was, neither taking the node out nor putting it back.
     pub(crate) quiet: bool,
     /// Why, for the reason.
-    why: String,
+    pub(crate) why: String,
 }
 
 /// What the background tasks publish for the polls to read.
@@ -164,11 +176,11 @@ impl Node {
     /// out ([`Node::agent_told`]).
     pub fn agent_line(&self, peer: IpAddr, sent: &Sent) -> (String, AgentTold) {
         let (key, line) = sent.parts();
-        let proof = self.proof.judge(peer, key);
-        let asker = if proof.proven() {
-            Asker::Agent { peer, line }
-        } else {
-            Asker::Anyone
+        let whose = self.proof.judge(peer, key);
+        let asker = Asker::Agent {
+            peer,
+            key_line: whose.proof.proven().then_some(whose.key_line),
+            line,
         };
         self.decide_for(asker, |decision, now, kept| {
             let quiet = kept.is_some_and(|k| k.quiet);
@@ -176,7 +188,7 @@ impl Node {
                 verdict: decision.verdict,
                 held: kept.and_then(|k| k.held),
                 quiet,
-                proof,
+                whose,
                 at: now.at,
             };
             let line = if quiet {
@@ -198,7 +210,8 @@ impl Node {
             held: told.held,
             line: sent.parts().1,
             client: None,
-            proof: told.proof,
+            proof: told.whose.proof,
+            key_line: told.whose.key_line,
         };
         // A line with no admin word told the load balancer nothing: only counted.
         self.count(poll, told.at, told.quiet);
@@ -208,6 +221,13 @@ impl Node {
     /// is worth waiting for.
     pub fn may_prove(&self, peer: IpAddr) -> bool {
         self.proof.may_prove(peer)
+    }
+
+    /// Whether a connection from `peer` is a proven load balancer's until it shows otherwise:
+    /// its address proved itself lately, or is one the key file binds a key to (known from
+    /// the daemon's first second, so that a restart under a flood keeps every keyed check).
+    pub fn proven_address(&self, peer: IpAddr, now: Instant) -> bool {
+        self.proof.binds(peer) || self.pollers.is_proven(peer, now)
     }
 
     /// Decides from the latest drain state, probe report and rejoin state, as of now.
@@ -259,11 +279,15 @@ impl Node {
     ) -> Option<Kept> {
         match asker {
             Asker::Anyone => None,
-            Asker::Check { peer, header } => {
+            Asker::Check {
+                peer,
+                key_line,
+                header,
+            } => {
                 let mut lb = None;
                 let held = hold::held(decision.holders(drain, now.wall), || {
                     let lb = lb.insert(lb_state::parse(header).ok()?);
-                    let facts = (self.pollers).line_facts(peer, lb_state::name_of(header), now.at);
+                    let facts = (self.pollers).line_facts(peer, key_line, header, now.at);
                     let drained_at = (decision.holders(drain, now.wall))
                         .filter_map(|h| h.tenure.since.time())
                         .min();
@@ -276,46 +300,13 @@ impl Node {
                     why: held.describe(&lb),
                 })
             }
-            // HAProxy applies an agent line as it reads it, with no header to decide by: the
-            // agent check follows what its server line's HTTP check was answered last, so it
-            // never takes the node out before that check did. With nothing to follow yet (the
-            // daemon just started, or the line's HTTP check has not come since), a drain the
-            // rule may hold is neither put in force nor lifted: no admin word.
-            Asker::Agent { peer, line } => {
-                let name = line.map_or_else(
-                    || "the server lines it checks".to_owned(),
-                    |l| String::from_utf8_lossy(l).into_owned(),
-                );
-                let who = peer.to_canonical();
-                let Some(followed) = self.pollers.followed(peer, line, now.at) else {
-                    return hold::may_hold(decision.holders(drain, now.wall)).then(|| Kept {
-                        held: None,
-                        quiet: true,
-                        why: format!(
-                            "no HTTP check of {name} by load balancer {who} seen yet: the agent check leaves the server as it is until it follows one"
-                        ),
-                    });
-                };
-                if followed.told == Verdict::Drained {
-                    return None;
-                }
-                let why = match followed.held {
-                    Some(Held::LastServer) => format!(
-                        "drain held: load balancer {who} says this node is the only server taking new agents for {name}"
-                    ),
-                    Some(Held::EmptyBackend) => format!(
-                        "drain held: load balancer {who} says no server takes new agents for {name}"
-                    ),
-                    None => format!(
-                        "drain not yet taken out by load balancer {who}'s HTTP check of {name} (answered {} last): the agent check follows it",
-                        followed.told.as_str()
-                    ),
-                };
-                Some(Kept {
-                    held: followed.held,
-                    quiet: false,
-                    why,
-                })
+            Asker::Agent {
+                peer,
+                key_line,
+                line,
+            } => {
+                let may_hold = hold::may_hold(decision.holders(drain, now.wall));
+                self.agent_kept(peer, key_line, line, may_hold, now.at)
             }
         }
     }
@@ -372,9 +363,14 @@ impl Node {
         let own = local && from_pmcheck(headers);
         let state = headers.get(lb_state::HEADER).map(HeaderValue::as_bytes);
         let key = headers.get(lb_proof::HEADER).map(HeaderValue::as_bytes);
-        let proof = self.proof.judge(peer, key);
+        let whose = self.proof.judge(peer, key);
+        last.proven = whose.proof.proven();
         let asker = match state {
-            Some(header) if proof.proven() => Asker::Check { peer, header },
+            Some(header) if whose.proof.proven() => Asker::Check {
+                peer,
+                key_line: whose.key_line,
+                header,
+            },
             _ => Asker::Anyone,
         };
         self.decide_for(asker, |decision, now, kept| {
@@ -387,7 +383,8 @@ impl Node {
                     held: kept.and_then(|k| k.held),
                     line: None,
                     client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
-                    proof,
+                    proof: whose.proof,
+                    key_line: whose.key_line,
                 },
                 now.at,
                 own,
@@ -408,7 +405,8 @@ impl Node {
                 held: None,
                 line: None,
                 client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
-                proof: Proof::Unlisted,
+                proof: lb_proof::Proof::Unlisted,
+                key_line: None,
             };
             self.count(poll, now.at, true);
             if peer.to_canonical().is_loopback() {

@@ -32,7 +32,7 @@ use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::responder::client_name::ClientName;
 use crate::responder::server_line::{Followed, LineFacts, ServerLine, Told};
-use crate::responder::status::{PollerAnswer, StateAnswer, UnrecordedAnswer};
+use crate::responder::status::UnrecordedAnswer;
 
 pub use crate::responder::server_line::SILENCE;
 use crate::settings::lb_proof::Proof;
@@ -64,6 +64,9 @@ pub struct Poller {
     /// How its latest poll proved itself: proven and unproven polls of one address are two
     /// pollers.
     pub proof: Proof,
+    /// The key it proves itself with (its first line in the key file): two load balancers
+    /// at one address with a key each are two pollers.
+    pub key_line: Option<usize>,
     /// The first poll remembered.
     pub first: Instant,
     /// The latest poll of either kind.
@@ -93,13 +96,13 @@ impl Poller {
     /// since (`http-check send-state` gone), and the line fell silent by its own rhythm. A check
     /// without the header names no line: alone it stops none, so a backend that does not send
     /// its state takes nothing from one beside it that does.
-    fn stopped(&self, line: &ServerLine, now: Instant) -> bool {
+    pub(crate) fn stopped(&self, line: &ServerLine, now: Instant) -> bool {
         self.headerless.is_some_and(|h| h > line.at) && !line.polling(now)
     }
 
     /// Its agent checks fell silent while its HTTP checks go on: `agent-check` is gone from
     /// its server line, and the weight the agent check sends is no longer read.
-    fn agent_stopped(&self, now: Instant) -> bool {
+    pub(crate) fn agent_stopped(&self, now: Instant) -> bool {
         match (self.agent, self.http) {
             (Some(agent), Some(http)) => !agent.polling(now) && http.polling(now),
             _ => false,
@@ -124,9 +127,10 @@ impl Poller {
         (self.lines.iter().flatten()).filter(move |l| l.well_formed && !self.stopped(l, now))
     }
 
-    /// Its line named `name`, when its word at `now`.
-    fn line(&self, name: &[u8], now: Instant) -> Option<&ServerLine> {
-        self.current_lines(now).find(|l| l.name() == name)
+    /// Its line named `name` in the headers of HAProxy `node`, when its word at `now`.
+    fn line(&self, name: &[u8], node: &[u8], now: Instant) -> Option<&ServerLine> {
+        self.current_lines(now)
+            .find(|l| l.name() == name && l.node() == node)
     }
 }
 
@@ -149,6 +153,8 @@ pub struct Poll<'a> {
     pub client: Option<&'a [u8]>,
     /// How it proved that it comes from a load balancer.
     pub proof: Proof,
+    /// With which key ([`key_line`](crate::settings::lb_proof::Whose::key_line)).
+    pub key_line: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -160,13 +166,22 @@ struct Table {
 }
 
 impl Table {
-    /// The entry of `address` with this proof, made when there is none (pushing out one that
-    /// counts for less, when the table is full); `None` when there is no room.
-    fn entry(&mut self, address: IpAddr, proof: Proof, now: Instant) -> Option<usize> {
+    /// The entry of `address` with this proof and key, made when there is none (pushing out
+    /// one that counts for less, when the table is full); `None` when there is no room.
+    fn entry(
+        &mut self,
+        address: IpAddr,
+        proof: Proof,
+        key_line: Option<usize>,
+        now: Instant,
+    ) -> Option<usize> {
         let proven = proof.proven();
-        if let Some(index) =
-            (self.pollers.iter()).position(|p| p.address == address && p.proof.proven() == proven)
-        {
+        let same = |p: &Poller| {
+            p.address == address
+                && p.proof.proven() == proven
+                && (!proven || p.key_line == key_line)
+        };
+        if let Some(index) = self.pollers.iter().position(same) {
             return Some(index);
         }
         let pollers = &mut self.pollers;
@@ -197,6 +212,7 @@ impl Table {
         pollers.push(Poller {
             address,
             proof,
+            key_line,
             first: now,
             last: now,
             polls: 0,
@@ -211,9 +227,14 @@ impl Table {
         Some(pollers.len() - 1)
     }
 
-    /// The proven poller at `address`, if there is one.
-    fn proven(&self, address: IpAddr) -> Option<&Poller> {
-        (self.pollers.iter()).find(|p| p.address == address && p.proof.proven())
+    /// The proven pollers at `address`: one per key it proves itself with.
+    fn proven(&self, address: IpAddr) -> impl Iterator<Item = &Poller> {
+        (self.pollers.iter()).filter(move |p| p.address == address && p.proof.proven())
+    }
+
+    /// The proven poller at `address` with `key_line`, if there is one.
+    fn view(&self, address: IpAddr, key_line: Option<usize>) -> Option<&Poller> {
+        self.proven(address).find(|p| p.key_line == key_line)
     }
 }
 
@@ -222,13 +243,13 @@ impl Poller {
     /// server line's, else takes a free place, else the oldest; a malformed one only another
     /// malformed one's, else a free place.
     fn note_state(&mut self, header: &[u8], well_formed: bool, poll: &Poll<'_>, now: Instant) {
-        let name = lb_state::name_of(header);
+        let (name, node) = (lb_state::name_of(header), lb_state::node_of(header));
         let lines = &mut self.lines;
         let same = lines
             .iter()
             .position(|l| {
                 l.as_ref()
-                    .is_some_and(|l| l.well_formed && l.name() == name)
+                    .is_some_and(|l| l.well_formed && l.name() == name && l.node() == node)
             })
             .filter(|_| well_formed);
         let free = || lines.iter().position(Option::is_none);
@@ -246,19 +267,16 @@ impl Poller {
         line.told = poll.verdict;
         line.held = poll.held;
         if let Some(before) = before {
-            line.gap = Some(now.saturating_duration_since(before.at));
-            line.agent = before.agent;
-            if before.told == poll.verdict {
-                line.since = before.since;
-            }
+            line.follows(before);
         }
         lines[slot] = Some(line);
     }
 
-    /// Notes an agent check that named `name` on that line, when the line is known.
+    /// Notes an agent check that named `name` on the lines of that name (an agent check
+    /// names no HAProxy `node`), when they are known.
     fn note_agent(&mut self, name: &[u8], verdict: Verdict, now: Instant) {
-        let line = (self.lines.iter_mut().flatten()).find(|l| l.well_formed && l.name() == name);
-        if let Some(line) = line {
+        let lines = (self.lines.iter_mut().flatten()).filter(|l| l.well_formed && l.name() == name);
+        for line in lines {
             line.agent = Some(Told::next(line.agent, verdict, now));
         }
     }
@@ -297,49 +315,75 @@ impl Pollers {
     /// connections for anyone else's.
     pub fn is_proven(&self, address: IpAddr, now: Instant) -> bool {
         (self.lock().proven(address.to_canonical()))
-            .is_some_and(|p| now.saturating_duration_since(p.last) < GONE_AFTER)
+            .any(|p| now.saturating_duration_since(p.last) < GONE_AFTER)
     }
 
-    /// What the drain rule reads of the server line `name` of the proven load balancer at
-    /// `address`, at its HTTP check.
-    pub fn line_facts(&self, address: IpAddr, name: &[u8], now: Instant) -> LineFacts {
+    /// What the drain rule reads of the server line that `header` is about, of the proven
+    /// load balancer at `address` with `key_line`, at its HTTP check.
+    pub fn line_facts(
+        &self,
+        address: IpAddr,
+        key_line: Option<usize>,
+        header: &[u8],
+        now: Instant,
+    ) -> LineFacts {
+        let (name, node) = (lb_state::name_of(header), lb_state::node_of(header));
         let table = self.lock();
         LineFacts {
-            line: (table.proven(address.to_canonical())).and_then(|p| p.line(name, now).copied()),
+            line: (table.view(address.to_canonical(), key_line))
+                .and_then(|p| p.line(name, node, now).copied()),
         }
     }
 
-    /// What an agent check of the proven load balancer at `address` follows, for the server
-    /// line it names (`name`): what that line's HTTP checks were answered last while it is
-    /// checked. When it names none, the most careful of the lines it checks (one not answered
-    /// DRAINED first); when no line sends its state, the HTTP checks' latest answer (a load
-    /// balancer without `send-state`). `None` when nothing it checks is known, and for a named
-    /// line not seen while others are: one backend never steers another's agent check.
-    pub fn followed(&self, address: IpAddr, name: Option<&[u8]>, now: Instant) -> Option<Followed> {
+    /// What an agent check from `address` follows, which proved itself with `key_line` (`None`
+    /// when unproven) and named the server line `name`: what the HTTP checks of its lines
+    /// were answered last, while they are checked. An agent check carries no `node`: of the
+    /// lines of that name, and of every line when it names none, names a line its load
+    /// balancer does not check, or names one while a held line of its load balancer has no
+    /// agent check of its own (a copied `agent-send`), the most careful: held first, then
+    /// one not answered DRAINED. When no line sends its state, the HTTP checks' latest answer
+    /// (a load balancer without `send-state`). An agent check that cannot be placed (unproven,
+    /// or its load balancer checks nothing known) follows any line held at its address, by
+    /// any load balancer there: it never takes out a node held there. `None` when nothing is
+    /// known.
+    pub fn followed(
+        &self,
+        address: IpAddr,
+        key_line: Option<Option<usize>>,
+        name: Option<&[u8]>,
+        now: Instant,
+    ) -> Option<Followed> {
         let table = self.lock();
-        let poller = table.proven(address.to_canonical())?;
-        let checked = |l: &&ServerLine| l.polling(now);
-        let followed = |l: &ServerLine| Followed {
-            told: l.told,
-            held: l.held,
+        let address = address.to_canonical();
+        let held_here = || {
+            careful(|| {
+                (table.proven(address))
+                    .flat_map(|p| p.current_lines(now))
+                    .filter(|l| l.polling(now) && l.held.is_some())
+            })
         };
-        let checked_now = || poller.current_lines(now).filter(checked);
-        if let Some(name) = name {
-            match poller.line(name, now).filter(checked) {
-                Some(line) => return Some(followed(line)),
-                None if checked_now().next().is_some() => return None,
-                None => {}
-            }
+        let Some(poller) = key_line.and_then(|k| table.view(address, k)) else {
+            return held_here();
+        };
+        let checked = || poller.current_lines(now).filter(|l| l.polling(now));
+        // A held line whose agent check is not heard: some agent check may name another.
+        let unheard =
+            || checked().any(|l| l.held.is_some() && !l.agent.is_some_and(|a| a.polling(now)));
+        let named = name.filter(|n| !unheard() && checked().any(|l| l.name() == *n));
+        let found = match named {
+            Some(n) => careful(|| checked().filter(|l| l.name() == n))
+                .map(|f| Followed { placed: true, ..f }),
+            None => careful(checked),
+        };
+        match (found, poller.http.filter(|t| t.polling(now))) {
+            (Some(found), _) => Some(found),
+            (None, Some(http)) => Some(Followed {
+                told: http.verdict,
+                held: None,
+                placed: false,
+            }),
+            (None, None) => held_here(),
         }
-        let careful = checked_now().find(|l| l.told != Verdict::Drained);
-        if let Some(line) = careful.or_else(|| checked_now().next()) {
-            return Some(followed(line));
-        }
-        let http = poller.http.filter(|t| t.polling(now))?;
-        Some(Followed {
-            told: http.verdict,
-            held: None,
-        })
     }
 
     /// Notes that `poll.address` was just told `poll.verdict`. What the poll lacked to prove
@@ -350,7 +394,7 @@ impl Pollers {
         // Read before the lock: a malformed header never takes a good one's place.
         let well_formed = poll.state.map(lb_state::well_formed);
         let mut table = self.lock();
-        let index = table.entry(address, poll.proof, now)?;
+        let index = table.entry(address, poll.proof, poll.key_line, now)?;
         let poller = &mut table.pollers[index];
         let check = poll.via == Via::Agent || poll.client.is_none();
         let lacks = matches!(
@@ -417,53 +461,18 @@ impl Pollers {
             last_ms_ago: ms(now.saturating_duration_since(last)),
         })
     }
+}
 
-    /// The list as the operator's JSON carries it.
-    pub fn answer(&self, now: Instant) -> Vec<PollerAnswer> {
-        let ago = |t: Instant| ms(now.saturating_duration_since(t));
-        self.list(now)
-            .into_iter()
-            .map(|p| PollerAnswer {
-                address: p.address,
-                proof: p.proof,
-                first_ms_ago: ago(p.first),
-                last_ms_ago: ago(p.last),
-                polls: p.polls,
-                http: p.http.map(|t| t.answer(now)),
-                agent: p.agent.map(|t| t.answer(now)),
-                regular: p.regular(now),
-                polling: p.polling(now),
-                client: p.client.map(|c| c.as_str().to_owned()),
-                agent_stopped_ms_ago: (p.agent)
-                    .filter(|_| p.agent_stopped(now))
-                    .map(|t| ago(t.last)),
-                states_stopped_ms_ago: (p.lines.iter().flatten())
-                    .filter(|l| p.stopped(l, now))
-                    .map(|l| ago(l.at))
-                    .min(),
-                states: (p.lines.iter().flatten())
-                    .filter(|l| !p.stopped(l, now))
-                    .map(|l| {
-                        let (seen, malformed) = match l.read() {
-                            Ok(state) => (Some(state), None),
-                            Err(e) => (None, Some(e.to_string())),
-                        };
-                        StateAnswer {
-                            last_ms_ago: ago(l.at),
-                            told: l.told,
-                            since_ms_ago: ago(l.since),
-                            polling: l.polling(now),
-                            held: l.held,
-                            holds: seen.as_ref().and_then(|lb| l.holds(lb, l.at, now)),
-                            agent: l.agent.map(|t| t.answer(now)),
-                            seen,
-                            malformed,
-                        }
-                    })
-                    .collect(),
-            })
-            .collect()
-    }
+/// Of `lines`, what the most careful says: a held one first, then one not answered DRAINED.
+fn careful<'a, I: Iterator<Item = &'a ServerLine>>(lines: impl Fn() -> I) -> Option<Followed> {
+    let line = (lines().find(|l| l.held.is_some()))
+        .or_else(|| lines().find(|l| l.told != Verdict::Drained))
+        .or_else(|| lines().next())?;
+    Some(Followed {
+        told: line.told,
+        held: line.held,
+        placed: false,
+    })
 }
 
 fn ms(d: Duration) -> u64 {
@@ -474,6 +483,7 @@ fn ms(d: Duration) -> u64 {
 mod tests {
     use super::*;
     use crate::health::lb_state::LbState;
+    use crate::responder::status::PollerAnswer;
     use std::net::Ipv4Addr;
 
     fn ip(last: u8) -> IpAddr {
@@ -490,6 +500,7 @@ mod tests {
             line: None,
             client: None,
             proof: Proof::Key,
+            key_line: Some(1),
         };
         pollers.record(poll, now);
     }
@@ -662,6 +673,7 @@ mod tests {
                 line: None,
                 client: None,
                 proof: Proof::Key,
+                key_line: Some(1),
             }
         }
         let m1 = b"NOLB; name=bk/m1; node=lb1; weight=100/100; scur=2/5; qcur=0";
@@ -789,6 +801,7 @@ mod tests {
             line: None,
             client: None,
             proof,
+            key_line: proof.proven().then_some(1),
         };
         for i in 0..3 {
             pollers.record(poll(up, Proof::Key), at(i * 2000));
@@ -805,6 +818,256 @@ mod tests {
         assert_eq!((other.proof, other.polls), (Proof::WrongKey, 6));
     }
 
+    /// An HTTP check of `line` (this node, `bk/m1` or `other/m1`) with `header`, from 10.0.0.1
+    /// with key line `key` (`None`: unproven), answered `verdict`, held or not.
+    fn check(
+        pollers: &Pollers,
+        key: Option<usize>,
+        header: &'static str,
+        verdict: Verdict,
+        held: Option<Held>,
+        now: Instant,
+    ) {
+        let poll = Poll {
+            address: ip(1),
+            via: Via::Http,
+            verdict,
+            state: Some(header.as_bytes()),
+            held,
+            line: None,
+            client: None,
+            proof: if key.is_some() {
+                Proof::Key
+            } else {
+                Proof::NoKey
+            },
+            key_line: key,
+        };
+        pollers.record(poll, now);
+    }
+
+    /// The audit at 4743d29: two HAProxy at one address shared one view. With a key each they
+    /// are two pollers, each with its own lines; with one key and a `node` each, two lines.
+    #[test]
+    fn two_load_balancers_at_one_address_are_two_views_by_key_or_node() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let alone = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
+        let beside = "UP; name=bk/m1; node=lb; weight=100/200; scur=0/0; qcur=0";
+        for i in 0..4 {
+            let held = Some(Held::LastServer);
+            check(&pollers, Some(1), alone, Verdict::Ok, held, at(i * 2000));
+            check(
+                &pollers,
+                Some(3),
+                beside,
+                Verdict::Drained,
+                None,
+                at(i * 2000 + 900),
+            );
+        }
+        let answer = pollers.answer(at(7000));
+        assert_eq!(answer.len(), 2, "{answer:?}");
+        for (key, total) in [(1, 100), (3, 200)] {
+            let p = answer.iter().find(|p| p.key_line == Some(key)).unwrap();
+            let [state] = &p.states[..] else {
+                panic!("{p:?}")
+            };
+            assert_eq!(state.seen.as_ref().unwrap().total_weight, total);
+            assert_ne!(state.holds, Some(Held::TwoViews), "{state:?}");
+        }
+        // Their agent checks name the same line: each follows its own load balancer's.
+        let follows = |key| pollers.followed(ip(1), Some(Some(key)), Some(b"bk/m1"), at(7000));
+        assert_eq!(follows(1).unwrap().held, Some(Held::LastServer));
+        assert_eq!(follows(3).unwrap().told, Verdict::Drained);
+
+        // One key, a `node` each: two lines of one poller, and an agent check (which names no
+        // node) follows the more careful.
+        let pollers = Pollers::new();
+        let lb1 = "UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
+        let lb2 = "UP; name=bk/m1; node=lb2; weight=100/200; scur=0/0; qcur=0";
+        for i in 0..4 {
+            check(
+                &pollers,
+                Some(1),
+                lb1,
+                Verdict::Ok,
+                Some(Held::LastServer),
+                at(i * 2000),
+            );
+            check(
+                &pollers,
+                Some(1),
+                lb2,
+                Verdict::Drained,
+                None,
+                at(i * 2000 + 900),
+            );
+        }
+        let answer = pollers.answer(at(7000));
+        assert_eq!((answer.len(), answer[0].states.len()), (1, 2), "{answer:?}");
+        assert!(
+            answer[0]
+                .states
+                .iter()
+                .all(|s| s.holds != Some(Held::TwoViews))
+        );
+        let followed = pollers.followed(ip(1), Some(Some(1)), Some(b"bk/m1"), at(7000));
+        assert_eq!(followed.unwrap().held, Some(Held::LastServer));
+    }
+
+    /// One key and one node, two HAProxy: the line's headers flip between two views of the
+    /// backend at every check. The line then holds whatever its header says; one HAProxy whose
+    /// backend changes once (a server going down) does not.
+    #[test]
+    fn headers_that_flip_between_two_views_hold_the_line() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let alone = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
+        let beside = "UP; name=bk/m1; node=lb; weight=100/200; scur=3/4; qcur=0";
+        let beside_busier = "UP; name=bk/m1; node=lb; weight=100/200; scur=9/12; qcur=0";
+        let holds = |now| {
+            let answer = pollers.answer(now);
+            answer[0].states[0].holds
+        };
+        check(&pollers, Some(1), beside, Verdict::Drained, None, at(0));
+        check(
+            &pollers,
+            Some(1),
+            beside_busier,
+            Verdict::Drained,
+            None,
+            at(1000),
+        );
+        check(&pollers, Some(1), alone, Verdict::Ok, None, at(2000));
+        check(&pollers, Some(1), alone, Verdict::Ok, None, at(3000));
+        assert_eq!(
+            holds(at(3000)),
+            Some(Held::LastServer),
+            "one change is a server leaving"
+        );
+        check(&pollers, Some(1), beside, Verdict::Drained, None, at(4000));
+        assert_eq!(holds(at(4000)), None);
+        check(&pollers, Some(1), alone, Verdict::Ok, None, at(4500));
+        check(&pollers, Some(1), beside, Verdict::Drained, None, at(5000));
+        assert_eq!(holds(at(5000)), Some(Held::TwoViews), "A, B, A: two views");
+        check(
+            &pollers,
+            Some(1),
+            beside,
+            Verdict::Drained,
+            None,
+            at(60_000),
+        );
+        assert_eq!(holds(at(60_000)), Some(Held::TwoViews), "remembered");
+        let facts = pollers.line_facts(ip(1), Some(1), beside.as_bytes(), at(60_000));
+        let lb = lb_state::parse(beside.as_bytes()).unwrap();
+        assert_eq!(
+            facts.holds(&lb, at(60_000), None, std::time::SystemTime::now()),
+            Some(Held::TwoViews)
+        );
+        assert_eq!(
+            holds(at(5000) + crate::responder::server_line::TWO_VIEWS_FOR),
+            None,
+            "forgotten once they agreed for as long as a poller is remembered"
+        );
+    }
+
+    /// The audit: an agent check that sent no `agent-send` (no key), and one whose
+    /// `agent-send` was copied from another backend's line, were told `drain` while the HTTP
+    /// check's drain was held: the backend emptied. Neither follows anything but the most
+    /// careful line now.
+    #[test]
+    fn an_agent_check_that_cannot_be_placed_follows_a_held_line_at_its_address() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let last = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
+        let other = "UP; name=other/m1; node=lb; weight=100/200; scur=0/0; qcur=0";
+        let agent = |line: &'static [u8], now| {
+            let poll = Poll {
+                address: ip(1),
+                via: Via::Agent,
+                verdict: Verdict::Drained,
+                state: None,
+                held: None,
+                line: Some(line),
+                client: None,
+                proof: Proof::Key,
+                key_line: Some(1),
+            };
+            pollers.record(poll, now);
+        };
+        for i in 0..3 {
+            check(
+                &pollers,
+                Some(1),
+                last,
+                Verdict::Ok,
+                Some(Held::LastServer),
+                at(i * 2000),
+            );
+            check(
+                &pollers,
+                Some(1),
+                other,
+                Verdict::Drained,
+                None,
+                at(i * 2000 + 500),
+            );
+            // Both backends' agent checks name other/m1: bk's was copied.
+            agent(b"other/m1", at(i * 2000 + 600));
+            agent(b"other/m1", at(i * 2000 + 700));
+        }
+        let now = at(5000);
+        let held = Some(Held::LastServer);
+        assert_eq!(
+            pollers
+                .followed(ip(1), Some(Some(1)), Some(b"other/m1"), now)
+                .unwrap()
+                .held,
+            held
+        );
+        assert_eq!(
+            pollers
+                .followed(ip(1), Some(Some(1)), None, now)
+                .unwrap()
+                .held,
+            held
+        );
+        assert_eq!(
+            pollers
+                .followed(ip(1), Some(Some(1)), Some(b"gone/m1"), now)
+                .unwrap()
+                .held,
+            held
+        );
+        assert_eq!(
+            pollers.followed(ip(1), None, None, now).unwrap().held,
+            held,
+            "unproven"
+        );
+        assert_eq!(
+            pollers
+                .followed(ip(1), Some(Some(2)), None, now)
+                .unwrap()
+                .held,
+            held,
+            "another key"
+        );
+        assert_eq!(
+            pollers.followed(ip(2), None, None, now),
+            None,
+            "another address"
+        );
+        // bk's agent check is heard naming its own line: other's agent follows its own.
+        agent(b"bk/m1", at(5100));
+        let followed = pollers.followed(ip(1), Some(Some(1)), Some(b"other/m1"), at(5200));
+        assert_eq!(followed.unwrap().told, Verdict::Drained);
+    }
+
     #[test]
     fn a_flood_of_unproven_pollers_never_leaves_a_proven_poll_unrecorded() {
         let pollers = Pollers::new();
@@ -818,6 +1081,7 @@ mod tests {
             line: None,
             client: None,
             proof,
+            key_line: proof.proven().then_some(1),
         };
         // The table full of regular unproven pollers.
         for round in 0..3 {
@@ -898,6 +1162,7 @@ mod tests {
             line: None,
             client,
             proof: Proof::Key,
+            key_line: Some(1),
         };
         pollers.record(poll(Some(b"curl/8.1.2")), now);
         assert_eq!(pollers.answer(now)[0].client.as_deref(), Some("curl"));

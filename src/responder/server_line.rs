@@ -18,6 +18,11 @@ use crate::responder::status::ToldAnswer;
 /// a server in MAINT, which HAProxy does not check).
 pub const SILENCE: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(60));
 
+/// How long a line whose headers flipped between two views of the backend stays judged as two
+/// load balancers answering as one ([`Held::TwoViews`]): as long as a poller is remembered, so
+/// that views that agree for a while are not trusted again before they are told apart.
+pub const TWO_VIEWS_FOR: Duration = Duration::from_secs(600);
+
 /// Whether something that last polled at `last`, `gap` after the poll before, still polls at
 /// `now`: the one definition, for pollers, their kinds of check and their server lines.
 pub fn polling(last: Instant, gap: Option<Duration>, now: Instant) -> bool {
@@ -101,6 +106,13 @@ pub struct ServerLine {
     pub agent: Option<Told>,
     /// It read well when it came: only such a header is matched by its server line's name.
     pub(crate) well_formed: bool,
+    /// What its header says of the backend ([`lb_state::backend_view`]), and what the one
+    /// before said.
+    view: u64,
+    view_before: Option<u64>,
+    /// When its headers last flipped back to the view before the last (A, B, A within a few
+    /// seconds): two load balancers answer as one here.
+    pub two_views: Option<Instant>,
     len: usize,
     bytes: [u8; lb_state::LIMIT],
 }
@@ -118,15 +130,52 @@ impl ServerLine {
             held: None,
             agent: None,
             well_formed,
+            view: lb_state::backend_view(header),
+            view_before: None,
+            two_views: None,
             // One past the limit says it was longer.
             len: header.len().min(lb_state::LIMIT + 1),
             bytes,
         }
     }
 
+    /// Takes over what `before`, the same line's header before this one, knew: its rhythm,
+    /// its agent checks, since when it is answered so, and whether two views answer as one.
+    pub(crate) fn follows(&mut self, before: &ServerLine) {
+        let gap = self.at.saturating_duration_since(before.at);
+        self.gap = Some(gap);
+        self.agent = before.agent;
+        if before.told == self.told {
+            self.since = before.since;
+        }
+        self.view_before = Some(before.view);
+        self.two_views = before.two_views;
+        // Back to the view before the last within a few seconds: one HAProxy changes its view
+        // of a backend only when a server changes state, which takes `rise` or `fall` checks.
+        let quick = gap <= SILENCE.0 && before.gap.is_some_and(|g| g <= SILENCE.0);
+        if quick && before.view != self.view && before.view_before == Some(self.view) {
+            self.two_views = Some(self.at);
+        }
+    }
+
     /// The server line it is about (`BACKEND/SERVER`).
     pub fn name(&self) -> &[u8] {
-        lb_state::name_of(&self.bytes[..self.len.min(lb_state::LIMIT)])
+        lb_state::name_of(self.kept())
+    }
+
+    /// Which HAProxy wrote it (`node=`).
+    pub fn node(&self) -> &[u8] {
+        lb_state::node_of(self.kept())
+    }
+
+    fn kept(&self) -> &[u8] {
+        &self.bytes[..self.len.min(lb_state::LIMIT)]
+    }
+
+    /// Two load balancers answer as one at this line, as its headers showed within
+    /// [`TWO_VIEWS_FOR`].
+    pub fn doubled(&self, now: Instant) -> bool {
+        (self.two_views).is_some_and(|t| now.saturating_duration_since(t) < TWO_VIEWS_FOR)
     }
 
     /// The header, read.
@@ -160,7 +209,7 @@ impl ServerLine {
         let young = self
             .out_since()
             .is_none_or(|since| now.saturating_duration_since(since) < hold::YOUNG);
-        hold::holds(lb, self.agent_out(at, now), young)
+        hold::holds(lb, self.agent_out(at, now), young, self.doubled(now))
     }
 }
 
@@ -184,6 +233,8 @@ pub struct Followed {
     pub told: Verdict,
     /// That check was held ([`crate::health::hold`]).
     pub held: Option<Held>,
+    /// It is the line the agent check named, and that check is its own.
+    pub placed: bool,
 }
 
 /// What the drain rule needs of a proven load balancer's server line at its HTTP check.
@@ -210,7 +261,7 @@ impl LineFacts {
                 let young = drained_at.is_none_or(|since| {
                     wall.duration_since(since).unwrap_or_default() < hold::YOUNG
                 });
-                hold::holds(lb, false, young)
+                hold::holds(lb, false, young, false)
             }
         }
     }

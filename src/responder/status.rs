@@ -5,6 +5,7 @@
 //! read it (`operator::view`); another host gets only the poll's answer.
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +16,7 @@ use crate::health::verdict::Verdict;
 use crate::puppet::code::{Found, Reading};
 use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::file_sync::FileSync;
+use crate::responder::pollers::Pollers;
 use crate::settings::lb_proof::{KeyFileAnswer, Proof};
 
 /// The operator's JSON: the poll's answer, and what only the operator reads.
@@ -246,6 +248,10 @@ pub struct PollerAnswer {
     /// How its latest poll proved that it comes from a load balancer; the waits, the
     /// last-server guard and `status` believe only a proven poller's word.
     pub proof: Proof,
+    /// The key file's line of the key it proves itself with: one load balancer per key, so
+    /// two at one address are told apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_line: Option<usize>,
     /// How long ago its first remembered poll was.
     pub first_ms_ago: u64,
     /// How long ago its latest poll was.
@@ -382,5 +388,60 @@ impl TrafficAnswer {
     /// How many connections there are.
     pub fn count(&self) -> usize {
         self.total
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The poller table as the operator's JSON carries it.
+impl Pollers {
+    /// The list as the operator's JSON carries it.
+    pub fn answer(&self, now: Instant) -> Vec<PollerAnswer> {
+        let ago = |t: Instant| ms(now.saturating_duration_since(t));
+        self.list(now)
+            .into_iter()
+            .map(|p| PollerAnswer {
+                address: p.address,
+                proof: p.proof,
+                key_line: p.key_line,
+                first_ms_ago: ago(p.first),
+                last_ms_ago: ago(p.last),
+                polls: p.polls,
+                http: p.http.map(|t| t.answer(now)),
+                agent: p.agent.map(|t| t.answer(now)),
+                regular: p.regular(now),
+                polling: p.polling(now),
+                client: p.client.map(|c| c.as_str().to_owned()),
+                agent_stopped_ms_ago: (p.agent)
+                    .filter(|_| p.agent_stopped(now))
+                    .map(|t| ago(t.last)),
+                states_stopped_ms_ago: (p.lines.iter().flatten())
+                    .filter(|l| p.stopped(l, now))
+                    .map(|l| ago(l.at))
+                    .min(),
+                states: (p.lines.iter().flatten())
+                    .filter(|l| !p.stopped(l, now))
+                    .map(|l| {
+                        let (seen, malformed) = match l.read() {
+                            Ok(state) => (Some(state), None),
+                            Err(e) => (None, Some(e.to_string())),
+                        };
+                        StateAnswer {
+                            last_ms_ago: ago(l.at),
+                            told: l.told,
+                            since_ms_ago: ago(l.since),
+                            polling: l.polling(now),
+                            held: l.held,
+                            holds: seen.as_ref().and_then(|lb| l.holds(lb, l.at, now)),
+                            agent: l.agent.map(|t| t.answer(now)),
+                            seen,
+                            malformed,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 }

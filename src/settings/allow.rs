@@ -24,11 +24,19 @@ pub fn parse_network(text: &str) -> Result<IpNet, String> {
         })?
         .to_canonical();
     let width = if network.is_ipv4() { 32 } else { 128 };
+    // An IPv4-mapped network (`::ffff:10.0.0.0/104`) is its IPv4 network: a prefix of 96 or
+    // more is counted in IPv6 bits, one of 32 or less in IPv4 bits.
+    let mapped = |p: u8| match p {
+        96..=128 if width == 32 => Some(p - 96),
+        33..=95 if width == 32 => None,
+        _ => Some(p),
+    };
     let prefix = match prefix {
         None => width,
         Some(p) => p
             .parse::<u8>()
             .ok()
+            .and_then(mapped)
             .filter(|p| *p <= width)
             .ok_or_else(|| format!("prefix length /{p} must be a number from 0 to {width}"))?,
     };
@@ -37,10 +45,17 @@ pub fn parse_network(text: &str) -> Result<IpNet, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Whether `ip` may connect: always, when no network is given.
+/// Whether `ip` may connect: always, when no network is given. An IPv6 network holds the
+/// IPv4 peers whose mapped form it holds (`::/0` is everyone).
 pub fn permits(allow: &[IpNet], ip: IpAddr) -> bool {
     let ip = ip.to_canonical();
-    allow.is_empty() || allow.iter().any(|net| net.contains(&ip))
+    let mapped = match ip {
+        IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
+        v6 => v6,
+    };
+    allow.is_empty()
+        || (allow.iter())
+            .any(|net| net.contains(&ip) || (net.addr().is_ipv6() && net.contains(&mapped)))
 }
 
 #[cfg(test)]
@@ -75,6 +90,12 @@ mod tests {
         assert!(within("0.0.0.0/0", "203.0.113.9"));
         assert!(!within("0.0.0.0/0", "2001:db8::1"));
         assert!(within("::/0", "2001:db8::1"));
+        assert!(
+            within("::/0", "203.0.113.9"),
+            "every IPv4 peer is mapped into ::/0"
+        );
+        assert!(within("::ffff:0:0/96", "203.0.113.9"));
+        assert!(!within("2001:db8::/32", "203.0.113.9"));
     }
 
     #[test]
@@ -82,6 +103,9 @@ mod tests {
         assert_eq!(net("10.1.2.3/8").to_string(), "10.0.0.0/8");
         assert_eq!(net("[::1]").to_string(), "::1/128");
         assert_eq!(net("::ffff:10.1.2.3/8").to_string(), "10.0.0.0/8");
+        assert_eq!(net("::ffff:10.0.0.5/128").to_string(), "10.0.0.5/32");
+        assert_eq!(net("::ffff:10.1.2.3/120").to_string(), "10.1.2.0/24");
+        assert!(parse_network("::ffff:10.1.2.3/64").is_err());
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod daemon;
 pub mod duration;
 pub mod env_file;
 pub mod host;
+pub mod lb_key;
 pub mod lb_proof;
 pub mod puppet_conf;
 mod resolve;
