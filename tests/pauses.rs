@@ -416,13 +416,14 @@ fn one_shot_modes_grant_no_pause_whose_start_they_cannot_prove() {
             .to_string()
     };
 
-    // A refill, and a lock whose time cannot be read: nothing says when they began.
+    // A refill, and a lock whose time cannot be read: nothing says when they began. A time
+    // before 1970 or after 9999 is a misreading too (the audit: one panicked `check`, exit 101).
+    let locked_at = |since| Behavior::Pool(pool_changed(2, 2, 0, 0, ":acquired", since));
     for (what, behavior) in [
         ("an empty pool", EMPTY()),
-        (
-            "a lock without a time",
-            Behavior::Pool(pool_changed(2, 2, 0, 0, ":acquired", "not a time")),
-        ),
+        ("a lock without a time", locked_at("not a time")),
+        ("a lock before 1970", locked_at("1970-01-01T00:30:00+01:00")),
+        ("a lock after 9999", locked_at("9999-12-31T23:30:00-01:00")),
     ] {
         s.stub.set(behavior);
         for _ in 0..2 {

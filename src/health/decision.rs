@@ -255,9 +255,10 @@ impl<'a> Decision<'a> {
                     latency_ms: Some(p.latency.as_millis() as u64),
                     age_ms: self.age.map(|a| a.as_millis() as u64),
                     endpoint: p.endpoint.as_deref().map(Cow::from),
-                    started: p
-                        .started
-                        .map(|t| humantime::format_rfc3339_millis(t).to_string()),
+                    // Puppet Server's word: a time humantime cannot write is left out.
+                    started: (p.started).and_then(|t| {
+                        crate::puppet::timestamp::write(t, humantime::format_rfc3339_millis)
+                    }),
                 },
                 None => ProbeAnswer {
                     ok: false,

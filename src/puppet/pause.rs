@@ -51,15 +51,16 @@ impl Pause {
             (PauseCause::Refilling, false) => "JRuby pool refilling after a flush",
             (PauseCause::Refilling, true) => "the multithreaded JRuby being replaced",
         };
-        let since = humantime::format_rfc3339_seconds(self.since).to_string();
-        let clock = since.get(11..).unwrap_or(&since);
+        // A time it cannot write (a clock before 1970) is left out: never a panic.
+        let since =
+            timestamp::clock(self.since).map_or_else(String::new, |c| format!(" since {c}"));
         let slow = if self.unanswered {
             "; Puppet Server's status API is slow to answer meanwhile"
         } else {
             ""
         };
         format!(
-            "paused: {what} since {clock} ({}){slow}",
+            "paused: {what}{since} ({}){slow}",
             format_duration(Duration::from_secs(self.lasted.as_secs()))
         )
     }
@@ -397,6 +398,27 @@ mod tests {
             .unready(locked_at("1970-01-01T13:00:00Z"), None, now, wall)
             .unwrap();
         assert_eq!(p.lasted, Duration::ZERO);
+    }
+
+    /// The audit: a time humantime cannot write (before 1970, after 9999) panicked here, and
+    /// every answer after was UNKNOWN. Such a time is left out of the words.
+    #[test]
+    fn a_pause_at_any_time_is_described_without_panic() {
+        let epoch = SystemTime::UNIX_EPOCH;
+        for since in [
+            epoch - Duration::from_secs(1800),
+            epoch + Duration::from_secs(253_402_300_800),
+            epoch + Duration::from_secs(u64::from(u32::MAX) * 1000),
+        ] {
+            let p = Pause {
+                cause: PauseCause::Locked,
+                since,
+                lasted: Duration::from_secs(3),
+                multithreaded: false,
+                unanswered: false,
+            };
+            assert_eq!(p.describe(), "paused: JRuby pool locked (3s)", "{since:?}");
+        }
     }
 
     /// OpenVox's lock times carry the JVM zone's offset: read as UTC, a lock taken in Paris

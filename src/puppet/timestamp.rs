@@ -2,14 +2,38 @@
 //! with milliseconds (`2026-11-25T12:23:04.408Z`); OpenVox since 8.13 writes `java.time`'s
 //! `ISO_OFFSET_DATE_TIME`: 0 to 9 fractional digits and the JVM zone's offset (`+01:00`, `Z` in
 //! UTC). An offset read as UTC would put a lock taken in Paris an hour in the future, and no
-//! pause could be granted from it.
+//! pause could be granted from it. Times shown in answers are written here too: humantime
+//! panics on one before 1970 or after 9999.
 
 use std::time::{Duration, SystemTime};
 
 /// `YYYY-MM-DDT`: the offset's sign can only come after it (the date's dashes come before).
 const DATE: usize = "2026-11-25T".len();
+/// The first moment of year 10000, from the epoch: RFC 3339 has four-digit years.
+const YEAR_10000: Duration = Duration::from_secs(253_402_300_800);
 
-/// The moment `text` names, or `None` when it is not such a timestamp.
+/// `t` in RFC 3339 as `format` (humantime's `format_rfc3339_*`) writes it, or `None` before
+/// 1970 or after 9999, where humantime panics (an offset can take a lock time there).
+pub fn write(
+    t: SystemTime,
+    format: fn(SystemTime) -> humantime::Rfc3339Timestamp,
+) -> Option<String> {
+    writable(t).then(|| format(t).to_string())
+}
+
+/// `t`'s time of day in UTC (`12:00:01Z`), or `None` where [`write`] has none.
+pub fn clock(t: SystemTime) -> Option<String> {
+    let full = write(t, humantime::format_rfc3339_seconds)?;
+    full.get(DATE..).map(str::to_owned)
+}
+
+fn writable(t: SystemTime) -> bool {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .is_ok_and(|d| d < YEAR_10000)
+}
+
+/// The moment `text` names, or `None` when it is not such a timestamp or falls outside 1970
+/// to 9999 (a misreading: no lock was taken then).
 pub fn parse(text: &str) -> Option<SystemTime> {
     let (local, east) = split_offset(text.trim())?;
     // Nothing but the time of day after the date: humantime would skip a second offset.
@@ -28,6 +52,7 @@ pub fn parse(text: &str) -> Option<SystemTime> {
     } else {
         utc.checked_add(shift)
     }
+    .filter(|t| writable(*t))
 }
 
 /// The date and time of day, and the offset in seconds east of UTC (`Z`, `+HH:MM`, `-HH:MM`,
@@ -109,6 +134,32 @@ mod tests {
         assert_eq!(
             parse("2026-12-31T23:30:00-01:00"),
             humantime::parse_rfc3339("2027-01-01T00:30:00Z").ok()
+        );
+    }
+
+    /// The audit: an offset took `1970-01-01T00:30:00+01:00` before the epoch, and formatting
+    /// it panicked the prober; a year past 9999 cannot be written either.
+    #[test]
+    fn a_time_before_1970_or_after_9999_is_none() {
+        for text in [
+            "1970-01-01T00:30:00+01:00",
+            "1970-01-01T00:00:00.001+00:00:01",
+            "9999-12-31T23:30:00-01:00",
+        ] {
+            assert_eq!(parse(text), None, "{text:?}");
+        }
+        assert_eq!(
+            parse("1970-01-01T01:00:00+01:00"),
+            Some(SystemTime::UNIX_EPOCH)
+        );
+        assert!(parse("9999-12-31T23:59:59Z").is_some());
+        // Nor is such a time written (the wedge's, the JVM's start): humantime would panic.
+        let epoch = SystemTime::UNIX_EPOCH;
+        assert_eq!(clock(epoch - Duration::from_secs(1)), None);
+        assert_eq!(clock(epoch + YEAR_10000), None);
+        assert_eq!(
+            clock(epoch + YEAR_10000 - Duration::from_secs(1)).as_deref(),
+            Some("23:59:59Z")
         );
     }
 

@@ -82,9 +82,9 @@ impl WedgeWatch {
         if self.limit.is_zero() || lasted <= self.limit {
             return None;
         }
-        let clock = humantime::format_rfc3339_seconds(since).to_string();
         Some(Unready::Wedged {
-            since: clock.get(11..).unwrap_or(&clock).to_owned(),
+            since: crate::puppet::timestamp::clock(since)
+                .unwrap_or_else(|| "a time this host's clock puts outside 1970 to 9999".into()),
             timeouts: counters.timeouts - then.timeouts,
             refusals: counters.refusals - then.refusals,
             lasted: format_duration(Duration::from_secs(lasted.as_secs())),
