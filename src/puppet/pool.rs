@@ -316,6 +316,7 @@ struct Raw {
 #[serde(rename_all = "kebab-case")]
 struct RawLock {
     current_state: String,
+    #[serde(default, deserialize_with = "text_or_none")]
     last_change_time: Option<String>,
 }
 
@@ -404,6 +405,21 @@ fn count<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     d.deserialize_seq(Count)
 }
 
+/// A lock time that is not text (a number, an object) is no time known: the lock and the pool's
+/// numbers are still worth reading.
+fn text_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Time {
+        Text(String),
+        Other(serde::de::IgnoredAny),
+    }
+    Ok(match Time::deserialize(d)? {
+        Time::Text(text) => Some(text),
+        Time::Other(_) => None,
+    })
+}
+
 /// Milliseconds, which Puppet Server sends as an integer or a float; never negative.
 fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let ms = f64::deserialize(d)?;
@@ -461,6 +477,35 @@ mod tests {
             crate::puppet::timestamp::parse(&since),
             humantime::parse_rfc3339(&since).ok()
         );
+    }
+
+    /// The audit: a number or an object as the lock time failed the whole answer (DOWN). It is
+    /// that time unknown; the lock and the numbers are still read.
+    #[test]
+    fn a_lock_time_that_is_not_text_is_unknown_and_the_rest_is_read() {
+        let text = include_str!(
+            "../../tests/fixtures/puppetserver-7.9.5-jvm-in-europe-paris-jruby-metrics.json"
+        );
+        let all: serde_json::Value = serde_json::from_str(text).unwrap();
+        let lock = "/status/experimental/jruby-pool-lock-status";
+        for odd in [
+            serde_json::json!(1_796_000_000_000_u64),
+            serde_json::json!({"seconds": 1}),
+        ] {
+            let mut service = all["jruby-metrics"].clone();
+            let at = service.pointer_mut(lock).unwrap();
+            at["current-state"] = ":acquired".into();
+            at["last-change-time"] = odd.clone();
+            let status: ServiceStatus =
+                serde_json::from_value(service).unwrap_or_else(|e| panic!("{odd}: {e}"));
+            let p = status.pool().unwrap().expect("pool numbers");
+            assert_eq!(p.lock_since, None, "{odd}");
+            assert_eq!(p.lock, "acquired", "{odd}");
+            assert_eq!(
+                p.capacity(0),
+                Capacity::Unready(Unready::Locked { since: None })
+            );
+        }
     }
 
     #[test]
