@@ -223,6 +223,77 @@ fn the_guard_starts_when_it_cannot_write_and_lets_go_once_it_can() {
     assert_contains!(stdout, "drained for this stop of puppetserver.service");
 }
 
+/// The audit: `on-stop --unit` asked systemd (`systemctl list-jobs`) before it wrote the drain,
+/// so a hung `systemctl` held the drain back for the whole stop. The drain comes first; systemd
+/// is given 5 s, and when it cannot tell, the node stays drained and on-stop says why.
+#[test]
+fn the_stops_drain_is_written_before_systemd_is_asked_and_kept_when_it_hangs() {
+    let s = Setup::new(Behavior::Running);
+    let bin = tempfile::tempdir().unwrap();
+    let asked = bin.path().join("asked");
+    let path = fake_systemctl(
+        bin.path(),
+        &format!("touch '{}'\nexec sleep 60", asked.display()),
+    );
+    let closed = format!("http://{}/", closed_port());
+    let args = ["--unit", "puppetserver.service", "--url", &closed];
+    let stop = Running::start_with_env(&s, "on-stop", &args, &[("PATH", &path)]);
+    let deadline = Instant::now() + SOON;
+    while !asked.exists() {
+        assert!(Instant::now() < deadline, "systemctl was never asked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(holders(&s), ["stop"], "the drain waited for systemctl");
+    let out = stop.finish(SOON);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_contains!(
+        stderr,
+        "cannot tell whether puppetserver.service is stopping (`systemctl list-jobs` did not answer within 5s): staying drained"
+    );
+    assert_eq!(holders(&s), ["stop"]);
+}
+
+/// systemd says the unit is not stopping (only the helper is: a package upgrade restarts it):
+/// this stop's hold, written first, is taken back, and only it; a unit that is stopping keeps it.
+#[test]
+fn a_unit_that_is_not_stopping_takes_only_this_stops_hold_back() {
+    let s = Setup::new(Behavior::Running);
+    let bin = tempfile::tempdir().unwrap();
+    let closed = format!("http://{}/", closed_port());
+    let args = ["--unit", "puppetserver.service", "--url", &closed];
+    assert!(s.pmcheck("drain", &["--reason", "kernel"]).status.success());
+    let path = fake_systemctl(
+        bin.path(),
+        "echo '7 pmcheck-drain-on-stop@puppetserver.service stop running'",
+    );
+    let out = Running::start_with_env(&s, "on-stop", &args, &[("PATH", &path)]).finish(SOON);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_contains!(
+        stdout_of(&out),
+        "puppetserver.service is not stopping (only this helper is): took this stop's hold back"
+    );
+    assert_eq!(holders(&s), ["drain"], "the operator's drain stays");
+    assert_eq!(logged_actions(&s), ["drain", "stop_drain", "stop_undrain"]);
+
+    fake_systemctl(bin.path(), "echo '8 puppetserver.service stop running'");
+    let out = Running::start_with_env(&s, "on-stop", &args, &[("PATH", &path)]).finish(SOON);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut both = holders(&s);
+    both.sort();
+    assert_eq!(both, ["drain", "stop"]);
+}
+
+/// A `systemctl` running `script` first on the PATH it returns.
+fn fake_systemctl(dir: &std::path::Path, script: &str) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    let fake = dir.join("systemctl");
+    std::fs::write(&fake, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    format!("{}:{path}", dir.display())
+}
+
 /// A stop under way (`on-stop`, or the guard once signalled): the node is DRAINED by the stop's
 /// hold; while HAProxy still says UP the stop is held up, the JVM not yet told to stop; once it
 /// says NOLB the stop ends with 0. Returns its stdout.

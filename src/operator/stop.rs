@@ -57,18 +57,6 @@ pub async fn on_stop(args: &OnStopArgs) {
         outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
         return;
     }
-    if let Some(unit) = unit {
-        match stopping(unit).await {
-            Ok(false) => {
-                outln!("{unit} is not stopping (only this helper is): nothing drained");
-                return;
-            }
-            Ok(true) => {}
-            Err(why) => errln!(
-                "pmcheck on-stop: WARNING: cannot tell whether {unit} is stopping ({why}): draining, the safe side for agents"
-            ),
-        }
-    }
     let how = Wait::of(&args.waiting, state);
     let file = DrainFile::new(&state.state_dir);
     let daemon = Daemon::new(&args.waiting.daemon.url);
@@ -89,6 +77,16 @@ pub async fn on_stop(args: &OnStopArgs) {
         mine.tenure.since,
         file.path().display()
     );
+    // Asked only now: a hung `systemctl` must not hold the drain back.
+    if let Some(unit) = unit {
+        match stopping(unit).await {
+            Ok(false) => return take_back(&file, &mine, unit).await,
+            Ok(true) => {}
+            Err(why) => errln!(
+                "pmcheck on-stop: WARNING: cannot tell whether {unit} is stopping ({why}): staying drained, the safe side for agents"
+            ),
+        }
+    }
     if !last.is_empty() {
         errln!(
             "pmcheck on-stop: WARNING: {}: not waiting; {name} stops now",
@@ -285,12 +283,32 @@ async fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
     Ok(())
 }
 
+/// Takes this stop's hold `mine` back, and only it: systemd says `unit` is not stopping (only
+/// the helper is, as at a package upgrade).
+async fn take_back(file: &DrainFile, mine: &Holder, unit: &str) {
+    let this = |h: &Holder| h.kind == Kind::Stop && h.tenure.since == mine.tenure.since;
+    match (file.locked().await).and_then(|l| l.release(this, Action::StopUndrain)) {
+        Ok((_, lost)) => {
+            warn(&lost);
+            outln!("{unit} is not stopping (only this helper is): took this stop's hold back");
+        }
+        Err(e) => errln!(
+            "pmcheck on-stop: WARNING: {unit} is not stopping (only this helper is), but this stop's hold cannot be taken back: {e}; `pmcheck on-start --unit {unit}` lets go of it"
+        ),
+    }
+}
+
+/// How long systemd is given to say whether the unit is stopping: the stop waits meanwhile.
+const ASK_SYSTEMD: Duration = Duration::from_secs(5);
+
 /// Why `systemctl` could not tell which jobs systemd has queued (not under systemd, or the
-/// command was killed).
+/// command was killed or hung).
 #[derive(Debug, Error)]
 enum JobsError {
     #[error("cannot run `systemctl list-jobs`: {0}")]
     Run(std::io::Error),
+    #[error("`systemctl list-jobs` did not answer within {}s", ASK_SYSTEMD.as_secs())]
+    Slow,
     /// `said` is its stderr, after "; it said: ", or nothing.
     #[error("`systemctl list-jobs` ended with {status}{said}")]
     Failed {
@@ -299,13 +317,15 @@ enum JobsError {
     },
 }
 
-/// Whether systemd has a stop or restart job queued for `unit`; the caller drains when
-/// `systemctl` cannot tell, the safe side for agents.
+/// Whether systemd has a stop or restart job queued for `unit`; the caller stays drained when
+/// `systemctl` cannot tell within [`ASK_SYSTEMD`], the safe side for agents.
 async fn stopping(unit: &str) -> Result<bool, JobsError> {
-    let out = tokio::process::Command::new("systemctl")
+    let asked = tokio::process::Command::new("systemctl")
         .args(["list-jobs", "--no-legend", "--plain", "--full"])
-        .output()
-        .await
+        .kill_on_drop(true)
+        .output();
+    let out = (tokio::time::timeout(ASK_SYSTEMD, asked).await)
+        .map_err(|_| JobsError::Slow)?
         .map_err(JobsError::Run)?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
