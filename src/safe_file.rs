@@ -169,6 +169,7 @@ pub(crate) fn not_regular(meta: &std::fs::Metadata) -> Option<&'static str> {
     Some(match () {
         () if t.is_file() => return None,
         () if t.is_dir() => "a directory",
+        () if t.is_symlink() => "a symbolic link",
         () if t.is_fifo() => "a FIFO (named pipe)",
         () if t.is_socket() => "a socket",
         () if t.is_char_device() => "a character device",

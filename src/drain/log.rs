@@ -20,7 +20,7 @@ use thiserror::Error;
 
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::tenure::Stamp;
-use crate::safe_file::{Access, Examined, Links};
+use crate::safe_file::{Access, Examined, Links, not_regular};
 
 /// The log's name in the state directory.
 pub const LOG_NAME: &str = "drain-events.log";
@@ -196,16 +196,30 @@ impl Event {
     }
 }
 
-/// Why an event could not be appended: the event is lost (the drain record was still changed).
+/// What the caller says about the event log: an event lost, or kept in a log that cannot rotate.
 #[derive(Debug, Error)]
-#[error("the drain event log {path} did not record this {action} event (it is lost; the drain record itself was changed): {source}{hint}", action = action.as_str(), hint = hint(source, path))]
-pub struct LogError {
-    /// The log.
-    pub path: PathBuf,
-    /// The event's action.
-    pub action: Action,
-    /// What the system said.
-    pub source: io::Error,
+pub enum LogError {
+    /// The event could not be appended: it is lost (the drain record was still changed).
+    #[error("the drain event log {path} did not record this {action} event (it is lost; the drain record itself was changed): {source}{hint}", action = action.as_str(), hint = hint(source, path))]
+    Lost {
+        /// The log.
+        path: PathBuf,
+        /// The event's action.
+        action: Action,
+        /// What the system said.
+        source: io::Error,
+    },
+    /// The event was appended, but the log is past its size and was not rotated: losing no
+    /// event matters more than the size.
+    #[error("the drain event log is past {} KiB and cannot rotate: {} is {what} where the old log belongs; remove it or move it aside, and the next event rotates the log (this {action} event was recorded)", ROTATE_AT / 1024, old.display(), action = action.as_str())]
+    NotRotated {
+        /// [`OLD_NAME`] in the state directory.
+        old: PathBuf,
+        /// What stands there (`a directory`).
+        what: &'static str,
+        /// The event's action.
+        action: Action,
+    },
 }
 
 fn hint(e: &io::Error, path: &Path) -> String {
@@ -247,27 +261,44 @@ impl DrainLog {
     }
 
     /// Appends `event`. The caller holds the state directory's lock (rotation renames).
+    /// [`LogError::NotRotated`] comes back with the event appended all the same.
     pub fn append(&self, event: &Event) -> Result<(), LogError> {
-        let fail = |source| LogError {
+        let fail = |source| LogError::Lost {
             path: self.path.clone(),
             action: event.action,
             source,
         };
         let line = event.line();
-        self.rotate(line.len() as u64).map_err(fail)?;
+        let unrotated = self.rotate(line.len() as u64).map_err(fail)?;
         let mut file = self.open().map_err(fail)?;
         let start = file.metadata().map_err(fail)?.len();
-        write_whole(&mut file, start, &line).map_err(fail)
+        write_whole(&mut file, start, &line).map_err(fail)?;
+        match unrotated {
+            Some(what) => Err(LogError::NotRotated {
+                old: self.dir.join(OLD_NAME),
+                what,
+                action: event.action,
+            }),
+            None => Ok(()),
+        }
     }
 
-    /// Renames the log to [`OLD_NAME`] when `more` bytes would take it past [`ROTATE_AT`].
-    fn rotate(&self, more: u64) -> io::Result<()> {
+    /// Renames the log to [`OLD_NAME`] when `more` bytes would take it past [`ROTATE_AT`],
+    /// unless something other than a regular file stands there (a rename would fail, or replace
+    /// a link): then what it is.
+    fn rotate(&self, more: u64) -> io::Result<Option<&'static str>> {
         match fs::symlink_metadata(&self.path) {
             Ok(meta) if meta.len() + more > ROTATE_AT => {
-                fs::rename(&self.path, self.dir.join(OLD_NAME))
+                let old = self.dir.join(OLD_NAME);
+                match fs::symlink_metadata(&old) {
+                    Ok(meta) if !meta.is_file() => return Ok(not_regular(&meta)),
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+                fs::rename(&self.path, old).map(|()| None)
             }
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -587,6 +618,39 @@ mod tests {
         let tail = log.tail(2).unwrap();
         assert_eq!(tail[0].reason.as_deref(), Some("x"));
         assert_eq!(tail[1].reason.as_deref(), Some("after"));
+    }
+
+    /// The audit: a directory at drain-events.log.1 failed every rotation, and every event
+    /// after was lost. Anything but a regular file there (a link too) stops the rotation, not
+    /// the events: each is appended past the limit, and the caller is told what to fix.
+    #[test]
+    fn an_odd_file_at_the_old_name_stops_the_rotation_not_the_events() {
+        for (odd, what) in [("dir", "a directory"), ("link", "a symbolic link")] {
+            let dir = tempfile::tempdir().unwrap();
+            let log = DrainLog::new(dir.path());
+            let old = dir.path().join(OLD_NAME);
+            match odd {
+                "dir" => fs::create_dir(&old).unwrap(),
+                _ => std::os::unix::fs::symlink("elsewhere", &old).unwrap(),
+            }
+            fs::write(log.path(), vec![b'\n'; ROTATE_AT as usize]).unwrap();
+            for reason in ["after", "again"] {
+                let e = log.append(&event(reason)).unwrap_err().to_string();
+                assert!(
+                    e.contains(&format!(
+                        "{} is {what} where the old log belongs",
+                        old.display()
+                    )) && e.contains("remove it or move it aside")
+                        && e.contains("was recorded"),
+                    "{odd}: {e}"
+                );
+            }
+            let tail = log.tail(2).unwrap();
+            let reasons: Vec<_> = tail.iter().filter_map(|e| e.reason.as_deref()).collect();
+            assert_eq!(reasons, ["after", "again"], "{odd}");
+            assert!(fs::metadata(log.path()).unwrap().len() > ROTATE_AT, "{odd}");
+            assert!(!fs::symlink_metadata(&old).unwrap().is_file(), "{odd}");
+        }
     }
 
     #[test]
