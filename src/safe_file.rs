@@ -15,7 +15,7 @@ use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::Path;
 
-use nix::fcntl::OFlag;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
 use crate::file_stamp::FileStamp;
 
@@ -132,28 +132,51 @@ impl Examined {
                 format!("it is {kind}, not a regular file"),
             ));
         }
-        let mut options = OpenOptions::new();
-        match access {
-            Access::Read => options.read(true),
-            Access::ReadWrite => options.read(true).write(true),
-            Access::Append => options.append(true),
-        };
-        let flags = OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let through = format!("/proc/self/fd/{}", self.handle.as_raw_fd());
-        let file = match options.custom_flags(flags.bits()).open(&through) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => options
-                .custom_flags((flags | nofollow(self.links)).bits())
-                .open(path)?,
-            opened => opened?,
-        };
-        let now = file.metadata()?;
-        if (now.dev(), now.ino()) != (self.meta.dev(), self.meta.ino()) {
-            return Err(io::Error::other(
-                "it was replaced while it was opened; try again",
-            ));
+        match options(access, OFlag::empty()).open(&through) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.by_path(path, access),
+            opened => self.the_one_examined(opened?, path),
         }
+    }
+
+    /// Where /proc is not mounted: `path` opened again without following a link at it (a link
+    /// [`Links::Follow`] allows is resolved first), and what is there must be the file
+    /// examined: a FIFO swapped in meanwhile is opened without blocking, then refused.
+    fn by_path(&self, path: &Path, access: Access) -> io::Result<File> {
+        let target = match self.links {
+            Links::Follow => std::fs::canonicalize(path)?,
+            Links::Refuse => path.to_owned(),
+        };
+        let file = options(access, OFlag::O_NOFOLLOW).open(target)?;
+        self.the_one_examined(file, path)
+    }
+
+    /// `file` if it is the regular file examined, blocking again (opened `O_NONBLOCK` so that a
+    /// FIFO in its place could not block).
+    fn the_one_examined(&self, file: File, path: &Path) -> io::Result<File> {
+        let now = file.metadata()?;
+        if !now.is_file() || (now.dev(), now.ino()) != (self.meta.dev(), self.meta.ino()) {
+            return Err(io::Error::other(format!(
+                "{} was replaced while it was opened; try again",
+                path.display()
+            )));
+        }
+        let flags = OFlag::from_bits_truncate(fcntl(&file, FcntlArg::F_GETFL)?);
+        fcntl(&file, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
         Ok(file)
     }
+}
+
+/// How a file examined is opened: never blocking, never inherited, with `more` flags.
+fn options(access: Access, more: OFlag) -> OpenOptions {
+    let mut options = OpenOptions::new();
+    match access {
+        Access::Read => options.read(true),
+        Access::ReadWrite => options.read(true).write(true),
+        Access::Append => options.append(true),
+    };
+    options.custom_flags((OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | more).bits());
+    options
 }
 
 fn nofollow(links: Links) -> OFlag {
@@ -288,6 +311,60 @@ mod tests {
         let old = std::fs::read_to_string(dir.path().join("old")).unwrap();
         assert_eq!(old, "one\nthree\n");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "two\n");
+    }
+
+    /// The audit: where /proc is not mounted, the path is opened again, and what was swapped in
+    /// meanwhile (a FIFO, a link to one) must neither block nor be taken for the file examined.
+    #[test]
+    fn without_proc_a_fifo_or_a_link_swapped_in_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log");
+        let fifo = dir.path().join("fifo");
+        let mkfifo = |at: &Path| {
+            nix::unistd::mkfifo(at, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap()
+        };
+        mkfifo(&fifo);
+        let opens = Opens::of(&fifo);
+        for links in [Links::Refuse, Links::Follow] {
+            for access in [Access::Read, Access::ReadWrite, Access::Append] {
+                for swapped in ["fifo", "link"] {
+                    std::fs::write(&path, "one\n").unwrap();
+                    let examined = Examined::at(&path, links).unwrap();
+                    std::fs::remove_file(&path).unwrap();
+                    match swapped {
+                        "fifo" => mkfifo(&path),
+                        _ => std::os::unix::fs::symlink(&fifo, &path).unwrap(),
+                    }
+                    let (done, said) = std::sync::mpsc::channel();
+                    let at = path.clone();
+                    std::thread::spawn(move || done.send(examined.by_path(&at, access).err()));
+                    let e = said
+                        .recv_timeout(Duration::from_secs(5))
+                        .unwrap_or_else(|_| panic!("{links:?} {access:?} {swapped}: blocked"))
+                        .unwrap_or_else(|| panic!("{links:?} {access:?} {swapped}: opened"));
+                    // Else the system refused it: a link not followed (ELOOP), a FIFO opened
+                    // to write without a reader (ENXIO).
+                    let refused = [nix::errno::Errno::ELOOP, nix::errno::Errno::ENXIO];
+                    if !refused.iter().any(|&n| e.raw_os_error() == Some(n as i32)) {
+                        assert!(
+                            e.to_string().contains(&path.display().to_string()),
+                            "{links:?} {access:?} {swapped}: {e}"
+                        );
+                    }
+                    if links == Links::Refuse {
+                        assert_eq!(opens.count(), 0, "{access:?}: the link was followed");
+                    }
+                    std::fs::remove_file(&path).unwrap();
+                }
+            }
+        }
+        // The file itself is opened (through a link where links are followed), blocking again.
+        std::fs::write(fifo.with_file_name("target"), "one\n").unwrap();
+        std::os::unix::fs::symlink("target", &path).unwrap();
+        let examined = Examined::at(&path, Links::Follow).unwrap();
+        let file = examined.by_path(&path, Access::Append).unwrap();
+        let flags = fcntl(&file, FcntlArg::F_GETFL).unwrap();
+        assert!(!OFlag::from_bits_truncate(flags).contains(OFlag::O_NONBLOCK));
     }
 
     #[test]
