@@ -413,7 +413,7 @@ pub struct StopArgs {
     /// `no` turns draining on Puppet Server's stops off: `on-stop` then holds nothing (`on-start` still lets go of an earlier stop's hold)
     #[arg(long, env = "PMCHECK_DRAIN_ON_STOP", value_name = "yes|no", default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub(crate) drain_on_stop: bool,
-    /// Puppet Server's unit; `on-stop` holds the node only while systemd stops or restarts it (stopping pmcheck-drain-on-stop@ alone takes its hold back at once)
+    /// Puppet Server's unit; `on-stop` holds the node only while systemd stops or restarts it (stopping pmcheck-drain-on-stop@ alone drains nothing)
     #[arg(long, value_name = "UNIT")]
     pub(crate) unit: Option<String>,
     #[command(flatten)]

@@ -57,6 +57,21 @@ pub async fn on_stop(args: &OnStopArgs) {
         outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
         return;
     }
+    // Asked first, within a bound: draining when the unit is not stopping (only this helper
+    // is, as every master's package upgrade restarts it at once) would take every master out
+    // together; a hung `systemctl` delays the drain by [`ASK_SYSTEMD`] at most.
+    if let Some(unit) = unit {
+        match stopping(unit).await {
+            Ok(false) => {
+                outln!("{unit} is not stopping (only this helper is): nothing drained");
+                return;
+            }
+            Ok(true) => {}
+            Err(why) => errln!(
+                "pmcheck on-stop: WARNING: cannot tell whether {unit} is stopping ({why}): draining, the safe side for agents"
+            ),
+        }
+    }
     let how = Wait::of(&args.waiting, state);
     let file = DrainFile::new(&state.state_dir);
     let daemon = Daemon::new(&args.waiting.daemon.url);
@@ -77,16 +92,6 @@ pub async fn on_stop(args: &OnStopArgs) {
         mine.tenure.since,
         file.path().display()
     );
-    // Asked only now: a hung `systemctl` must not hold the drain back.
-    if let Some(unit) = unit {
-        match stopping(unit).await {
-            Ok(false) => return take_back(&file, &mine, unit).await,
-            Ok(true) => {}
-            Err(why) => errln!(
-                "pmcheck on-stop: WARNING: cannot tell whether {unit} is stopping ({why}): staying drained, the safe side for agents"
-            ),
-        }
-    }
     if !last.is_empty() {
         errln!(
             "pmcheck on-stop: WARNING: {}: not waiting; {name} stops now",
@@ -283,23 +288,8 @@ async fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
     Ok(())
 }
 
-/// Takes this stop's hold `mine` back, and only it: systemd says `unit` is not stopping (only
-/// the helper is, as at a package upgrade).
-async fn take_back(file: &DrainFile, mine: &Holder, unit: &str) {
-    let this = |h: &Holder| h.kind == Kind::Stop && h.tenure.since == mine.tenure.since;
-    match (file.locked().await).and_then(|l| l.release(this, Action::StopUndrain)) {
-        Ok((_, lost)) => {
-            warn(&lost);
-            outln!("{unit} is not stopping (only this helper is): took this stop's hold back");
-        }
-        Err(e) => errln!(
-            "pmcheck on-stop: WARNING: {unit} is not stopping (only this helper is), but this stop's hold cannot be taken back: {e}; `pmcheck on-start --unit {unit}` lets go of it"
-        ),
-    }
-}
-
 /// How long systemd is given to say whether the unit is stopping: the stop waits meanwhile.
-const ASK_SYSTEMD: Duration = Duration::from_secs(5);
+const ASK_SYSTEMD: Duration = Duration::from_secs(2);
 
 /// Why `systemctl` could not tell which jobs systemd has queued (not under systemd, or the
 /// command was killed or hung).
@@ -317,7 +307,7 @@ enum JobsError {
     },
 }
 
-/// Whether systemd has a stop or restart job queued for `unit`; the caller stays drained when
+/// Whether systemd has a stop or restart job queued for `unit`; the caller drains when
 /// `systemctl` cannot tell within [`ASK_SYSTEMD`], the safe side for agents.
 async fn stopping(unit: &str) -> Result<bool, JobsError> {
     let asked = tokio::process::Command::new("systemctl")
