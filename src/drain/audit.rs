@@ -4,17 +4,22 @@
 //! a `drain --for`, which no command is there to see.
 
 use std::collections::HashSet;
+use std::fs;
 use std::future::Future;
+use std::io::{self, Read as _, Seek as _, SeekFrom};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use crate::drain::file::DrainFile;
 use crate::drain::holders::Kind;
-use crate::drain::log::{Action, DrainLog, Event, Follower};
+use crate::drain::log::{Action, DrainLog, Event, ROTATE_AT, parse};
 use crate::drain::record::DrainState;
 use crate::drain::tenure::Stamp;
 use crate::drain::watch::{Directory, Drains};
+use crate::safe_file::{Access, Examined, Links};
 
 /// Events seen by the daemon, by action: `pmcheck_drain_events_total{action}`.
 #[derive(Debug, Default)]
@@ -183,6 +188,73 @@ impl Audit {
             "drain event: {}",
             event.describe()
         );
+    }
+}
+
+/// Follows the log for the daemon: the events appended since the last read, across a rotation.
+#[derive(Debug)]
+pub struct Follower {
+    log: DrainLog,
+    /// The inode and the offset read up to; `None` before the first read.
+    at: Option<(u64, u64)>,
+}
+
+/// What one read of the log brought.
+#[derive(Debug, Default)]
+pub struct News {
+    /// The new events.
+    pub events: Vec<Event>,
+    /// Lines that were not events (written by hand, or damaged).
+    pub unreadable: usize,
+}
+
+impl Follower {
+    /// Follows `log` from its end now: events from before the daemon started are not news.
+    pub fn new(log: DrainLog) -> Self {
+        let at = fs::metadata(log.path()).ok().map(|m| (m.ino(), m.len()));
+        Self {
+            log,
+            at: Some(at.unwrap_or((0, 0))),
+        }
+    }
+
+    /// The events appended since the last call, at most 1 MiB a call.
+    pub fn read(&mut self) -> io::Result<News> {
+        let mut news = News::default();
+        let now = match fs::metadata(self.log.path()) {
+            Ok(meta) => (meta.ino(), meta.len()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(news),
+            Err(e) => return Err(e),
+        };
+        let (ino, offset) = self.at.unwrap_or((0, 0));
+        if ino != now.0 && ino != 0 {
+            // Rotated: the rest of the old file first, if it is the one we read.
+            let old = self.log.old_path();
+            if fs::metadata(&old).is_ok_and(|m| m.ino() == ino) {
+                self.take(&old, offset, &mut news)?;
+            }
+        }
+        let from = if ino == now.0 && offset <= now.1 {
+            offset
+        } else {
+            0
+        };
+        let read = self.take(self.log.path(), from, &mut news)?;
+        self.at = Some((now.0, from + read));
+        Ok(news)
+    }
+
+    /// Reads the whole lines of `path` from `offset`; returns the bytes consumed.
+    fn take(&self, path: &Path, offset: u64, news: &mut News) -> io::Result<u64> {
+        let mut file = Examined::at(path, Links::Refuse)?.open(path, Access::Read)?;
+        file.seek(SeekFrom::Start(offset))?;
+        let mut bytes = Vec::new();
+        file.take(ROTATE_AT).read_to_end(&mut bytes)?;
+        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let (mut events, bad) = parse(&bytes[..end]);
+        news.events.append(&mut events);
+        news.unreadable += bad;
+        Ok(end as u64)
     }
 }
 

@@ -247,6 +247,11 @@ pub struct DrainLog {
 }
 
 impl DrainLog {
+    /// Where the rotated log is kept ([`OLD_NAME`]).
+    pub(crate) fn old_path(&self) -> PathBuf {
+        self.dir.join(OLD_NAME)
+    }
+
     /// The log in `state_dir`.
     pub fn new(state_dir: &Path) -> Self {
         Self {
@@ -420,73 +425,6 @@ pub fn parse(bytes: &[u8]) -> (Vec<Event>, usize) {
     (events, bad)
 }
 
-/// Follows the log for the daemon: the events appended since the last read, across a rotation.
-#[derive(Debug)]
-pub struct Follower {
-    log: DrainLog,
-    /// The inode and the offset read up to; `None` before the first read.
-    at: Option<(u64, u64)>,
-}
-
-/// What one read of the log brought.
-#[derive(Debug, Default)]
-pub struct News {
-    /// The new events.
-    pub events: Vec<Event>,
-    /// Lines that were not events (written by hand, or damaged).
-    pub unreadable: usize,
-}
-
-impl Follower {
-    /// Follows `log` from its end now: events from before the daemon started are not news.
-    pub fn new(log: DrainLog) -> Self {
-        let at = fs::metadata(log.path()).ok().map(|m| (m.ino(), m.len()));
-        Self {
-            log,
-            at: Some(at.unwrap_or((0, 0))),
-        }
-    }
-
-    /// The events appended since the last call, at most 1 MiB a call.
-    pub fn read(&mut self) -> io::Result<News> {
-        let mut news = News::default();
-        let now = match fs::metadata(self.log.path()) {
-            Ok(meta) => (meta.ino(), meta.len()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(news),
-            Err(e) => return Err(e),
-        };
-        let (ino, offset) = self.at.unwrap_or((0, 0));
-        if ino != now.0 && ino != 0 {
-            // Rotated: the rest of the old file first, if it is the one we read.
-            let old = self.log.dir.join(OLD_NAME);
-            if fs::metadata(&old).is_ok_and(|m| m.ino() == ino) {
-                self.take(&old, offset, &mut news)?;
-            }
-        }
-        let from = if ino == now.0 && offset <= now.1 {
-            offset
-        } else {
-            0
-        };
-        let read = self.take(self.log.path(), from, &mut news)?;
-        self.at = Some((now.0, from + read));
-        Ok(news)
-    }
-
-    /// Reads the whole lines of `path` from `offset`; returns the bytes consumed.
-    fn take(&self, path: &Path, offset: u64, news: &mut News) -> io::Result<u64> {
-        let mut file = Examined::at(path, Links::Refuse)?.open(path, Access::Read)?;
-        file.seek(SeekFrom::Start(offset))?;
-        let mut bytes = Vec::new();
-        file.take(ROTATE_AT).read_to_end(&mut bytes)?;
-        let end = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        let (mut events, bad) = parse(&bytes[..end]);
-        news.events.append(&mut events);
-        news.unreadable += bad;
-        Ok(end as u64)
-    }
-}
-
 /// The end of a file an event is appended to: what went of a line that failed is taken back.
 trait Tail: Write {
     fn take_back(&mut self, to: u64) -> io::Result<()>;
@@ -510,6 +448,7 @@ fn write_whole(out: &mut impl Tail, start: u64, line: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::drain::audit::Follower;
     use std::time::Duration;
 
     /// A file that takes at most `per_write` bytes a write, and fails once it holds `room`.

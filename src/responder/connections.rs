@@ -189,6 +189,11 @@ pub const GRACE: Duration = Duration::from_secs(1);
 /// no more is never shed for being the heaviest.
 const LIGHT: usize = 2;
 
+/// The loopback address the operator's commands use by default (`--url`).
+fn operator(source: IpAddr) -> bool {
+    source == IpAddr::from([127, 0, 0, 1]) || source == IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+}
+
 /// The room kept for proven load balancers: an eighth of the table, at most 64 (HAProxy holds
 /// one connection per check while it runs, a few milliseconds each).
 fn reserved(total: usize) -> usize {
@@ -281,6 +286,11 @@ impl Connections {
             activity: Arc::clone(&activity),
         };
         let held = table.sources.get(&source).map_or(0, |s| s.ids.len());
+        // The operator's own commands (`status`, the waits) ask from this host's loopback, one
+        // or two connections at a time: they have a load balancer's room while that address
+        // holds no more than a monitor's two, so a flood never locks the operator out (a
+        // flood from there has none).
+        let proven = proven || (held < LIGHT && operator(source));
         let crowded =
             held >= limits.per_source || table.live.len() + reserved(limits.total) >= limits.total;
         if crowded {
@@ -623,6 +633,38 @@ mod tests {
             "a monitor's two and the keyed check stay"
         );
         assert!(!closed(&mut keyed));
+    }
+
+    /// The audit at 4743d29: under a polite flood (every connection asked) the operator's
+    /// `/status` from 127.0.0.1 was closed as any newcomer is, and `drain` could not ask the
+    /// daemon. The operator's loopback has room of its own, for a monitor's two connections.
+    #[test]
+    fn the_operators_loopback_gets_in_under_a_polite_flood() {
+        let table = Connections::new(Limits {
+            total: 16,
+            per_source: 16,
+        });
+        let mut flood: Vec<_> = (0..14)
+            .map(|n| table.admit(ip(&format!("127.1.0.{n}")), false))
+            .collect();
+        for t in &flood {
+            t.activity.asked();
+        }
+        let mut stranger = table.admit(ip("127.2.0.1"), false);
+        assert!(closed(&mut stranger), "a flood's newcomer waits its turn");
+        for source in ["127.0.0.1", "::1", "127.0.0.1"] {
+            let mut operator = table.admit(ip(source), false);
+            assert!(
+                !closed(&mut operator),
+                "the operator from {source} was refused"
+            );
+            operator.activity.asked();
+            std::mem::forget(operator);
+        }
+        assert!(flood.iter_mut().any(closed), "room was made");
+        // A third connection of the operator's address is anyone's.
+        let mut third = table.admit(ip("127.0.0.1"), false);
+        assert!(closed(&mut third));
     }
 
     /// Spread over thousands of addresses, a flood holds one connection per address: what
