@@ -728,3 +728,53 @@ fn drain_waiting(s: &Setup, d: &Daemon, lb_interval: &str, max_wait: &str) -> st
     ];
     s.pmcheck("drain", &[&args[..], &["--url", &url]].concat())
 }
+
+/// The audit at 4743d29: two HAProxy processes at one address, with one key and one `node`,
+/// were one view, and each one's agent check followed the other's answers: the one whose
+/// backend has no other server emptied. Their headers of the line flip between two views of
+/// the backend: a drain is held there whatever either says (the one that had taken the node
+/// out is answered OK again), `drain` refuses (77) naming them, and `status` says what to
+/// change.
+#[test]
+fn two_load_balancers_answering_as_one_hold_every_drain_and_are_named() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let beside = LoadBalancer::start(polling(&d, 300));
+    beside.send_state(Some(UP));
+    until_regular(&d);
+    let out = s.pmcheck("drain", &["--reason", "kernel", "--url", &url(&d)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    until_told(&beside, 503, Instant::now());
+    // The second HAProxy, whose backend has only this node, checks from the same address.
+    let since = Instant::now();
+    let alone = LoadBalancer::start(polling(&d, 300));
+    alone.send_state(Some(LAST_M1));
+    d.wait_for_json(SOON, "the line held as two views", |a| {
+        (a.pollers.iter())
+            .flat_map(|p| &p.states)
+            .any(|s| s.holds == Some(Held::TwoViews))
+    });
+    until_told(&beside, 200, Instant::now());
+    assert_eq!(
+        alone.answered(503, since),
+        0,
+        "the lone backend's node went out"
+    );
+    let status = text(&s.pmcheck("status", &["--url", &url(&d)]).stdout);
+    assert_contains!(
+        status,
+        "two load balancers answer as one for bk/m1 (their checks of it, with one key, disagree"
+    );
+    assert_contains!(
+        status,
+        "it ends once each load balancer proves itself with its own key"
+    );
+    // Undrained, the guard refuses a new drain, naming them.
+    assert!(s.pmcheck("undrain", &["--url", &url(&d)]).status.success());
+    let out = s.pmcheck("drain", &["--reason", "kernel", "--url", &url(&d)]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{stderr}");
+    assert_contains!(stderr, "two load balancers answer as one for bk/m1");
+    assert_contains!(stderr, "give each HAProxy its own key line");
+    assert!(record(&s).is_none(), "nothing was written");
+}

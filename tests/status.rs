@@ -205,7 +205,8 @@ fn an_agent_drain_under_the_word_up_is_read_as_haproxy_means_it() {
     lb.send_state(Some(
         "UP 2/3; address=127.0.0.1; port=8140; name=bk/m1; node=lb1; weight=100/200; scur=0/3; qcur=0",
     ));
-    let out = status_until(&d, "the agent's drain", |o| o.contains("DRAIN"));
+    // (The first line says DRAINED at once: wait for the agent's word.)
+    let out = status_until(&d, "the agent's drain", |o| o.contains("agent: DRAINED"));
     let lb_line = line(&out, "lb:     127.0.0.2");
     assert_contains!(
         lb_line,

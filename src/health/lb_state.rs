@@ -156,24 +156,21 @@ pub fn node_of(bytes: &[u8]) -> &[u8] {
     field_of(bytes, b"node")
 }
 
-/// What a header says of the backend, as a fingerprint: the state word, the weights and the
-/// throttle, not the sessions (which move at every check). One HAProxy's headers of a line
-/// change it only when a server changes state; two HAProxy processes answering as one,
-/// with different servers, make it flip at every check ([`crate::responder::server_line`]).
-pub fn backend_view(bytes: &[u8]) -> u64 {
-    let word = bytes.split(|&b| b == b';').next().unwrap_or_default();
-    // FNV-1a: allocation-free, and a collision only misses a flip.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in [
-        word,
-        field_of(bytes, b"weight"),
-        field_of(bytes, b"throttle"),
-    ] {
-        for &b in part.iter().chain(b";") {
-            hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
+/// What a header says that the drain rule reads ([`crate::health::hold`]): whether this node
+/// is its backend's last server taking new traffic, and whether the backend has none; `None`
+/// when the header does not say. Read without allocating, on every check. One HAProxy changes
+/// it only when a server joins or leaves the backend, which takes `rise` or `fall` checks or a
+/// drain; two HAProxy processes answering as one, with different servers, flip it at every
+/// check ([`crate::responder::server_line`]). Weights that move with each master's load do not
+/// change it.
+pub fn hold_view(bytes: &[u8]) -> Option<(bool, bool)> {
+    let word = bytes.split(|&b| b == b';').next()?.trim_ascii();
+    let serving = word.starts_with(b"UP") || word == b"no check";
+    let weight = field_of(bytes, b"weight");
+    let at = weight.iter().position(|&b| b == b'/')?;
+    let number = |digits: &[u8]| std::str::from_utf8(digits).ok()?.parse::<u32>().ok();
+    let (own, total) = (number(&weight[..at])?, number(&weight[at + 1..])?);
+    Some((serving && own > 0 && total == own, total == 0))
 }
 
 /// Reads one header value.

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::drain::holders::{Holder, Kind};
 use crate::health::decision::DRAIN_UNKNOWN;
+use crate::health::hold::Held;
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
@@ -86,6 +87,10 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     for held in view.held() {
         let _ = writeln!(out, "held:   drain held: {}; {}", held.said(), held.ends());
     }
+    // Two load balancers answering as one hold every drain, drained or not: what to change.
+    for two in (view.holding().into_iter()).filter(|b| b.held == Held::TwoViews) {
+        let _ = writeln!(out, "views:  {}; {}", two.said(), two.ends());
+    }
     let _ = writeln!(out, "weight: {}", weight(status));
     let pollers = &status.pollers;
     // An address by the name a proven load balancer's own view gives it (HAProxy's `node`),
@@ -95,10 +100,8 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
         .filter_map(|p| Some((p.address, node_of(p)?)))
         .collect();
     let names = names((pollers.iter().map(|p| p.address)).filter(|a| !nodes.contains_key(a)));
-    let named = |p: &PollerAnswer| match nodes.get(&p.address).or(names.get(&p.address)) {
-        Some(name) => format!("{} ({name})", p.address),
-        None => p.address.to_string(),
-    };
+    let named =
+        |p: &PollerAnswer| named(p, pollers, nodes.get(&p.address).or(names.get(&p.address)));
     // Load balancers poll at a steady rhythm; people and scripts (curl, pmcheck's own
     // requests) do not, and are listed apart.
     // (HAProxy's checks name no client; its agent checks come from nobody else.)
@@ -267,6 +270,24 @@ fn unread(status: &Status<'_>) -> String {
         ", but no load balancer reads it now: their agent checks stopped ({})",
         stopped.join(", ")
     )
+}
+
+/// A poller by its address and name; by its key's line too where two load balancers at one
+/// address are told apart by their keys.
+fn named(p: &PollerAnswer, all: &[PollerAnswer], name: Option<&String>) -> String {
+    let proven_here = |q: &&PollerAnswer| q.address == p.address && q.proof.proven();
+    let key = (p
+        .key_line
+        .filter(|_| all.iter().filter(proven_here).count() > 1))
+    .map(|k| format!("key line {k}"));
+    match [name.cloned(), key]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()[..]
+    {
+        [] => p.address.to_string(),
+        ref words => format!("{} ({})", p.address, words.join(", ")),
+    }
 }
 
 /// A poller that does not prove it is a load balancer is shown for what it claims, and that

@@ -263,7 +263,7 @@ impl Node {
             |l| String::from_utf8_lossy(l).into_owned(),
         );
         let who = peer.to_canonical();
-        let Some(followed) = self.pollers.followed(peer, key_line, line, now) else {
+        let Some(followed) = self.pollers.followed(peer, key_line, line, may_hold, now) else {
             // Unproven, and nothing held at its address: it proves nothing, and is
             // answered as anyone is.
             key_line?;

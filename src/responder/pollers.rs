@@ -266,6 +266,7 @@ impl Poller {
         let mut line = ServerLine::new(now, header, well_formed);
         line.told = poll.verdict;
         line.held = poll.held;
+        line.held_last = poll.held.map(|held| (held, now));
         if let Some(before) = before {
             line.follows(before);
         }
@@ -344,22 +345,28 @@ impl Pollers {
     /// one not answered DRAINED. When no line sends its state, the HTTP checks' latest answer
     /// (a load balancer without `send-state`). An agent check that cannot be placed (unproven,
     /// or its load balancer checks nothing known) follows any line held at its address, by
-    /// any load balancer there: it never takes out a node held there. `None` when nothing is
-    /// known.
+    /// any load balancer there: it never takes out a node held there. A drain that may be held
+    /// (`holdable`) counts a line held lately as held ([`ServerLine::held_lately`]). `None`
+    /// when nothing is known.
     pub fn followed(
         &self,
         address: IpAddr,
         key_line: Option<Option<usize>>,
         name: Option<&[u8]>,
+        holdable: bool,
         now: Instant,
     ) -> Option<Followed> {
         let table = self.lock();
         let address = address.to_canonical();
+        let held = |l: &ServerLine| match holdable {
+            true => l.held_lately(now),
+            false => l.held,
+        };
         let held_here = || {
-            careful(|| {
+            careful(held, || {
                 (table.proven(address))
                     .flat_map(|p| p.current_lines(now))
-                    .filter(|l| l.polling(now) && l.held.is_some())
+                    .filter(|l| l.polling(now) && held(l).is_some())
             })
         };
         let Some(poller) = key_line.and_then(|k| table.view(address, k)) else {
@@ -368,12 +375,12 @@ impl Pollers {
         let checked = || poller.current_lines(now).filter(|l| l.polling(now));
         // A held line whose agent check is not heard: some agent check may name another.
         let unheard =
-            || checked().any(|l| l.held.is_some() && !l.agent.is_some_and(|a| a.polling(now)));
+            || checked().any(|l| held(l).is_some() && !l.agent.is_some_and(|a| a.polling(now)));
         let named = name.filter(|n| !unheard() && checked().any(|l| l.name() == *n));
         let found = match named {
-            Some(n) => careful(|| checked().filter(|l| l.name() == n))
+            Some(n) => careful(held, || checked().filter(|l| l.name() == n))
                 .map(|f| Followed { placed: true, ..f }),
-            None => careful(checked),
+            None => careful(held, checked),
         };
         match (found, poller.http.filter(|t| t.polling(now))) {
             (Some(found), _) => Some(found),
@@ -464,13 +471,21 @@ impl Pollers {
 }
 
 /// Of `lines`, what the most careful says: a held one first, then one not answered DRAINED.
-fn careful<'a, I: Iterator<Item = &'a ServerLine>>(lines: impl Fn() -> I) -> Option<Followed> {
-    let line = (lines().find(|l| l.held.is_some()))
+fn careful<'a, I: Iterator<Item = &'a ServerLine>>(
+    held: impl Fn(&ServerLine) -> Option<Held>,
+    lines: impl Fn() -> I,
+) -> Option<Followed> {
+    let line = (lines().find(|l| held(l).is_some()))
         .or_else(|| lines().find(|l| l.told != Verdict::Drained))
         .or_else(|| lines().next())?;
+    let held = held(line);
     Some(Followed {
-        told: line.told,
-        held: line.held,
+        // Held lately and DRAINED since: followed as the held check it was.
+        told: match (held, line.told) {
+            (Some(_), Verdict::Drained) => Verdict::Ok,
+            (_, told) => told,
+        },
+        held,
         placed: false,
     })
 }
@@ -878,7 +893,8 @@ mod tests {
             assert_ne!(state.holds, Some(Held::TwoViews), "{state:?}");
         }
         // Their agent checks name the same line: each follows its own load balancer's.
-        let follows = |key| pollers.followed(ip(1), Some(Some(key)), Some(b"bk/m1"), at(7000));
+        let follows =
+            |key| pollers.followed(ip(1), Some(Some(key)), Some(b"bk/m1"), true, at(7000));
         assert_eq!(follows(1).unwrap().held, Some(Held::LastServer));
         assert_eq!(follows(3).unwrap().told, Verdict::Drained);
 
@@ -913,7 +929,7 @@ mod tests {
                 .iter()
                 .all(|s| s.holds != Some(Held::TwoViews))
         );
-        let followed = pollers.followed(ip(1), Some(Some(1)), Some(b"bk/m1"), at(7000));
+        let followed = pollers.followed(ip(1), Some(Some(1)), Some(b"bk/m1"), true, at(7000));
         assert_eq!(followed.unwrap().held, Some(Held::LastServer));
     }
 
@@ -975,6 +991,59 @@ mod tests {
         );
     }
 
+    /// One key, one node, two HAProxy: the one whose backend has only this node comes back
+    /// while a drain is in force. Until their headers have flipped back and forth, its check is
+    /// held and the other's, right after, is answered DRAINED: an agent check following the
+    /// latest alone would say `drain` to it. A check held lately is followed as held (a drain
+    /// that may be held only).
+    #[test]
+    fn an_agent_check_follows_a_check_held_lately_as_held() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let alone = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
+        let beside = "UP; name=bk/m1; node=lb; weight=100/200; scur=3/4; qcur=0";
+        check(&pollers, Some(1), beside, Verdict::Drained, None, at(0));
+        check(&pollers, Some(1), beside, Verdict::Drained, None, at(2000));
+        let held = Some(Held::LastServer);
+        check(&pollers, Some(1), alone, Verdict::Ok, held, at(2500));
+        check(&pollers, Some(1), beside, Verdict::Drained, None, at(3000));
+        let follows = |holdable, now| {
+            (pollers.followed(ip(1), Some(Some(1)), Some(b"bk/m1"), holdable, now)).unwrap()
+        };
+        let lately = follows(true, at(3100));
+        assert_eq!((lately.told, lately.held), (Verdict::Ok, held));
+        assert_eq!(
+            follows(false, at(3100)).told,
+            Verdict::Drained,
+            "a forced drain"
+        );
+        check(&pollers, Some(1), beside, Verdict::Drained, None, at(9000));
+        assert_eq!(
+            follows(true, at(9000)).told,
+            Verdict::Drained,
+            "no longer lately"
+        );
+    }
+
+    /// The other masters' agent weights move with their load, so one HAProxy's header of a
+    /// line changes the backend's total from check to check: not two views, as long as whether
+    /// this node is the last server stays the same.
+    #[test]
+    fn weights_that_move_with_load_are_one_view() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let beside = "UP; name=bk/m1; node=lb; weight=100/200; scur=3/4; qcur=0";
+        let lighter = "UP; name=bk/m1; node=lb; weight=100/180; scur=3/4; qcur=0";
+        for i in 0..8 {
+            let header = if i % 2 == 0 { beside } else { lighter };
+            let now = t0 + Duration::from_millis(i * 500);
+            check(&pollers, Some(1), header, Verdict::Drained, None, now);
+        }
+        let answer = pollers.answer(t0 + Duration::from_secs(4));
+        assert_eq!(answer[0].states[0].holds, None, "{answer:?}");
+    }
+
     /// The audit: an agent check that sent no `agent-send` (no key), and one whose
     /// `agent-send` was copied from another backend's line, were told `drain` while the HTTP
     /// check's drain was held: the backend emptied. Neither follows anything but the most
@@ -1025,46 +1094,46 @@ mod tests {
         let held = Some(Held::LastServer);
         assert_eq!(
             pollers
-                .followed(ip(1), Some(Some(1)), Some(b"other/m1"), now)
+                .followed(ip(1), Some(Some(1)), Some(b"other/m1"), true, now)
                 .unwrap()
                 .held,
             held
         );
         assert_eq!(
             pollers
-                .followed(ip(1), Some(Some(1)), None, now)
+                .followed(ip(1), Some(Some(1)), None, true, now)
                 .unwrap()
                 .held,
             held
         );
         assert_eq!(
             pollers
-                .followed(ip(1), Some(Some(1)), Some(b"gone/m1"), now)
+                .followed(ip(1), Some(Some(1)), Some(b"gone/m1"), true, now)
                 .unwrap()
                 .held,
             held
         );
         assert_eq!(
-            pollers.followed(ip(1), None, None, now).unwrap().held,
+            pollers.followed(ip(1), None, None, true, now).unwrap().held,
             held,
             "unproven"
         );
         assert_eq!(
             pollers
-                .followed(ip(1), Some(Some(2)), None, now)
+                .followed(ip(1), Some(Some(2)), None, true, now)
                 .unwrap()
                 .held,
             held,
             "another key"
         );
         assert_eq!(
-            pollers.followed(ip(2), None, None, now),
+            pollers.followed(ip(2), None, None, true, now),
             None,
             "another address"
         );
         // bk's agent check is heard naming its own line: other's agent follows its own.
         agent(b"bk/m1", at(5100));
-        let followed = pollers.followed(ip(1), Some(Some(1)), Some(b"other/m1"), at(5200));
+        let followed = pollers.followed(ip(1), Some(Some(1)), Some(b"other/m1"), true, at(5200));
         assert_eq!(followed.unwrap().told, Verdict::Drained);
     }
 

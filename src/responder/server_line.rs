@@ -102,14 +102,16 @@ pub struct ServerLine {
     pub since: Instant,
     /// That check was answered as not drained because the drain was held here.
     pub held: Option<Held>,
+    /// The latest check of this line that was held, and when.
+    pub(crate) held_last: Option<(Held, Instant)>,
     /// What the agent checks that name this line were told.
     pub agent: Option<Told>,
     /// It read well when it came: only such a header is matched by its server line's name.
     pub(crate) well_formed: bool,
-    /// What its header says of the backend ([`lb_state::backend_view`]), and what the one
-    /// before said.
-    view: u64,
-    view_before: Option<u64>,
+    /// What its header says that the drain rule reads ([`lb_state::hold_view`]), and what the
+    /// one before said.
+    view: Option<(bool, bool)>,
+    view_before: Option<Option<(bool, bool)>>,
     /// When its headers last flipped back to the view before the last (A, B, A within a few
     /// seconds): two load balancers answer as one here.
     pub two_views: Option<Instant>,
@@ -128,9 +130,10 @@ impl ServerLine {
             told: Verdict::Starting,
             since: at,
             held: None,
+            held_last: None,
             agent: None,
             well_formed,
-            view: lb_state::backend_view(header),
+            view: lb_state::hold_view(header),
             view_before: None,
             two_views: None,
             // One past the limit says it was longer.
@@ -148,10 +151,11 @@ impl ServerLine {
         if before.told == self.told {
             self.since = before.since;
         }
+        self.held_last = self.held_last.or(before.held_last);
         self.view_before = Some(before.view);
         self.two_views = before.two_views;
-        // Back to the view before the last within a few seconds: one HAProxy changes its view
-        // of a backend only when a server changes state, which takes `rise` or `fall` checks.
+        // Back to the view before the last within a few seconds: one HAProxy changes it only
+        // when a server joins or leaves the backend, which takes `rise` or `fall` checks.
         let quick = gap <= SILENCE.0 && before.gap.is_some_and(|g| g <= SILENCE.0);
         if quick && before.view != self.view && before.view_before == Some(self.view) {
             self.two_views = Some(self.at);
@@ -170,6 +174,18 @@ impl ServerLine {
 
     fn kept(&self) -> &[u8] {
         &self.bytes[..self.len.min(lb_state::LIMIT)]
+    }
+
+    /// Why a drain was held at this line by its latest check, or by one within [`SILENCE`]'s
+    /// least: what an agent check follows. Two processes answering as one alternate held and
+    /// not held check by check before they are told apart, and an agent check following the
+    /// latest alone could take out the node one of them holds; one HAProxy's agent check only
+    /// says `drain` a few seconds after its HTTP check took the node out.
+    pub fn held_lately(&self, now: Instant) -> Option<Held> {
+        let lately = |(held, at): (Held, Instant)| {
+            (now.saturating_duration_since(at) < SILENCE.0).then_some(held)
+        };
+        self.held.or_else(|| self.held_last.and_then(lately))
     }
 
     /// Two load balancers answer as one at this line, as its headers showed within

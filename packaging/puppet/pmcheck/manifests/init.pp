@@ -46,6 +46,11 @@
 #   The load balancers' addresses (`10.0.0.5`, or networks) the key is bound to, written after
 #   it on its line: a key captured and replayed from any other address proves nothing. Without
 #   them the key is accepted from anywhere, which pmcheck warns of. Needs `lb_key`.
+# @param lb_keys
+#   One key per load balancer: the keys of the other load balancers, each with its addresses
+#   (`[{ key => Sensitive('...'), addresses => ['10.0.0.6'] }]`), written after `lb_key`'s line,
+#   at most 3. pmcheck tells load balancers apart by their keys, not their addresses: two
+#   HAProxy processes on one host, or behind one NAT, need a key each. Needs `lb_key`.
 # @param lb_key_file
 #   Where `lb_key` is written. The default's directory, /etc/pmcheck, is managed too (root:pmcheck
 #   0750); another file's directory must exist.
@@ -120,6 +125,7 @@ class pmcheck (
   Optional[Array[Pmcheck::Cidr, 1]] $allow = undef,
   Optional[Sensitive[Pattern[/\A[A-Za-z0-9._~+\/=-]{32,128}\z/]]] $lb_key = undef,
   Optional[Array[Pmcheck::Cidr, 1]] $lb_key_addresses = undef,
+  Optional[Array[Pmcheck::LbKey, 1, 3]] $lb_keys = undef,
   Stdlib::Unixpath $lb_key_file = '/etc/pmcheck/lb-key',
   Optional[Array[Pmcheck::Cidr, 1]] $lb_address = undef,
   Optional[Integer[1, 4294967295]] $max_connections = undef,
@@ -162,6 +168,9 @@ class pmcheck (
 
   if $lb_key_addresses =~ NotUndef and $lb_key =~ Undef {
     fail('pmcheck: lb_key_addresses binds lb_key to the load balancers\' addresses: set lb_key too, or drop lb_key_addresses')
+  }
+  if $lb_keys =~ NotUndef and $lb_key =~ Undef {
+    fail('pmcheck: lb_keys are the other load balancers\' keys, after lb_key\'s: set lb_key too, or drop lb_keys')
   }
 
   # Paths must stay free of whitespace and shell quoting: systemd and `. FILE` read them alike.
@@ -241,8 +250,9 @@ class pmcheck (
           before  => File[$lb_key_file],
         }
       }
-      # The key, then the addresses allowed to send it: `KEY ADDR...`.
-      $key_line = ([$lb_key.unwrap] + $lb_key_addresses.lest || { [] }).join(' ')
+      # The key, then the addresses allowed to send it: `KEY ADDR...`, a line per load balancer.
+      $more_keys = ($lb_keys.lest || { [] }).map |$more| { ([$more['key'].unwrap] + $more['addresses']).join(' ') }
+      $key_line = ([([$lb_key.unwrap] + $lb_key_addresses.lest || { [] }).join(' ')] + $more_keys).join("\n")
       file { $lb_key_file:
         ensure    => file,
         owner     => 'root',
