@@ -348,6 +348,8 @@ impl Node {
         peer: IpAddr,
         last: &mut Rendered,
     ) -> Response<Full<Bytes>> {
+        // Only a poll proves itself: a request of any other kind keeps nobody's room.
+        last.proven = false;
         let method = request.method();
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
             return method_not_allowed();
@@ -530,6 +532,27 @@ mod tests {
         let (_, _, bytes) =
             body(responder.answer(&request, peer.parse().unwrap(), &mut Rendered::default()));
         serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// A connection's room follows its latest request: a poll proves (or not), anything else
+    /// (`/status`, `/metrics`, another method) keeps nobody's room.
+    #[test]
+    fn only_a_proven_poll_leaves_its_connection_proven() {
+        let (mut responder, _keep) = responder(None);
+        let lb = "10.0.0.5".parse().unwrap();
+        let net = crate::settings::allow::parse_network("10.0.0.5").unwrap();
+        responder.proof = crate::settings::lb_proof::LbProof::load(None, vec![net]).unwrap();
+        let mut last = Rendered::default();
+        let mut ask = |request: Request<()>| {
+            responder.answer(&request, lb, &mut last);
+            last.proven
+        };
+        assert!(ask(Request::get("/").body(()).unwrap()));
+        assert!(!ask(Request::get(STATUS_PATH).body(()).unwrap()));
+        assert!(ask(Request::get("/").body(()).unwrap()));
+        assert!(!ask(Request::get(METRICS_PATH).body(()).unwrap()));
+        assert!(ask(Request::get("/").body(()).unwrap()));
+        assert!(!ask(Request::post("/").body(()).unwrap()));
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Who polls this node, and what each was told: the load balancers the drain rule, the waits
 //! and `status` read.
 //!
-//! A poller is an address (HAProxy checks from one address, on a new port each time) and
-//! whether its polls prove that they come from a load balancer ([`Proof`]): the load
+//! A poller is an address (HAProxy checks from one address, on a new port each time), its key
+//! line, and whether its polls prove that they come from a load balancer ([`Proof`]): the load
 //! balancer's own checks and anything else on its host (a user's curl, a monitoring loop) are
 //! two pollers, so an unproven poll never changes what a proven one said. Each poller has
 //! what its HTTP checks and its agent checks were last told and how many times in a row, and,
-//! each server line it checks this node for (one per backend, at most [`STATES`]:
-//! [`crate::responder::server_line`]).
+//! each server line it checks this node for (one per backend and HAProxy `node`, at most
+//! [`STATES`]: [`crate::responder::server_line`]). A proven poller is one per key line it
+//! proves itself with: two load balancers at one address with a key each are two views.
 //!
 //! Whether a poller, or one of its server lines, still polls has one definition
 //! ([`crate::responder::server_line::polling`]), by its own rhythm; the operator's JSON
@@ -45,8 +46,9 @@ pub const GONE_AFTER: Duration = Duration::from_secs(600);
 pub const REGULAR: u32 = 3;
 /// The longest gap between two polls of a regular poller: HAProxy's `inter` is seconds.
 pub const MAX_GAP: Duration = Duration::from_secs(60);
-/// Most server lines (backends) of one load balancer whose state is kept.
-pub const STATES: usize = 4;
+/// Most server lines of one load balancer whose state is kept: a line per backend and
+/// HAProxy `node` (processes sharing a key), so a few backends of a few processes fit.
+pub const STATES: usize = 16;
 /// How a poll came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
@@ -339,13 +341,13 @@ impl Pollers {
     /// What an agent check from `address` follows, which proved itself with `key_line` (`None`
     /// when unproven) and named the server line `name`: what the HTTP checks of its lines
     /// were answered last, while they are checked. An agent check carries no `node`: of the
-    /// lines of that name, and of every line when it names none, names a line its load
-    /// balancer does not check, or names one while a held line of its load balancer has no
-    /// agent check of its own (a copied `agent-send`), the most careful: held first, then
-    /// one not answered DRAINED. When no line sends its state, the HTTP checks' latest answer
-    /// (a load balancer without `send-state`). An agent check that cannot be placed (unproven,
-    /// or its load balancer checks nothing known) follows any line held at its address, by
-    /// any load balancer there: it never takes out a node held there. A drain that may be held
+    /// lines of that name, and of every line when it names none or names a line its load
+    /// balancer does not check, the most careful: held first, then one not answered DRAINED.
+    /// When no line sends its state, the HTTP checks' latest answer (a load balancer without
+    /// `send-state`). An agent check that cannot be placed (unproven, its load balancer checks
+    /// nothing known, or a held line at its address has no agent check of its own: a copied
+    /// `agent-send`, or another load balancer's key in it) follows any line held at its
+    /// address, by any load balancer there: it never takes out a node held there. A drain that may be held
     /// (`holdable`) counts a line held lately as held ([`ServerLine::held_lately`]). `None`
     /// when nothing is known.
     pub fn followed(
@@ -369,14 +371,21 @@ impl Pollers {
                     .filter(|l| l.polling(now) && held(l).is_some())
             })
         };
-        let Some(poller) = key_line.and_then(|k| table.view(address, k)) else {
+        // A held line at this address whose agent check is not heard: some agent check names
+        // another line, or carries another load balancer's key (a copied `agent-send`).
+        let unheard = || {
+            (table.proven(address))
+                .flat_map(|p| p.current_lines(now))
+                .any(|l| {
+                    l.polling(now) && held(l).is_some() && !l.agent.is_some_and(|a| a.polling(now))
+                })
+        };
+        let poller = key_line.and_then(|k| table.view(address, k));
+        let Some(poller) = poller.filter(|_| !unheard()) else {
             return held_here();
         };
         let checked = || poller.current_lines(now).filter(|l| l.polling(now));
-        // A held line whose agent check is not heard: some agent check may name another.
-        let unheard =
-            || checked().any(|l| held(l).is_some() && !l.agent.is_some_and(|a| a.polling(now)));
-        let named = name.filter(|n| !unheard() && checked().any(|l| l.name() == *n));
+        let named = name.filter(|n| checked().any(|l| l.name() == *n));
         let found = match named {
             Some(n) => careful(held, || checked().filter(|l| l.name() == n))
                 .map(|f| Followed { placed: true, ..f }),
@@ -788,14 +797,20 @@ mod tests {
         // headers before are no longer its view.
         let answer = pollers.answer(at(6000));
         assert!(answer[0].states.is_empty(), "{answer:?}");
-        assert_eq!(answer[0].states_stopped_ms_ago, Some(5697), "{answer:?}");
+        // Stopped since the newest line's header (the last of the STATES above).
+        let newest = 300 + STATES as u64 - 1;
+        assert_eq!(
+            answer[0].states_stopped_ms_ago,
+            Some(6000 - newest),
+            "{answer:?}"
+        );
         // Sent again: that server line is its view again.
         pollers.record(poll(Some(m1_later)), at(6100));
         let answer = pollers.answer(at(6100));
         assert_eq!(answer[0].states.len(), 1, "{answer:?}");
         assert_eq!(
             answer[0].states_stopped_ms_ago,
-            Some(5797),
+            Some(6100 - newest),
             "the other lines stay stopped"
         );
     }
@@ -881,6 +896,19 @@ mod tests {
                 None,
                 at(i * 2000 + 900),
             );
+            // Key 1's agent check is heard on its held line.
+            let poll = Poll {
+                address: ip(1),
+                via: Via::Agent,
+                verdict: Verdict::Ok,
+                state: None,
+                held: None,
+                line: Some(b"bk/m1"),
+                client: None,
+                proof: Proof::Key,
+                key_line: Some(1),
+            };
+            pollers.record(poll, at(i * 2000 + 100));
         }
         let answer = pollers.answer(at(7000));
         assert_eq!(answer.len(), 2, "{answer:?}");
@@ -1135,6 +1163,54 @@ mod tests {
         agent(b"bk/m1", at(5100));
         let followed = pollers.followed(ip(1), Some(Some(1)), Some(b"other/m1"), true, at(5200));
         assert_eq!(followed.unwrap().told, Verdict::Drained);
+    }
+
+    /// Two HAProxy at one address with a key each; the second's `agent-send` carries the
+    /// first's key (copied), so the agent check of its held line is heard by the first's view.
+    #[test]
+    fn an_agent_check_with_another_load_balancers_key_never_drains_a_line_held_beside_it() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let spare = "UP; name=bk/m1; node=lb; weight=100/200; scur=0/0; qcur=0";
+        let last = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
+        for i in 0..3 {
+            check(
+                &pollers,
+                Some(1),
+                spare,
+                Verdict::Drained,
+                None,
+                at(i * 2000),
+            );
+            let held = Some(Held::LastServer);
+            check(
+                &pollers,
+                Some(3),
+                last,
+                Verdict::Ok,
+                held,
+                at(i * 2000 + 500),
+            );
+            let poll = Poll {
+                address: ip(1),
+                via: Via::Agent,
+                verdict: Verdict::Drained,
+                state: None,
+                held: None,
+                line: Some(b"bk/m1"),
+                client: None,
+                proof: Proof::Key,
+                key_line: Some(1),
+            };
+            pollers.record(poll, at(i * 2000 + 600));
+        }
+        // Key 1's agent check names its own line, not held; key 3's held line hears no agent
+        // check of its own: one of key 1's may be key 3's HAProxy.
+        let followed = pollers.followed(ip(1), Some(Some(1)), Some(b"bk/m1"), true, at(5000));
+        assert_eq!(followed.unwrap().held, Some(Held::LastServer));
+        let alone = pollers.followed(ip(2), Some(Some(1)), Some(b"bk/m1"), true, at(5000));
+        assert_eq!(alone, None, "another address");
     }
 
     #[test]

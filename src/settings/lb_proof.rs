@@ -41,8 +41,9 @@ pub const SHORTEST: usize = 32;
 pub const STRENGTH: f64 = 128.0;
 /// The longest key: HAProxy sends it in one check buffer with everything else.
 pub const LONGEST: usize = 128;
-/// The most keys in the file: the one in use, and the next one while it is rolled out.
-pub const MOST: usize = 4;
+/// The most lines in the file: a key per load balancer, each beside its next one while it is
+/// rolled out, and a key on a line per address where that is clearer.
+pub const MOST: usize = 16;
 /// The widest IPv4 network a key is bound to without a warning: a site's load balancer subnet.
 pub const WIDEST_V4: u8 = 24;
 /// The widest IPv6 network a key is bound to without a warning: one subnet.
@@ -202,7 +203,7 @@ pub enum LbKeyError {
     },
     /// No key, or too many.
     #[error(
-        "the load balancer key file {path} (--lb-key-file) holds {found} keys: give 1 to {MOST}, one per line (# starts a comment)"
+        "the load balancer key file {path} (--lb-key-file) holds {found} key lines: give 1 to {MOST}, one key per line (# starts a comment)"
     )]
     Count {
         /// The file.

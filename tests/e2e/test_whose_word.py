@@ -1,6 +1,6 @@
 """Whose word it is: a load balancer's view is the key it proves itself with, not its address.
 
-Real HAProxy processes (2.6 on Debian 12, 3.0 on Debian 13) with packaging/haproxy/pmcheck.cfg
+Real HAProxy processes (2.6 on Debian 12; 3.0, 3.2 and 3.4 on Debian 13) with packaging/haproxy/pmcheck.cfg
 as shipped (its key placeholder replaced, each server line given a `source` address on
 loopback), in front of compile masters' `pmcheck serve` (all probing the session's Puppet
 Server), each with a key file of the test's own. Every HAProxy value is read from its admin
@@ -39,9 +39,9 @@ import pytest
 import e2e_stack as st
 from conftest import record
 
-# Debian 12 in CI (the guard and the send-state header read alike on 3.0: test_load_balancer_*
-# run there); the key-file lines, cheap, on both.
-pytestmark = pytest.mark.ci_on("debian12")
+# Both stacks in CI; where a backend could go empty (two processes at one address, unplaced agent
+# checks), every HAProxy release of the stack (2.6 on Debian 12; 3.0, 3.2 and 3.4 on Debian 13).
+pytestmark = pytest.mark.ci_on("debian12", "debian13")
 
 OWN = {"User-Agent": "pmcheck/e2e"}
 COMMON = ("--drained-status", "404", "--interval", "500ms", "--slow-start", "0s")
@@ -171,6 +171,7 @@ def two_processes(pmcheck, haproxy, shipped_haproxy, testdir, keys: tuple[str, s
     return a[0], b[0], lone, pair, bk, (m1, m2), (lone_cfg, path)
 
 
+@pytest.mark.every_haproxy()
 @pytest.mark.usefixtures("puppetserver")
 def test_one_key_one_node_two_processes_hold_every_drain(pmcheck, haproxy, shipped_haproxy, testdir):
     key = new_key()
@@ -284,7 +285,6 @@ def test_a_key_each_is_a_view_each(pmcheck, haproxy, shipped_haproxy, testdir):
     assert cp.returncode == 0, cp.stderr
 
 
-@pytest.mark.ci_on("debian12", "debian13")
 @pytest.mark.usefixtures("puppetserver")
 @pytest.mark.parametrize("bound", ["two-lines", "mapped", "elsewhere"])
 def test_a_key_proves_from_each_address_it_is_bound_to(pmcheck, haproxy, shipped_haproxy, testdir, bound):
@@ -343,6 +343,7 @@ def test_a_key_proves_from_each_address_it_is_bound_to(pmcheck, haproxy, shipped
            "proof key; drain of its last server: exit 77 naming it")  # fmt: skip
 
 
+@pytest.mark.every_haproxy()
 @pytest.mark.usefixtures("puppetserver")
 @pytest.mark.parametrize("agent_send", ["none", "copied"])
 def test_an_agent_check_that_cannot_be_placed_keeps_a_held_node_in(
