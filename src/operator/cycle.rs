@@ -30,6 +30,7 @@ use crate::drain::holding::Release;
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
 use crate::drain::tenure::Tenure;
+use crate::health::hold;
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
@@ -212,9 +213,12 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
             return Err(e);
         }
     };
-    let undrained = matches!(let_go, Release::Undrained);
+    let undrained = matches!(
+        let_go,
+        Left::Record(Release::Undrained) | Left::Restarted(_)
+    );
     if !undrained {
-        let left = if matches!(let_go, Release::NotDrained) {
+        let left = if matches!(let_go, Left::Record(Release::NotDrained)) {
             ""
         } else {
             "; the node stays drained"
@@ -243,6 +247,16 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
     Ok(())
 }
 
+/// What this cycle's letting go left.
+enum Left {
+    /// What the record said.
+    Record(Release),
+    /// Only stops' holds that this restart ended, whoever's stop it was: Puppet Server started
+    /// after each, and a probe since found it healthy ([`hold::live`], the daemon's own rule),
+    /// so they hold nothing, though `on-start` may not have taken them out of the record yet.
+    Restarted(Vec<Holder>),
+}
+
 /// The steps made while this cycle holds the node: the point of no return, the command
 /// (3), the wait until Puppet Server can compile again (4), letting go (5). What letting go
 /// left.
@@ -251,7 +265,7 @@ async fn drained_steps(
     daemon: &Daemon,
     file: &DrainFile,
     signals: &mut Signals,
-) -> Result<Release, CycleError> {
+) -> Result<Left, CycleError> {
     give_back_if_needed(cycle, daemon, file, signals).await?;
 
     // 3. the command
@@ -273,9 +287,28 @@ async fn drained_steps(
     // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
     let t = Instant::now();
     let locked = locked(file, signals, Step::Undrain, LEFT_DRAINED).await?;
-    let let_go = let_go(locked)?;
-    step(Step::Undrain, t, &described(&let_go, file));
-    Ok(let_go)
+    let left = match let_go(locked)? {
+        Release::StillHeld(held) => {
+            let started = daemon.ask().await.ok().and_then(|view| view.started());
+            let holding = hold::live(&held, started, SystemTime::now())
+                .next()
+                .is_some();
+            match holding {
+                false => Left::Restarted(held),
+                true => Left::Record(Release::StillHeld(held)),
+            }
+        }
+        release => Left::Record(release),
+    };
+    let said = match &left {
+        Left::Record(release) => described(release, file),
+        Left::Restarted(held) => format!(
+            "this cycle let go; what else the record holds ended with this restart: {}",
+            holders(held)
+        ),
+    };
+    step(Step::Undrain, t, &said);
+    Ok(left)
 }
 
 /// Steps 1 and 2: this cycle's hold, in its turn, and the wait until the load balancers
@@ -569,12 +602,6 @@ async fn locked<'a>(
 
 /// The undrain step's line.
 fn described(release: &Release, file: &DrainFile) -> String {
-    let holders = |held: &[Holder]| {
-        held.iter()
-            .map(Holder::describe)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     match release {
         Release::Undrained => format!("removed {}", file.path().display()),
         Release::NotDrained => format!(
@@ -636,6 +663,13 @@ async fn wait_step(
             left: LEFT_DRAINED,
         }),
     }
+}
+
+/// Holders, for people.
+fn holders(held: &[Holder]) -> String {
+    (held.iter().map(Holder::describe))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Resolves when the drain record no longer holds this cycle, with what it holds instead.
