@@ -1,30 +1,31 @@
 //! What systemd's watchdog is told: `WATCHDOG=1` only while the daemon makes progress. A
 //! timer that pings on its own proves only that a timer runs; here the prober must keep its
-//! schedule (a fresh report) and every listener's loop must turn, or the pings stop and systemd
-//! restarts the daemon.
+//! schedule (a fresh report) and every listener's loop must turn when the watchdog asks it to,
+//! or the pings stop and systemd restarts the daemon. An idle listener turns only when asked,
+//! so a daemon without a watchdog, or between its pings, sleeps.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::puppet::report::ProbeReport;
 use crate::settings::duration::format_duration;
 
-/// How often an idle listener's loop turns on its own, to show that it still can.
-pub(crate) const LISTENER_TICK: Duration = Duration::from_secs(1);
-
-/// A listener's loop that has not turned for this long is stuck: ten of its own ticks, room
-/// for a master whose compiles take every core.
+/// A listener's loop asked to turn and not turned for this long is stuck: room for a master
+/// whose compiles take every core.
 const LISTENER_BOUND: Duration = Duration::from_secs(10);
 
-/// When a loop last turned.
+/// When a loop last turned, and when the watchdog last asked it to.
 #[derive(Debug)]
 pub(crate) struct Beat {
     epoch: Instant,
     /// Milliseconds from `epoch`.
     last: AtomicU64,
+    /// Milliseconds from `epoch`; 0: never asked.
+    asked_at: AtomicU64,
+    asking: Notify,
 }
 
 impl Beat {
@@ -32,17 +33,38 @@ impl Beat {
         Arc::new(Self {
             epoch: Instant::now(),
             last: AtomicU64::new(0),
+            asked_at: AtomicU64::new(0),
+            asking: Notify::new(),
         })
     }
 
     pub(crate) fn mark(&self) {
-        let ms = self.epoch.elapsed().as_millis() as u64;
-        self.last.store(ms, Ordering::Relaxed);
+        self.turned(Instant::now());
     }
 
-    fn age(&self, now: Instant) -> Duration {
-        let at = self.epoch + Duration::from_millis(self.last.load(Ordering::Relaxed));
-        now.saturating_duration_since(at)
+    fn turned(&self, now: Instant) {
+        self.last.store(self.ms(now), Ordering::Relaxed);
+    }
+
+    /// Resolves when the watchdog asks the loop to turn (an ask made meanwhile is kept).
+    pub(crate) async fn asked(&self) {
+        self.asking.notified().await;
+    }
+
+    fn ask(&self, now: Instant) {
+        self.asked_at.store(self.ms(now).max(1), Ordering::Relaxed);
+        self.asking.notify_one();
+    }
+
+    /// How long it has been asked to turn without turning, at `now`.
+    fn waiting(&self, now: Instant) -> Option<Duration> {
+        let asked = self.asked_at.load(Ordering::Relaxed);
+        (asked > self.last.load(Ordering::Relaxed))
+            .then(|| now.saturating_duration_since(self.epoch + Duration::from_millis(asked)))
+    }
+
+    fn ms(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
     }
 }
 
@@ -72,15 +94,21 @@ impl Progress {
             ));
         }
         self.listeners.iter().find_map(|(address, beat)| {
-            let age = beat.age(now);
-            (age > LISTENER_BOUND).then(|| {
-                format!(
-                    "the listener on {address} has not turned for {} (limit {})",
-                    format_duration(round(age)),
-                    format_duration(LISTENER_BOUND)
-                )
-            })
+            let age = beat.waiting(now).filter(|&age| age > LISTENER_BOUND)?;
+            Some(format!(
+                "the listener on {address} has not turned for {} since asked (limit {})",
+                format_duration(round(age)),
+                format_duration(LISTENER_BOUND)
+            ))
         })
+    }
+
+    /// Asks every listener's loop to turn, so that by the next look an idle one has shown
+    /// that it still can.
+    pub fn ask(&self, now: Instant) {
+        for (_, beat) in &self.listeners {
+            beat.ask(now);
+        }
     }
 }
 
@@ -113,14 +141,20 @@ mod tests {
         publish.send_replace(Some(Arc::new(report)));
         assert_eq!(progress.stalled(start + Duration::from_secs(6)), None);
         let mut report = ProbeReport::new(ProbeOutcome::Healthy(None), Duration::ZERO, None);
-        report.finished = beat.epoch + Duration::from_secs(10);
+        report.finished = beat.epoch + Duration::from_secs(30);
         publish.send_replace(Some(Arc::new(report)));
-        let stuck = progress
-            .stalled(beat.epoch + Duration::from_secs(11))
-            .unwrap();
+        // An idle listener not asked to turn is not stuck, however long it sleeps.
+        let at = |s| beat.epoch + Duration::from_secs(s);
+        assert_eq!(progress.stalled(at(29)), None);
+        // Asked, it has LISTENER_BOUND to turn.
+        progress.ask(at(20));
+        assert_eq!(progress.stalled(at(30)), None);
+        let stuck = progress.stalled(at(31)).unwrap();
         assert!(
-            stuck.contains("listener on 127.0.0.1:9200 has not turned"),
+            stuck.contains("listener on 127.0.0.1:9200 has not turned for 11s since asked"),
             "{stuck}"
         );
+        beat.turned(at(25));
+        assert_eq!(progress.stalled(at(31)), None, "turned since");
     }
 }

@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use crate::responder::agent;
 use crate::responder::connections::{Activity, Connections, Limits, Throttle, Ticket};
 use crate::responder::deadline::WriteDeadline;
-use crate::responder::heartbeat::{Beat, LISTENER_TICK};
+use crate::responder::heartbeat::Beat;
 use crate::responder::http::{Rendered, operator_view};
 use crate::responder::node::Node;
 use crate::responder::pollers::Via;
@@ -101,8 +101,6 @@ impl Listener {
         let mut connections = JoinSet::new();
         let stop = closed(self.stopped.clone());
         tokio::pin!(stop);
-        let mut ticks = tokio::time::interval(LISTENER_TICK);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             self.beat.mark();
             let (stream, peer) = tokio::select! {
@@ -121,8 +119,8 @@ impl Listener {
                 },
                 () = &mut stop => break,
                 Some(_) = connections.join_next() => continue,
-                // Idle, it still turns: the watchdog's pings stand for it.
-                _ = ticks.tick() => continue,
+                // Idle, it turns when the watchdog asks: its pings stand for it.
+                () = self.beat.asked() => continue,
             };
             let peer = peer.ip();
             if !permits(&self.guard.allow, peer) {

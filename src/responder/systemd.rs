@@ -114,7 +114,10 @@ impl Notifier {
             let mut silent = false;
             loop {
                 ticks.tick().await;
-                match progress.stalled(Instant::now()) {
+                let now = Instant::now();
+                let stalled = progress.stalled(now);
+                progress.ask(now);
+                match stalled {
                     None => {
                         if silent {
                             tracing::warn!("progress again: pinging systemd's watchdog again");
