@@ -378,9 +378,12 @@ def test_an_agent_check_that_cannot_be_placed_keeps_a_held_node_in(
     da, db = a[0], b[0]
 
     # A drained while B serves (and C in `other`): the guard lets it, A leaves every backend.
-    st.wait_until(
-        "A's /status: its lines as HAProxy checks them", lambda: len(states(da)) >= (2 if other else 1), 15
-    )
+    # A's lines must show the other server in: a header sent before it came UP says A is last.
+    def shared() -> bool:
+        seen = [s["seen"] for _, s in states(da)]
+        return len(seen) >= (2 if other else 1) and all(v["total_weight"] > v["weight"] for v in seen)
+
+    st.wait_until("A's /status: its lines as HAProxy checks them, another server in", shared, 15)
     cp = drain(pmcheck, da)
     assert cp.returncode == 0, (cp.returncode, cp.stdout, cp.stderr)
     for be in [bk] + ([other] if other else []):
