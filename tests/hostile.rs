@@ -185,12 +185,13 @@ fn sighup_reloads_and_usr1_usr2_do_no_harm() {
 }
 
 /// Issue 46 (a new operator): Puppet Server moved to another port in webserver.conf kept being
-/// probed on the old one, and a reload said nothing. A reload still cannot move the probe (the
-/// agent connections are read against it), but it now says that the file moved and what
-/// restart takes it.
+/// probed on the old one. Issue 54: and a stop's hold waited for a healthy probe the old port
+/// never gave, so the node stayed drained for good. Puppet Server reads the file only at its
+/// start: a reload says what the file names, and the probe moves when the old listener refuses,
+/// where the stop's hold is let go of once Puppet Server is healthy there.
 #[test]
-fn a_listener_moved_in_webserver_conf_is_said_at_a_reload() {
-    let s = Setup::new(Behavior::Running);
+fn a_listener_moved_in_webserver_conf_is_followed_once_the_old_one_refuses() {
+    let mut s = Setup::new(Behavior::Running);
     let confd = tempfile::tempdir().unwrap();
     let web = confd.path().join("webserver.conf");
     let conf =
@@ -202,21 +203,48 @@ fn a_listener_moved_in_webserver_conf_is_said_at_a_reload() {
     let mut d = Daemon::start(&args);
     // OK proves the probe found the stub through webserver.conf.
     d.wait_for(SOON, "OK", is("OK"));
-    let moved = closed_port().port();
-    std::fs::write(&web, conf(moved)).unwrap();
+    let old = s.stub.addr;
+    let moved = closed_port();
+    std::fs::write(&web, conf(moved.port())).unwrap();
     signal(&d, "HUP");
     d.wait_for_log(
         SOON,
         &format!(
-            "{} now says Puppet Server listens on 127.0.0.1:{moved}; pmcheck probes {} until it is restarted (`systemctl restart pmcheck`)",
+            "{} now names {moved}; pmcheck probes {old}, which still answers, and moves to {moved} at the first probe {old} refuses",
             web.display(),
-            s.stub.addr
         ),
     );
     assert_eq!(
         d.wait_for(SOON, "OK", is("OK")).status,
         200,
         "still probing the stub"
+    );
+    // Puppet Server restarts onto the new port: the stop's hold, then the old port refuses.
+    let url = format!("http://{}/", d.addr);
+    let stop = s.pmcheck("on-stop", &["--url", &url, "--max-wait", "1s"]);
+    assert!(stop.status.success(), "{stop:?}");
+    d.wait_for(SOON, "DRAINED by the stop", is("DRAINED"));
+    let placeholder = Stub::start(&s.ca, &[CERTNAME], Behavior::Hang);
+    drop(std::mem::replace(&mut s.stub, placeholder));
+    d.wait_for_log(
+        SOON,
+        &format!(
+            "Puppet Server's listener moved: {old} refuses and {} names {moved}; probing {moved} from now on",
+            web.display()
+        ),
+    );
+    let back = Stub::start_on(moved, &s.ca, &s.ca, &[CERTNAME], Behavior::Running);
+    let now = std::time::UNIX_EPOCH.elapsed().unwrap().as_millis();
+    (back.seen.jvm_start).store(now.try_into().unwrap(), std::sync::atomic::Ordering::SeqCst);
+    d.wait_for(
+        SOON,
+        "OK on the new listener, the stop's hold let go of",
+        is("OK"),
+    );
+    d.wait_for_json(
+        SOON,
+        "agent connections counted at the new listener",
+        |status| (status.traffic.as_ref()).is_some_and(|t| t.listener == moved),
     );
     signal(&d, "TERM");
     assert_eq!(exit_code(&mut d, SOON), Some(0));

@@ -1,6 +1,7 @@
 //! The one client of the local Puppet Server: HTTPS as this host (its certificate, verified
 //! against the Puppet CA, the certname as SNI and Host), rebuilt when Puppet renews the files in
-//! place or on SIGHUP, with bounded bodies and every failure named. The prober owns it; every
+//! place, on SIGHUP or when Puppet Server's listener moves ([`Address`]), with bounded bodies
+//! and every failure named. The prober owns it; every
 //! other reader of Puppet Server's status (file sync, the JVM's start) borrows it, so the
 //! identity is loaded once and one connection is kept alive.
 
@@ -9,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rustls::{AlertDescription, CertificateError};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, watch};
 
 use crate::file_stamp::FileStamp;
 use crate::puppet::identity::IdentityFiles;
@@ -22,23 +23,32 @@ pub struct PuppetClient {
     identity: IdentityFiles,
     certname: String,
     certname_from: String,
-    addr: SocketAddr,
+    addr: Address,
     timeout: Duration,
-    /// The client built from the identity files as they were (their stamps). Held while one
-    /// is built, so two readers starting together load the identity once.
+    /// The client built from the identity files as they were (their stamps), for the listener
+    /// then. Held while one is built, so two readers starting together load the identity once.
     built: Mutex<Option<Built>>,
 }
 
-type Built = ([Option<FileStamp>; 3], reqwest::Client);
+type Built = ([Option<FileStamp>; 3], SocketAddr, reqwest::Client);
+
+/// Where Puppet Server listens: fixed for a single probe, followed by the daemon
+/// (`crate::responder::moved_port`).
+pub type Address = watch::Receiver<SocketAddr>;
+
+/// An address that never moves.
+pub fn fixed(addr: SocketAddr) -> Address {
+    watch::channel(addr).1
+}
 
 impl PuppetClient {
-    /// A client of the Puppet Server at `addr`, whose certificate must be for `certname` (set
+    /// A client of the Puppet Server at `addr` (where it listens now), whose certificate must be for `certname` (set
     /// by `certname_from`, for the error when it is not), with this host's `identity` and a
     /// deadline of `timeout` per request; the TLS client is built at the first request.
     pub fn new(
         identity: IdentityFiles,
         (certname, certname_from): (String, String),
-        addr: SocketAddr,
+        addr: Address,
         timeout: Duration,
     ) -> Self {
         Self {
@@ -56,9 +66,14 @@ impl PuppetClient {
         *self.built.lock().await = None;
     }
 
+    /// Where Puppet Server listens now.
+    pub fn addr(&self) -> SocketAddr {
+        *self.addr.borrow()
+    }
+
     /// `path` on Puppet Server, without a query.
     pub fn url(&self, path: &str) -> String {
-        format!("https://{}:{}{path}", self.certname, self.addr.port())
+        format!("https://{}:{}{path}", self.certname, self.addr().port())
     }
 
     /// A status service's URL at `?level=debug`, with Puppet Server's own deadline below ours.
@@ -70,16 +85,18 @@ impl PuppetClient {
         )
     }
 
-    /// The HTTP client, rebuilt when the certificate, key or CA changed on disk.
+    /// The HTTP client, rebuilt when the certificate, key or CA changed on disk, or the
+    /// listener moved.
     pub async fn http(&self) -> Result<reqwest::Client, CannotProbe> {
         // Three stats: off the runtime's workers too, before every probe.
         let identity = self.identity.clone();
         let stamps = tokio::task::spawn_blocking(move || identity.stamps())
             .await
             .map_err(CannotProbe::Loader)?;
+        let addr = self.addr();
         let mut built = self.built.lock().await;
-        if let Some((was, client)) = &*built
-            && *was == stamps
+        if let Some((was, at, client)) = &*built
+            && (*was, *at) == (stamps, addr)
             && stamps.iter().all(Option::is_some)
         {
             return Ok(client.clone());
@@ -91,7 +108,7 @@ impl PuppetClient {
             .map_err(CannotProbe::Loader)??;
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
-            .resolve(&self.certname, self.addr)
+            .resolve(&self.certname, addr)
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .http1_only()
@@ -114,7 +131,7 @@ impl PuppetClient {
             identity.hostprivkey.display(),
             identity.localcacert.display()
         );
-        *built = Some((stamps, client.clone()));
+        *built = Some((stamps, addr, client.clone()));
         Ok(client)
     }
 
@@ -169,7 +186,7 @@ impl PuppetClient {
     /// Names the phase that failed: connecting, TLS (with the certificate problem spelt out),
     /// or the HTTP exchange.
     pub fn classify(&self, e: reqwest::Error) -> ProbeError {
-        let addr = self.addr;
+        let addr = self.addr();
         if e.is_timeout() {
             return ProbeError::Timeout {
                 addr,

@@ -5,13 +5,12 @@
 //! (the service's `state`) and whether it can compile (its JRuby pool). Servers without that
 //! service fall back along [`crate::puppet::status_api::FALLBACKS`] to the `simple` status, which says `running` only.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::puppet::client::PuppetClient;
+use crate::puppet::client::{Address, PuppetClient, fixed};
 use crate::puppet::identity::IdentityFiles;
 use crate::puppet::pause::{self, Pause, PauseWatch};
 use crate::puppet::pool::{Capacity, Pool, Unready};
@@ -41,7 +40,7 @@ pub struct ProbeTarget {
     /// another name.
     pub certname_from: String,
     /// Where to connect, whatever the name.
-    pub addr: SocketAddr,
+    pub addr: Address,
     /// The status endpoint tried first.
     pub status_path: String,
     /// The deadline of one probe.
@@ -65,7 +64,7 @@ impl ProbeTarget {
             },
             certname: settings.certname.value.clone(),
             certname_from: settings.certname.source.to_string(),
-            addr: settings.puppet_addr.value,
+            addr: fixed(settings.puppet_addr.value),
             status_path: settings.status_path.value.clone(),
             timeout: settings.timeout.value,
             pause_grace: settings.pause_grace.value,
@@ -111,7 +110,7 @@ impl Prober {
             client: Arc::new(PuppetClient::new(
                 target.identity.clone(),
                 (target.certname.clone(), target.certname_from.clone()),
-                target.addr,
+                target.addr.clone(),
                 target.timeout,
             )),
             target,
@@ -162,7 +161,7 @@ impl Prober {
                     Some(Err(why)) => Found::Outcome(ProbeOutcome::NotReady(why), None),
                     None => Found::Outcome(
                         ProbeOutcome::Unhealthy(ProbeError::Timeout {
-                            addr: self.target.addr,
+                            addr: self.client.addr(),
                             after: self.target.timeout,
                         }),
                         None,

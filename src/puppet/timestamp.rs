@@ -21,7 +21,7 @@ pub fn write(
     writable(t).then(|| format(t).to_string())
 }
 
-/// `t`'s time of day in UTC (`12:00:01Z`), or `None` where [`write`] has none.
+/// `t`'s time of day in UTC (`12:00:01Z`), or `None` where [`write()`] has none.
 pub fn clock(t: SystemTime) -> Option<String> {
     let full = write(t, humantime::format_rfc3339_seconds)?;
     full.get(DATE..).map(str::to_owned)

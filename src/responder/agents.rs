@@ -12,6 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::puppet::client::Address;
 use crate::puppet::traffic;
 use crate::responder::status::{SourceAnswer, TrafficAnswer};
 
@@ -25,14 +26,15 @@ pub const SOURCES: usize = 32;
 /// The latest read of the agent connections, shared by the operator's requests.
 #[derive(Debug)]
 pub struct Agents {
-    puppet: Option<SocketAddr>,
+    puppet: Option<Address>,
     latest: Mutex<Option<(Instant, Arc<TrafficAnswer>)>>,
     reading: tokio::sync::Mutex<()>,
 }
 
 impl Agents {
-    /// For the Puppet Server listening at `puppet`; `None` when the settings could not say.
-    pub fn new(puppet: Option<SocketAddr>) -> Self {
+    /// For the Puppet Server listening at `puppet` (where it listens now); `None` when the
+    /// settings could not say.
+    pub fn new(puppet: Option<Address>) -> Self {
         Self {
             puppet,
             latest: Mutex::new(None),
@@ -65,7 +67,9 @@ impl Agents {
     /// Makes the latest read at most [`FRESH`] old, reading on the blocking pool; requests that
     /// come during a read wait for it instead of starting another.
     pub async fn refresh(&self) {
-        let Some(puppet) = self.puppet else { return };
+        let Some(puppet) = self.puppet.as_ref().map(|p| *p.borrow()) else {
+            return;
+        };
         let _reading = self.reading.lock().await;
         if self.fresh() {
             return;
@@ -79,8 +83,8 @@ impl Agents {
 
     /// The same, on this thread: inetd mode answers one request and exits.
     pub fn refresh_here(&self) {
-        if let Some(puppet) = self.puppet {
-            self.keep(read(puppet));
+        if let Some(puppet) = &self.puppet {
+            self.keep(read(*puppet.borrow()));
         }
     }
 }
@@ -129,6 +133,7 @@ pub fn bounded(puppet: SocketAddr, mut connections: Vec<SocketAddr>) -> TrafficA
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::puppet::client::fixed;
 
     #[test]
     fn thousands_of_connections_make_a_bounded_answer_that_counts_them_all() {
@@ -148,7 +153,7 @@ mod tests {
 
     #[tokio::test]
     async fn one_read_serves_the_requests_that_come_within_fresh() {
-        let agents = Agents::new(Some("127.0.0.1:1".parse().unwrap()));
+        let agents = Agents::new(Some(fixed("127.0.0.1:1".parse().unwrap())));
         assert!(agents.latest(Instant::now()).is_none());
         agents.refresh().await;
         let read = |agents: &Agents| agents.latest.lock().unwrap().as_ref().map(|(at, _)| *at);

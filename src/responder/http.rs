@@ -101,7 +101,7 @@ pub struct Rendered {
     /// The body (`VERDICT - reason`) and the status line's reason phrase that go with it.
     last: Option<(Bytes, Option<ReasonPhrase>)>,
     /// The latest request proved itself a load balancer's: the connection table keeps room
-    /// only for those ([`crate::responder::connections`]).
+    /// only for those (`crate::responder::connections`).
     pub proven: bool,
 }
 

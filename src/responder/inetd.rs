@@ -40,7 +40,7 @@ pub async fn answer_one(
     drained_status: u16,
 ) -> io::Result<()> {
     let (publish, latest) = watch::channel(None);
-    let puppet = target.as_ref().ok().map(|t| t.addr);
+    let puppet = target.as_ref().ok().map(|t| t.addr.clone());
     match target {
         Ok(target) => {
             tokio::spawn(async move {

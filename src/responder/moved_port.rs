@@ -1,45 +1,100 @@
-//! Puppet Server's listener moved in its webserver.conf while pmcheck runs: pmcheck reads the
-//! address once, at start, so it keeps probing the old one. A reload (SIGHUP) cannot change
-//! it (the agent connections and the status are read against it), so at each reload the
-//! file is read again and a move is said, with the restart that takes it.
+//! Puppet Server's listener, followed. Worked out at start from webserver.conf (its `ssl-host`
+//! and `ssl-port`), it moves when that file names another one. Puppet Server reads the file
+//! only at its own start, so a changed file says nothing yet of where it listens: pmcheck
+//! moves when the listener it probes refuses (the restart that applies the file, a stop's hold
+//! then let go of on the new one), and at a reload only says what it will do. The probe, the
+//! agent connections and `status` read the one [`crate::puppet::client::Address`] moved here.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::puppet::probe_error::ProbeError;
+use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::settings::host::{Webserver, read_confd_file};
 
-/// Says, at each reload until `stop`, when `webserver` (the file `probed` came from) names
-/// another listener.
-pub async fn watch(
+/// Follows `webserver`, the file the listener in `moves` came from, until `stop`: read again
+/// at each reload and at each probe (`reports`) its listener refused; each change said once.
+pub async fn follow(
     webserver: PathBuf,
-    probed: SocketAddr,
+    moves: watch::Sender<SocketAddr>,
+    mut reports: watch::Receiver<Option<Arc<ProbeReport>>>,
     mut reload: watch::Receiver<()>,
     stop: impl Future<Output = ()>,
 ) {
     tokio::pin!(stop);
+    let mut said = String::new();
     loop {
-        tokio::select! {
-            changed = reload.changed() => if changed.is_err() { return },
+        let reloaded = tokio::select! {
+            changed = reload.changed() => match changed {
+                Ok(()) => true,
+                Err(_) => return,
+            },
+            changed = reports.changed() => match changed {
+                Ok(()) => false,
+                Err(_) => return,
+            },
             () = &mut stop => return,
+        };
+        let refused = matches!(
+            reports.borrow_and_update().as_deref().map(|r| &r.outcome),
+            Some(ProbeOutcome::Unhealthy(ProbeError::Refused { .. }))
+        );
+        if !(reloaded || refused) {
+            continue;
         }
         let path = webserver.clone();
         let read = tokio::task::spawn_blocking(move || {
-            let text = read_confd_file(&path)?;
-            Webserver::parse(path, &text).listener()
+            read_confd_file(&path).map(|text| Webserver::parse(path, &text).listener())
         });
-        if let Ok(Some(now)) = read.await
-            && now != probed
-        {
+        let probed = *moves.borrow();
+        let file = webserver.display();
+        let now = match read.await {
+            Ok(Some(Some(now))) => now,
+            Ok(Some(None)) => {
+                say(
+                    &mut said,
+                    format!("{file} names no ssl-port; pmcheck keeps probing {probed}"),
+                );
+                continue;
+            }
+            _ => {
+                say(
+                    &mut said,
+                    format!("cannot read {file}; pmcheck keeps probing {probed}"),
+                );
+                continue;
+            }
+        };
+        if now == probed {
+            said.clear();
+        } else if refused {
+            moves.send_replace(now);
+            said.clear();
             tracing::warn!(
-                file = %webserver.display(),
-                probed = %probed,
-                listener = %now,
-                "{} now says Puppet Server listens on {now}; pmcheck probes {probed} until it is restarted (`systemctl restart pmcheck`): a reload does not move the probe",
-                webserver.display()
+                file = %file,
+                from = %probed,
+                to = %now,
+                "Puppet Server's listener moved: {probed} refuses and {file} names {now}; probing {now} from now on"
+            );
+        } else {
+            say(
+                &mut said,
+                format!(
+                    "{file} now names {now}; pmcheck probes {probed}, which still answers, and moves to {now} at the first probe {probed} refuses (the restart of Puppet Server that applies the file)"
+                ),
             );
         }
+    }
+}
+
+/// Logs `line` unless it was the last said.
+fn say(said: &mut String, line: String) {
+    if *said != line {
+        tracing::warn!("{line}");
+        *said = line;
     }
 }

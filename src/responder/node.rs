@@ -2,7 +2,7 @@
 //! connection, read by the HTTP answers ([`crate::responder::http`]) and the agent check.
 
 use std::borrow::Cow;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -21,6 +21,7 @@ use crate::health::hold::{self, Held};
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
+use crate::puppet::client::Address;
 use crate::puppet::expiry;
 use crate::puppet::readings::Readings;
 use crate::puppet::report::{Latest, ProbeReport};
@@ -148,7 +149,7 @@ impl Node {
         rules: Rules,
         proof: LbProof,
         drain_file: &DrainFile,
-        puppet: Option<SocketAddr>,
+        puppet: Option<Address>,
         metrics: bool,
     ) -> Self {
         Self {
@@ -517,7 +518,7 @@ mod tests {
             Rules::ONCE,
             crate::settings::lb_proof::LbProof::none(),
             &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
-            puppet,
+            puppet.map(crate::puppet::client::fixed),
             true,
         );
         (responder, (p, d, r))

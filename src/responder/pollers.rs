@@ -7,8 +7,7 @@
 //! two pollers, so an unproven poll never changes what a proven one said. Each poller has
 //! what its HTTP checks and its agent checks were last told and how many times in a row, and,
 //! each server line it checks this node for (one per backend and HAProxy `node`, at most
-//! [`STATES`]: [`crate::responder::server_line`]). A proven poller is one per key line it
-//! proves itself with: two load balancers at one address with a key each are two views.
+//! [`STATES`]: [`crate::responder::server_line`]). Two keys at one address are two views.
 //!
 //! Whether a poller, or one of its server lines, still polls has one definition
 //! ([`crate::responder::server_line::polling`]), by its own rhythm; the operator's JSON
@@ -46,8 +45,7 @@ pub const GONE_AFTER: Duration = Duration::from_secs(600);
 pub const REGULAR: u32 = 3;
 /// The longest gap between two polls of a regular poller: HAProxy's `inter` is seconds.
 pub const MAX_GAP: Duration = Duration::from_secs(60);
-/// Most server lines of one load balancer whose state is kept: a line per backend and
-/// HAProxy `node` (processes sharing a key), so a few backends of a few processes fit.
+/// Most server lines of one load balancer whose state is kept: a line per backend and `node`.
 pub const STATES: usize = 16;
 /// How a poll came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -347,9 +345,8 @@ impl Pollers {
     /// `send-state`). An agent check that cannot be placed (unproven, its load balancer checks
     /// nothing known, or a held line at its address has no agent check of its own: a copied
     /// `agent-send`, or another load balancer's key in it) follows any line held at its
-    /// address, by any load balancer there: it never takes out a node held there. A drain that may be held
-    /// (`holdable`) counts a line held lately as held ([`ServerLine::held_lately`]). `None`
-    /// when nothing is known.
+    /// address: it never takes out a node held there. A drain that may be held (`holdable`)
+    /// counts a line held lately as held ([`ServerLine::held_lately`]); `None`: nothing known.
     pub fn followed(
         &self,
         address: IpAddr,
@@ -373,12 +370,10 @@ impl Pollers {
         };
         // A held line at this address whose agent check is not heard: some agent check names
         // another line, or carries another load balancer's key (a copied `agent-send`).
+        let heard = |l: &ServerLine| l.agent.is_some_and(|a| a.polling(now));
         let unheard = || {
-            (table.proven(address))
-                .flat_map(|p| p.current_lines(now))
-                .any(|l| {
-                    l.polling(now) && held(l).is_some() && !l.agent.is_some_and(|a| a.polling(now))
-                })
+            (table.proven(address).flat_map(|p| p.current_lines(now)))
+                .any(|l| l.polling(now) && held(l).is_some() && !heard(l))
         };
         let poller = key_line.and_then(|k| table.view(address, k));
         let Some(poller) = poller.filter(|_| !unheard()) else {

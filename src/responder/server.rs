@@ -81,10 +81,14 @@ pub async fn serve(
         latest,
         rejoin,
     };
-    let puppet = Some(settings.puppet_addr.value);
+    // Where Puppet Server listens, followed when its own files say it (moved_port).
+    let (moves, address) = watch::channel(settings.puppet_addr.value);
+    let puppet = Some(address.clone());
     let node = Arc::new(Node::new(feeds, rules, proof, &drain_file, puppet, true));
     let beats = listen(&mut tasks, listeners, &node, daemon)?;
-    let prober = Prober::new(ProbeTarget::of(settings));
+    let mut target = ProbeTarget::of(settings);
+    target.addr = address;
+    let prober = Prober::new(target);
     let drain_path = watcher.file().path().display().to_string();
     tracing::info!(
         endpoint = %prober.endpoint(),
@@ -109,11 +113,11 @@ pub async fn serve(
     let tracked = Arc::clone(&node);
     let state_dir = settings.state_dir.value.clone();
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
-    // Worked out from Puppet Server's files, not given: a move there needs a restart.
+    // Worked out from Puppet Server's files, not given: followed when they move it.
     if let Source::Default(_) = settings.puppet_addr.source {
         let webserver = settings.puppetserver_confd.value.join("webserver.conf");
-        let (probed, reload) = (settings.puppet_addr.value, reload.clone());
-        tasks.spawn(|stop| moved_port::watch(webserver, probed, reload, stop));
+        let (reports, reload) = (node.latest.clone(), reload.clone());
+        tasks.spawn(|stop| moved_port::follow(webserver, moves, reports, reload, stop));
     }
     let observed = observe(Arc::clone(&node));
     let progress = Progress {
