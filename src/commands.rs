@@ -240,7 +240,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     );
     if let Some(e) = unusable {
         tracing::error!(
-            "{e}. pmcheck answers the load balancers as always, but no poll proves itself: `drain` and `cycle` refuse (exit 77) unless --force, the waits go by HAProxy's timing, and `pmcheck status` says so. Fix the file, then `systemctl restart pmcheck` (`pmcheck config --check` tells first)"
+            "{e}. pmcheck answers the load balancers as always, but no poll proves itself: `drain` and `cycle` refuse (exit 77) unless --force, the waits go by HAProxy's timing, and `pmcheck status` says so. Fix the file, then `systemctl reload pmcheck` (`pmcheck config --check` tells first)"
         );
     }
     for warning in proof.warnings() {

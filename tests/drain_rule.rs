@@ -548,7 +548,7 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
             "up drain #DRAINED"
         };
         assert!(fresh.starts_with(want), "{name}: a fresh daemon: {fresh}");
-        let whose = node.proof.judge(lb, Some(KEY.as_bytes()));
+        let whose = node.proof().judge(lb, Some(KEY.as_bytes()));
         let now = Instant::now();
         // bk-old: this node has been out there for 70 s (a DRAINED run), its header then
         // saying the backend is empty; bk-stale: a line last heard 10 s ago, saying last.

@@ -202,3 +202,65 @@ fn config_check_names_a_loose_or_weak_key_file_and_each_keys_addresses() {
         "which others than its owner may write (mode 777)"
     );
 }
+
+/// Issue 54, part 3: a reload (SIGHUP) reads the key file again, so keys rotate without a
+/// restart; a file that cannot be used at a reload keeps the keys read before, loudly.
+#[test]
+fn a_reload_rotates_the_keys_and_an_unusable_file_keeps_the_old_ones() {
+    let s = Setup::new(Behavior::Running);
+    let dir = tempfile::tempdir().unwrap();
+    let other = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a6978";
+    let key = key_file(dir.path(), &format!("{other} 127.0.0.2\n"), 0o640);
+    let d = s.daemon(&["--lb-key-file", &key.display().to_string()]);
+    let hup = |d: &Daemon| {
+        let pid = nix::unistd::Pid::from_raw(d.pid() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGHUP).unwrap();
+    };
+    let _lb = load_balancer(&d);
+    until_judged(&d, Proof::WrongKey);
+    // The load balancer's key beside the old one, read at a reload: it proves.
+    let both = format!("{other} 127.0.0.2\n{LB_KEY} 127.0.0.2\n");
+    key_file(dir.path(), &both, 0o640);
+    hup(&d);
+    d.wait_for_log(SOON, "re-read the load balancer key file");
+    until_judged(&d, Proof::Key);
+    // A rotation step that leaves the file unusable (every user may read it): the keys read
+    // before still prove, and the log and `status` say why.
+    key_file(dir.path(), &format!("{LB_KEY} 127.0.0.2\n"), 0o644);
+    hup(&d);
+    d.wait_for_log(SOON, "The keys read before still prove");
+    let keys = d.status().lb_key_file.expect("a key file");
+    assert!(keys.problem.is_none(), "{keys:?}");
+    let rejected = keys.rejected.unwrap_or_default();
+    assert!(rejected.contains("(mode 644)"), "{rejected}");
+    assert_eq!(keys.keys.len(), 2, "the keys read before: {:?}", keys.keys);
+    let out = s.pmcheck("status", &["--url", &url(&d)]);
+    assert_contains!(
+        text(&out.stdout),
+        "REJECTED at the latest reload, the keys above kept"
+    );
+    // Every poll since proves itself: only the proven poller's count grows.
+    let polls = |a: &pmcheck::responder::status::Status<'_>, proven: bool| -> u32 {
+        (a.pollers.iter())
+            .filter(|p| p.address.to_string() == LB && (p.proof == Proof::Key) == proven)
+            .map(|p| p.polls)
+            .sum()
+    };
+    let before = d.status();
+    let after = d.wait_for_json(SOON, "three more proven polls", |a| {
+        polls(a, true) >= polls(&before, true) + 3
+    });
+    assert_eq!(
+        polls(&after, false),
+        polls(&before, false),
+        "{:?}",
+        after.pollers
+    );
+    // Fixed, and the old key gone: the rotation is done.
+    key_file(dir.path(), &format!("{LB_KEY} 127.0.0.2\n"), 0o640);
+    hup(&d);
+    d.wait_for_json(SOON, "one key, nothing rejected", |a| {
+        (a.lb_key_file.as_ref()).is_some_and(|k| k.keys.len() == 1 && k.rejected.is_none())
+    });
+    until_judged(&d, Proof::Key);
+}

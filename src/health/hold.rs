@@ -21,6 +21,7 @@
 //! while no daemon answered or by hand, Puppet Server's stop, a cycle stopped half-way) takes
 //! the node out, wherever it is.
 
+use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -110,6 +111,33 @@ pub fn live(
         };
         !h.expired_at(now) && (h.kind != Kind::Stop || !restarted())
     })
+}
+
+/// Who asks for a decision, for the drain rule.
+#[derive(Debug, Clone, Copy)]
+pub enum Asker<'a> {
+    /// Anybody: the operator, Prometheus, a check that proves nothing.
+    Anyone,
+    /// A proven load balancer's HTTP check, with its `X-Haproxy-Server-State`.
+    Check {
+        /// Its address.
+        peer: IpAddr,
+        /// Its key ([`crate::settings::lb_proof::Whose::key_line`]).
+        key_line: Option<usize>,
+        /// The header.
+        header: &'a [u8],
+    },
+    /// An agent check, naming the server line it is for (`agent-send`), or none: every agent
+    /// check, proven or not, since one that proves nothing must not take out a node that a
+    /// load balancer at its address holds.
+    Agent {
+        /// Its address.
+        peer: IpAddr,
+        /// Its key ([`crate::settings::lb_proof::Whose::key_line`]), when it proved itself; `None` when it did not.
+        key_line: Option<Option<usize>>,
+        /// The server line named, `BACKEND/SERVER`.
+        line: Option<&'a [u8]>,
+    },
 }
 
 impl Held {

@@ -442,6 +442,11 @@ fn key_file(k: &crate::settings::lb_proof::KeyFileAnswer) -> String {
         .map(|key| format!("line {}: {}", key.line, key.addresses()))
         .collect();
     let mut line = keys.join("; ");
+    if let Some(rejected) = &k.rejected {
+        line.push_str(&format!(
+            "\n        REJECTED at the latest reload, the keys above kept: {rejected}"
+        ));
+    }
     for w in &k.warnings {
         line.push_str(&format!("\n        warning: {w}"));
     }

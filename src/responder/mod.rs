@@ -11,6 +11,7 @@ pub(crate) mod exposition;
 pub(crate) mod heartbeat;
 pub mod http;
 pub(crate) mod inetd;
+pub(crate) mod key_reload;
 pub(crate) mod listener;
 pub mod metrics;
 pub(crate) mod moved_port;

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
@@ -17,7 +17,7 @@ use crate::drain::record::{Drain, DrainState};
 use crate::drain::watch::Drains;
 use crate::health::Now;
 use crate::health::decision::{Decision, NOT_DRAINED, Rules};
-use crate::health::hold::{self, Held};
+use crate::health::hold::{self, Asker, Held};
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
@@ -43,33 +43,6 @@ pub(crate) fn now() -> Now {
         at: Instant::now(),
         wall: SystemTime::now(),
     }
-}
-
-/// Who asks for a decision, for the drain rule ([`crate::health::hold`]).
-#[derive(Debug, Clone, Copy)]
-pub enum Asker<'a> {
-    /// Anybody: the operator, Prometheus, a check that proves nothing.
-    Anyone,
-    /// A proven load balancer's HTTP check, with its `X-Haproxy-Server-State`.
-    Check {
-        /// Its address.
-        peer: IpAddr,
-        /// Its key ([`Whose::key_line`]).
-        key_line: Option<usize>,
-        /// The header.
-        header: &'a [u8],
-    },
-    /// An agent check, naming the server line it is for (`agent-send`), or none: every agent
-    /// check, proven or not, since one that proves nothing must not take out a node that a
-    /// load balancer at its address holds.
-    Agent {
-        /// Its address.
-        peer: IpAddr,
-        /// Its key ([`Whose::key_line`]), when it proved itself; `None` when it did not.
-        key_line: Option<Option<usize>>,
-        /// The server line named, `BACKEND/SERVER`.
-        line: Option<&'a [u8]>,
-    },
 }
 
 /// What an agent check was told, noted once its line is out.
@@ -125,8 +98,8 @@ pub struct Node {
     pub rules: Rules,
     /// Who polls, and what each was told.
     pub pollers: Pollers,
-    /// What a poll must show to count as a load balancer's.
-    pub proof: LbProof,
+    /// What a poll must show to count as a load balancer's: the key file as last read.
+    proof: RwLock<LbProof>,
     /// The agent connections to Puppet Server, for the operator's view.
     pub agents: Agents,
     /// The daemon's counters for `/metrics`; `None` in inetd mode, whose process lives for
@@ -142,6 +115,16 @@ pub struct Node {
 }
 
 impl Node {
+    /// What a poll must show now.
+    pub fn proof(&self) -> RwLockReadGuard<'_, LbProof> {
+        self.proof.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The key file as a reload read it.
+    pub fn set_proof(&self, proof: LbProof) {
+        *self.proof.write().unwrap_or_else(PoisonError::into_inner) = proof;
+    }
+
     /// The shared state of a node whose drain record is `drain_file` and whose Puppet Server
     /// listens on `puppet` (for the agent connections); `metrics` for a daemon, which counts.
     pub fn new(
@@ -158,7 +141,7 @@ impl Node {
             rejoin: feeds.rejoin,
             rules,
             pollers: Pollers::new(),
-            proof,
+            proof: RwLock::new(proof),
             agents: Agents::new(puppet),
             metrics: metrics.then(Metrics::new),
             readings: Readings::default(),
@@ -177,7 +160,7 @@ impl Node {
     /// out ([`Node::agent_told`]).
     pub fn agent_line(&self, peer: IpAddr, sent: &Sent) -> (String, AgentTold) {
         let (key, line) = sent.parts();
-        let whose = self.proof.judge(peer, key);
+        let whose = self.proof().judge(peer, key);
         let asker = Asker::Agent {
             peer,
             key_line: whose.proof.proven().then_some(whose.key_line),
@@ -221,14 +204,14 @@ impl Node {
     /// Whether an agent check from `peer` can prove a load balancer, so that its `agent-send`
     /// is worth waiting for.
     pub fn may_prove(&self, peer: IpAddr) -> bool {
-        self.proof.may_prove(peer)
+        self.proof().may_prove(peer)
     }
 
     /// Whether a connection from `peer` is a proven load balancer's until it shows otherwise:
     /// its address proved itself lately, or is one the key file binds a key to (known from
     /// the daemon's first second, so that a restart under a flood keeps every keyed check).
     pub fn proven_address(&self, peer: IpAddr, now: Instant) -> bool {
-        self.proof.binds(peer) || self.pollers.is_proven(peer, now)
+        self.proof().binds(peer) || self.pollers.is_proven(peer, now)
     }
 
     /// Decides from the latest drain state, probe report and rejoin state, as of now.
@@ -366,7 +349,7 @@ impl Node {
         let own = local && from_pmcheck(headers);
         let state = headers.get(lb_state::HEADER).map(HeaderValue::as_bytes);
         let key = headers.get(lb_proof::HEADER).map(HeaderValue::as_bytes);
-        let whose = self.proof.judge(peer, key);
+        let whose = self.proof().judge(peer, key);
         last.proven = whose.proof.proven();
         let asker = match state {
             Some(header) if whose.proof.proven() => Asker::Check {
@@ -439,7 +422,7 @@ impl Node {
             unrecorded: self.pollers.unrecorded(now.at),
             certificates: self.certificates(),
             code: self.code(),
-            lb_key_file: self.proof.answer(),
+            lb_key_file: self.proof().answer(),
         };
         respond_with(decision, method, status.to_json(), true)
     }
@@ -539,10 +522,10 @@ mod tests {
     /// (`/status`, `/metrics`, another method) keeps nobody's room.
     #[test]
     fn only_a_proven_poll_leaves_its_connection_proven() {
-        let (mut responder, _keep) = responder(None);
+        let (responder, _keep) = responder(None);
         let lb = "10.0.0.5".parse().unwrap();
         let net = crate::settings::allow::parse_network("10.0.0.5").unwrap();
-        responder.proof = crate::settings::lb_proof::LbProof::load(None, vec![net]).unwrap();
+        responder.set_proof(crate::settings::lb_proof::LbProof::load(None, vec![net]).unwrap());
         let mut last = Rendered::default();
         let mut ask = |request: Request<()>| {
             responder.answer(&request, lb, &mut last);

@@ -27,7 +27,7 @@ use crate::responder::listener::{Guard, Listener, closed};
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
 use crate::responder::verdict_log::VerdictLog;
-use crate::responder::{moved_port, ramp_record};
+use crate::responder::{key_reload, moved_port, ramp_record};
 use crate::settings::duration::format_duration;
 use crate::settings::lb_proof::LbProof;
 use crate::settings::{Daemon, Settings, Source};
@@ -42,7 +42,7 @@ pub struct Listeners {
 
 /// Runs the daemon on already-bound listeners until `shutdown` resolves. `ready` is called once
 /// every listener accepts (the systemd notification goes there) with what the watchdog's pings
-/// stand for; `reload` (SIGHUP) re-reads the certificates and the drain record.
+/// stand for; `reload` (SIGHUP) re-reads the certificates, the drain record and the key file.
 pub async fn serve(
     settings: &Settings,
     proof: LbProof,
@@ -103,6 +103,7 @@ pub async fn serve(
         format_duration(timeout),
     );
     let directory = watcher.directory();
+    follow(&mut tasks, settings, &node, moves, &reload);
     let reread = reload.clone();
     tasks.spawn(|stop| crate::drain::watch::run(watcher, publish_drain, reread, stop));
     if let Some(metrics) = &node.metrics {
@@ -113,12 +114,6 @@ pub async fn serve(
     let tracked = Arc::clone(&node);
     let state_dir = settings.state_dir.value.clone();
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
-    // Worked out from Puppet Server's files, not given: followed when they move it.
-    if let Source::Default(_) = settings.puppet_addr.source {
-        let webserver = settings.puppetserver_confd.value.join("webserver.conf");
-        let (reports, reload) = (node.latest.clone(), reload.clone());
-        tasks.spawn(|stop| moved_port::follow(webserver, moves, reports, reload, stop));
-    }
     let observed = observe(Arc::clone(&node));
     let progress = Progress {
         listeners: beats,
@@ -139,6 +134,28 @@ pub async fn serve(
     drop(stop);
     while tasks.set.join_next().await.is_some() {}
     Ok(())
+}
+
+/// What changes on disk while the daemon runs: the load balancers' key file, read again at
+/// each reload, and Puppet Server's listener, followed where its files named it (a
+/// `--puppet-addr` given never moves).
+fn follow(
+    tasks: &mut Tasks,
+    settings: &Settings,
+    node: &Arc<Node>,
+    moves: watch::Sender<std::net::SocketAddr>,
+    reload: &watch::Receiver<()>,
+) {
+    if let Some(daemon) = &settings.daemon {
+        let (keys, addresses) = (daemon.lb_key_file.value.clone(), &daemon.lb_addresses.value);
+        let (node, reload, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
+        tasks.spawn(|stop| key_reload::follow(node, keys, addresses, reload, stop));
+    }
+    if let Source::Default(_) = settings.puppet_addr.source {
+        let webserver = settings.puppetserver_confd.value.join("webserver.conf");
+        let (reports, reload) = (node.latest.clone(), reload.clone());
+        tasks.spawn(|stop| moved_port::follow(webserver, moves, reports, reload, stop));
+    }
 }
 
 /// Resolves when the daemon stops: what every background task is handed.

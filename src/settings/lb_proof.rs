@@ -112,6 +112,9 @@ pub struct LbProof {
     addresses: Vec<IpNet>,
     /// A key file is set but cannot be used: why.
     unusable: Option<Arc<str>>,
+    /// The file as it was re-read at a reload cannot be used: why (these keys are the ones
+    /// read before, kept).
+    rejected: Option<Arc<str>>,
 }
 
 /// What the key file says of one key, without the key: for `status` and `config`.
@@ -146,6 +149,10 @@ pub struct KeyFileAnswer {
     /// What is weak about it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Why the file re-read at the latest reload cannot be used: the keys above are the ones
+    /// read before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejected: Option<String>,
 }
 
 /// Why the key file cannot be used.
@@ -292,6 +299,33 @@ impl LbProof {
         }
     }
 
+    /// The file re-read at a reload: its keys, or these ones kept when it cannot be used (a
+    /// rotation half done must not make every check unproven), with why. `None`: no key file.
+    pub fn reload(
+        &self,
+        key_file: Option<&Path>,
+        addresses: Vec<IpNet>,
+    ) -> (Self, Option<LbKeyError>) {
+        match Self::load(key_file, addresses) {
+            Ok(proof) => (proof, None),
+            // Nothing proved before either: the new reason.
+            Err(e) if self.unusable.is_some() => {
+                let unusable = Self {
+                    unusable: Some(e.to_string().into()),
+                    ..Self::default()
+                };
+                (unusable, Some(e))
+            }
+            Err(e) => {
+                let kept = Self {
+                    rejected: Some(e.to_string().into()),
+                    ..self.clone()
+                };
+                (kept, Some(e))
+            }
+        }
+    }
+
     /// A key file is set: only a key proves a poll.
     pub fn wants_key(&self) -> bool {
         !self.keys.is_empty() || self.unusable.is_some()
@@ -369,6 +403,7 @@ impl LbProof {
             problem: self.unusable.as_deref().map(str::to_owned),
             keys,
             warnings: self.warnings(),
+            rejected: self.rejected.as_deref().map(str::to_owned),
         })
     }
 
