@@ -49,8 +49,9 @@
 # @param lb_keys
 #   One key per load balancer: the keys of the other load balancers, each with its addresses
 #   (`[{ key => Sensitive('...'), addresses => ['10.0.0.6'] }]`), written after `lb_key`'s line,
-#   at most 3. pmcheck tells load balancers apart by their keys, not their addresses: two
-#   HAProxy processes on one host, or behind one NAT, need a key each. Needs `lb_key`.
+#   at most 15. pmcheck tells load balancers apart by their keys, not their addresses: two
+#   HAProxy processes on one host, or behind one NAT, need a key each. Needs `lb_key`. A
+#   changed key file is read at a reload of pmcheck (keys rotate without a restart).
 # @param lb_key_file
 #   Where `lb_key` is written. The default's directory, /etc/pmcheck, is managed too (root:pmcheck
 #   0750); another file's directory must exist.
@@ -125,7 +126,7 @@ class pmcheck (
   Optional[Array[Pmcheck::Cidr, 1]] $allow = undef,
   Optional[Sensitive[Pattern[/\A[A-Za-z0-9._~+\/=-]{32,128}\z/]]] $lb_key = undef,
   Optional[Array[Pmcheck::Cidr, 1]] $lb_key_addresses = undef,
-  Optional[Array[Pmcheck::LbKey, 1, 3]] $lb_keys = undef,
+  Optional[Array[Pmcheck::LbKey, 1, 15]] $lb_keys = undef,
   Stdlib::Unixpath $lb_key_file = '/etc/pmcheck/lb-key',
   Optional[Array[Pmcheck::Cidr, 1]] $lb_address = undef,
   Optional[Integer[1, 4294967295]] $max_connections = undef,
@@ -271,7 +272,17 @@ class pmcheck (
       service { 'pmcheck':
         ensure    => $service_ensure,
         enable    => $service_enable,
-        subscribe => [Package['pmcheck'], File[$settings_file]] + $key_files,
+        subscribe => [Package['pmcheck'], File[$settings_file]],
+      }
+      # A changed key file is read at a reload: keys rotate with no restart, no check failed.
+      unless $key_files.empty {
+        exec { 'pmcheck: read the load balancer key file again':
+          command     => 'systemctl try-reload-or-restart pmcheck.service',
+          path        => ['/usr/bin', '/bin'],
+          refreshonly => true,
+          subscribe   => $key_files,
+          require     => Service['pmcheck'],
+        }
       }
     }
   }
