@@ -527,6 +527,20 @@ fn a_restarted_daemon_resumes_the_slow_start_under_way() {
     let again = s.daemon(&args);
     again.wait_for(SOON, "OK", is("OK"));
     again.wait_for_log(SOON, "resuming the slow start a previous pmcheck began ");
+    // As people write a duration (`0.3s`), not humantime's `312ms 580us 205ns`.
+    let log = again.log.lock().unwrap();
+    let line = log
+        .iter()
+        .find(|l| l.contains("previous pmcheck began "))
+        .unwrap();
+    let ago = line
+        .split("began ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap();
+    let tenths = ago.strip_suffix('s').and_then(|n| n.split_once('.'));
+    assert!(tenths.is_some_and(|(_, t)| t.len() == 1), "{line}");
+    drop(log);
     let resumed = weight(&again);
     assert!(
         (10..50).contains(&resumed),

@@ -110,7 +110,7 @@ fn told(a: &mut Assessment, view: &View, verdict: Verdict, how: &Wait) {
             // A load balancer that said what it did, and then stopped checking.
             if p.polls >= REGULAR && !p.states.is_empty() && p.proof.proven() {
                 a.met.push(format!(
-                    "{} stopped checking {} ago (HAProxy checks nothing while a server is in MAINT): not waited for",
+                    "{} stopped checking {} ago (a server in MAINT, which HAProxy does not check, a restart of HAProxy, or a server line removed): not waited for",
                     who(p),
                     seconds(silent)
                 ));
@@ -805,9 +805,9 @@ pub(crate) mod tests {
         let a = judged(Goal::Drained, &answer, 3);
         assert!(a.pending.is_empty(), "{:?}", a.pending);
         assert!(
-            a.met
-                .iter()
-                .any(|m| m.starts_with("load balancer 10.0.0.5 (lb1) stopped checking 20.0s ago")),
+            a.met.iter().any(|m| m
+                .starts_with("load balancer 10.0.0.5 (lb1) stopped checking 20.0s ago")
+                && m.contains("a restart of HAProxy")),
             "{:?}",
             a.met
         );

@@ -74,7 +74,7 @@ pub async fn serve(
         agent_check: !daemon.agent_listen.value.is_empty(),
     };
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
-    log_proof(daemon);
+    log_proof(daemon, &proof);
     let audited = drains.clone();
     let feeds = Feeds {
         drain: drains,
@@ -179,8 +179,12 @@ impl Tasks {
 }
 
 /// Says how load balancers prove their polls, or that nothing can.
-fn log_proof(daemon: &Daemon) {
+fn log_proof(daemon: &Daemon, proof: &LbProof) {
     if let Some(file) = &daemon.lb_key_file.value {
+        // A file that cannot be used was said already, and proves nothing.
+        if proof.answer().is_some_and(|a| a.problem.is_some()) {
+            return;
+        }
         tracing::info!(
             lb_key_file = %file.display(),
             "load balancers prove their polls with a key of {}",
@@ -330,8 +334,9 @@ async fn track_rejoin(
     let mut tracker = match resumed.await.ok().flatten() {
         Some(elapsed) => {
             tracing::info!(
+                began_ms_ago = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
                 "resuming the slow start a previous pmcheck began {} ago",
-                format_duration(elapsed)
+                crate::text::seconds(elapsed)
             );
             Tracker::resuming(over, elapsed, Instant::now())
         }
