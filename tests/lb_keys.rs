@@ -49,7 +49,10 @@ fn a_key_file_that_cannot_be_used_keeps_the_node_answering_and_refuses_unforced_
     d.wait_for_log(SOON, "is readable by every user (mode 644)");
     d.wait_for_log(SOON, "no poll proves itself");
     // Each line true at its moment: the file proves nothing, so no line says it does.
-    assert_eq!(d.logged("load balancers prove their polls with a key of"), 0);
+    assert_eq!(
+        d.logged("load balancers prove their polls with a key of"),
+        0
+    );
     let lb = load_balancer(&d);
     until_judged(&d, Proof::Unusable);
     let problem = (d.status().lb_key_file).and_then(|k| k.problem);

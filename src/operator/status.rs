@@ -106,7 +106,7 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     // requests) do not, and are listed apart.
     // (HAProxy's checks name no client; its agent checks come from nobody else.)
     let is_lb = |p: &PollerAnswer| p.agent.is_some() || (p.regular && p.client.is_none());
-    for p in pollers.iter().filter(|p| is_lb(p)) {
+    for p in pollers.iter().filter(|p| is_lb(p) && listed(p)) {
         let _ = writeln!(out, "lb:     {}: {}", named(p), load_balancer(p));
     }
     let others: Vec<String> = pollers
@@ -274,6 +274,13 @@ fn unread(status: &Status<'_>) -> String {
 
 /// A poller by its address and name; by its key's line too where two load balancers at one
 /// address are told apart by their keys.
+/// A load balancer is listed while it checks, and for a minute after its last check (said
+/// `stopped checking`): one seen once, or gone, does not stay on top of the list.
+fn listed(p: &PollerAnswer) -> bool {
+    const STOPPED_FOR: u64 = 60_000;
+    p.polling || p.last_ms_ago <= STOPPED_FOR
+}
+
 fn named(p: &PollerAnswer, all: &[PollerAnswer], name: Option<&String>) -> String {
     let proven_here = |q: &&PollerAnswer| q.address == p.address && q.proof.proven();
     let key = (p
@@ -451,4 +458,21 @@ fn key_file(k: &crate::settings::lb_proof::KeyFileAnswer) -> String {
         line.push_str(&format!("\n        warning: {w}"));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_load_balancer_is_listed_until_a_minute_after_its_last_check() {
+        let json = r#"{"address":"10.0.0.5","proof":"no-key","first_ms_ago":540000,
+            "last_ms_ago":540000,"polls":1,"http":null,"agent":null,"regular":false,"polling":false}"#;
+        let mut p: PollerAnswer = serde_json::from_str(json).unwrap();
+        assert!(!listed(&p), "seen once, nine minutes ago");
+        p.last_ms_ago = 59_000;
+        assert!(listed(&p), "stopped checking a moment ago");
+        (p.last_ms_ago, p.polling) = (540_000, true);
+        assert!(listed(&p), "polling by its own rhythm");
+    }
 }
