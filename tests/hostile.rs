@@ -163,7 +163,7 @@ fn sighup_reloads_and_usr1_usr2_do_no_harm() {
     signal(&d, "HUP");
     d.wait_for_log(
         SOON,
-        "SIGHUP: re-reading the certificates and the drain record",
+        "SIGHUP: re-reading the certificates, the drain record and the key file",
     );
     d.wait_for_log(SOON, "re-read the drain record");
     let deadline = Instant::now() + SOON;

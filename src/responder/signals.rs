@@ -24,7 +24,7 @@ pub fn stop_requested(
                 _ = term.recv() => return,
                 _ = int.recv() => return,
                 _ = hup.recv() => {
-                    tracing::info!(signal = "HUP", "SIGHUP: re-reading the certificates and the drain record");
+                    tracing::info!(signal = "HUP", "SIGHUP: re-reading the certificates, the drain record and the key file");
                     reload.send_replace(());
                 }
                 _ = usr1.recv() => tracing::info!(signal = "USR1", "SIGUSR1 ignored (SIGHUP re-reads the files, SIGTERM stops)"),

@@ -8,6 +8,7 @@ import functools
 import io
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -47,9 +48,16 @@ def release_of(binary: str) -> tuple[int, int]:
 
 
 class HAProxy:
-    def __init__(self, workdir: Path, name: str, body: str, source: str, binary: str = "haproxy"):
+    def __init__(
+        self, workdir: Path, name: str, body: str, source: str, binary: str = "haproxy",
+        first: Path | None = None, master_worker: bool = False,
+    ):  # fmt: skip
         """``binary``: the stack's own ``haproxy``, or a newer one beside it
-        (``/usr/local/sbin/haproxy-3.2``: scripts/trixie-root)."""
+        (``/usr/local/sbin/haproxy-3.2``: scripts/trixie-root). ``first``: a file read before
+        the configuration (``-f FIRST -f CFG``: the load balancers' key, as the README keeps it);
+        ``master_worker``: run as Debian's unit does (``-W``), reloaded by :meth:`reload`."""
+        self.first = first
+        self.master_worker = master_worker
         self.dir = workdir
         self.name = name
         self.binary = binary
@@ -66,10 +74,12 @@ class HAProxy:
         self.cfg.write_text(HAPROXY_HEAD.format(sock=self.sock, source=source) + body)
         self.proc: subprocess.Popen | None = None
 
+    def files(self) -> list[str]:
+        """``-f`` and each file HAProxy reads, in order."""
+        return [a for f in [self.first, self.cfg] if f is not None for a in ("-f", str(f))]
+
     def validate(self) -> None:
-        cp = subprocess.run(
-            [self.binary, "-c", "-f", str(self.cfg)], capture_output=True, text=True, timeout=30
-        )
+        cp = subprocess.run([self.binary, "-c", *self.files()], capture_output=True, text=True, timeout=30)
         if cp.returncode != 0:
             raise StackError(
                 f"haproxy -c rejected {self.cfg}:\n{cp.stdout}{cp.stderr}\n--- config:\n{self.cfg.read_text()}"
@@ -91,8 +101,9 @@ class HAProxy:
     def start(self) -> None:
         self.validate()
         with open(self.log, "ab") as log:
+            mode = ["-W"] if self.master_worker else []
             self.proc = subprocess.Popen(
-                [self.binary, "-db", "-f", str(self.cfg)],
+                [self.binary, *mode, "-db", *self.files()],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip
         wait_until(
@@ -101,6 +112,13 @@ class HAProxy:
             15,
             alive=self.check_alive,
         )
+
+    def reload(self) -> None:
+        """Debian's ExecReload: the configuration checked, then SIGUSR2 to the master, which
+        re-executes itself and reads every file again."""
+        assert self.master_worker and self.proc is not None, "only a master reloads"
+        self.validate()
+        self.proc.send_signal(signal.SIGUSR2)
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -106,7 +106,7 @@ define pmcheck::haproxy (
     }
   }
 
-  $key_header = $lb_key.then |$key| { ["send hdr X-Pmcheck-Key ${key.unwrap}"] }.lest || { [] }
+  $key_header = $lb_key.then |$key| { ["send hdr X-Pmcheck-Key \"${key.unwrap}\""] }.lest || { [] }
 
   # Resource titles come from this define's title, so that two of them may write sections of
   # the same names into two instances.
