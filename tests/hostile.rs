@@ -714,15 +714,30 @@ fn an_allow_without_loopback_is_warned_of_and_named_when_it_refuses() {
     let d = s.daemon(&["--allow", "192.0.2.10/32"]);
     d.wait_for_log(SOON, "accepting polls only from 192.0.2.10/32");
     let url = format!("http://{}/", d.addr);
-    let out = pmcheck().args(["status", "--url", &url]).output().unwrap();
-    assert_eq!(out.status.code(), Some(69), "{out:?}");
-    assert_contains!(
-        stderr(&out),
-        "refused by its --allow (PMCHECK_ALLOW)",
-        "{out:?}"
+    let status = |env_file: &str| {
+        let out = (pmcheck().env("PMCHECK_ENV_FILE", env_file))
+            .args(["status", "--url", &url])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(69), "{out:?}");
+        assert!(
+            !stderr(&out).contains("is `pmcheck serve` running"),
+            "{out:?}"
+        );
+        stderr(&out)
+    };
+    // No environment file to read: both causes.
+    assert_contains!(status("none"), "refused by its --allow (PMCHECK_ALLOW)");
+    assert_contains!(status("none"), "or it shed the connection under load");
+    // The service's file says which: its PMCHECK_ALLOW leaves this host out.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pmcheck");
+    std::fs::write(&file, "PMCHECK_ALLOW=192.0.2.10/32\n").unwrap();
+    let said = status(&file.display().to_string());
+    let named = format!(
+        "refused by its --allow: PMCHECK_ALLOW in {} is 192.0.2.10/32",
+        file.display()
     );
-    assert!(
-        !stderr(&out).contains("is `pmcheck serve` running there"),
-        "{out:?}"
-    );
+    assert_contains!(said, &named);
+    assert!(!said.contains("shed"), "{said}");
 }

@@ -2,15 +2,21 @@
 //! that GETs the daemon's `/status` over plain HTTP on this host, bounded in time and size, and
 //! reads it into a [`View`].
 
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+use ipnet::IpNet;
 
 use rustls::crypto::ring;
 use thiserror::Error;
 
 use crate::operator::view::View;
 use crate::responder::status::Status;
+use crate::settings::allow::{parse_network, permits};
 use crate::settings::duration::format_duration;
+use crate::settings::env_file::EnvFile;
 
 const DEADLINE: Duration = Duration::from_secs(5);
 /// The largest answer read: pmcheck's JSON is a few KiB.
@@ -170,16 +176,43 @@ impl Daemon {
 }
 
 /// Why the exchange failed, in words: a daemon that accepted the connection and closed it
-/// unanswered refused this host (its `--allow`), which a dead daemon never does.
+/// unanswered refused this host (its `--allow`) or shed the connection under load, which a
+/// dead daemon never does; the service's environment file, when it can be read, tells which.
 fn said(e: &reqwest::Error) -> String {
-    if closed_unanswered(e) {
-        return "it closed the connection without answering: refused by its --allow \
-                (PMCHECK_ALLOW), which must admit this host (127.0.0.1/32 and ::1/128) for \
-                `pmcheck status`, the waits and `cycle`; or shedding connections under load \
-                (its log says which)"
-            .to_owned();
+    if !closed_unanswered(e) {
+        return format!("{} (is `pmcheck serve` running there?)", cause(e));
     }
-    format!("{} (is `pmcheck serve` running there?)", cause(e))
+    let file = match std::env::var_os("PMCHECK_ENV_FILE") {
+        Some(path) if path == "none" => None,
+        Some(path) => Some(EnvFile::load(Path::new(&path))),
+        None => EnvFile::find(),
+    };
+    refused(file.and_then(Result::ok).as_ref())
+}
+
+/// Why a daemon closed this host's connection unanswered, by the `PMCHECK_ALLOW` of its
+/// environment `file` (as the service reads it): both causes when there is none to read.
+fn refused(file: Option<&EnvFile>) -> String {
+    const CLOSED: &str = "it closed the connection without answering";
+    const ADMIT: &str = "which must admit this host (127.0.0.1/32 and ::1/128) for `pmcheck status`, the waits and `cycle`";
+    const SHED: &str =
+        "shed the connection under load (a flood of connections; its log says `shed`)";
+    let Some(file) = file else {
+        return format!("{CLOSED}: refused by its --allow (PMCHECK_ALLOW), {ADMIT}; or it {SHED}");
+    };
+    let path = file.path.display();
+    let allow = file.get("PMCHECK_ALLOW").unwrap_or_default();
+    let nets: Vec<IpNet> = (allow.split(',').map(str::trim).filter(|n| !n.is_empty()))
+        .filter_map(|n| parse_network(n).ok())
+        .collect();
+    let admits = |ip: std::net::IpAddr| nets.is_empty() || permits(&nets, ip);
+    if admits(Ipv4Addr::LOCALHOST.into()) || admits(Ipv6Addr::LOCALHOST.into()) {
+        return format!(
+            "{CLOSED}: {path} lets this host in (PMCHECK_ALLOW {}), so the daemon {SHED}",
+            if nets.is_empty() { "unset" } else { allow }
+        );
+    }
+    format!("{CLOSED}: refused by its --allow: PMCHECK_ALLOW in {path} is {allow}, {ADMIT}")
 }
 
 /// Whether the connection was taken and then closed, or reset, before any answer.
@@ -213,4 +246,32 @@ fn cause(e: &reqwest::Error) -> String {
         inner = next;
     }
     inner.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_cause_the_service_file_shows() {
+        let file = |text: &str| EnvFile::parse(Path::new("/etc/default/pmcheck"), text);
+        let both = refused(None);
+        assert!(both.contains("--allow") && both.contains("shed"), "{both}");
+        let allow = refused(Some(&file("PMCHECK_ALLOW=\"10.0.0.0/8, 192.0.2.7/32\"\n")));
+        assert!(
+            allow.contains("PMCHECK_ALLOW in /etc/default/pmcheck is 10.0.0.0/8, 192.0.2.7/32")
+        );
+        assert!(!allow.contains("shed"), "{allow}");
+        for text in [
+            "",
+            "PMCHECK_ALLOW=10.0.0.0/8,127.0.0.1/32\n",
+            "PMCHECK_ALLOW=::1/128\n",
+        ] {
+            let shed = refused(Some(&file(text)));
+            assert!(
+                shed.contains("shed the connection") && !shed.contains("refused by"),
+                "{shed}"
+            );
+        }
+    }
 }
