@@ -91,7 +91,9 @@ fn clients_that_never_read_do_not_hold_the_others_up() {
 #[test]
 fn drained_down_and_busy_nodes_each_say_so() {
     let s = Setup::new(Behavior::Running);
-    let d = agent_daemon(&s, &["--slow-start", "0s"]);
+    // A site without a key file: this check, which proves nothing, is answered as any is (with
+    // one, it would never say `drain`: tests/drain_rule.rs).
+    let d = agent_daemon(&s, &["--slow-start", "0s", "--lb-address", "192.0.2.1/32"]);
     let addr = d.agent_addr();
     assert!(
         s.pmcheck("drain", &["--reason", "kernel upgrade"])
@@ -288,4 +290,28 @@ fn an_agent_check_proves_itself_with_the_key_it_sends() {
         assert!(Instant::now() < deadline, "{:?}", proofs());
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Where load balancers prove themselves (a key file), an agent check that proves nothing or
+/// names no line never says `drain`: HAProxy's DRAIN leaves the header's word `UP` and only the
+/// backend's total drops, so the line would read as the backend's last server (CI's Debian 13
+/// run, HAProxy 3.4, a backend without agent-send: the drain refused as the last server's). The
+/// HTTP check takes the node out.
+#[test]
+fn an_agent_check_that_proves_nothing_never_drains_where_keys_are_set() {
+    let s = Setup::new(Behavior::Running);
+    let d = agent_daemon(&s, &["--slow-start", "0s"]);
+    let addr = d.agent_addr();
+    assert!(
+        s.pmcheck("drain", &["--reason", "kernel upgrade"])
+            .status
+            .success()
+    );
+    let line = wait_line(addr, "drain", |l| l.contains("DRAINED"));
+    assert!(line.starts_with("#DRAINED - "), "no admin word: {line:?}");
+    assert!(
+        line.contains("cannot be told to its server line"),
+        "{line:?}"
+    );
+    assert!(d.wait_for(SOON, "404", is("DRAINED")).status != 200);
 }

@@ -44,7 +44,7 @@ pub enum WaitError {
     /// takes agents there.
     #[error(
         "held after {}: drain held: {}; the drain stays written and takes effect once another server takes new agents there",
-        format_duration(*.waited),
+        crate::text::seconds(*.waited),
         said(.held)
     )]
     Held {
@@ -62,7 +62,7 @@ pub enum WaitError {
         pending: String,
     },
     /// A signal asked to stop.
-    #[error("interrupted after {}: {pending}", format_duration(*.waited))]
+    #[error("interrupted after {}: {pending}", crate::text::seconds(*.waited))]
     Interrupted {
         /// How long it waited.
         waited: Duration,

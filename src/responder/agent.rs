@@ -264,8 +264,20 @@ impl Node {
         );
         let who = peer.to_canonical();
         let Some(followed) = self.pollers.followed(peer, key_line, line, may_hold, now) else {
-            // Unproven, and nothing held at its address: it proves nothing, and is
+            // Unproven, and nothing held at its address: it proves nothing. Where load
+            // balancers prove themselves (a key file) it never says `drain`: HAProxy's DRAIN
+            // leaves the header's word UP and only the total drops, so the line would read as
+            // the backend's last server; the HTTP check takes the node out. Elsewhere it is
             // answered as anyone is.
+            if key_line.is_none() && self.proof().wants_key() {
+                return Some(Kept {
+                    held: None,
+                    quiet: true,
+                    why: format!(
+                        "this agent check sent no key and cannot be told to its server line: it leaves the server as it is, and the HTTP check of {name} takes the node out"
+                    ),
+                });
+            }
             key_line?;
             return may_hold.then(|| Kept {
                 held: None,

@@ -1014,6 +1014,29 @@ mod tests {
         );
     }
 
+    /// One HAProxy, an operator undraining this node and draining it again as fast as the
+    /// checks go (A, B, A: CI's Debian 13 run of test_load_balancer_state held that drain as
+    /// two views on HAProxy 3.0, 3.2 and 3.4): not two views. Back and forth once more is.
+    #[test]
+    fn one_load_balancer_undrained_and_drained_again_at_once_is_one_view() {
+        let pollers = Pollers::new();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let out = "NOLB; name=bk/m1; node=lb; weight=100/0; scur=0/0; qcur=0";
+        let back = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
+        let holds = |now| pollers.answer(now)[0].states[0].holds;
+        check(&pollers, Some(1), out, Verdict::Ok, None, at(0));
+        check(&pollers, Some(1), out, Verdict::Ok, None, at(2000));
+        check(&pollers, Some(1), back, Verdict::Drained, None, at(4000));
+        check(&pollers, Some(1), out, Verdict::Drained, None, at(6000));
+        check(&pollers, Some(1), out, Verdict::Drained, None, at(8000));
+        assert_ne!(holds(at(8000)), Some(Held::TwoViews));
+        check(&pollers, Some(1), back, Verdict::Ok, None, at(10_000));
+        check(&pollers, Some(1), out, Verdict::Ok, None, at(12_000));
+        check(&pollers, Some(1), back, Verdict::Ok, None, at(14_000));
+        assert_eq!(holds(at(14_000)), Some(Held::TwoViews), "A, B, A, B");
+    }
+
     /// One key, one node, two HAProxy: the one whose backend has only this node comes back
     /// while a drain is in force. Until their headers have flipped back and forth, its check is
     /// held and the other's, right after, is answered DRAINED: an agent check following the

@@ -23,6 +23,10 @@ pub const SILENCE: (Duration, Duration) = (Duration::from_secs(5), Duration::fro
 /// that views that agree for a while are not trusted again before they are told apart.
 pub const TWO_VIEWS_FOR: Duration = Duration::from_secs(600);
 
+/// Changes of view in a row, each back to the one before, that only two load balancers
+/// answering as one make.
+pub const FLIPS: u8 = 3;
+
 /// Whether something that last polled at `last`, `gap` after the poll before, still polls at
 /// `now`: the one definition, for pollers, their kinds of check and their server lines.
 pub fn polling(last: Instant, gap: Option<Duration>, now: Instant) -> bool {
@@ -112,9 +116,11 @@ pub struct ServerLine {
     /// one before said.
     view: Option<(bool, bool)>,
     view_before: Option<Option<(bool, bool)>>,
-    /// When its headers last flipped back to the view before the last (A, B, A within a few
-    /// seconds): two load balancers answer as one here.
+    /// When its headers last flipped between two views at [`FLIPS`] checks in a row (A, B, A,
+    /// B within a few seconds each): two load balancers answer as one here.
     pub two_views: Option<Instant>,
+    /// How many of its latest headers in a row changed the view, each within a few seconds.
+    flips: u8,
     len: usize,
     bytes: [u8; lb_state::LIMIT],
 }
@@ -136,6 +142,7 @@ impl ServerLine {
             view: lb_state::hold_view(header),
             view_before: None,
             two_views: None,
+            flips: 0,
             // One past the limit says it was longer.
             len: header.len().min(lb_state::LIMIT + 1),
             bytes,
@@ -154,10 +161,18 @@ impl ServerLine {
         self.held_last = self.held_last.or(before.held_last);
         self.view_before = Some(before.view);
         self.two_views = before.two_views;
-        // Back to the view before the last within a few seconds: one HAProxy changes it only
-        // when a server joins or leaves the backend, which takes `rise` or `fall` checks.
+        // Back and forth at every check, within a few seconds each: one HAProxy changes its
+        // view only when a server joins or leaves the backend, which takes `rise` or `fall`
+        // checks. Once back is an operator undraining and draining again (this node or
+        // another) as fast as the checks go: measured with one HAProxy 3.x; A, B, A, B is not.
         let quick = gap <= SILENCE.0 && before.gap.is_some_and(|g| g <= SILENCE.0);
-        if quick && before.view != self.view && before.view_before == Some(self.view) {
+        let changed = quick && before.view != self.view;
+        self.flips = if changed {
+            before.flips.saturating_add(1)
+        } else {
+            0
+        };
+        if self.flips >= FLIPS && before.view_before == Some(self.view) {
             self.two_views = Some(self.at);
         }
     }

@@ -68,7 +68,7 @@ def test_a_key_file_read_first_passes_haproxy_c_and_follows_a_reload(
         "500ms",
     )
     cfg, _, _ = st.render_haproxy(shipped_haproxy, st.free_port(), d.port, agent_port=agent, key=ENV_KEY)
-    assert cfg.count(f'"{ENV_KEY}"') == 1 and cfg.count(f" {ENV_KEY}\\n") == 2, cfg
+    assert cfg.count(f'X-Pmcheck-Key "{ENV_KEY}"') == 1 and cfg.count(f" {ENV_KEY}\\n") == 2, cfg
     first = key_cfg(testdir / "pmcheck-key.cfg", old)
     h = st.HAProxy(
         testdir, "lb", cfg, "the shipped backend, its key from pmcheck-key.cfg", haproxy_bin, first, True
