@@ -60,17 +60,26 @@ def test_agent_lines_read_with_agent_send(pmcheck, haproxy, shipped_haproxy, tes
     # About a dozen more agent checks per server line, each of which must be read.
     # A sample taken while a check runs ("* " before its status) shows an empty last_agt, since
     # HAProxy clears the description when a check starts: it tells nothing, so it is not kept.
-    # Gathered until ten are kept or a deadline (each `show stat` takes longer on a loaded machine).
+    # For 3 s, and on until ten are kept, within 30 s (each `show stat` takes longer on a loaded
+    # machine).
     samples = []
-    until = time.monotonic() + 30
-    while len(samples) < 10 and time.monotonic() < until:
+    start = time.monotonic()
+    while ((elapsed := time.monotonic() - start) < 3 or len(samples) < 10) and elapsed < 30:
         s = h.server(backend, srv)
         if not s["agent_status"].startswith("*"):
             samples.append((s["agent_status"], s.get("last_agt", "")))
         time.sleep(0.1)
     missed = [x for x in samples if not (x[0] == "L7OK" and "(OK - " in x[1])]
+
+    def told_ok() -> int:
+        told = serve.get("/status").json()
+        return sum((p.get("agent") or {}).get("times", 0) for p in told.get("pollers") or [])
+
+    # Counted until ten, within 30 s: HAProxy's agent checks come every agent-inter, later when loaded.
+    agent_checks, _ = st.wait_until(
+        "ten agent lines told OK in a row", lambda: (n := told_ok()) >= 10 and n, 30
+    )
     told = serve.get("/status").json()
-    agent_checks = sum((p.get("agent") or {}).get("times", 0) for p in told.get("pollers") or [])
     record(
         f"HAProxy agent checks with agent-send {'(none)' if send is None else len(send)}",
         f"{len(samples)} samples, {len(missed)} not read; {agent_checks} agent lines told OK in a row",
