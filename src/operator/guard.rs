@@ -92,7 +92,7 @@ pub enum GuardError {
     /// its word, so nothing can tell whether this node is a backend's last server. Nothing was
     /// written.
     #[error(
-        "refused: cannot check whether a load balancer says this node is the last server taking agents: the daemon cannot use its key file: {0}. Fix it and restart the daemon (`pmcheck config --check`), or pass --force to drain without the check"
+        "refused: cannot check whether a load balancer says this node is the last server taking agents: the daemon cannot use its key file: {0}. Fix it and reload the daemon (`systemctl reload pmcheck`; `pmcheck config --check` tells first), or pass --force to drain without the check"
     )]
     KeyFile(String),
     /// The record no longer held this drain before the load balancers' checks came: someone
