@@ -166,7 +166,7 @@ def test_haproxy_check_follows_drain_and_undrain(pmcheck, haproxy, shipped_hapro
     assert re.findall(r"(?m)^[ \t]*http-check.*$", shipped_haproxy) == [
         "    http-check disable-on-404",
         "    http-check send-state",
-        f"    http-check send hdr X-Pmcheck-Key {st.LB_KEY_PLACEHOLDER}",
+        f'    http-check send hdr X-Pmcheck-Key "{st.LB_KEY_PLACEHOLDER}"',
     ]
     assert not re.search(r"(?m)^[ \t]*option[ \t]+httpchk[ \t]+[^ \t#]", shipped_haproxy)
 
