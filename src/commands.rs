@@ -73,6 +73,7 @@ impl Error {
                 ChangeError::Wait(e) => wait_exit(e),
                 ChangeError::Guard(GuardError::LetGo(_)) => Exit::Warning,
                 ChangeError::Guard(GuardError::Unasked(_)) => Exit::Unavailable,
+                ChangeError::Guard(GuardError::Daemon(e)) => status_exit(e),
                 ChangeError::Guard(_) | ChangeError::Held(_) => Exit::Refused,
             },
             Error::Status(e) => status_exit(e),
@@ -82,6 +83,7 @@ impl Error {
             Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
+                CycleError::Unasked(GuardError::Daemon(e)) => status_exit(e),
                 CycleError::Unasked(_) => Exit::Unavailable,
                 CycleError::Drain(_) => Exit::CantCreate,
                 CycleError::Turn { .. }
@@ -100,6 +102,7 @@ impl Error {
 fn status_exit(e: &daemon::StatusError) -> Exit {
     match e {
         daemon::StatusError::Url { .. } => Exit::Usage,
+        daemon::StatusError::OtherVersion { .. } => Exit::Protocol,
         _ => Exit::Unavailable,
     }
 }
@@ -107,7 +110,7 @@ fn status_exit(e: &daemon::StatusError) -> Exit {
 fn wait_exit(e: &WaitError) -> Exit {
     match e {
         WaitError::OtherFile(_) => Exit::Config,
-        WaitError::NoDaemon(_) => Exit::Unavailable,
+        WaitError::NoDaemon(e) => status_exit(e),
         WaitError::Held { .. } => Exit::Held,
         WaitError::TimedOut { .. } => Exit::TempFail,
         WaitError::Interrupted { .. } => Exit::Interrupted,

@@ -29,6 +29,9 @@ pub enum Exit {
     CantCreate,
     /// EX_TEMPFAIL: `--wait` or a wait of `cycle` timed out.
     TempFail,
+    /// EX_PROTOCOL: the daemon is of another version, whose `/status` lacks what the command
+    /// reads (its progress): never read as "nothing pending".
+    Protocol,
     /// EX_NOPERM: `drain` or `cycle` refused: a load balancer says this node is the last
     /// server taking traffic in its backend (or, for a drained cycle, that none is left);
     /// `undrain` refused: a running cycle holds the node (`--force` overrides); `roll begin`
@@ -46,7 +49,7 @@ pub enum Exit {
 
 impl Exit {
     /// Every code, in the man page's order.
-    pub const ALL: [Exit; 13] = [
+    pub const ALL: [Exit; 14] = [
         Exit::Ok,
         Exit::Warning,
         Exit::Critical,
@@ -56,6 +59,7 @@ impl Exit {
         Exit::OsErr,
         Exit::CantCreate,
         Exit::TempFail,
+        Exit::Protocol,
         Exit::Refused,
         Exit::Config,
         Exit::Held,
@@ -74,6 +78,7 @@ impl Exit {
             Exit::OsErr => 71,
             Exit::CantCreate => 73,
             Exit::TempFail => 75,
+            Exit::Protocol => 76,
             Exit::Refused => 77,
             Exit::Config => 78,
             Exit::Held => 79,
@@ -113,6 +118,11 @@ impl Exit {
             Exit::CantCreate => "the drain record cannot be written or removed (EX_CANTCREAT)",
             Exit::TempFail => {
                 "--wait or a wait of cycle timed out; a drain stays in place (EX_TEMPFAIL)"
+            }
+            Exit::Protocol => {
+                "drain, undrain, cycle, on-stop: the daemon is of another version (after \
+                 a package upgrade, before `systemctl restart pmcheck`), whose /status lacks the \
+                 progress these commands read; both versions are named (EX_PROTOCOL)"
             }
             Exit::Refused => {
                 "drain, cycle: refused, a load balancer would hold the drain: it says this node is \

@@ -66,6 +66,7 @@ pub mod file_stamp;
 pub mod health;
 pub mod logging;
 pub(crate) mod operator;
+pub mod protocol;
 pub mod provenance;
 pub mod puppet;
 pub mod reading;

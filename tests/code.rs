@@ -10,7 +10,7 @@ use std::path::Path;
 use common::operator::{SOON, text, url};
 use common::*;
 use pmcheck::health::verdict::Verdict;
-use pmcheck::responder::status::CodeAnswer;
+use pmcheck::protocol::CodeAnswer;
 
 /// The record r10k 3.15 wrote (tests/fixtures/r10k-deploy.json), for this environment.
 fn r10k_record(name: &str, commit: &str, success: bool) -> String {

@@ -21,8 +21,8 @@ use common::lb::{LoadBalancer, Polling};
 use common::operator::*;
 use common::*;
 use pmcheck::health::hold::Held;
+use pmcheck::protocol::Status;
 use pmcheck::responder::http::Rendered;
-use pmcheck::responder::status::Status;
 
 /// This node (`m1`) and another server as heavy take new agents in backend `bk`.
 const UP: &str =
@@ -710,6 +710,19 @@ fn not_pmcheck() -> (
     std::sync::Arc<std::sync::atomic::AtomicBool>,
     std::thread::JoinHandle<usize>,
 ) {
+    answering("text/plain", "hi\n".to_owned())
+}
+
+/// A server that answers every request with `body` as `content_type`, until the returned flag
+/// is set; the thread says how many requests it answered.
+fn answering(
+    content_type: &'static str,
+    body: String,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<usize>,
+) {
     use std::io::{Read as _, Write as _};
     use std::sync::atomic::{AtomicBool, Ordering};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -728,7 +741,11 @@ fn not_pmcheck() -> (
             let mut request = [0u8; 4096];
             let _ = stream.read(&mut request);
             let _ = stream.write_all(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 3\r\nconnection: close\r\n\r\nhi\n",
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
             );
             served += 1;
         }
@@ -770,4 +787,50 @@ fn a_daemon_that_does_not_answer_the_guard_gets_no_unchecked_drain() {
         4,
         "three asks, then one with --force"
     );
+}
+
+/// A daemon of another version (an older one, before `systemctl restart pmcheck` after an
+/// upgrade) sends no progress: its answer is never read as "nothing pending". The drain and
+/// the waits name both versions and exit 76 (EX_PROTOCOL); nothing is written.
+#[test]
+fn a_daemon_of_another_version_is_named_and_never_read_as_nothing_pending() {
+    let s = Setup::new(Behavior::Running);
+    let d = daemon(&s);
+    let mut old: serde_json::Value = serde_json::from_str(
+        &request(
+            d.addr,
+            "GET /status HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
+        )
+        .body,
+    )
+    .unwrap();
+    let fields = old.as_object_mut().unwrap();
+    assert!(
+        fields.remove("progress").is_some(),
+        "this daemon sends its progress"
+    );
+    assert_eq!(fields.remove("version").unwrap(), env!("CARGO_PKG_VERSION"));
+    let (addr, stop, served) = answering("application/json", old.to_string());
+    let url = format!("http://{addr}/");
+    let said = format!(
+        "pmcheck at {url} is an older version, this command is {}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let out = s.pmcheck("drain", &["--reason", "upgrade", "--wait", "--url", &url]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "{stderr}");
+    assert_contains!(stderr, &said);
+    assert!(record(&s).is_none(), "nothing written: {stderr}");
+    // Drained already (unchecked, no daemon asked), the undrain's wait reads no progress.
+    let out = s.pmcheck(
+        "drain",
+        &["--reason", "upgrade", "--url", "http://127.0.0.1:1/"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = s.pmcheck("undrain", &["--wait", "--url", &url]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "{stderr}");
+    assert_contains!(stderr, &said);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(served.join().unwrap() >= 2);
 }

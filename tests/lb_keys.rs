@@ -245,7 +245,7 @@ fn a_reload_rotates_the_keys_and_an_unusable_file_keeps_the_old_ones() {
         "REJECTED at the latest reload, the keys above kept"
     );
     // Every poll since proves itself: only the proven poller's count grows.
-    let polls = |a: &pmcheck::responder::status::Status<'_>, proven: bool| -> u32 {
+    let polls = |a: &pmcheck::protocol::Status<'_>, proven: bool| -> u32 {
         (a.pollers.iter())
             .filter(|p| p.address.to_string() == LB && (p.proof == Proof::Key) == proven)
             .map(|p| p.polls)

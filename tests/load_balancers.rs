@@ -13,7 +13,7 @@ use common::lb::{LoadBalancer, Polling};
 use common::operator::*;
 use common::*;
 use pmcheck::health::hold::Held;
-use pmcheck::responder::status::StateAnswer;
+use pmcheck::protocol::StateAnswer;
 
 /// HAProxy's header for this node: up and taking new agents, beside a server as heavy.
 const UP: &str =
@@ -404,7 +404,7 @@ fn the_load_balancer_holds_a_drain_that_would_empty_its_backend() {
 }
 
 /// How the drain is held at the load balancer's server lines, if it is.
-fn held(status: &pmcheck::responder::status::Status<'_>) -> Option<Held> {
+fn held(status: &pmcheck::protocol::Status<'_>) -> Option<Held> {
     (status.pollers.iter())
         .flat_map(|p| &p.states)
         .find_map(|s| s.held)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use pmcheck::health::answer::Answer;
 use pmcheck::health::verdict::Verdict;
-use pmcheck::responder::status::Status;
+use pmcheck::protocol::Status;
 
 const SOON: Duration = Duration::from_secs(10);
 

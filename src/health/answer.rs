@@ -1,7 +1,7 @@
 //! The answer to a poll: what a load balancer, a monitoring check and the tests read, as one
 //! type that serializes to the JSON body (`Accept: application/json`) and reads it back. The
 //! operator's `/status` carries it with what only the operator reads
-//! ([`crate::responder::status`]).
+//! ([`crate::protocol`]).
 //!
 //! Fields borrow while an answer is rendered and own after it is read back: [`Answer<'static>`]
 //! is what [`Answer::from_json`] returns.

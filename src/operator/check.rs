@@ -107,7 +107,7 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
 /// `mine`: run as root or as a monitoring agent's user, this check may read what the daemon
 /// cannot (a key of mode 0600), and HAProxy follows the daemon.
 fn daemon_differs(daemon: Option<&View>, url: &str, mine: Verdict) -> Option<(Verdict, String)> {
-    let answer = daemon?.answer();
+    let answer = &daemon?.answer;
     (answer.verdict != mine).then(|| {
         let said = format!(
             "but the daemon at {url}, which HAProxy follows, answers {} - {} (it may run as \

@@ -35,9 +35,9 @@ use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
 use crate::operator::guard::{self, GuardError, Outcome};
-use crate::operator::view::{Blocker, said};
 use crate::operator::wait::{self, Ticker, WaitError};
 use crate::operator::warn;
+use crate::protocol::lines::{Blocker, said};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
@@ -487,7 +487,9 @@ async fn take_turn(
                 return Ok((taken.mine.clone(), drained(&taken, file)));
             }
             Err(GuardError::Drain(e)) => return Err(e.into()),
-            Err(e @ GuardError::Unasked(_)) => return Err(CycleError::Unasked(e)),
+            Err(e @ (GuardError::Unasked(_) | GuardError::Daemon(_))) => {
+                return Err(CycleError::Unasked(e));
+            }
             Err(e @ GuardError::KeyFile(_)) => return Err(CycleError::KeyFile(e)),
             Err(GuardError::LetGo(found)) => {
                 ticker.clear();

@@ -13,7 +13,8 @@ use rustls::crypto::ring;
 use thiserror::Error;
 
 use crate::operator::view::View;
-use crate::responder::status::Status;
+use crate::protocol::Status;
+use crate::protocol::progress::Ask;
 use crate::settings::allow::{parse_network, permits};
 use crate::settings::duration::format_duration;
 use crate::settings::env_file::EnvFile;
@@ -54,6 +55,21 @@ pub enum StatusError {
         /// The URL asked.
         url: String,
     },
+    /// A daemon of another version, whose `/status` has no progress answer: never read as
+    /// "nothing pending".
+    #[error(
+        "pmcheck at {url} is {}, this command is {}: its /status has no progress answer, which \
+         this command reads; run one version (after a package upgrade, `systemctl restart \
+         pmcheck`)",
+        if .theirs.is_empty() { "an older version" } else { .theirs.as_str() },
+        crate::protocol::VERSION
+    )]
+    OtherVersion {
+        /// The URL asked.
+        url: String,
+        /// The version it says, empty when it says none.
+        theirs: String,
+    },
     /// An answer that is not pmcheck's JSON.
     #[error("{url} does not answer like pmcheck ({source})")]
     NotPmcheck {
@@ -70,6 +86,11 @@ impl StatusError {
     /// but not this command.
     pub fn absent(&self) -> bool {
         matches!(self, StatusError::Unreachable { source, .. } if source.is_connect() && !source.is_timeout())
+    }
+
+    /// The daemon is of another version (EX_PROTOCOL).
+    pub fn other_version(&self) -> bool {
+        matches!(self, StatusError::OtherVersion { .. })
     }
 }
 
@@ -103,7 +124,7 @@ impl Daemon {
             return Err(bad("only http:// is supported (pmcheck serves plain HTTP)"));
         }
         if status.path() == "/" {
-            status.set_path(crate::responder::http::STATUS_PATH);
+            status.set_path(crate::protocol::STATUS_PATH);
         }
         // reqwest needs a TLS setup even for plain HTTP; this one trusts nothing, so it can
         // never be used for anything but http://.
@@ -120,7 +141,7 @@ impl Daemon {
         let client = client
             .no_proxy()
             // Not a load balancer: the daemon does not count this request as a poller's.
-            .user_agent(crate::responder::http::USER_AGENT)
+            .user_agent(crate::protocol::USER_AGENT)
             .timeout(DEADLINE)
             .redirect(reqwest::redirect::Policy::none())
             .build()
@@ -139,11 +160,18 @@ impl Daemon {
 
     /// One GET of `/status`, within five seconds: the reply as it came.
     pub async fn reply(&self) -> Result<Reply, StatusError> {
+        self.reply_for(&Ask::default()).await
+    }
+
+    /// One GET of `/status` asking with `ask` (its query), within five seconds.
+    async fn reply_for(&self, ask: &Ask) -> Result<Reply, StatusError> {
         let unreachable = |source| StatusError::Unreachable {
             url: self.url.clone(),
             source,
         };
-        let mut response = (self.client.get(self.status.clone()))
+        let mut url = self.status.clone();
+        url.set_query(Some(&ask.query()));
+        let mut response = (self.client.get(url))
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
@@ -164,14 +192,26 @@ impl Daemon {
         })
     }
 
-    /// What the daemon says now, read.
+    /// What the daemon says now, read, with its progress for the waits' defaults.
     pub async fn ask(&self) -> Result<View, StatusError> {
-        let reply = self.reply().await?;
-        let status = Status::from_json(&reply.body).map_err(|source| StatusError::NotPmcheck {
-            url: self.url.clone(),
-            source,
-        })?;
-        Ok(View::new(status))
+        self.ask_for(&Ask::default()).await
+    }
+
+    /// What the daemon says now, read, with its progress for `ask`.
+    pub async fn ask_for(&self, ask: &Ask) -> Result<View, StatusError> {
+        let reply = self.reply_for(ask).await?;
+        let mut status =
+            Status::from_json(&reply.body).map_err(|source| StatusError::NotPmcheck {
+                url: self.url.clone(),
+                source,
+            })?;
+        match status.progress.take() {
+            Some(progress) => Ok(View::new(status, progress)),
+            None => Err(StatusError::OtherVersion {
+                url: self.url.clone(),
+                theirs: status.version,
+            }),
+        }
     }
 }
 

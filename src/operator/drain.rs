@@ -17,9 +17,9 @@ use crate::drain::tenure::Tenure;
 use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
 use crate::operator::guard::{self, GuardError, Outcome};
-use crate::operator::view::said;
 use crate::operator::wait::{self, WaitError};
 use crate::operator::warn;
+use crate::protocol::lines::said;
 use crate::text::seconds;
 
 /// Why a drain or an undrain failed.

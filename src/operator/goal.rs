@@ -1,18 +1,12 @@
-//! The waits' vocabulary: what a wait waits for ([`Goal`]), how it waits ([`Wait`]) and what
-//! one answer of the daemon says of it ([`Assessment`]), judged by
-//! [`crate::operator::assessment`].
+//! The waits' vocabulary: what a wait waits for ([`Goal`]) and how it waits ([`Wait`]). Where a
+//! goal stands is the daemon's answer ([`crate::protocol::progress`]).
 
-use std::fmt::Write as _;
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::cli::{StateArgs, WaitArgs};
 use crate::drain::file::DrainFile;
-use crate::health::verdict::Verdict;
-use crate::operator::view::Blocker;
-use crate::responder::status::{PollerAnswer, StateAnswer};
-use crate::text::seconds;
+use crate::protocol::progress::{Ask, Progress, Stage};
 
 /// What to wait for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,56 +52,27 @@ impl Wait {
     }
 }
 
-/// What one answer says about a goal: what is still missing, and what is met.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Assessment {
-    /// Each thing still missing, for a person; empty when the goal is reached.
-    pub pending: Vec<String>,
-    /// What is met so far.
-    pub met: Vec<String>,
-    /// Agent connections seen, for `Drained`.
-    pub connections: usize,
-    /// For `Drained`: pmcheck answers DRAINED and every poller has acted on it, so the load
-    /// balancers send no new agent here.
-    pub every_poller_acted: bool,
-    /// The pollers that have acted, for the progress line.
-    pub acted: Vec<IpAddr>,
-    /// What the operator should know although the goal is reached (a backend left with no
-    /// server taking traffic).
-    pub warnings: Vec<String>,
-    /// For `Drained`: where the drain is held ([`crate::health::hold`]): it does not take
-    /// effect there until another server takes agents.
-    pub held: Vec<Blocker>,
-}
-
-/// HAProxy wrote this header after its server line's check had been answered `verdict` once:
-/// it shows the effect of that answer (it writes a header before it reads the answer).
-pub fn written_after(s: &StateAnswer, verdict: Verdict) -> bool {
-    s.told == verdict && s.since_ms_ago > s.last_ms_ago
-}
-
-/// `HTTP: DRAINED x3, agent: DRAINED x1`, and `, last 0.8s ago` with `when`; an agent check
-/// that stopped says so.
-pub fn describe_told(p: &PollerAnswer, when: bool) -> String {
-    let mut parts = Vec::new();
-    for (kind, told) in [("HTTP", &p.http), ("agent", &p.agent)] {
-        if let Some(t) = told {
-            parts.push(format!("{kind}: {} x{}", t.told.as_str(), t.times));
+impl Goal {
+    /// Its stage in the daemon's `progress`.
+    pub fn of(self, progress: &Progress) -> &Stage {
+        match self {
+            Goal::Drained => &progress.drain,
+            Goal::Undrained => &progress.undrain,
+            Goal::Healthy { .. } => &progress.healthy,
         }
     }
-    // What its agent checks were told before they stopped is no longer its state.
-    if let (Some(ago), Some(last)) = (p.agent_stopped_ms_ago, parts.last_mut()) {
-        let _ = write!(
-            last,
-            " until {} ago, then no more agent checks (`agent-check` gone from its server line?)",
-            seconds(Duration::from_millis(ago))
-        );
+}
+
+impl Wait {
+    /// What the daemon is asked with for `goal`, asked at `asked`.
+    pub fn ask(&self, goal: Goal, asked: Instant) -> Ask {
+        Ask {
+            polls: self.polls,
+            lb_interval: self.lb_interval,
+            ended: match goal {
+                Goal::Healthy { since } => Some(asked.saturating_duration_since(since)),
+                _ => None,
+            },
+        }
     }
-    if when {
-        parts.push(format!(
-            "last {} ago",
-            seconds(Duration::from_millis(p.last_ms_ago))
-        ));
-    }
-    parts.join(", ")
 }

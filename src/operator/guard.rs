@@ -26,10 +26,11 @@ use crate::drain::holding::Held as Holding;
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{DrainRecord, DrainState};
 use crate::health::hold;
-use crate::operator::daemon::Daemon;
+use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::Wait;
-use crate::operator::view::{Blocker, View, said};
+use crate::operator::view::View;
 use crate::operator::wait::EVERY;
+use crate::protocol::lines::{Blocker, Line, said};
 
 /// A holder the guard let through, as written.
 #[derive(Debug)]
@@ -88,6 +89,10 @@ pub enum GuardError {
         "refused: {0}, asked {ASKS} times: cannot check whether a load balancer says this node is the last server taking agents. Fix the daemon (`pmcheck status`, its log), or pass --force to drain without the check"
     )]
     Unasked(String),
+    /// The daemon is of another version, whose answer this command cannot read. Nothing was
+    /// written.
+    #[error("refused: {0}")]
+    Daemon(StatusError),
     /// The daemon's load balancer key file cannot be used (`0`: why): no load balancer proves
     /// its word, so nothing can tell whether this node is a backend's last server. Nothing was
     /// written.
@@ -120,7 +125,7 @@ pub async fn take(
 ) -> Result<Taken, GuardError> {
     let mut warnings = Vec::new();
     let view = view_of(daemon, file, force, &mut warnings).await?;
-    let started = view.as_ref().and_then(View::started);
+    let started = view.as_ref().and_then(|v| v.started());
     if let Some(view) = &view {
         key_file(view, force, &mut warnings)?;
         mine.checked = true;
@@ -244,6 +249,7 @@ async fn view_of(
                 Some(other) => break other.to_string(),
                 None => return Ok(Some(view)),
             },
+            Err(e) if e.other_version() => return Err(GuardError::Daemon(e)),
             Err(e) if e.absent() || force => break e.to_string(),
             Err(e) if asked >= ASKS => return Err(GuardError::Unasked(e.to_string())),
             Err(_) => {}
@@ -359,7 +365,7 @@ pub fn let_go_of(file: &DrainFile, mine: impl Fn(&Holder) -> bool) -> Option<Str
 }
 
 /// `load balancer 10.0.0.5 (lb1) answered DRAINED for bk/m1`.
-fn out_line(l: &crate::operator::view::Line<'_>) -> String {
+fn out_line(l: &Line<'_>) -> String {
     format!(
         "{} answered {} for {}/{} ({} ago)",
         l.who(),

@@ -4,7 +4,6 @@
 //! ([`view::View`]); the commands do not call each other.
 
 pub mod access;
-pub mod assessment;
 pub mod check;
 pub mod command;
 pub mod config;

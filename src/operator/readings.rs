@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::responder::status::{CertificatesAnswer, CodeAnswer};
+use crate::protocol::{CertificatesAnswer, CodeAnswer};
 
 /// Each certificate's end and the CRL's nextUpdate, with the days left.
 pub fn certificates(c: &CertificatesAnswer) -> String {

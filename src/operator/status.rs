@@ -11,13 +11,10 @@ use crate::health::hold::Held;
 use crate::health::lb_state::Health;
 use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
-use crate::operator::assessment::assess;
 use crate::operator::daemon::Reply;
-use crate::operator::goal::{Goal, Wait, describe_told};
 use crate::operator::readings::{certificates, deployments};
-use crate::operator::view::View;
+use crate::protocol::{PollerAnswer, Status, TrafficAnswer};
 use crate::puppet::pool::{Load, Pool};
-use crate::responder::status::{PollerAnswer, Status, TrafficAnswer};
 use crate::text::seconds;
 
 /// The host names of `addrs` from reverse DNS, for a person. An address whose lookup fails or
@@ -54,8 +51,7 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     let Ok(status) = Status::from_json(&reply.body) else {
         return format!("HTTP {}: {}", reply.status, reply.body.trim());
     };
-    let view = View::new(status);
-    let (answer, status) = (view.answer(), view.status());
+    let answer = &status.answer;
     let mut out = format!(
         "{} (HTTP {}) - {}\n",
         answer.verdict.as_str(),
@@ -84,14 +80,14 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     if let Some(pool) = &answer.pool {
         let _ = writeln!(out, "pool:   {}", pool_line(answer, pool));
     }
-    for held in view.held() {
+    for held in status.held() {
         let _ = writeln!(out, "held:   drain held: {}; {}", held.said(), held.ends());
     }
     // Two load balancers answering as one hold every drain, drained or not: what to change.
-    for two in (view.holding().into_iter()).filter(|b| b.held == Held::TwoViews) {
+    for two in (status.holding().into_iter()).filter(|b| b.held == Held::TwoViews) {
         let _ = writeln!(out, "views:  {}; {}", two.said(), two.ends());
     }
-    let _ = writeln!(out, "weight: {}", weight(status));
+    let _ = writeln!(out, "weight: {}", weight(&status));
     let pollers = &status.pollers;
     // An address by the name a proven load balancer's own view gives it (HAProxy's `node`),
     // as the waits name it, wherever it shows (its curl too: one address, one name); else by
@@ -118,7 +114,7 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
                 .as_deref()
                 .map(|c| format!("{c}, "))
                 .unwrap_or_default();
-            format!("{} ({client}{})", named(p), describe_told(p, true))
+            format!("{} ({client}{})", named(p), p.describe_told(true))
         })
         .collect();
     if !others.is_empty() {
@@ -136,7 +132,7 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     if let Some(code) = status.code.as_deref().filter(|c| !c.is_empty()) {
         let _ = writeln!(out, "code:   {}", deployments(code));
     }
-    let _ = writeln!(out, "next:   {}", next_step(&view));
+    let _ = writeln!(out, "next:   {}", next_step(&status));
     out
 }
 
@@ -324,7 +320,7 @@ fn node_of(p: &PollerAnswer) -> Option<String> {
 
 /// What one load balancer did, from its own view when it sends it (`http-check send-state`).
 fn own_view(p: &PollerAnswer) -> String {
-    let told = describe_told(p, false);
+    let told = p.describe_told(false);
     if let (true, Some(stopped)) = (p.states.is_empty(), p.states_stopped_ms_ago) {
         return format!(
             "{told}, last {} ago (it stopped sending its own view {} ago: its checks since \
@@ -398,20 +394,26 @@ fn own_view(p: &PollerAnswer) -> String {
     format!("{}; {told}", views.join("; "))
 }
 
-/// What to do next, in one line: the predicate of `drain --wait` decides "safe".
-fn next_step(view: &View) -> String {
-    let how = Wait {
-        max_wait: Duration::ZERO,
-        polls: 3,
-        lb_interval: Duration::from_secs(2),
-        drain_file: None,
-    };
-    match view.answer().verdict {
+/// What to do next, in one line: the daemon's progress decides "safe"; a daemon of another
+/// version sends none, and is named.
+fn next_step(status: &Status<'_>) -> String {
+    match status.answer.verdict {
         Verdict::Drained => {
-            let a = assess(Goal::Drained, view, &how, Duration::ZERO);
+            let Some(progress) = &status.progress else {
+                return format!(
+                    "the daemon is {}, this command {}: it sends no progress, so whether it is safe to stop Puppet Server cannot be read; run one version (`systemctl restart pmcheck` after an upgrade)",
+                    if status.version.is_empty() {
+                        "an older version"
+                    } else {
+                        &status.version
+                    },
+                    crate::protocol::VERSION
+                );
+            };
+            let a = &progress.drain;
             if !a.held.is_empty() {
                 "drained, but held where a load balancer says this node is its backend's last server (the held: line): do not stop Puppet Server; the drain takes effect once another server takes agents there, `pmcheck drain --force` takes it out now".to_owned()
-            } else if a.pending.is_empty() {
+            } else if progress.safe_to_stop {
                 "drained and every load balancer has acted: safe to stop Puppet Server; \
                  `pmcheck undrain` puts it back"
                     .to_owned()
@@ -419,7 +421,7 @@ fn next_step(view: &View) -> String {
                 format!(
                     "drained, not yet safe to stop Puppet Server ({}); `pmcheck drain --wait` \
                      returns when it is; `pmcheck undrain` puts it back",
-                    a.pending.join("; ")
+                    a.missing()
                 )
             }
         }

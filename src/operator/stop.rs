@@ -30,9 +30,9 @@ use crate::drain::log::Action;
 use crate::operator::config;
 use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::view::said;
 use crate::operator::wait::{self, WaitError};
 use crate::operator::{run_single_threaded, warn};
+use crate::protocol::lines::said;
 use crate::responder::systemd::Notifier;
 use crate::settings::env_file::EnvFile;
 use crate::text::seconds;
@@ -163,7 +163,7 @@ async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
     let begun = Instant::now();
     loop {
         let Ok(view) = daemon.ask().await else { return };
-        let probe = &view.answer().probe;
+        let probe = &view.answer.probe;
         let made_since = probe
             .age_ms
             .is_some_and(|age| Duration::from_millis(age) < begun.elapsed());

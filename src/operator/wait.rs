@@ -1,10 +1,10 @@
 //! `drain --wait`, `undrain --wait` and the waits of `cycle` and `on-stop`: ask the running
-//! daemon a few times a second until what it reports says the goal is reached
-//! ([`crate::operator::assessment`]).
+//! daemon a few times a second until its progress says the goal is reached.
 //!
-//! The daemon knows what each load balancer was told and said ([`crate::responder::pollers`]),
-//! the agent connections to Puppet Server ([`crate::puppet::traffic`]) and the JRuby pool; this
-//! module only reads its JSON answer, so it needs no privileges and no settings of its own.
+//! The daemon knows what each load balancer was told and said, the agent connections to
+//! Puppet Server and the JRuby pool, and decides where a change stands
+//! ([`crate::protocol::progress`]); this module only renders it, so it needs no privileges and
+//! no settings of its own.
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::operator::assessment::assess;
 use crate::operator::daemon::{Daemon, StatusError};
-use crate::operator::goal::{Assessment, Goal, Wait};
-use crate::operator::view::{Blocker, OtherFile, said};
-use crate::responder::agents::FRESH;
-use crate::responder::status::TrafficAnswer;
+use crate::operator::goal::{Goal, Wait};
+use crate::operator::view::OtherFile;
+use crate::protocol::TrafficAnswer;
+use crate::protocol::lines::{Blocker, said};
+use crate::protocol::progress::Stage;
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
@@ -100,7 +100,7 @@ pub async fn wait(
     tokio::pin!(stop);
     loop {
         let asked = Instant::now();
-        let pending = match daemon.ask().await {
+        let pending = match daemon.ask_for(&how.ask(goal, asked)).await {
             Ok(view) => {
                 if let Some(e) =
                     (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
@@ -108,11 +108,7 @@ pub async fn wait(
                     ticker.clear();
                     return Err(e.into());
                 }
-                let since = match goal {
-                    Goal::Healthy { since } => asked.saturating_duration_since(since),
-                    _ => Duration::ZERO,
-                };
-                let a = assess(goal, &view, how, since);
+                let a = goal.of(view.progress()).clone();
                 if !a.held.is_empty() {
                     ticker.clear();
                     return Err(WaitError::Held {
@@ -129,7 +125,7 @@ pub async fn wait(
                 } else if *most > 0 && gone.is_none() {
                     *gone = Some(start.elapsed());
                 }
-                if a.pending.is_empty() && read_after {
+                if a.met() && read_after {
                     ticker.clear();
                     let mut met = a.met;
                     if let (n @ 1.., Some(after)) = traffic {
@@ -144,8 +140,8 @@ pub async fn wait(
                         warnings: a.warnings,
                     });
                 }
-                let mut line = a.pending.join("; ");
-                if a.pending.is_empty() {
+                let mut line = a.missing();
+                if a.met() {
                     line = "every load balancer has acted: reading the agent connections once more, for one it sent just before".to_owned();
                 }
                 if !a.acted.is_empty() {
@@ -154,7 +150,7 @@ pub async fn wait(
                 }
                 line
             }
-            Err(e) if first => return Err(WaitError::NoDaemon(e)),
+            Err(e) if first || e.other_version() => return Err(WaitError::NoDaemon(e)),
             Err(e) => e.to_string(),
         };
         first = false;
@@ -201,7 +197,7 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
 
 /// When the answers began to show every load balancer acted on DRAINED. A load balancer may
 /// open an agent's connection here just before it acts, after the daemon's latest read of the
-/// connections (one read serves the requests of [`FRESH`]): an answer can show it acted and
+/// connections (one read serves several requests): an answer can show it acted and
 /// no connection while one is compiling. `Drained` is reached only on a read made [`SETTLE`]
 /// after the answer that first showed the acting, which sees any such connection (HAProxy
 /// acts on an agent check's `drain` as it reads it, on an HTTP check's 404 before it sends the
@@ -214,7 +210,7 @@ impl Acted {
     /// connections late enough. An answer in which a load balancer has not acted starts over.
     fn read_after(
         &mut self,
-        a: &Assessment,
+        a: &Stage,
         traffic: Option<&TrafficAnswer>,
         asked: Instant,
         received: Instant,
@@ -224,10 +220,11 @@ impl Acted {
             return false;
         }
         let since = *self.0.get_or_insert(received);
-        // The daemon answered after `asked`, from a read `age` older.
-        let age = traffic
-            .and_then(|t| t.age_ms)
-            .map_or(FRESH, Duration::from_millis);
+        // The daemon answered after `asked`, from a read `age` older; a read it cannot date
+        // does not count.
+        let Some(age) = traffic.and_then(|t| t.age_ms).map(Duration::from_millis) else {
+            return false;
+        };
         asked
             .checked_sub(age)
             .is_some_and(|read| read >= since + SETTLE)
@@ -378,9 +375,9 @@ mod tests {
     #[test]
     fn a_read_of_the_connections_from_before_the_load_balancers_acted_does_not_count() {
         let ms = Duration::from_millis;
-        let acted = Assessment {
+        let acted = Stage {
             every_poller_acted: true,
-            ..Assessment::default()
+            ..Stage::default()
         };
         let t0 = Instant::now() + Duration::from_secs(10);
         let mut a = Acted::default();
@@ -393,12 +390,12 @@ mod tests {
         assert!(a.read_after(&acted, Some(&read(Some(0))), t0 + ms(255), t0 + ms(260)));
         assert!(a.read_after(&acted, Some(&read(Some(100))), t0 + ms(355), t0 + ms(360)));
         assert!(!a.read_after(&acted, Some(&read(Some(200))), t0 + ms(355), t0 + ms(360)));
-        // A daemon that does not say how old its read is kept it up to FRESH.
+        // A read the daemon cannot date never counts.
         assert!(!a.read_after(&acted, Some(&read(None)), t0 + ms(600), t0 + ms(605)));
-        assert!(a.read_after(&acted, None, t0 + ms(800), t0 + ms(805)));
+        assert!(!a.read_after(&acted, None, t0 + ms(800), t0 + ms(805)));
         // An answer in which a load balancer has not acted (the drain let go and taken
         // again) starts over.
-        assert!(!a.read_after(&Assessment::default(), None, t0 + ms(900), t0 + ms(905)));
+        assert!(!a.read_after(&Stage::default(), None, t0 + ms(900), t0 + ms(905)));
         assert!(!a.read_after(&acted, Some(&read(Some(0))), t0 + ms(1000), t0 + ms(1005)));
         assert!(a.read_after(&acted, Some(&read(Some(0))), t0 + ms(1255), t0 + ms(1260)));
     }

@@ -12,9 +12,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::protocol::{SourceAnswer, TrafficAnswer};
 use crate::puppet::client::Address;
 use crate::puppet::traffic;
-use crate::responder::status::{SourceAnswer, TrafficAnswer};
 
 /// How long one read of the TCP tables is reused.
 pub const FRESH: Duration = Duration::from_millis(500);

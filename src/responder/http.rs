@@ -22,13 +22,7 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// Where Prometheus scrapes.
 pub const METRICS_PATH: &str = "/metrics";
-/// The operator's JSON (`pmcheck status`, the waits, `cycle`). Every path but this one and
-/// [`METRICS_PATH`] is a load balancer's poll: HAProxy's `option httpchk` may name any.
-pub const STATUS_PATH: &str = "/status";
-
-/// The `User-Agent` of pmcheck's own requests (`status`, `drain --wait`): the operator's
-/// tool is not a load balancer, so its polls are not recorded as a poller's.
-pub const USER_AGENT: &str = concat!("pmcheck/", env!("CARGO_PKG_VERSION"));
+pub use crate::protocol::{STATUS_PATH, USER_AGENT};
 
 /// The operator's request from this host (`/status`), whose answer also lists the agent
 /// connections (read before it is answered: [`crate::responder::agents::Agents::refresh`]).

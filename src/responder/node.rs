@@ -21,8 +21,8 @@ use crate::health::hold::{self, Asker, Held};
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
+use crate::protocol::progress::Ask;
 use crate::puppet::client::Address;
-use crate::puppet::expiry;
 use crate::puppet::readings::Readings;
 use crate::puppet::report::{Latest, ProbeReport};
 use crate::responder::agent::{self, Sent};
@@ -34,7 +34,6 @@ use crate::responder::http::{
 use crate::responder::metrics::Metrics;
 use crate::responder::metrics::{self, Current};
 use crate::responder::pollers::{Poll, Pollers, Via};
-use crate::responder::status::{CertificatesAnswer, CodeAnswer, Status};
 use crate::settings::lb_proof::{self, LbProof, Whose};
 
 /// The moment a decision is made at: the one place the responder reads both clocks for one.
@@ -341,7 +340,7 @@ impl Node {
         let headers = request.headers();
         match request.uri().path() {
             METRICS_PATH => return self.scrape(method, headers),
-            STATUS_PATH => return self.status(method, headers, peer),
+            STATUS_PATH => return self.status(method, headers, peer, request.uri().query()),
             _ => {}
         }
         // pmcheck's own tool runs on this host: the header is only looked at from here.
@@ -381,7 +380,13 @@ impl Node {
 
     /// `/status`: the verdict in JSON with its HTTP status, whatever the `Accept`; from this
     /// host with the pollers, the agents and the readings. Not a poll: no poller is recorded.
-    fn status(&self, method: &Method, headers: &HeaderMap, peer: IpAddr) -> Response<Full<Bytes>> {
+    fn status(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+        peer: IpAddr,
+        query: Option<&str>,
+    ) -> Response<Full<Bytes>> {
         self.decide(|decision, now| {
             let poll = Poll {
                 address: peer,
@@ -396,35 +401,19 @@ impl Node {
             };
             self.count(poll, now.at, true);
             if peer.to_canonical().is_loopback() {
-                self.operator_json(decision, now, method)
+                match Ask::from_query(query) {
+                    Ok(ask) => self.operator_json(decision, now, method, &ask),
+                    Err(e) => with_body(
+                        StatusCode::BAD_REQUEST,
+                        HeaderValue::from_static("text/plain; charset=utf-8"),
+                        Bytes::from(format!("400 Bad Request: {e}\n")),
+                        method,
+                    ),
+                }
             } else {
                 respond_with(decision, method, decision.json(), true)
             }
         })
-    }
-
-    /// The operator's JSON: the answer, the pollers, the agents and the slow readings, all as
-    /// of the moment the decision was made.
-    fn operator_json(
-        &self,
-        decision: &Decision<'_>,
-        now: Now,
-        method: &Method,
-    ) -> Response<Full<Bytes>> {
-        let status = Status {
-            answer: decision.answer(),
-            agent_check: self.rules.agent_check,
-            pollers: self.pollers.answer(now.at),
-            traffic: self.agents.latest(now.at),
-            listening_ms: u64::try_from(now.at.saturating_duration_since(self.started).as_millis())
-                .unwrap_or(u64::MAX),
-            drain_file: self.drain_file.clone(),
-            unrecorded: self.pollers.unrecorded(now.at),
-            certificates: self.certificates(),
-            code: self.code(),
-            lb_key_file: self.proof().answer(),
-        };
-        respond_with(decision, method, status.to_json(), true)
     }
 
     /// Prometheus's scrape: the same decision a poll gets now, and the counters. Neither
@@ -466,18 +455,6 @@ impl Node {
             Bytes::from(body),
             method,
         )
-    }
-
-    /// The certificates' dates as last read, for the operator's JSON (none in inetd mode).
-    fn certificates(&self) -> Option<CertificatesAnswer> {
-        let latest = self.readings.expiries()?;
-        Some(CertificatesAnswer::of(&latest, expiry::now()))
-    }
-
-    /// The deploy records as last read, for the operator's JSON (none in inetd mode).
-    fn code(&self) -> Option<Vec<CodeAnswer>> {
-        let latest = self.readings.code()?;
-        Some(CodeAnswer::of(&latest, expiry::now()))
     }
 }
 

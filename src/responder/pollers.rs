@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use crate::health::hold::Held;
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
+use crate::protocol::UnrecordedAnswer;
 use crate::responder::client_name::ClientName;
 use crate::responder::server_line::{Followed, LineFacts, ServerLine, Told};
-use crate::responder::status::UnrecordedAnswer;
 
 pub use crate::responder::server_line::SILENCE;
 use crate::settings::lb_proof::Proof;
@@ -502,7 +502,7 @@ fn ms(d: Duration) -> u64 {
 mod tests {
     use super::*;
     use crate::health::lb_state::LbState;
-    use crate::responder::status::PollerAnswer;
+    use crate::protocol::PollerAnswer;
     use std::net::Ipv4Addr;
 
     fn ip(last: u8) -> IpAddr {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::health::hold::{self, Held};
 use crate::health::lb_state::{self, Malformed};
 use crate::health::verdict::Verdict;
-use crate::responder::status::ToldAnswer;
+use crate::protocol::ToldAnswer;
 
 /// The silence a poller may keep and still poll: three of its own intervals, within these
 /// bounds (the least also before its second poll gave its rhythm). A load balancer checking

@@ -210,12 +210,12 @@ impl Daemon {
     }
 
     /// GET /status from this host, as `pmcheck status` asks it: the operator's view.
-    pub fn status(&self) -> pmcheck::responder::status::Status<'static> {
+    pub fn status(&self) -> pmcheck::protocol::Status<'static> {
         let reply = request(
             self.addr,
             "GET /status HTTP/1.1\r\nHost: pmcheck\r\nConnection: close\r\n\r\n",
         );
-        pmcheck::responder::status::Status::from_json(&reply.body)
+        pmcheck::protocol::Status::from_json(&reply.body)
             .unwrap_or_else(|e| panic!("not the operator's view ({e}): {reply:?}"))
     }
 
@@ -224,8 +224,8 @@ impl Daemon {
         &self,
         within: Duration,
         what: &str,
-        pred: impl Fn(&pmcheck::responder::status::Status<'static>) -> bool,
-    ) -> pmcheck::responder::status::Status<'static> {
+        pred: impl Fn(&pmcheck::protocol::Status<'static>) -> bool,
+    ) -> pmcheck::protocol::Status<'static> {
         let deadline = Instant::now() + within;
         loop {
             let answer = self.status();

@@ -279,3 +279,33 @@ def test_two_plain_restarts_at_the_same_moment_leave_a_master_up(fleet: Fleet):
     assert fleet.ha is not None
     assert fleet.ha.worst(t0, t1).fewest >= 1, said
     assert not failed, f"{said}: {fleet.describe_failed(failed)}"
+
+
+def test_two_cycles_in_a_row_each_return_with_the_master_up(fleet: Fleet):
+    """Issue 53, point 3: the shipped drain on stop writes a stop's hold for the restart the
+    cycle's own command makes; the cycle takes it for this restart's, waits until the daemon let
+    go of it and HAProxy has the master back, and says "stays drained" only for another holder.
+    Two in a row, so that the second meets whatever the first left."""
+    m = fleet.masters[1]
+    assert fleet.h is not None
+    t0 = time.monotonic()
+    for n in (1, 2):
+        jvm = m.jvm()
+        cp = m.ssh(
+            f"pmcheck cycle --reason 'fleet: cycle {n} of 2' -- systemctl restart puppetserver",
+            check=False,
+        )
+        # Read at once: the cycle returns only once the load balancer has the master UP.
+        line = fleet.h.server(fleet.backend, m.server)
+        said = f"cycle {n}: exit {cp.returncode}\n{cp.stdout}{cp.stderr}"
+        assert cp.returncode == 0, said
+        assert "stays drained" not in cp.stdout + cp.stderr, said
+        assert "step wait-undrained" in cp.stdout, said
+        assert st.is_up_checked(line), f"{said}\nHAProxy right after: {line}"
+        assert m.jvm() not in ("", "0", jvm), f"cycle {n} did not restart Puppet Server"
+        status = m.ssh("pmcheck status", check=False).stdout
+        assert "drain:  not drained" in status, f"{said}\npmcheck status:\n{status}"
+        measured(f"{m.name}: cycle {n} of 2 in a row", cp.stdout.strip().splitlines()[-1])
+    t1 = time.monotonic()
+    failed, said = figures(fleet, f"two cycles in a row on {m.name}", t0, t1)
+    assert not failed, f"{said}: {fleet.describe_failed(failed)}"

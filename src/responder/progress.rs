@@ -1,7 +1,9 @@
-//! What one answer of the daemon says about a wait's goal: which load balancers have acted
-//! (by their own word with `http-check send-state`, else by what they were told), where the
-//! drain is held, the agent connections and borrowed JRubies left.
-//! Pure: no I/O, so every rule is tested on answers written by hand.
+//! Where a change stands, decided by the daemon for each `/status` ([`crate::protocol::progress`]):
+//! which load balancers have acted on a drain or an undrain (by their own word with
+//! `http-check send-state`, else by what they were told), where the drain is held, the agent
+//! connections and borrowed JRubies left, and whether Puppet Server is healthy again after a
+//! restart. Pure: it reads one answer made at one instant, so every rule is tested on answers
+//! written by hand.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -10,74 +12,102 @@ use std::time::Duration;
 
 use crate::health::lb_state::{Health, LbState};
 use crate::health::verdict::Verdict;
-use crate::operator::goal::{Assessment, Goal, Wait, describe_told, written_after};
-use crate::operator::view::{View, who, who_with};
+use crate::protocol::lines::{who, who_with};
+use crate::protocol::progress::{Ask, Progress, Stage};
+use crate::protocol::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::puppet::pool::Load;
 use crate::responder::pollers::{REGULAR, SILENCE};
-use crate::responder::status::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::text::seconds;
 
-/// What `view` says about `goal`. `since` is how long before the answer the command of a
-/// cycle ended (for [`Goal::Healthy`]).
-pub fn assess(goal: Goal, view: &View, how: &Wait, since: Duration) -> Assessment {
-    let mut a = Assessment::default();
-    let answer = view.answer();
-    match goal {
-        Goal::Drained => {
-            if answer.verdict == Verdict::Drained {
-                a.met
-                    .push(format!("pmcheck answers DRAINED ({})", answer.status));
-            } else {
-                a.pending.push(format!(
-                    "pmcheck answers {}, not DRAINED yet: {}",
-                    answer.verdict.as_str(),
-                    answer.reason
-                ));
-            }
-            a.held = view.held();
-            for held in &a.held {
-                a.pending
-                    .push(format!("drain held: {}; {}", held.said(), held.ends()));
-            }
-            told(&mut a, view, Verdict::Drained, how);
-            a.every_poller_acted = a.pending.is_empty();
-            agent_traffic(&mut a, view.status());
-        }
-        Goal::Undrained => {
-            if answer.verdict == Verdict::Ok {
-                a.met.push("pmcheck answers OK".to_owned());
-            } else {
-                a.pending.push(format!(
-                    "pmcheck answers {}, not OK: {}",
-                    answer.verdict.as_str(),
-                    answer.reason
-                ));
-            }
-            told(&mut a, view, Verdict::Ok, how);
-        }
-        Goal::Healthy { .. } => {
-            let probe = &answer.probe;
-            let fresh = probe
-                .age_ms
-                .is_some_and(|age| Duration::from_millis(age) < since);
-            if !fresh {
-                a.pending
-                    .push("no probe of Puppet Server since the command ended yet".to_owned());
-            } else if !probe.healthy() {
-                a.pending.push(format!("Puppet Server: {}", probe.detail));
-            } else if answer.load == Some(Load::Warming) {
-                let pool = answer
-                    .pool
-                    .as_ref()
-                    .map(|p| format!(": {} of {} JRubies ready", p.free + p.borrowed, p.size))
-                    .unwrap_or_default();
-                a.pending
-                    .push(format!("Puppet Server's JRuby pool is warming{pool}"));
-            } else {
-                a.met
-                    .push(format!("Puppet Server is healthy: {}", probe.detail));
-            }
-        }
+/// Where a drain, an undrain and a restart stand in `status`, for `ask`.
+pub fn progress(status: &Status<'_>, ask: &Ask) -> Progress {
+    let drain = drain(status, ask);
+    let undrain = undrain(status, ask);
+    Progress {
+        polls: ask.polls,
+        lb_interval_ms: u64::try_from(ask.lb_interval.as_millis()).unwrap_or(u64::MAX),
+        safe_to_stop: drain.met(),
+        in_rotation: undrain.met(),
+        healthy: healthy(status, ask),
+        drain,
+        undrain,
+    }
+}
+
+/// A drain: pmcheck answers DRAINED, nowhere held, every load balancer acted, no agent
+/// connection and no borrowed JRuby left.
+fn drain(status: &Status<'_>, ask: &Ask) -> Stage {
+    let mut a = Stage::default();
+    let answer = &status.answer;
+    if answer.verdict == Verdict::Drained {
+        a.met
+            .push(format!("pmcheck answers DRAINED ({})", answer.status));
+    } else {
+        a.pend(format!(
+            "pmcheck answers {}, not DRAINED yet: {}",
+            answer.verdict.as_str(),
+            answer.reason
+        ));
+    }
+    a.held = status.held();
+    for held in a.held.clone() {
+        a.pend(format!("drain held: {}; {}", held.said(), held.ends()));
+    }
+    told(&mut a, status, Verdict::Drained, ask);
+    a.every_poller_acted = a.pending.is_empty();
+    agent_traffic(&mut a, status);
+    a
+}
+
+/// An undrain: pmcheck answers OK and every load balancer took the node back.
+fn undrain(status: &Status<'_>, ask: &Ask) -> Stage {
+    let mut a = Stage::default();
+    let answer = &status.answer;
+    if answer.verdict == Verdict::Ok {
+        a.met.push("pmcheck answers OK".to_owned());
+    } else {
+        a.pend(format!(
+            "pmcheck answers {}, not OK: {}",
+            answer.verdict.as_str(),
+            answer.reason
+        ));
+    }
+    told(&mut a, status, Verdict::Ok, ask);
+    a
+}
+
+/// A restart: a probe made after its command ended found Puppet Server running with its pool
+/// full (warm or busy, not warming).
+fn healthy(status: &Status<'_>, ask: &Ask) -> Stage {
+    let mut a = Stage::default();
+    let answer = &status.answer;
+    let probe = &answer.probe;
+    let fresh = probe.age_ms.is_some_and(|age| {
+        ask.ended
+            .is_none_or(|ended| Duration::from_millis(age) < ended)
+    });
+    let age = Duration::from_millis(probe.age_ms.unwrap_or_default());
+    let stale = Duration::from_millis(status.probe_stale_ms);
+    if !fresh {
+        a.pend("no probe of Puppet Server since the command ended yet".to_owned());
+    } else if age > stale {
+        a.pend(format!(
+            "the latest probe of Puppet Server is {} old, more than two probe rounds ({}): not believed; waiting for a new one",
+            seconds(age),
+            seconds(stale)
+        ));
+    } else if !probe.healthy() {
+        a.pend(format!("Puppet Server: {}", probe.detail));
+    } else if answer.load == Some(Load::Warming) {
+        let pool = answer
+            .pool
+            .as_ref()
+            .map(|p| format!(": {} of {} JRubies ready", p.free + p.borrowed, p.size))
+            .unwrap_or_default();
+        a.pend(format!("Puppet Server's JRuby pool is warming{pool}"));
+    } else {
+        a.met
+            .push(format!("Puppet Server is healthy: {}", probe.detail));
     }
     a
 }
@@ -101,8 +131,7 @@ pub fn assess(goal: Goal, view: &View, how: &Wait, since: Duration) -> Assessmen
 /// that prove nothing, only regular ones; a proven one not regular yet, or polls the table had
 /// no room for, keep the wait going until they either turn regular or fall silent, so a flood
 /// of addresses can delay a wait but never end it early.
-fn told(a: &mut Assessment, view: &View, verdict: Verdict, how: &Wait) {
-    let status = view.status();
+fn told(a: &mut Stage, status: &Status<'_>, verdict: Verdict, ask: &Ask) {
     let mut heard = 0;
     for p in &status.pollers {
         let silent = Duration::from_millis(p.last_ms_ago);
@@ -122,13 +151,13 @@ fn told(a: &mut Assessment, view: &View, verdict: Verdict, how: &Wait) {
             // load balancer's host, or anybody. Only its silence and time count.
             if p.regular {
                 heard += 1;
-                by_time(a, p, verdict, how);
+                by_time(a, p, verdict, ask);
             }
             continue;
         }
         heard += 1;
         if !p.regular {
-            a.pending.push(format!(
+            a.pend_of(Some(p.address), Some(p.last_ms_ago), format!(
                 "{} polled {} time(s), the latest {} ago: not known as a load balancer yet (it counts once it polls {REGULAR} times in a row, and is not waited for once silent)",
                 p.address,
                 p.polls,
@@ -145,13 +174,13 @@ fn told(a: &mut Assessment, view: &View, verdict: Verdict, how: &Wait) {
             continue;
         }
         let malformed = states.iter().find_map(|s| s.malformed.as_deref());
-        by_counts(a, p, (p.http, p.agent_now()), malformed, verdict, how.polls);
+        by_counts(a, p, (p.http, p.agent_now()), malformed, verdict, ask.polls);
     }
     if let Some(u) = status.unrecorded {
         let ago = Duration::from_millis(u.last_ms_ago);
-        if ago <= SILENCE.0.max(2 * how.lb_interval) {
+        if ago <= SILENCE.0.max(2 * ask.lb_interval) {
             heard += 1;
-            a.pending.push(format!(
+            a.pend(format!(
                 "{} poll(s) from addresses the daemon's poller table had no room for, the latest {} ago: a load balancer may be among them (list the load balancers in --allow)",
                 u.polls,
                 seconds(ago)
@@ -159,11 +188,11 @@ fn told(a: &mut Assessment, view: &View, verdict: Verdict, how: &Wait) {
         }
     }
     if heard == 0 {
-        if !view.heard_all(how.lb_interval) {
-            a.pending.push(format!(
+        if !status.heard_all(ask.lb_interval) {
+            a.pend(format!(
                 "the daemon has listened for only {}: no load balancer has polled yet, waiting {} (two --lb-interval) before believing none polls",
-                seconds(view.listened()),
-                seconds(2 * how.lb_interval)
+                seconds(status.listened()),
+                seconds(2 * ask.lb_interval)
             ));
         } else {
             a.met.push("no load balancer is polling".to_owned());
@@ -174,7 +203,7 @@ fn told(a: &mut Assessment, view: &View, verdict: Verdict, how: &Wait) {
 /// The load balancer's own word on this node's server lines (one per backend it is in), for
 /// `verdict`: it has acted when every one of them says so.
 fn judge_by_states(
-    a: &mut Assessment,
+    a: &mut Stage,
     p: &PollerAnswer,
     seen: &[(&StateAnswer, &LbState)],
     verdict: Verdict,
@@ -204,7 +233,7 @@ fn judge_by_states(
         );
         // HAProxy writes the header before it reads that check's answer: it shows the effect of
         // `verdict` only once this server line's check before it was answered so.
-        let fresh = written_after(s, verdict);
+        let fresh = s.written_after(verdict);
         let before = format!(
             "{says}: that is from before its checks were first answered {}; waiting for the next",
             verdict.as_str()
@@ -254,12 +283,12 @@ fn judge_by_states(
         a.met.extend(lines.into_iter().map(|(_, line)| line));
         a.acted.push(p.address);
     } else {
-        a.pending.extend(
-            lines
-                .into_iter()
-                .filter(|(ok, line)| !ok && !line.is_empty())
-                .map(|(_, line)| line),
-        );
+        for (_, line) in lines
+            .into_iter()
+            .filter(|(ok, line)| !ok && !line.is_empty())
+        {
+            a.pend_of(Some(p.address), Some(p.last_ms_ago), line);
+        }
     }
 }
 
@@ -267,7 +296,7 @@ fn judge_by_states(
 /// one agent-check `drain` or `polls` HTTP answers in a row (HAProxy's `fall`); coming back
 /// needs every kind of check it makes.
 fn by_counts(
-    a: &mut Assessment,
+    a: &mut Stage,
     p: &PollerAnswer,
     (http, agent): (Option<ToldAnswer>, Option<ToldAnswer>),
     malformed: Option<&str>,
@@ -281,7 +310,7 @@ fn by_counts(
     } else {
         (agent.is_none() || enough(agent, 1)) && (http.is_none() || enough(http, polls))
     };
-    let mut what = describe_told(p, false);
+    let mut what = p.describe_told(false);
     if let Some(why) = malformed {
         let _ = write!(what, "; its X-Haproxy-Server-State is malformed: {why}");
     }
@@ -294,19 +323,28 @@ fn by_counts(
         (Verdict::Drained, true) => format!("one agent-check or {polls} HTTP answers"),
         _ => format!("{polls} HTTP answers in a row"),
     };
-    a.pending.push(format!(
-        "{} not told {} enough yet ({what}; needs {need})",
-        p.address,
-        verdict.as_str()
-    ));
+    let since = [http, agent]
+        .into_iter()
+        .flatten()
+        .map(|t| t.since_ms_ago)
+        .max();
+    a.pend_of(
+        Some(p.address),
+        since,
+        format!(
+            "{} not told {} enough yet ({what}; needs {need})",
+            p.address,
+            verdict.as_str()
+        ),
+    );
 }
 
 /// A poller that does not prove it is a load balancer ([`crate::settings::lb_proof`]) may be
 /// one whose configuration lacks the key: it has acted once the daemon has told it `verdict`
 /// for as long as HAProxy's `fall` (or `rise`) checks take, `--polls` x `--lb-interval`. What
 /// it claims cannot end the wait earlier nor hold it longer.
-fn by_time(a: &mut Assessment, p: &PollerAnswer, verdict: Verdict, how: &Wait) {
-    let needed = how.lb_interval * how.polls;
+fn by_time(a: &mut Stage, p: &PollerAnswer, verdict: Verdict, ask: &Ask) {
+    let needed = ask.lb_interval * ask.polls;
     let told = [p.http, p.agent_now()]
         .into_iter()
         .flatten()
@@ -320,18 +358,18 @@ fn by_time(a: &mut Assessment, p: &PollerAnswer, verdict: Verdict, how: &Wait) {
                 "{what} told {} for {}: as long as {} checks {} apart take",
                 verdict.as_str(),
                 seconds(since),
-                how.polls,
-                seconds(how.lb_interval)
+                ask.polls,
+                seconds(ask.lb_interval)
             ));
             a.acted.push(p.address);
         }
-        told => a.pending.push(format!(
+        told => a.pend_of(Some(p.address), told.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)), format!(
             "{what} told {} for {} of the {} that {} checks {} apart take (its own word is not believed){}",
             verdict.as_str(),
             seconds(told.unwrap_or_default()),
             seconds(needed),
-            how.polls,
-            seconds(how.lb_interval),
+            ask.polls,
+            seconds(ask.lb_interval),
             p.client.as_deref().map(person).unwrap_or_default()
         )),
     }
@@ -355,13 +393,13 @@ impl ToldAnswer {
 }
 
 /// The agent connections and borrowed JRubies of a drained node.
-fn agent_traffic(a: &mut Assessment, status: &Status<'_>) {
+fn agent_traffic(a: &mut Stage, status: &Status<'_>) {
     let answer = &status.answer;
     match &status.traffic {
-        None => a.pending.push(
+        None => a.pend(
             "the daemon watches no agent connections (inetd mode?): ask `pmcheck serve`".to_owned(),
         ),
-        Some(t) if t.problem.is_some() => a.pending.push(format!(
+        Some(t) if t.problem.is_some() => a.pend(format!(
             "cannot see the agent connections: {}",
             t.problem.as_deref().unwrap_or_default()
         )),
@@ -390,7 +428,7 @@ fn agent_traffic(a: &mut Assessment, status: &Status<'_>) {
             if t.other_sources > 0 {
                 from.push(format!("and from {} more address(es)", t.other_sources));
             }
-            a.pending.push(format!(
+            a.pend(format!(
                 "{} agent connection(s) to {}: {}",
                 a.connections,
                 t.listener,
@@ -399,7 +437,7 @@ fn agent_traffic(a: &mut Assessment, status: &Status<'_>) {
         }
     }
     match &answer.pool {
-        Some(pool) if answer.probe.healthy() && pool.borrowed > 0 => a.pending.push(format!(
+        Some(pool) if answer.probe.healthy() && pool.borrowed > 0 => a.pend(format!(
             "{} JRuby instance(s) borrowed: requests in progress",
             pool.borrowed
         )),
@@ -411,17 +449,18 @@ fn agent_traffic(a: &mut Assessment, status: &Status<'_>) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::operator::view::tests::drained;
-    use crate::responder::status::UnrecordedAnswer;
-    use std::time::Instant;
+    use crate::protocol::UnrecordedAnswer;
+    use crate::protocol::lines::tests::drained;
 
-    pub(crate) fn how(polls: u32) -> Wait {
-        Wait {
-            max_wait: Duration::from_secs(600),
-            polls,
-            lb_interval: Duration::from_secs(2),
-            drain_file: None,
-        }
+    #[derive(Clone, Copy)]
+    enum Goal {
+        Drained,
+        Undrained,
+    }
+
+    /// What is pending, in words.
+    fn said(a: &Stage) -> Vec<String> {
+        a.pending.iter().map(|p| p.what.clone()).collect()
     }
 
     fn poller<'a>(answer: &'a mut Status<'static>) -> &'a mut PollerAnswer {
@@ -429,19 +468,21 @@ pub(crate) mod tests {
     }
 
     /// What `answer` says about `goal`, with `--polls`.
-    fn judged(goal: Goal, answer: &Status<'static>, polls: u32) -> Assessment {
-        assess(
-            goal,
-            &View::new(answer.clone()),
-            &how(polls),
-            Duration::ZERO,
-        )
+    fn judged(goal: Goal, answer: &Status<'static>, polls: u32) -> Stage {
+        let ask = Ask {
+            polls,
+            ..Ask::default()
+        };
+        match goal {
+            Goal::Drained => drain(answer, &ask),
+            Goal::Undrained => undrain(answer, &ask),
+        }
     }
 
     #[test]
     fn a_drain_is_safe_once_told_and_quiet() {
         let a = judged(Goal::Drained, &drained(), 3);
-        assert_eq!(a.pending, Vec::<String>::new());
+        assert_eq!(said(&a), Vec::<String>::new());
         assert!(
             a.met.iter().any(|m| m.starts_with("10.0.0.5 acted")),
             "{:?}",
@@ -461,12 +502,12 @@ pub(crate) mod tests {
         assert!(judged(Goal::Drained, &answer, 3).pending.is_empty());
         poller(&mut answer).agent = None;
         let a = judged(Goal::Drained, &answer, 3);
-        assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
-        assert!(a.pending[0].contains("10.0.0.5 not told DRAINED enough yet (HTTP: DRAINED x1;"));
+        assert_eq!(a.pending.len(), 1, "{:?}", said(&a));
+        assert!(said(&a)[0].contains("10.0.0.5 not told DRAINED enough yet (HTTP: DRAINED x1;"));
         assert!(
-            a.pending[0].contains("needs 3 HTTP answers in a row"),
+            said(&a)[0].contains("needs 3 HTTP answers in a row"),
             "{}",
-            a.pending[0]
+            said(&a)[0]
         );
         // An agent check that stopped does not count.
         let p = poller(&mut answer);
@@ -496,7 +537,7 @@ pub(crate) mod tests {
         // The daemon says it no longer polls: not waited for.
         poller(&mut answer).polling = false;
         let a = judged(Goal::Drained, &answer, 3);
-        assert!(a.pending.is_empty(), "{:?}", a.pending);
+        assert!(a.pending.is_empty(), "{:?}", said(&a));
         assert!(a.met.iter().any(|m| m == "no load balancer is polling"));
     }
 
@@ -517,7 +558,7 @@ pub(crate) mod tests {
         let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.connections, 3);
         assert_eq!(
-            a.pending,
+            said(&a),
             [
                 "3 agent connection(s) to 127.0.0.1:8140: 2 from 10.0.0.5 (through the load \
                  balancer), 1 from 10.0.9.9 (not a poller: an agent that bypasses the load \
@@ -533,7 +574,7 @@ pub(crate) mod tests {
         answer.traffic.as_mut().unwrap().problem = Some("cannot read /proc/self/net/tcp".into());
         let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(
-            a.pending,
+            said(&a),
             ["cannot see the agent connections: cannot read /proc/self/net/tcp"]
         );
         answer.traffic = None;
@@ -558,54 +599,51 @@ pub(crate) mod tests {
             since_ms_ago: 10,
         });
         let a = judged(Goal::Undrained, &answer, 3);
-        assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
+        assert_eq!(a.pending.len(), 1, "{:?}", said(&a));
         poller(&mut answer).http.as_mut().unwrap().times = 3;
         assert!(judged(Goal::Undrained, &answer, 3).pending.is_empty());
         answer.answer.verdict = Verdict::Drained;
         assert!(
-            judged(Goal::Undrained, &answer, 3).pending[0]
+            said(&judged(Goal::Undrained, &answer, 3))[0]
                 .starts_with("pmcheck answers DRAINED, not OK")
         );
     }
 
     #[test]
-    fn healthy_needs_a_probe_after_the_command_and_a_full_pool() {
+    fn healthy_needs_a_fresh_probe_after_the_command_and_a_full_pool() {
         let mut answer = drained();
+        let ended = |ms| Ask {
+            ended: Some(Duration::from_millis(ms)),
+            ..Ask::default()
+        };
         // The probe is 200 ms old; the command ended 100 ms ago: that probe is from before.
-        let a = assess(
-            Goal::Healthy {
-                since: Instant::now(),
-            },
-            &View::new(answer.clone()),
-            &how(3),
-            Duration::from_millis(100),
-        );
         assert_eq!(
-            a.pending,
+            said(&healthy(&answer, &ended(100))),
             ["no probe of Puppet Server since the command ended yet"]
         );
-        let since = Duration::from_secs(1);
-        let goal = Goal::Healthy {
-            since: Instant::now(),
-        };
+        assert!(healthy(&answer, &ended(1_000)).met());
+        // A probe older than two probe rounds is not believed.
+        answer.answer.probe.age_ms = Some(30_000);
         assert!(
-            assess(goal, &View::new(answer.clone()), &how(3), since)
-                .pending
-                .is_empty()
+            said(&healthy(&answer, &Ask::default()))[0]
+                .starts_with("the latest probe of Puppet Server is 30.0s old"),
+            "{:?}",
+            said(&healthy(&answer, &Ask::default()))
         );
+        answer.answer.probe.age_ms = Some(200);
         answer.answer.load = Some(Load::Warming);
         if let Some(pool) = answer.answer.pool.as_mut() {
             pool.to_mut().free = 1;
         }
         assert_eq!(
-            assess(goal, &View::new(answer.clone()), &how(3), since).pending,
+            said(&healthy(&answer, &ended(1_000))),
             ["Puppet Server's JRuby pool is warming: 1 of 2 JRubies ready"]
         );
         answer.answer.probe.ok = false;
         answer.answer.probe.outcome = crate::health::answer::ProbeState::Unhealthy;
         answer.answer.probe.detail = "connection refused".into();
         assert_eq!(
-            assess(goal, &View::new(answer.clone()), &how(3), since).pending,
+            said(&healthy(&answer, &ended(1_000))),
             ["Puppet Server: connection refused"]
         );
     }
@@ -643,7 +681,7 @@ pub(crate) mod tests {
         let answer = with_state("UP; name=bk/m1; node=lb1; weight=100/200; scur=0/3; qcur=0");
         let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(
-            a.pending,
+            said(&a),
             [
                 "load balancer 10.0.0.5 (lb1) says UP for bk/m1 (weight 100/200, 0 session(s), 0 queued; 0.3s ago): it still sends new agents here"
             ]
@@ -652,22 +690,22 @@ pub(crate) mod tests {
         let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.pending.len(), 1);
         assert!(
-            a.pending[0].ends_with("out for new agents, sessions still open"),
+            said(&a)[0].ends_with("out for new agents, sessions still open"),
             "{:?}",
-            a.pending
+            said(&a)
         );
         let answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/3; qcur=0");
         let a = judged(Goal::Drained, &answer, 3);
-        assert!(a.pending.is_empty(), "{:?}", a.pending);
+        assert!(a.pending.is_empty(), "{:?}", said(&a));
         assert_eq!(a.acted, ["10.0.0.5".parse::<IpAddr>().unwrap()]);
         // A NOLB written before any DRAINED answer is stale: it was answered OK since.
         let mut answer = with_state("NOLB; name=bk/m1; node=lb1; weight=100/100; scur=0/3; qcur=0");
         let p = poller(&mut answer);
         (p.states[0].told, p.agent) = (Verdict::Ok, None);
         let a = judged(Goal::Drained, &answer, 3);
-        assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
+        assert_eq!(a.pending.len(), 1, "{:?}", said(&a));
         assert!(
-            a.pending[0].ends_with(
+            said(&a)[0].ends_with(
                 "from before its checks were first answered DRAINED; waiting for the next"
             )
         );
@@ -731,17 +769,17 @@ pub(crate) mod tests {
         let a = judged(Goal::Undrained, &answer, 3);
         assert_eq!(a.pending.len(), 1);
         assert!(
-            a.pending[0]
+            said(&a)[0]
                 .ends_with("from before its checks were first answered OK; waiting for the next"),
             "{:?}",
-            a.pending
+            said(&a)
         );
         poller(&mut answer).states[0].since_ms_ago = 2_300;
         let a = judged(Goal::Undrained, &answer, 3);
         assert!(
             a.pending.is_empty(),
             "one HTTP answer is enough with HAProxy's word: {:?}",
-            a.pending
+            said(&a)
         );
     }
 
@@ -754,17 +792,17 @@ pub(crate) mod tests {
         assert_eq!(a.acted, Vec::<IpAddr>::new());
         assert_eq!(a.pending.len(), 1);
         assert!(
-            a.pending[0].starts_with(
+            said(&a)[0].starts_with(
                 "10.0.0.5 polled 1 time(s), the latest 0.5s ago: not known as a load balancer yet"
             ),
             "{:?}",
-            a.pending
+            said(&a)
         );
         // Silent since: no longer waited for.
         let p = poller(&mut answer);
         (p.first_ms_ago, p.last_ms_ago, p.polling) = (5_500, 5_500, false);
         let a = judged(Goal::Drained, &answer, 3);
-        assert!(a.pending.is_empty(), "{:?}", a.pending);
+        assert!(a.pending.is_empty(), "{:?}", said(&a));
         // Polls the table had no room for keep it going as well.
         answer.unrecorded = Some(UnrecordedAnswer {
             polls: 7,
@@ -772,10 +810,10 @@ pub(crate) mod tests {
         });
         let a = judged(Goal::Drained, &answer, 3);
         assert!(
-            a.pending[0]
+            said(&a)[0]
                 .starts_with("7 poll(s) from addresses the daemon's poller table had no room for"),
             "{:?}",
-            a.pending
+            said(&a)
         );
     }
 
@@ -787,9 +825,9 @@ pub(crate) mod tests {
         let a = judged(Goal::Drained, &answer, 3);
         assert_eq!(a.pending.len(), 1);
         assert!(
-            a.pending[0].starts_with("the daemon has listened for only 0.3s"),
+            said(&a)[0].starts_with("the daemon has listened for only 0.3s"),
             "{:?}",
-            a.pending
+            said(&a)
         );
         answer.listening_ms = 4_000;
         let a = judged(Goal::Drained, &answer, 3);
@@ -803,7 +841,7 @@ pub(crate) mod tests {
         let p = poller(&mut answer);
         (p.first_ms_ago, p.last_ms_ago, p.polling) = (90_000, 20_000, false);
         let a = judged(Goal::Drained, &answer, 3);
-        assert!(a.pending.is_empty(), "{:?}", a.pending);
+        assert!(a.pending.is_empty(), "{:?}", said(&a));
         assert!(
             a.met.iter().any(|m| m
                 .starts_with("load balancer 10.0.0.5 (lb1) stopped checking 20.0s ago")
