@@ -21,9 +21,10 @@ use crate::operator::{check, config, history, manual, run_single_threaded, statu
 use crate::provenance::{Provenance, ProvenanceError};
 use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
-use crate::responder::{inetd, server, signals, systemd};
+use crate::responder::{heartbeat, inetd, server, signals};
 use crate::settings::lb_proof::LbProof;
 use crate::settings::{Given, Host, Settings, SettingsError};
+use crate::systemd;
 
 /// Why a command failed; each becomes its exit code in [`Error::exit`].
 #[derive(Debug, Error)]
@@ -275,7 +276,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
         let ready = |progress| {
             if let Some(n) = &notifier {
                 n.notify("READY=1\nSTATUS=answering polls");
-                if let Some(watchdog) = n.watchdog_task(progress) {
+                if let Some(watchdog) = heartbeat::watchdog(n, progress) {
                     tokio::spawn(watchdog);
                 }
             }

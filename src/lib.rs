@@ -73,6 +73,7 @@ pub mod reading;
 pub mod responder;
 pub mod safe_file;
 pub mod settings;
+pub(crate) mod systemd;
 pub(crate) mod text;
 
 pub use commands::run;

@@ -755,7 +755,7 @@ fn answering(
 }
 
 /// A daemon that runs but does not answer the guard may still answer the load balancers: a
-/// drain written unchecked would be one they never hold. It is asked three times and refused
+/// drain written unchecked would be one they never hold. It is asked eight times and refused
 /// (69), nothing written; `--force` drains without the check. Nothing listening at all is no
 /// daemon: that drain is written unchecked (`tests/waits.rs`).
 #[test]
@@ -770,7 +770,7 @@ fn a_daemon_that_does_not_answer_the_guard_gets_no_unchecked_drain() {
         stderr,
         &format!("refused: {url} does not answer like pmcheck")
     );
-    assert_contains!(stderr, "asked 3 times");
+    assert_contains!(stderr, "asked 8 times");
     assert_contains!(stderr, "or pass --force to drain without the check");
     assert!(record(&s).is_none(), "nothing written");
     let out = s.pmcheck("drain", &["--reason", "upgrade", "--force", "--url", &url]);
@@ -784,8 +784,8 @@ fn a_daemon_that_does_not_answer_the_guard_gets_no_unchecked_drain() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     assert_eq!(
         served.join().unwrap(),
-        4,
-        "three asks, then one with --force"
+        9,
+        "eight asks, then one with --force"
     );
 }
 

@@ -141,36 +141,48 @@ pub enum Asker<'a> {
 }
 
 impl Held {
-    /// Why, for a person, naming the load balancer's server line and what ends the hold.
+    /// Why, for a person, naming the load balancer's server line and what ends the hold: the
+    /// reason a poll is answered with.
     pub fn describe(self, lb: &LbState) -> String {
-        let node = if lb.node.is_empty() {
-            String::new()
+        let who = if lb.node.is_empty() {
+            "load balancer".to_owned()
         } else {
-            format!(" ({})", lb.node)
+            format!("load balancer ({})", lb.node)
         };
+        format!("drain held: {}; {}", self.said(&who, lb), self.ends(lb))
+    }
+
+    /// What the load balancer `who` says of its server line `lb`: the one sentence of each
+    /// hold, for the poll's reason, `status` and the refusals alike.
+    pub fn said(self, who: &str, lb: &LbState) -> String {
         match self {
             Held::LastServer => format!(
-                "drain held: load balancer{node} says {} is the only server taking new agents in backend {}; it goes out once another server takes agents there",
-                lb.server, lb.backend
+                "{who} says {} is the only server taking new agents in backend {} (weight {} of {})",
+                lb.server, lb.backend, lb.weight, lb.total_weight
             ),
             Held::EmptyBackend => format!(
-                "drain held: load balancer{node} says no server takes new agents in backend {} (another master went out at the same moment); it goes out once another server takes agents there",
-                lb.backend
+                "{who} says no server takes new agents in backend {} (weight {} of 0)",
+                lb.backend, lb.weight
             ),
             Held::TwoViews => format!(
-                "drain held: {}; it goes out once each load balancer proves itself apart",
-                two_views(&node, &lb.backend, &lb.server)
+                "{who}: two load balancers answer as one for {}/{} (their checks of it, with one key, disagree about the backend at every check): give each HAProxy its own key line in the key file (--lb-key-file), bound to its address",
+                lb.backend, lb.server
             ),
         }
     }
-}
 
-/// What two load balancers answering as one look like, and what to change: the one sentence,
-/// for the answer's reason and the operator's refusal alike.
-pub fn two_views(node: &str, backend: &str, server: &str) -> String {
-    format!(
-        "two load balancers{node} answer as one for {backend}/{server} (their checks of it, with one key, disagree about the backend at every check): give each HAProxy its own key line in the key file (--lb-key-file), bound to its address"
-    )
+    /// What ends the hold.
+    pub fn ends(self, lb: &LbState) -> String {
+        match self {
+            Held::TwoViews => {
+                "it ends once each load balancer proves itself with its own key".to_owned()
+            }
+            _ => format!(
+                "it ends once another server takes new agents in backend {}",
+                lb.backend
+            ),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -355,8 +367,15 @@ mod tests {
             "{said}"
         );
         assert!(
-            said.ends_with("once another server takes agents there"),
+            said.ends_with("; it ends once another server takes new agents in backend bk"),
             "{said}"
+        );
+        let two = Held::TwoViews.describe(&lb);
+        assert!(
+            two.starts_with(
+                "drain held: load balancer (lb1): two load balancers answer as one for bk/m1"
+            ) && two.ends_with("it ends once each load balancer proves itself with its own key"),
+            "{two}"
         );
     }
 }

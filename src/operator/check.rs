@@ -48,7 +48,10 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
             return Exit::Unknown;
         }
     };
-    let now = crate::responder::node::now();
+    let now = crate::health::Now {
+        at: std::time::Instant::now(),
+        wall: std::time::SystemTime::now(),
+    };
     let drain = DrainFile::new(&settings.state_dir.value).state(now.wall);
     let decision = Decision::decide(&drain, Some(&report), Rejoin::Steady, now, &Rules::ONCE);
     let (label, code) = match (decision.verdict, &report.outcome) {

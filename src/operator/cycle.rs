@@ -32,7 +32,7 @@ use crate::drain::record::{DrainRecord, REASON_LIMIT};
 use crate::drain::tenure::Tenure;
 use crate::health::hold;
 use crate::operator::command::{Signals, exited, run_command, shown};
-use crate::operator::daemon::Daemon;
+use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::goal::{Goal, Wait};
 use crate::operator::guard::{self, GuardError, Outcome};
 use crate::operator::wait::{self, Ticker, WaitError};
@@ -183,8 +183,6 @@ impl CycleError {
 }
 
 const LEFT_DRAINED: &str = "; the node stays drained";
-/// How often a cycle waiting its turn asks again.
-const TURN: Duration = Duration::from_secs(1);
 
 /// Runs the cycle with the drain record in `state_dir`, asking `daemon`.
 pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(), CycleError> {
@@ -525,8 +523,8 @@ async fn take_turn(
             format_duration(cycle.wait.max_wait),
             said(&held)
         ));
-        // Asked again within a second, and in time for the line every 10 s.
-        let next = TURN.min(ticker.due_in()).max(Duration::from_millis(10));
+        // Asked again as every loop asks, and in time for the line every 10 s.
+        let next = EVERY.min(ticker.due_in()).max(Duration::from_millis(10));
         tokio::select! {
             () = tokio::time::sleep(next) => {}
             // A hold the guard failed to undo may still be there: said as it is.
@@ -680,7 +678,7 @@ async fn released(file: &DrainFile) -> String {
         if let Some(found) = guard::let_go_of(file, Holder::is_me) {
             return found;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(EVERY).await;
     }
 }
 

@@ -2,7 +2,9 @@
 //! that GETs the daemon's `/status` over plain HTTP on this host, bounded in time and size, and
 //! reads it into a [`View`].
 
+use std::future::Future;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +22,8 @@ use crate::settings::duration::format_duration;
 use crate::settings::env_file::EnvFile;
 
 const DEADLINE: Duration = Duration::from_secs(5);
+/// How often a command asks the daemon, whatever it waits for: one interval for every loop.
+pub const EVERY: Duration = Duration::from_millis(250);
 /// The largest answer read: pmcheck's JSON is a few KiB.
 const BODY_LIMIT: usize = 64 * 1024;
 
@@ -190,6 +194,31 @@ impl Daemon {
             status,
             body: String::from_utf8_lossy(&body).into_owned(),
         })
+    }
+
+    /// The one loop of the operator's commands: asks with `ask()` every [`EVERY`] until `step`
+    /// breaks with its result; `None` once `stop` resolves first.
+    pub async fn asking<T>(
+        &self,
+        ask: impl Fn() -> Ask,
+        stop: impl Future<Output = ()>,
+        mut step: impl FnMut(Result<View, StatusError>) -> ControlFlow<T>,
+    ) -> Option<T> {
+        tokio::pin!(stop);
+        loop {
+            let asked = ask();
+            let answer = tokio::select! {
+                answer = self.ask_for(&asked) => answer,
+                () = &mut stop => return None,
+            };
+            if let ControlFlow::Break(done) = step(answer) {
+                return Some(done);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(EVERY) => {}
+                () = &mut stop => return None,
+            }
+        }
     }
 
     /// What the daemon says now, read, with its progress for the waits' defaults.

@@ -16,7 +16,8 @@
 //! written unchecked, and a load balancer never holds it. A daemon that runs but does not
 //! answer may still answer the load balancers: the drain is refused unless `--force`.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::ops::ControlFlow;
+use std::time::{Instant, SystemTime};
 
 use thiserror::Error;
 
@@ -29,8 +30,8 @@ use crate::health::hold;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::Wait;
 use crate::operator::view::View;
-use crate::operator::wait::EVERY;
 use crate::protocol::lines::{Blocker, Line, said};
+use crate::protocol::progress::Ask;
 
 /// A holder the guard let through, as written.
 #[derive(Debug)]
@@ -235,36 +236,39 @@ fn unproven(view: &View) -> Option<String> {
 /// What the daemon watching `file` answers. `None`, and why in `warnings`, when no daemon
 /// runs there or it watches another record: the drain is then written unchecked. A daemon that
 /// runs but does not answer this command may still answer the load balancers: it is asked
-/// [`ASKS`] times, a second apart, and then the drain is refused unless `force`.
+/// [`ASKS`] times, and then the drain is refused unless `force`.
 async fn view_of(
     daemon: &Daemon,
     file: &DrainFile,
     force: bool,
     warnings: &mut Vec<String>,
 ) -> Result<Option<View>, GuardError> {
-    let mut asked = 1;
-    let why = loop {
-        match daemon.ask().await {
-            Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
-                Some(other) => break other.to_string(),
-                None => return Ok(Some(view)),
-            },
-            Err(e) if e.other_version() => return Err(GuardError::Daemon(e)),
-            Err(e) if e.absent() || force => break e.to_string(),
-            Err(e) if asked >= ASKS => return Err(GuardError::Unasked(e.to_string())),
-            Err(_) => {}
-        }
+    let mut asked = 0;
+    let found = daemon.asking(Ask::default, std::future::pending(), |answer| {
         asked += 1;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    warnings.push(format!(
-        "{why}; cannot check whether a load balancer says this node is the last server taking agents: the record is written unchecked, so no load balancer holds it, and a daemon watching it answers accordingly from its start"
-    ));
-    Ok(None)
+        let why = match answer {
+            Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
+                None => return ControlFlow::Break(Ok(Some(view))),
+                Some(other) => other.to_string(),
+            },
+            Err(e) if e.other_version() => return ControlFlow::Break(Err(GuardError::Daemon(e))),
+            Err(e) if e.absent() || force => e.to_string(),
+            Err(e) if asked >= ASKS => {
+                return ControlFlow::Break(Err(GuardError::Unasked(e.to_string())));
+            }
+            Err(_) => return ControlFlow::Continue(()),
+        };
+        warnings.push(format!(
+            "{why}; cannot check whether a load balancer says this node is the last server taking agents: the record is written unchecked, so no load balancer holds it, and a daemon watching it answers accordingly from its start"
+        ));
+        ControlFlow::Break(Ok(None))
+    });
+    found.await.unwrap_or(Ok(None))
 }
 
-/// How many times the guard asks a daemon that runs but fails to answer.
-const ASKS: u32 = 3;
+/// How many times the guard asks a daemon that runs but fails to answer: for two seconds, in
+/// which a restarting daemon answers again.
+const ASKS: u32 = 8;
 
 /// The holders that hold the node ([`hold::live`], Puppet Server `started` when known)
 /// beside a new one that replaces those `replaces` names.
@@ -298,22 +302,26 @@ async fn watch(
 ) -> Option<(View, bool)> {
     let deadline = written + how.lb_interval * (how.polls + 1);
     let mut last = None;
-    while !gone() {
-        if let Ok(view) = daemon.ask().await
+    let watched = daemon.asking(Ask::default, std::future::pending(), |answer| {
+        if gone() {
+            return ControlFlow::Break(());
+        }
+        if let Ok(view) = answer
             && view.drained()
         {
             let settled = !holdable
                 || (view.heard_all(how.lb_interval) && view.checked_within(written.elapsed()));
+            last = Some((view, settled));
             if settled {
-                return Some((view, true));
+                return ControlFlow::Break(());
             }
-            last = Some((view, false));
         }
-        if Instant::now() >= deadline {
-            return last;
+        match Instant::now() >= deadline {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
         }
-        tokio::time::sleep(EVERY).await;
-    }
+    });
+    watched.await;
     last
 }
 

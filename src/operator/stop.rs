@@ -13,6 +13,7 @@
 //! helper's start: whatever fails, they say so and go on.
 
 use std::ffi::OsString;
+use std::ops::ControlFlow;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,8 +34,8 @@ use crate::operator::goal::{Goal, Wait};
 use crate::operator::wait::{self, WaitError};
 use crate::operator::{run_single_threaded, warn};
 use crate::protocol::lines::said;
-use crate::responder::systemd::Notifier;
 use crate::settings::env_file::EnvFile;
+use crate::systemd::Notifier;
 use crate::text::seconds;
 
 /// The unit named when `--unit` is not given.
@@ -157,21 +158,22 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
     Ok(())
 }
 
-/// Returns once the daemon's latest probe was made after this began and found Puppet Server
-/// healthy, the daemon cannot be asked, or `how.max_wait` passed.
+/// Returns once the daemon says Puppet Server is healthy again on a probe made after this
+/// began, the daemon cannot be asked, or `how.max_wait` passed.
 async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
     let begun = Instant::now();
-    loop {
-        let Ok(view) = daemon.ask().await else { return };
-        let probe = &view.answer.probe;
-        let made_since = probe
-            .age_ms
-            .is_some_and(|age| Duration::from_millis(age) < begun.elapsed());
-        if (made_since && probe.healthy()) || begun.elapsed() >= how.max_wait {
-            return;
-        }
-        tokio::time::sleep(wait::EVERY).await;
-    }
+    let goal = Goal::Healthy { since: begun };
+    let asking = daemon.asking(
+        || how.ask(goal, Instant::now()),
+        std::future::pending(),
+        |answer| match answer {
+            Ok(view) if !view.progress().healthy.met() && begun.elapsed() < how.max_wait => {
+                ControlFlow::Continue(())
+            }
+            _ => ControlFlow::Break(()),
+        },
+    );
+    asking.await;
 }
 
 /// Why `stop-guard` cannot guard the stops.

@@ -6,24 +6,24 @@
 //! ([`crate::protocol::progress`]); this module only renders it, so it needs no privileges and
 //! no settings of its own.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::view::OtherFile;
+use crate::operator::view::{OtherFile, View};
 use crate::protocol::TrafficAnswer;
 use crate::protocol::lines::{Blocker, said};
-use crate::protocol::progress::Stage;
+use crate::protocol::progress::{Ask, Stage};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
-/// How often the daemon is asked.
-pub const EVERY: Duration = Duration::from_millis(250);
 /// How often a line is repeated when nothing changes and the output is not a terminal.
 pub const REPEAT: Duration = Duration::from_secs(10);
 /// How long after an answer first showed every load balancer acted on DRAINED the agent
@@ -93,83 +93,109 @@ pub async fn wait(
 ) -> Result<Done, WaitError> {
     let start = Instant::now();
     let mut ticker = Ticker::new();
-    let mut first = true;
-    // The agent connections: the most seen at once, and when the last one went.
-    let mut traffic: (usize, Option<Duration>) = (0, None);
-    let mut acted = Acted::default();
-    tokio::pin!(stop);
-    loop {
-        let asked = Instant::now();
-        let pending = match daemon.ask_for(&how.ask(goal, asked)).await {
-            Ok(view) => {
-                if let Some(e) =
-                    (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
-                {
-                    ticker.clear();
-                    return Err(e.into());
+    let mut reading = Reading::default();
+    let mut pending = String::new();
+    let asked = Cell::new(start);
+    let ask = || {
+        asked.set(Instant::now());
+        how.ask(goal, asked.get())
+    };
+    let ended = daemon
+        .asking(ask, stop, |answer| {
+            let first = pending.is_empty();
+            pending = match answer {
+                Ok(view) => match reading.read(goal, &view, how, daemon, asked.get(), start) {
+                    ControlFlow::Break(done) => return ControlFlow::Break(done),
+                    ControlFlow::Continue(line) => line,
+                },
+                Err(e) if first || e.other_version() => {
+                    return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
                 }
-                let a = goal.of(view.progress()).clone();
-                if !a.held.is_empty() {
-                    ticker.clear();
-                    return Err(WaitError::Held {
-                        waited: start.elapsed(),
-                        held: a.held,
-                    });
-                }
-                let read_after = goal != Goal::Drained
-                    || acted.read_after(&a, view.status().traffic.as_ref(), asked, Instant::now());
-                let (most, gone) = &mut traffic;
-                if a.connections > 0 {
-                    *most = (*most).max(a.connections);
-                    *gone = None;
-                } else if *most > 0 && gone.is_none() {
-                    *gone = Some(start.elapsed());
-                }
-                if a.met() && read_after {
-                    ticker.clear();
-                    let mut met = a.met;
-                    if let (n @ 1.., Some(after)) = traffic {
-                        met.push(format!(
-                            "up to {n} agent connection(s) in flight, the last closed after {}",
-                            seconds(after)
-                        ));
-                    }
-                    return Ok(Done {
-                        waited: start.elapsed(),
-                        summary: met.join("; "),
-                        warnings: a.warnings,
-                    });
-                }
-                let mut line = a.missing();
-                if a.met() {
-                    line = "every load balancer has acted: reading the agent connections once more, for one it sent just before".to_owned();
-                }
-                if !a.acted.is_empty() {
-                    let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-                    let _ = write!(line, "; acted: {}", acted.join(", "));
-                }
-                line
+                Err(e) => e.to_string(),
+            };
+            ticker.show(start.elapsed(), &pending);
+            if start.elapsed() >= how.max_wait {
+                return ControlFlow::Break(Err(WaitError::TimedOut {
+                    waited: how.max_wait,
+                    pending: pending.clone(),
+                }));
             }
-            Err(e) if first || e.other_version() => return Err(WaitError::NoDaemon(e)),
-            Err(e) => e.to_string(),
-        };
-        first = false;
-        let waited = start.elapsed();
-        ticker.show(waited, &pending);
-        if waited >= how.max_wait {
-            ticker.clear();
-            return Err(WaitError::TimedOut {
-                waited: how.max_wait,
-                pending,
-            });
+            ControlFlow::Continue(())
+        })
+        .await;
+    ticker.clear();
+    ended.unwrap_or_else(|| {
+        Err(WaitError::Interrupted {
+            waited: start.elapsed(),
+            pending,
+        })
+    })
+}
+
+/// What a wait keeps from one answer to the next: when the load balancers all acted, and the
+/// agent connections (the most seen at once, and when the last one went).
+#[derive(Debug, Default)]
+struct Reading {
+    acted: Acted,
+    most: usize,
+    gone: Option<Duration>,
+}
+
+impl Reading {
+    /// Reads one answer, asked at `asked` in a wait begun at `start`: the wait's end, or the
+    /// line that says what is pending.
+    fn read(
+        &mut self,
+        goal: Goal,
+        view: &View,
+        how: &Wait,
+        daemon: &Daemon,
+        asked: Instant,
+        start: Instant,
+    ) -> ControlFlow<Result<Done, WaitError>, String> {
+        if let Some(e) =
+            (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
+        {
+            return ControlFlow::Break(Err(e.into()));
         }
-        tokio::select! {
-            () = tokio::time::sleep(EVERY) => {}
-            () = &mut stop => {
-                ticker.clear();
-                return Err(WaitError::Interrupted { waited: start.elapsed(), pending });
+        let a = goal.of(view.progress());
+        if !a.held.is_empty() {
+            return ControlFlow::Break(Err(WaitError::Held {
+                waited: start.elapsed(),
+                held: a.held.clone(),
+            }));
+        }
+        let read_after = goal != Goal::Drained
+            || (self.acted).read_after(a, view.traffic.as_ref(), asked, Instant::now());
+        if a.connections > 0 {
+            self.most = self.most.max(a.connections);
+            self.gone = None;
+        } else if self.most > 0 && self.gone.is_none() {
+            self.gone = Some(start.elapsed());
+        }
+        if a.met() && read_after {
+            let mut met = a.met.clone();
+            if let (n @ 1.., Some(after)) = (self.most, self.gone) {
+                met.push(format!(
+                    "up to {n} agent connection(s) in flight, the last closed after {}",
+                    seconds(after)
+                ));
             }
+            return ControlFlow::Break(Ok(Done {
+                waited: start.elapsed(),
+                summary: met.join("; "),
+                warnings: a.warnings.clone(),
+            }));
         }
+        let mut line = a.missing();
+        if a.met() {
+            line = "every load balancer has acted: reading the agent connections once more, for one it sent just before".to_owned();
+        }
+        if !a.acted.is_empty() {
+            let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+            let _ = write!(line, "; acted: {}", acted.join(", "));
+        }
+        ControlFlow::Continue(line)
     }
 }
 
@@ -178,21 +204,21 @@ pub async fn wait(
 /// (`drained`) or not; `Err` with a warning when it cannot be asked or still answers otherwise.
 pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(2);
-    loop {
-        let last = match daemon.ask().await {
-            Err(e) => {
-                return Err(format!(
-                    "{e}; the record is written, and a daemon watching it answers accordingly from its start"
-                ));
+    let answered = daemon.asking(Ask::default, std::future::pending(), |answer| {
+        ControlFlow::Break(match answer {
+            Err(e) => Err(format!(
+                "{e}; the record is written, and a daemon watching it answers accordingly from its start"
+            )),
+            Ok(view) if view.drained() == drained => Ok(view.says(daemon.url())),
+            Ok(view) if Instant::now() >= deadline => {
+                Err(format!("after 2s, {}", view.says(daemon.url())))
             }
-            Ok(view) if view.drained() == drained => return Ok(view.says(daemon.url())),
-            Ok(view) => view.says(daemon.url()),
-        };
-        if Instant::now() >= deadline {
-            return Err(format!("after 2s, {last}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            Ok(_) => return ControlFlow::Continue(()),
+        })
+    });
+    answered
+        .await
+        .unwrap_or_else(|| Err("not asked".to_owned()))
 }
 
 /// When the answers began to show every load balancer acted on DRAINED. A load balancer may

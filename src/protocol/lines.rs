@@ -57,35 +57,12 @@ impl Blocker {
     /// What the load balancer says, for a person: `load balancer 10.0.0.5 (lb1) says m1 is
     /// the only server taking new agents in backend bk (weight 100 of 100)`.
     pub fn said(&self) -> String {
-        let lb = &self.lb;
-        match self.held {
-            Held::LastServer => format!(
-                "{} says {} is the only server taking new agents in backend {} (weight {} of {})",
-                self.who, lb.server, lb.backend, lb.weight, lb.total_weight
-            ),
-            Held::EmptyBackend => format!(
-                "{} says no server takes new agents in backend {} (weight {} of 0)",
-                self.who, lb.backend, lb.weight
-            ),
-            Held::TwoViews => format!(
-                "{}: {}",
-                self.who,
-                hold::two_views("", &lb.backend, &lb.server)
-            ),
-        }
+        self.held.said(&self.who, &self.lb)
     }
 
     /// What ends the hold.
     pub fn ends(&self) -> String {
-        match self.held {
-            Held::TwoViews => {
-                "it ends once each load balancer proves itself with its own key".to_owned()
-            }
-            _ => format!(
-                "it ends once another server takes new agents in backend {}",
-                self.lb.backend
-            ),
-        }
+        self.held.ends(&self.lb)
     }
 }
 

@@ -12,6 +12,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::puppet::report::ProbeReport;
 use crate::settings::duration::format_duration;
+use crate::systemd::Notifier;
 
 /// A listener's loop asked to turn and not turned for this long is stuck: room for a master
 /// whose compiles take every core.
@@ -114,6 +115,55 @@ impl Progress {
 
 fn round(d: Duration) -> Duration {
     Duration::from_millis(d.as_millis() as u64)
+}
+
+/// Pings `WATCHDOG=1` at half of `WatchdogSec`, when systemd asked for it for this process,
+/// while `progress` says the daemon makes progress; otherwise says why once, and stays
+/// silent so that systemd restarts it.
+pub fn watchdog(
+    notifier: &Notifier,
+    progress: Progress,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
+    if usec == 0 {
+        return None;
+    }
+    if let Ok(pid) = std::env::var("WATCHDOG_PID")
+        && pid.parse::<u32>().ok()? != std::process::id()
+    {
+        return None;
+    }
+    let period = Duration::from_micros(usec) / 2;
+    let notifier = notifier.clone();
+    let limit = Duration::from_micros(usec);
+    Some(async move {
+        let mut ticks = tokio::time::interval(period);
+        let mut silent = false;
+        loop {
+            ticks.tick().await;
+            let now = Instant::now();
+            let stalled = progress.stalled(now);
+            progress.ask(now);
+            match stalled {
+                None => {
+                    if silent {
+                        tracing::warn!("progress again: pinging systemd's watchdog again");
+                        silent = false;
+                    }
+                    notifier.notify("WATCHDOG=1");
+                }
+                Some(why) if !silent => {
+                    tracing::error!(
+                        %why,
+                        "not pinging systemd's watchdog: {why}; systemd restarts pmcheck once {} pass without a ping (WatchdogSec)",
+                        crate::settings::duration::format_duration(limit)
+                    );
+                    silent = true;
+                }
+                Some(_) => {}
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -31,7 +31,8 @@ if args[0] == "roll":
 if args[0] == "status":
     seen = dict(health="UP", transition=None, weight=100, node="lb1", backend="bk", server="m")
     poller = dict(proof="key", states=[dict(last_ms_ago=5, seen=seen)])
-    print(json.dumps(dict(verdict="OK", reason="stand-in", pollers=[poller])))
+    progress = dict(in_rotation=True, undrain=dict(pending=[]))
+    print(json.dumps(dict(verdict="OK", reason="stand-in", pollers=[poller], progress=progress)))
     sys.exit(0)
 sys.exit(3)
 """

@@ -1,16 +1,12 @@
 //! The systemd protocols, without linking libsystemd: socket activation (`LISTEN_FDS`), so polls
 //! queue in the kernel across a restart, and `sd_notify` (READY, WATCHDOG, STOPPING).
 
-use std::future::Future;
 use std::io;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use thiserror::Error;
-
-use crate::responder::heartbeat::Progress;
 
 #[derive(Debug, Error)]
 pub enum SystemdError {
@@ -88,54 +84,5 @@ impl Notifier {
         if let Err(e) = self.socket.send_to_addr(state.as_bytes(), &self.addr) {
             tracing::warn!(error = %e, "cannot notify systemd ({state}): {e}");
         }
-    }
-
-    /// Pings `WATCHDOG=1` at half of `WatchdogSec`, when systemd asked for it for this process,
-    /// while `progress` says the daemon makes progress; otherwise says why once, and stays
-    /// silent so that systemd restarts it.
-    pub fn watchdog_task(
-        &self,
-        progress: Progress,
-    ) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.parse().ok()?;
-        if usec == 0 {
-            return None;
-        }
-        if let Ok(pid) = std::env::var("WATCHDOG_PID")
-            && pid.parse::<u32>().ok()? != std::process::id()
-        {
-            return None;
-        }
-        let period = Duration::from_micros(usec) / 2;
-        let notifier = self.clone();
-        let limit = Duration::from_micros(usec);
-        Some(async move {
-            let mut ticks = tokio::time::interval(period);
-            let mut silent = false;
-            loop {
-                ticks.tick().await;
-                let now = Instant::now();
-                let stalled = progress.stalled(now);
-                progress.ask(now);
-                match stalled {
-                    None => {
-                        if silent {
-                            tracing::warn!("progress again: pinging systemd's watchdog again");
-                            silent = false;
-                        }
-                        notifier.notify("WATCHDOG=1");
-                    }
-                    Some(why) if !silent => {
-                        tracing::error!(
-                            %why,
-                            "not pinging systemd's watchdog: {why}; systemd restarts pmcheck once {} pass without a ping (WatchdogSec)",
-                            crate::settings::duration::format_duration(limit)
-                        );
-                        silent = true;
-                    }
-                    Some(_) => {}
-                }
-            }
-        })
     }
 }
