@@ -30,7 +30,6 @@ use crate::drain::holding::Release;
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
 use crate::drain::tenure::Tenure;
-use crate::health::hold;
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::goal::{Goal, Wait};
@@ -204,28 +203,16 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
         errln!("pmcheck cycle: warning: {warning}");
     }
     // From here on every failure leaves the node drained, and says so in our holder.
-    let let_go = match drained_steps(cycle, daemon, &file, &mut signals).await {
-        Ok(let_go) => let_go,
+    match drained_steps(cycle, daemon, &file, &mut signals).await {
+        Ok(true) => {}
+        Ok(false) => {
+            outln!("pmcheck cycle: done in {}", seconds(started.elapsed()));
+            return Ok(());
+        }
         Err(e) => {
             stopped(&file, &me, &e, &mut signals).await;
             return Err(e);
         }
-    };
-    let undrained = matches!(
-        let_go,
-        Left::Record(Release::Undrained) | Left::Restarted(_)
-    );
-    if !undrained {
-        let left = if matches!(let_go, Left::Record(Release::NotDrained)) {
-            ""
-        } else {
-            "; the node stays drained"
-        };
-        outln!(
-            "pmcheck cycle: done in {}{left}",
-            seconds(started.elapsed())
-        );
-        return Ok(());
     }
 
     // 6. wait until the load balancers take it back
@@ -245,25 +232,15 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
     Ok(())
 }
 
-/// What this cycle's letting go left.
-enum Left {
-    /// What the record said.
-    Record(Release),
-    /// Only stops' holds that this restart ended, whoever's stop it was: Puppet Server started
-    /// after each, and a probe since found it healthy ([`hold::live`], the daemon's own rule),
-    /// so they hold nothing, though `on-start` may not have taken them out of the record yet.
-    Restarted(Vec<Holder>),
-}
-
 /// The steps made while this cycle holds the node: the point of no return, the command
-/// (3), the wait until Puppet Server can compile again (4), letting go (5). What letting go
-/// left.
+/// (3), the wait until Puppet Server can compile again (4), letting go (5). Whether the node
+/// returns to rotation, so that the load balancers are waited for.
 async fn drained_steps(
     cycle: &Cycle,
     daemon: &Daemon,
     file: &DrainFile,
     signals: &mut Signals,
-) -> Result<Left, CycleError> {
+) -> Result<bool, CycleError> {
     give_back_if_needed(cycle, daemon, file, signals).await?;
 
     // 3. the command
@@ -285,28 +262,23 @@ async fn drained_steps(
     // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
     let t = Instant::now();
     let locked = locked(file, signals, Step::Undrain, LEFT_DRAINED).await?;
-    let left = match let_go(locked)? {
-        Release::StillHeld(held) => {
-            let started = daemon.ask().await.ok().and_then(|view| view.started());
-            let holding = hold::live(&held, started, SystemTime::now())
-                .next()
-                .is_some();
-            match holding {
-                false => Left::Restarted(held),
-                true => Left::Record(Release::StillHeld(held)),
-            }
-        }
-        release => Left::Record(release),
+    let release = let_go(locked)?;
+    // Holders left: the daemon says whether they still hold the node. The stop's hold of this
+    // restart's own stop holds nothing once Puppet Server is back ([`crate::health::hold`]),
+    // though `on-start` may not have taken it out of the record yet; another stop since holds.
+    let restarted = match &release {
+        Release::StillHeld(_) => wait::answered(daemon, false).await.is_ok(),
+        _ => false,
     };
-    let said = match &left {
-        Left::Record(release) => described(release, file),
-        Left::Restarted(held) => format!(
+    let said = match (&release, restarted) {
+        (Release::StillHeld(held), true) => format!(
             "this cycle let go; what else the record holds ended with this restart: {}",
             holders(held)
         ),
+        (release, _) => described(release, file),
     };
     step(Step::Undrain, t, &said);
-    Ok(left)
+    Ok(restarted || matches!(release, Release::Undrained))
 }
 
 /// Steps 1 and 2: this cycle's hold, in its turn, and the wait until the load balancers
@@ -629,35 +601,25 @@ async fn wait_step(
     signals: &mut Signals,
     held: Option<&DrainFile>,
 ) -> Result<wait::Done, CycleError> {
-    let how: &Wait = &cycle.wait;
-    let waited = async {
-        match held {
-            None => wait::wait(goal, daemon, how, async {
-                signals.next().await;
-            })
-            .await
-            .map_err(Ok),
-            // The record first: a hold let go of before the wait began is found at once,
-            // whatever the wait would have said.
-            Some(file) => tokio::select! {
-                biased;
-                found = released(file) => Err(Err(found)),
-                result = wait::wait(goal, daemon, how, async { signals.next().await; }) => result.map_err(Ok),
-            },
+    let mut found = None;
+    let stop = async {
+        tokio::select! {
+            // The record first: a hold let go of before the wait began is found at once.
+            biased;
+            let_go = released(held) => found = Some(let_go),
+            _ = signals.next() => {}
         }
     };
-    let result = match waited.await {
-        Ok(done) => Ok(done),
-        Err(Ok(e)) => Err(e),
-        Err(Err(found)) => return Err(CycleError::Released { step: name, found }),
-    };
-    match result {
-        Ok(done) => Ok(done),
-        Err(WaitError::Interrupted { .. }) => Err(CycleError::Interrupted {
+    match (wait::wait(goal, daemon, &cycle.wait, stop).await, found) {
+        (Ok(done), _) => Ok(done),
+        (Err(WaitError::Interrupted { .. }), Some(found)) => {
+            Err(CycleError::Released { step: name, found })
+        }
+        (Err(WaitError::Interrupted { .. }), None) => Err(CycleError::Interrupted {
             step: name,
             left: LEFT_DRAINED,
         }),
-        Err(source) => Err(CycleError::Wait {
+        (Err(source), _) => Err(CycleError::Wait {
             step: name,
             source,
             left: LEFT_DRAINED,
@@ -672,8 +634,12 @@ fn holders(held: &[Holder]) -> String {
         .join(", ")
 }
 
-/// Resolves when the drain record no longer holds this cycle, with what it holds instead.
-async fn released(file: &DrainFile) -> String {
+/// Resolves when the drain record `file` no longer holds this cycle, with what it holds
+/// instead; never without a record to watch.
+async fn released(file: Option<&DrainFile>) -> String {
+    let Some(file) = file else {
+        return std::future::pending().await;
+    };
     loop {
         if let Some(found) = guard::let_go_of(file, Holder::is_me) {
             return found;

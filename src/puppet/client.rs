@@ -7,6 +7,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use rustls::{AlertDescription, CertificateError};
@@ -88,24 +89,27 @@ impl PuppetClient {
     /// The HTTP client, rebuilt when the certificate, key or CA changed on disk, or the
     /// listener moved.
     pub async fn http(&self) -> Result<reqwest::Client, CannotProbe> {
-        // Three stats: off the runtime's workers too, before every probe.
-        let identity = self.identity.clone();
-        let stamps = tokio::task::spawn_blocking(move || identity.stamps())
-            .await
-            .map_err(CannotProbe::Loader)?;
         let addr = self.addr();
         let mut built = self.built.lock().await;
-        if let Some((was, at, client)) = &*built
-            && (*was, *at) == (stamps, addr)
-            && stamps.iter().all(Option::is_some)
-        {
-            return Ok(client.clone());
-        }
-        // File reads: off the runtime's workers, so a slow disk cannot stall polls.
+        let known = (built.as_ref())
+            .filter(|(_, at, _)| *at == addr)
+            .map(|(was, _, client)| (*was, client.clone()));
+        // One trip off the runtime's workers, so a slow disk cannot stall polls: three stats
+        // before every probe, and the files read only when one changed.
         let identity = self.identity.clone();
-        let tls = tokio::task::spawn_blocking(move || identity.client_config())
-            .await
-            .map_err(CannotProbe::Loader)??;
+        let read = tokio::task::spawn_blocking(move || {
+            let stamps = identity.stamps();
+            match known {
+                Some((was, client)) if was == stamps && stamps.iter().all(Option::is_some) => {
+                    Ok(ControlFlow::Break(client))
+                }
+                _ => (identity.client_config()).map(|tls| ControlFlow::Continue((stamps, tls))),
+            }
+        });
+        let (stamps, tls) = match read.await.map_err(CannotProbe::Loader)?? {
+            ControlFlow::Break(client) => return Ok(client),
+            ControlFlow::Continue(fresh) => fresh,
+        };
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .resolve(&self.certname, addr)
