@@ -33,7 +33,7 @@ use crate::drain::tenure::Tenure;
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::guard::{self, GuardError, Outcome};
+use crate::operator::guard::{self, GuardError, Outcome, Request};
 use crate::operator::wait::{self, Ticker, WaitError};
 use crate::operator::warn;
 use crate::protocol::lines::{Blocker, said};
@@ -431,16 +431,13 @@ async fn take_turn(
     let mut ticker = Ticker::new();
     loop {
         let mine = Holder::cycle(cycle.reason.clone(), SystemTime::now());
-        let none = |_: &Holder| false;
-        let taking = guard::take(
-            daemon,
-            file,
-            &cycle.wait,
-            mine.clone(),
-            none,
-            cycle.force,
-            Action::CycleDrain,
-        );
+        let request = Request {
+            mine: mine.clone(),
+            replaces: |_: &Holder| false,
+            force: cycle.force.into(),
+            action: Action::CycleDrain,
+        };
+        let taking = guard::take(daemon, file, &cycle.wait, request);
         // A signal ends the step wherever it is: the lock's wait, the daemon's answer, the
         // load balancers' checks. Once the hold is written, the node stays drained, marked.
         let taken = tokio::select! {
@@ -473,20 +470,7 @@ async fn take_turn(
         let waited = since.elapsed();
         if waited >= cycle.wait.max_wait {
             ticker.clear();
-            // The refusal is the answer; a trail that cannot be written is only a warning
-            // (the guard's, as `drain` says it), and a signal does not wait for its lock.
-            let why = said(&held);
-            tokio::select! {
-                lost = guard::log_refused(file, &cycle.reason, &why) => warn(lost),
-                _ = signals.next() => return Err(CycleError::Interrupted {
-                    step: Step::Drain,
-                    left: "; nothing was changed",
-                }),
-            }
-            return Err(CycleError::Turn {
-                held,
-                waited: cycle.wait.max_wait,
-            });
+            return Err(no_turn(cycle, file, signals, held).await);
         }
         let ends = held.first().map(Blocker::ends).unwrap_or_default();
         ticker.show_line(&format!(
@@ -505,6 +489,29 @@ async fn take_turn(
                 return Err(interrupted_taking(file, &mine, signals).await);
             }
         }
+    }
+}
+
+/// A turn that did not come within `--max-wait`: refused, and said in the event log. A trail
+/// that cannot be written is only a warning (the guard's, as `drain` says it), and a signal
+/// does not wait for its lock.
+async fn no_turn(
+    cycle: &Cycle,
+    file: &DrainFile,
+    signals: &mut Signals,
+    held: Vec<Blocker>,
+) -> CycleError {
+    let why = said(&held);
+    tokio::select! {
+        lost = guard::log_refused(file, &cycle.reason, &why) => warn(lost),
+        _ = signals.next() => return CycleError::Interrupted {
+            step: Step::Drain,
+            left: "; nothing was changed",
+        },
+    }
+    CycleError::Turn {
+        held,
+        waited: cycle.wait.max_wait,
     }
 }
 

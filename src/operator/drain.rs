@@ -16,7 +16,7 @@ use crate::drain::record::{Drain, DrainState, Unreadable};
 use crate::drain::tenure::Tenure;
 use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::guard::{self, GuardError, Outcome};
+use crate::operator::guard::{self, GuardError, Outcome, Request};
 use crate::operator::wait::{self, WaitError};
 use crate::operator::warn;
 use crate::protocol::lines::said;
@@ -51,16 +51,13 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     let file = DrainFile::new(&args.state.state_dir);
     let mine = Holder::drain(args.reason.clone(), args.for_, SystemTime::now());
     let is_drain = |h: &Holder| h.kind == Kind::Drain;
-    let taken = guard::take(
-        daemon,
-        &file,
-        &how,
+    let request = Request {
         mine,
-        is_drain,
-        args.force,
-        Action::Drain,
-    )
-    .await;
+        replaces: is_drain,
+        force: args.force.into(),
+        action: Action::Drain,
+    };
+    let taken = guard::take(daemon, &file, &how, request).await;
     let taken = match taken {
         Err(GuardError::Refused(held)) => {
             warn(guard::log_refused(&file, &args.reason, &said(&held)).await);

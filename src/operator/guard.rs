@@ -113,34 +113,63 @@ pub enum GuardError {
 /// What `--force` records when it went past no hold: its drain is never held.
 const FORCED: &str = "--force: never held by a load balancer";
 
-/// Writes `mine` as the guard lets it, in place of the holders `replaces` names, logged as
-/// `action`; `force` goes past a hold and says so in the holder.
-pub async fn take(
+/// What a command asks the guard to write.
+pub struct Request<R: Fn(&Holder) -> bool> {
+    /// The new holder.
+    pub mine: Holder,
+    /// The holders it takes the place of (an operator's earlier drain).
+    pub replaces: R,
+    /// Whether it goes past a hold.
+    pub force: Force,
+    /// How the event log names the change.
+    pub action: Action,
+}
+
+/// Whether a drain goes past the load balancers' holds (`--force`), which the holder records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Force {
+    /// Refused where a load balancer would hold it.
+    Checked,
+    /// Written all the same, saying what it went past.
+    Forced,
+}
+
+impl From<bool> for Force {
+    fn from(force: bool) -> Self {
+        if force { Force::Forced } else { Force::Checked }
+    }
+}
+
+/// Writes the request's holder as the guard lets it.
+pub async fn take<R: Fn(&Holder) -> bool>(
     daemon: &Daemon,
     file: &DrainFile,
     how: &Wait,
-    mut mine: Holder,
-    replaces: impl Fn(&Holder) -> bool,
-    force: bool,
-    action: Action,
+    request: Request<R>,
 ) -> Result<Taken, GuardError> {
+    let Request {
+        mut mine,
+        replaces,
+        force,
+        action,
+    } = request;
+    let forced = force == Force::Forced;
     let mut warnings = Vec::new();
-    let view = view_of(daemon, file, force, &mut warnings).await?;
+    let view = view_of(daemon, file, forced, &mut warnings).await?;
     let started = view.as_ref().and_then(|v| v.started());
     if let Some(view) = &view {
-        key_file(view, force, &mut warnings)?;
+        key_file(view, forced, &mut warnings)?;
         mine.checked = true;
         let others = beside(file, &replaces, started);
         let resulting: Vec<Holder> = others.into_iter().chain([mine.clone()]).collect();
         let blockers = view.would_hold(&resulting);
         match (blockers.is_empty(), force) {
-            (false, false) => return Err(GuardError::Refused(blockers)),
-            (false, true) => mine.forced = Some(format!("--force past: {}", said(&blockers))),
-            (true, true) => mine.forced = Some(FORCED.to_owned()),
-            (true, false) => {}
-        }
-        if blockers.is_empty() {
-            warnings.extend(unproven(view));
+            (false, Force::Checked) => return Err(GuardError::Refused(blockers)),
+            (false, Force::Forced) => {
+                mine.forced = Some(format!("--force past: {}", said(&blockers)));
+            }
+            (true, Force::Forced) => mine.forced = Some(FORCED.to_owned()),
+            (true, Force::Checked) => warnings.extend(unproven(view)),
         }
     }
     let written = Instant::now();
@@ -156,49 +185,59 @@ pub async fn take(
                 .collect()
         })
         .unwrap_or_default();
-    let outcome = match view {
-        None => Outcome::Unchecked,
-        Some(_) => {
-            let live: Vec<Holder> = (hold::live(&others, started, SystemTime::now()))
-                .cloned()
-                .collect();
-            let holdable = live.iter().chain([&mine]).all(hold::holdable);
-            let gone = || let_go_of(file, |h| h == &mine);
-            let watched = watch(daemon, how, written, holdable, || gone().is_some()).await;
-            if let Some(found) = gone() {
-                return Err(GuardError::LetGo(found));
-            }
-            match watched {
-                Some((view, _)) if holdable && !view.held().is_empty() => {
-                    let held = view.held();
-                    warnings.extend(undo(file, &mine, &replaced, &said(&held)).await);
-                    return Err(GuardError::BackedOff(held));
-                }
-                Some((view, true)) if holdable && view.lines().next().is_some() => Outcome::Out {
-                    lines: view.lines().map(|l| out_line(&l)).collect(),
-                    says: view.says(daemon.url()),
-                },
-                Some((view, settled)) => Outcome::Unwatched {
-                    says: view.says(daemon.url()),
-                    late: (!settled).then(|| late(&view, how, written)),
-                },
-                None => {
-                    warnings.push(format!(
-                        "pmcheck at {} does not answer DRAINED after the drain: is it watching {}?",
-                        daemon.url(),
-                        file.path().display()
-                    ));
-                    Outcome::Unchecked
-                }
-            }
-        }
-    };
-    Ok(Taken {
+    let mut taken = Taken {
         mine,
         others,
         replaced,
-        outcome,
+        outcome: Outcome::Unchecked,
         warnings,
+    };
+    if view.is_some() {
+        taken.outcome = watched(daemon, file, how, &mut taken, (written, started)).await?;
+    }
+    Ok(taken)
+}
+
+/// What became of a drain the guard wrote at `written` (Puppet Server `started`), watched
+/// until the load balancers' next checks: a drain held there is undone.
+async fn watched(
+    daemon: &Daemon,
+    file: &DrainFile,
+    how: &Wait,
+    taken: &mut Taken,
+    (written, started): (Instant, Option<SystemTime>),
+) -> Result<Outcome, GuardError> {
+    let mine = &taken.mine;
+    let live: Vec<&Holder> = hold::live(&taken.others, started, SystemTime::now()).collect();
+    let holdable = live.into_iter().chain([mine]).all(hold::holdable);
+    let gone = || let_go_of(file, |h| h == mine);
+    let watched = watch(daemon, how, written, holdable, || gone().is_some()).await;
+    if let Some(found) = gone() {
+        return Err(GuardError::LetGo(found));
+    }
+    Ok(match watched {
+        Some((view, _)) if holdable && !view.held().is_empty() => {
+            let held = view.held();
+            let lost = undo(file, mine, &taken.replaced, &said(&held)).await;
+            taken.warnings.extend(lost);
+            return Err(GuardError::BackedOff(held));
+        }
+        Some((view, true)) if holdable && view.lines().next().is_some() => Outcome::Out {
+            lines: view.lines().map(|l| out_line(&l)).collect(),
+            says: view.says(daemon.url()),
+        },
+        Some((view, settled)) => Outcome::Unwatched {
+            says: view.says(daemon.url()),
+            late: (!settled).then(|| late(&view, how, written)),
+        },
+        None => {
+            taken.warnings.push(format!(
+                "pmcheck at {} does not answer DRAINED after the drain: is it watching {}?",
+                daemon.url(),
+                file.path().display()
+            ));
+            Outcome::Unchecked
+        }
     })
 }
 
