@@ -2,7 +2,7 @@
 //!
 //! The layers, each importing only the ones below it: [`cli`] and [`commands`] (the command
 //! line), `operator` (what a person runs: `status`, the waits, `cycle`), [`responder`] (the
-//! daemon and its listeners), [`health`] (the pure decision and verdict), [`drain`] (the drain
+//! daemon and its listeners), [`protocol`] (`/status` as both read it), [`health`] (the pure decision and verdict), [`drain`] (the drain
 //! record, its file, log and watcher), [`puppet`] (this host's identity, the probe, the pool),
 //! [`settings`], and at the bottom [`exit`], the file stamp and text helpers.
 //!
@@ -29,13 +29,14 @@
 //! One drain, from the operator to the load balancer:
 //!
 //! ```text
-//! pmcheck drain    operator::drain::drain -> operator::wait::guard_last_server (asks the daemon:
-//!                  is this the backend's last server?) -> DrainFile::update under flock:
+//! pmcheck drain    operator::drain::drain -> operator::guard::take (asks the daemon: would a
+//!                  load balancer hold it?) -> DrainFile::update under flock:
 //!                  DrainRecord::held_by(holders) written atomically
 //! daemon           drain::watch sees it -> Feeds.drain -> every next poll answers DRAINED
-//! --wait           operator::wait::wait asks the daemon's /status (operator::daemon::ask) every 250 ms;
-//!                  operator::assessment::assess judges its JSON: each load balancer's own
-//!                  X-Haproxy-Server-State, else what it was told; agent connections; JRubies
+//! --wait           operator::wait::wait asks the daemon's /status (Daemon::asking) every 250 ms;
+//!                  the daemon's responder::progress decides where the drain stands: each load
+//!                  balancer's own X-Haproxy-Server-State, else what it was told; agent
+//!                  connections; JRubies; the wait renders it (protocol::progress)
 //! ```
 //!
 //! - [`settings`] resolves what was given over puppet.conf over defaults, each value with its

@@ -6,7 +6,6 @@
 //! ([`crate::protocol::progress`]); this module only renders it, so it needs no privileges and
 //! no settings of its own.
 
-use std::cell::Cell;
 use std::fmt::Write as _;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
@@ -18,17 +17,13 @@ use thiserror::Error;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::{Goal, Wait};
 use crate::operator::view::{OtherFile, View};
-use crate::protocol::TrafficAnswer;
 use crate::protocol::lines::{Blocker, said};
-use crate::protocol::progress::{Ask, Stage};
+use crate::protocol::progress::Ask;
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
 /// How often a line is repeated when nothing changes and the output is not a terminal.
 pub const REPEAT: Duration = Duration::from_secs(10);
-/// How long after an answer first showed every load balancer acted on DRAINED the agent
-/// connections must be read again before `Drained` is reached ([`Acted`]).
-const SETTLE: Duration = Duration::from_millis(250);
 
 /// Why a wait ended without reaching its goal.
 #[derive(Debug, Error)]
@@ -95,16 +90,12 @@ pub async fn wait(
     let mut ticker = Ticker::new();
     let mut reading = Reading::default();
     let mut pending = String::new();
-    let asked = Cell::new(start);
-    let ask = || {
-        asked.set(Instant::now());
-        how.ask(goal, asked.get())
-    };
+    let ask = || how.ask(goal, Instant::now());
     let ended = daemon
         .asking(ask, stop, |answer| {
             let first = pending.is_empty();
             pending = match answer {
-                Ok(view) => match reading.read(goal, &view, how, daemon, asked.get(), start) {
+                Ok(view) => match reading.read(goal, &view, how, daemon, start) {
                     ControlFlow::Break(done) => return ControlFlow::Break(done),
                     ControlFlow::Continue(line) => line,
                 },
@@ -132,25 +123,23 @@ pub async fn wait(
     })
 }
 
-/// What a wait keeps from one answer to the next: when the load balancers all acted, and the
-/// agent connections (the most seen at once, and when the last one went).
+/// What a wait keeps from one answer to the next: the agent connections (the most seen at
+/// once, and when the last one went).
 #[derive(Debug, Default)]
 struct Reading {
-    acted: Acted,
     most: usize,
     gone: Option<Duration>,
 }
 
 impl Reading {
-    /// Reads one answer, asked at `asked` in a wait begun at `start`: the wait's end, or the
-    /// line that says what is pending.
+    /// Reads one answer of a wait begun at `start`: the wait's end, or the line that says what
+    /// is pending.
     fn read(
         &mut self,
         goal: Goal,
         view: &View,
         how: &Wait,
         daemon: &Daemon,
-        asked: Instant,
         start: Instant,
     ) -> ControlFlow<Result<Done, WaitError>, String> {
         if let Some(e) =
@@ -165,15 +154,13 @@ impl Reading {
                 held: a.held.clone(),
             }));
         }
-        let read_after = goal != Goal::Drained
-            || (self.acted).read_after(a, view.traffic.as_ref(), asked, Instant::now());
         if a.connections > 0 {
             self.most = self.most.max(a.connections);
             self.gone = None;
         } else if self.most > 0 && self.gone.is_none() {
             self.gone = Some(start.elapsed());
         }
-        if a.met() && read_after {
+        if a.met() {
             let mut met = a.met.clone();
             if let (n @ 1.., Some(after)) = (self.most, self.gone) {
                 met.push(format!(
@@ -188,9 +175,6 @@ impl Reading {
             }));
         }
         let mut line = a.missing();
-        if a.met() {
-            line = "every load balancer has acted: reading the agent connections once more, for one it sent just before".to_owned();
-        }
         if !a.acted.is_empty() {
             let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
             let _ = write!(line, "; acted: {}", acted.join(", "));
@@ -219,42 +203,6 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
     answered
         .await
         .unwrap_or_else(|| Err("not asked".to_owned()))
-}
-
-/// When the answers began to show every load balancer acted on DRAINED. A load balancer may
-/// open an agent's connection here just before it acts, after the daemon's latest read of the
-/// connections (one read serves several requests): an answer can show it acted and
-/// no connection while one is compiling. `Drained` is reached only on a read made [`SETTLE`]
-/// after the answer that first showed the acting, which sees any such connection (HAProxy
-/// acts on an agent check's `drain` as it reads it, on an HTTP check's 404 before it sends the
-/// check whose `send-state` says so).
-#[derive(Debug, Default)]
-struct Acted(Option<Instant>);
-
-impl Acted {
-    /// Whether `a`'s answer, asked for at `asked` and received at `received`, read the agent
-    /// connections late enough. An answer in which a load balancer has not acted starts over.
-    fn read_after(
-        &mut self,
-        a: &Stage,
-        traffic: Option<&TrafficAnswer>,
-        asked: Instant,
-        received: Instant,
-    ) -> bool {
-        if !a.every_poller_acted {
-            self.0 = None;
-            return false;
-        }
-        let since = *self.0.get_or_insert(received);
-        // The daemon answered after `asked`, from a read `age` older; a read it cannot date
-        // does not count.
-        let Some(age) = traffic.and_then(|t| t.age_ms).map(Duration::from_millis) else {
-            return false;
-        };
-        asked
-            .checked_sub(age)
-            .is_some_and(|read| read >= since + SETTLE)
-    }
 }
 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
@@ -390,41 +338,6 @@ fn without_timers(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn read(age_ms: Option<u64>) -> TrafficAnswer {
-        TrafficAnswer {
-            age_ms,
-            ..TrafficAnswer::unreadable("127.0.0.1:8140".parse().unwrap(), String::new())
-        }
-    }
-
-    #[test]
-    fn a_read_of_the_connections_from_before_the_load_balancers_acted_does_not_count() {
-        let ms = Duration::from_millis;
-        let acted = Stage {
-            every_poller_acted: true,
-            ..Stage::default()
-        };
-        let t0 = Instant::now() + Duration::from_secs(10);
-        let mut a = Acted::default();
-        // The first answer that shows the acting, from a read 400 ms old: the connection
-        // HAProxy opened just before it acted may be missing from it.
-        assert!(!a.read_after(&acted, Some(&read(Some(400))), t0, t0 + ms(5)));
-        // Read 100 ms after that answer: still too close to the acting.
-        assert!(!a.read_after(&acted, Some(&read(Some(0))), t0 + ms(105), t0 + ms(110)));
-        // A read SETTLE after it counts, whether fresh or kept a while.
-        assert!(a.read_after(&acted, Some(&read(Some(0))), t0 + ms(255), t0 + ms(260)));
-        assert!(a.read_after(&acted, Some(&read(Some(100))), t0 + ms(355), t0 + ms(360)));
-        assert!(!a.read_after(&acted, Some(&read(Some(200))), t0 + ms(355), t0 + ms(360)));
-        // A read the daemon cannot date never counts.
-        assert!(!a.read_after(&acted, Some(&read(None)), t0 + ms(600), t0 + ms(605)));
-        assert!(!a.read_after(&acted, None, t0 + ms(800), t0 + ms(805)));
-        // An answer in which a load balancer has not acted (the drain let go and taken
-        // again) starts over.
-        assert!(!a.read_after(&Stage::default(), None, t0 + ms(900), t0 + ms(905)));
-        assert!(!a.read_after(&acted, Some(&read(Some(0))), t0 + ms(1000), t0 + ms(1005)));
-        assert!(a.read_after(&acted, Some(&read(Some(0))), t0 + ms(1255), t0 + ms(1260)));
-    }
 
     #[test]
     fn timers_are_not_a_change_counts_and_clock_times_are() {

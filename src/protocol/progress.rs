@@ -109,6 +109,9 @@ pub struct Stage {
     /// The pollers that have acted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub acted: Vec<IpAddr>,
+    /// How long ago the latest of them acted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acted_ms_ago: Option<u64>,
     /// Where the drain is held ([`crate::health::hold`]): it does not take effect there until
     /// another server takes agents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -146,6 +149,12 @@ impl Stage {
     pub fn missing(&self) -> String {
         let said: Vec<&str> = self.pending.iter().map(|p| p.what.as_str()).collect();
         said.join("; ")
+    }
+
+    /// Notes that `who` acted, `ago` milliseconds ago.
+    pub(crate) fn acted_by(&mut self, who: IpAddr, ago: u64) {
+        self.acted.push(who);
+        self.acted_ms_ago = Some(self.acted_ms_ago.map_or(ago, |was| was.min(ago)));
     }
 
     /// Adds what is missing, of nobody in particular.

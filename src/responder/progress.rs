@@ -56,7 +56,25 @@ fn drain(status: &Status<'_>, ask: &Ask) -> Stage {
     told(&mut a, status, Verdict::Drained, ask);
     a.every_poller_acted = a.pending.is_empty();
     agent_traffic(&mut a, status);
+    if a.every_poller_acted && a.pending.is_empty() && !settled(&a, status) {
+        a.pend("every load balancer has acted: reading the agent connections once more, for one it sent just before".to_owned());
+    }
     a
+}
+
+/// How long after the latest load balancer acted the agent connections must have been read:
+/// one may open an agent's connection here just before it acts, and the kernel's tables show
+/// it a moment later.
+const SETTLE: Duration = Duration::from_millis(250);
+
+/// The agent connections were read [`SETTLE`] after the latest load balancer acted, so that a
+/// connection it opened just before is among them; a read that cannot be dated never is.
+fn settled(a: &Stage, status: &Status<'_>) -> bool {
+    let Some(acted) = a.acted_ms_ago else {
+        return true;
+    };
+    let read = status.traffic.as_ref().and_then(|t| t.age_ms);
+    read.is_some_and(|age| Duration::from_millis(age) + SETTLE <= Duration::from_millis(acted))
 }
 
 /// An undrain: pmcheck answers OK and every load balancer took the node back.
@@ -281,7 +299,10 @@ fn judge_by_states(
     }
     if all {
         a.met.extend(lines.into_iter().map(|(_, line)| line));
-        a.acted.push(p.address);
+        // It acted at its line's first answer so (HAProxy acts on an agent's word and on a
+        // 404 as it reads them), the latest of its lines.
+        let ago = (seen.iter()).map(|(s, _)| s.since_ms_ago).min();
+        a.acted_by(p.address, ago.unwrap_or_default());
     } else {
         for (_, line) in lines
             .into_iter()
@@ -316,7 +337,13 @@ fn by_counts(
     }
     if acted {
         a.met.push(format!("{} acted ({what})", p.address));
-        a.acted.push(p.address);
+        // The agent acted at its first such answer; the HTTP check at the latest of those counted.
+        let ago = match (enough(agent, 1), http) {
+            (true, _) => agent.map(|t| t.since_ms_ago),
+            (false, Some(t)) => Some(t.last_ms_ago),
+            (false, None) => None,
+        };
+        a.acted_by(p.address, ago.unwrap_or_default());
         return;
     }
     let need = match (verdict, agent.is_some()) {
@@ -361,7 +388,9 @@ fn by_time(a: &mut Stage, p: &PollerAnswer, verdict: Verdict, ask: &Ask) {
                 ask.polls,
                 seconds(ask.lb_interval)
             ));
-            a.acted.push(p.address);
+            // It may have acted as late as when that long was up.
+            let ago = since.saturating_sub(needed).as_millis();
+            a.acted_by(p.address, u64::try_from(ago).unwrap_or(u64::MAX));
         }
         told => a.pend_of(Some(p.address), told.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)), format!(
             "{what} told {} for {} of the {} that {} checks {} apart take (its own word is not believed){}",
@@ -519,6 +548,34 @@ pub(crate) mod tests {
         });
         p.agent_stopped_ms_ago = Some(7_000);
         assert_eq!(judged(Goal::Drained, &answer, 3).pending.len(), 1);
+    }
+
+    /// A load balancer may open an agent's connection just before it acts: only a read of the
+    /// connections made 250 ms after the latest acting counts, and an undated one never does.
+    #[test]
+    fn the_connections_count_once_read_after_the_latest_load_balancer_acted() {
+        let mut answer = drained();
+        let a = judged(Goal::Drained, &answer, 3);
+        assert!(a.met(), "acted 1.5 s ago, read just now: {:?}", said(&a));
+        assert_eq!(a.acted_ms_ago, Some(1_500), "its agent's first drain");
+        let agent = poller(&mut answer).agent.as_mut().unwrap();
+        (agent.since_ms_ago, agent.last_ms_ago) = (200, 200);
+        let a = judged(Goal::Drained, &answer, 3);
+        assert_eq!(
+            said(&a),
+            [
+                "every load balancer has acted: reading the agent connections once more, for one it sent just before"
+            ]
+        );
+        poller(&mut answer).agent.as_mut().unwrap().since_ms_ago = 300;
+        assert!(judged(Goal::Drained, &answer, 3).met(), "read 300 ms after");
+        answer.traffic.as_mut().unwrap().age_ms = Some(100);
+        assert!(
+            !judged(Goal::Drained, &answer, 3).met(),
+            "read 200 ms after"
+        );
+        answer.traffic.as_mut().unwrap().age_ms = None;
+        assert!(!judged(Goal::Drained, &answer, 3).met(), "a read not dated");
     }
 
     #[test]
