@@ -93,21 +93,18 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     // as the waits name it, wherever it shows (its curl too: one address, one name); else by
     // reverse DNS.
     let nodes: HashMap<IpAddr, String> = (pollers.iter())
-        .filter_map(|p| Some((p.address, node_of(p)?)))
+        .filter_map(|p| Some((p.address, p.node()?.to_owned())))
         .collect();
     let names = names((pollers.iter().map(|p| p.address)).filter(|a| !nodes.contains_key(a)));
     let named =
         |p: &PollerAnswer| named(p, pollers, nodes.get(&p.address).or(names.get(&p.address)));
-    // Load balancers poll at a steady rhythm; people and scripts (curl, pmcheck's own
-    // requests) do not, and are listed apart.
-    // (HAProxy's checks name no client; its agent checks come from nobody else.)
-    let is_lb = |p: &PollerAnswer| p.agent.is_some() || (p.regular && p.client.is_none());
-    for p in pollers.iter().filter(|p| is_lb(p) && listed(p)) {
+    // People and scripts are listed apart.
+    for p in (pollers.iter()).filter(|p| p.is_load_balancer() && listed(p)) {
         let _ = writeln!(out, "lb:     {}: {}", named(p), load_balancer(p));
     }
     let others: Vec<String> = pollers
         .iter()
-        .filter(|p| !is_lb(p))
+        .filter(|p| !p.is_load_balancer())
         .map(|p| {
             let client = p
                 .client
@@ -306,18 +303,6 @@ fn load_balancer(p: &PollerAnswer) -> String {
     )
 }
 
-/// HAProxy's `node` name in the load balancer's own view, if it sends one and proves it is a
-/// load balancer (an unproven poller's word names nothing).
-fn node_of(p: &PollerAnswer) -> Option<String> {
-    if !p.proof.proven() {
-        return None;
-    }
-    (p.states.iter())
-        .filter_map(|s| s.seen.as_ref())
-        .map(|lb| lb.node.clone())
-        .find(|node| !node.is_empty())
-}
-
 /// What one load balancer did, from its own view when it sends it (`http-check send-state`).
 fn own_view(p: &PollerAnswer) -> String {
     let told = p.describe_told(false);
@@ -345,7 +330,7 @@ fn own_view(p: &PollerAnswer) -> String {
         .map(|st| match &st.seen {
             Some(seen) => {
                 // The load balancer is named by its node already; another one's is said.
-                let node = if seen.node.is_empty() || Some(&seen.node) == node_of(p).as_ref() {
+                let node = if seen.node.is_empty() || Some(seen.node.as_str()) == p.node() {
                     String::new()
                 } else {
                     format!(" on {}", seen.node)

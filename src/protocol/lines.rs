@@ -228,6 +228,23 @@ impl StateAnswer {
 }
 
 impl PollerAnswer {
+    /// It looks like a load balancer: it makes agent checks (which nobody else does), or polls
+    /// at a steady rhythm naming no client (HAProxy's HTTP checks name none); people and
+    /// scripts (curl, pmcheck's own requests) do not.
+    pub fn is_load_balancer(&self) -> bool {
+        self.agent.is_some() || (self.regular && self.client.is_none())
+    }
+
+    /// HAProxy's `node` name in its own view, when it sends one and proves it is a load
+    /// balancer (an unproven poller's word names nothing).
+    pub fn node(&self) -> Option<&str> {
+        (self.states.iter())
+            .filter(|_| self.proof.proven())
+            .filter_map(|s| s.seen.as_ref())
+            .map(|lb| lb.node.as_str())
+            .find(|node| !node.is_empty())
+    }
+
     /// `HTTP: DRAINED x3, agent: DRAINED x1`, and `, last 0.8s ago` with `when`; an agent
     /// check that stopped says so.
     pub fn describe_told(&self, when: bool) -> String {
