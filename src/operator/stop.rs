@@ -34,6 +34,7 @@ use crate::operator::goal::{Goal, Wait};
 use crate::operator::wait::{self, WaitError};
 use crate::operator::{run_single_threaded, warn};
 use crate::protocol::lines::said;
+use crate::protocol::progress::Ask;
 use crate::settings::env_file::EnvFile;
 use crate::systemd::Notifier;
 use crate::text::seconds;
@@ -158,21 +159,23 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
     Ok(())
 }
 
-/// Returns once the daemon says Puppet Server is healthy again on a probe made after this
-/// began, the daemon cannot be asked, or `how.max_wait` passed.
+/// Returns once the daemon's latest probe was made after this began and found Puppet Server
+/// healthy (as the daemon lets go of a stop's hold: [`crate::health::hold::live`]; its pool may
+/// still be warming), the daemon cannot be asked, or `how.max_wait` passed.
 async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
     let begun = Instant::now();
-    let goal = Goal::Healthy { since: begun };
-    let asking = daemon.asking(
-        || how.ask(goal, Instant::now()),
-        std::future::pending(),
-        |answer| match answer {
-            Ok(view) if !view.progress().healthy.met() && begun.elapsed() < how.max_wait => {
-                ControlFlow::Continue(())
-            }
-            _ => ControlFlow::Break(()),
-        },
-    );
+    let asking = daemon.asking(Ask::default, std::future::pending(), |answer| {
+        let Ok(view) = answer else {
+            return ControlFlow::Break(());
+        };
+        let probe = &view.answer.probe;
+        let made_since =
+            (probe.age_ms).is_some_and(|age| Duration::from_millis(age) < begun.elapsed());
+        match (made_since && probe.healthy()) || begun.elapsed() >= how.max_wait {
+            true => ControlFlow::Break(()),
+            false => ControlFlow::Continue(()),
+        }
+    });
     asking.await;
 }
 
