@@ -319,6 +319,29 @@ fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed() {
     d.wait_for(SOON, "healed by itself", |a| a.status == 200);
 }
 
+/// Issue 54, part 5: with `pmcheck.socket`, 4 of 8 restarts showed HAProxy `L7STS 503` from
+/// half a second of STARTING. A poll that comes before the first probe waits for it in the
+/// socket's queue (a second at most) and gets the real answer.
+#[test]
+fn a_poll_before_the_first_probe_waits_for_it() {
+    let s = Setup::new(Behavior::Running);
+    s.stub
+        .seen
+        .delay_ms
+        .store(300, std::sync::atomic::Ordering::SeqCst);
+    let d = Daemon::start(&s.args(&["--interval", "10s"]));
+    // Polled once the first probe's request is in, its answer 300 ms away.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let seen = &s.stub.seen.requests;
+    while seen.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "no first probe");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let a = d.poll();
+    assert_eq!(a.status, 200, "{a:?}");
+    assert!(a.body.starts_with("OK - "), "{a:?}");
+}
+
 #[test]
 fn starting_until_the_first_probe_finishes() {
     let s = Setup::new(Behavior::Hang);

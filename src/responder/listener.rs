@@ -37,6 +37,11 @@ const DRAIN_CONNECTIONS: Duration = Duration::from_secs(2);
 /// At shutdown, how long a connection accepted but not yet read may take to send its request:
 /// its client (a load balancer's check) is already waiting for the answer.
 const FIRST_REQUEST: Duration = Duration::from_secs(1);
+/// At start, how long the first accept waits for the first probe: a poll accepted before it
+/// is answered STARTING, a 503 HAProxy counts as a failed check (`L7STS 503` at half of the
+/// restarts with `pmcheck.socket`). Meanwhile the kernel queues the connections on the socket
+/// (systemd's, or bound already); a second leaves a restart within HAProxy's `timeout check`.
+const FIRST_PROBE: Duration = Duration::from_secs(1);
 
 /// Who may connect, and how many at once.
 pub struct Guard {
@@ -101,6 +106,11 @@ impl Listener {
         let mut connections = JoinSet::new();
         let stop = closed(self.stopped.clone());
         tokio::pin!(stop);
+        let mut latest = self.node.latest.clone();
+        tokio::select! {
+            _ = tokio::time::timeout(FIRST_PROBE, latest.wait_for(Option::is_some)) => {}
+            () = &mut stop => return,
+        }
         loop {
             self.beat.mark();
             let (stream, peer) = tokio::select! {

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -124,6 +125,8 @@ pub struct Seen {
     pub file_sync_requests: AtomicUsize,
     /// Probe requests received and left unanswered ([`Behavior::Hang`], [`Behavior::HangProbes`]).
     pub unanswered: AtomicUsize,
+    /// How long a probe's request waits before its answer, in milliseconds (a slow server).
+    pub delay_ms: AtomicU64,
     pub snis: Mutex<Vec<Option<String>>>,
     pub requests_log: Mutex<Vec<(String, String, Option<String>)>>,
 }
@@ -274,7 +277,11 @@ async fn serve_stub(
                 }
                 let answer =
                     (!hang).then(|| stub_answer(&req, probe, sni.as_deref(), &seen, &behavior));
+                let delay = Duration::from_millis(seen.delay_ms.load(Ordering::SeqCst));
                 async move {
+                    if probe && !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
                     match answer {
                         Some(answer) => Ok::<_, std::convert::Infallible>(answer),
                         None => std::future::pending().await,
