@@ -673,14 +673,39 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
     assert!(marker.exists(), "the cycle did not run its command");
 }
 
-/// Issue 46 (what a new operator met): a person's `curl` loop slows every drain, as an unkeyed
-/// HAProxy would, and must: it cannot be told from one. The wait now names it as the poller it
-/// waits for, and says how to leave it out.
+/// Issue 46 (what a new operator met): a person's `curl` loop slowed every drain, as an unkeyed
+/// HAProxy would. Issue 54 (part 4): where load balancers prove themselves with a key, a poller
+/// that names its client (HAProxy's checks name none) is a person's or a script's, and is not
+/// waited for; without a key file it cannot be told from a load balancer, is waited for, and
+/// the wait says what leaves it out (a key; `--allow` cannot leave out this host).
 #[test]
-fn a_wait_held_by_a_curl_loop_names_it_and_says_how_to_leave_it_out() {
+fn a_curl_loop_slows_no_wait_where_load_balancers_have_a_key() {
+    let keyed = curl_loop_wait(&[], "20s");
+    let said = format!("{}{}", text(&keyed.stdout), text(&keyed.stderr));
+    assert_eq!(keyed.status.code(), Some(0), "{said}");
+    assert_contains!(
+        said,
+        "127.0.0.67 names itself curl and sends no key: a person's or a script's poller, not waited for"
+    );
+    // Waited for as long as 3 checks 2 s apart take; the wait gives up before.
+    let unkeyed = curl_loop_wait(&["--lb-address", "127.0.0.2/32"], "1s");
+    let stderr = text(&unkeyed.stderr);
+    assert_eq!(unkeyed.status.code(), Some(75), "{stderr}");
+    assert_contains!(stderr, "127.0.0.67 (unverified");
+    assert_contains!(
+        stderr,
+        "it names itself curl: without a key file a person's or a script's poller is waited for as a load balancer would be; give the load balancers a key (--lb-key-file)"
+    );
+}
+
+/// `drain --wait` (3 checks 2 s apart, within `max_wait`) while a curl loop polls from
+/// 127.0.0.67, on a daemon started with `extra`.
+fn curl_loop_wait(extra: &[&str], max_wait: &str) -> std::process::Output {
     use std::io::{Read as _, Write as _};
     let s = Setup::new(Behavior::Running);
-    let d = daemon(&s);
+    let mut args = vec!["--agent-listen", "127.0.0.1:0", "--interval", "100ms"];
+    args.extend(extra);
+    let d = Daemon::start(&s.args(&args));
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
         let (stop, to) = (Arc::clone(&stop), d.addr);
@@ -698,20 +723,10 @@ fn a_wait_held_by_a_curl_loop_names_it_and_says_how_to_leave_it_out() {
     d.wait_for_json(SOON, "the curl loop to be regular", |a| {
         (a.pollers.iter()).any(|p| p.address.to_string() == "127.0.0.67" && p.regular)
     });
-    // It is waited for as long as 3 checks 2 s apart take; the wait gives up before.
-    let out = drain_waiting(&s, &d, "2s", "1s");
+    let out = drain_waiting(&s, &d, "2s", max_wait);
     stop.store(true, Ordering::SeqCst);
     let _ = looping.join();
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(75), "{stderr}");
-    assert_contains!(
-        stderr,
-        "127.0.0.67 (unverified: sent no X-Pmcheck-Key) told DRAINED for"
-    );
-    assert_contains!(
-        stderr,
-        "it names itself curl: a person's or a script's poller is waited for as a load balancer without a key would be; leave it out with --allow, or give every load balancer a key (--lb-key-file)"
-    );
+    out
 }
 
 /// `pmcheck drain --wait` for 3 checks `lb_interval` apart, within `max_wait`.

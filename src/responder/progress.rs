@@ -166,10 +166,19 @@ fn told(a: &mut Stage, status: &Status<'_>, verdict: Verdict, ask: &Ask) {
         }
         if !p.proof.proven() {
             // Its word is not believed, nor is how often it polled: it may be anything on a
-            // load balancer's host, or anybody. Only its silence and time count.
-            if p.regular {
-                heard += 1;
-                by_time(a, p, verdict, ask);
+            // load balancer's host, or anybody. Only its silence and time count; where load
+            // balancers prove themselves with a key, one that names its client (HAProxy's
+            // checks name none) is a person's or a script's, and is not waited for.
+            match (&p.client, &status.lb_key_file) {
+                (Some(client), Some(_)) if p.regular => a.met.push(format!(
+                    "{} names itself {client} and sends no key: a person's or a script's poller, not waited for",
+                    p.address
+                )),
+                _ if p.regular => {
+                    heard += 1;
+                    by_time(a, p, verdict, ask);
+                }
+                _ => {}
             }
             continue;
         }
@@ -405,13 +414,13 @@ fn by_time(a: &mut Stage, p: &PollerAnswer, verdict: Verdict, ask: &Ask) {
 }
 
 /// What the wait says of an unproven poller that names its client (HAProxy's checks name
-/// none): without a key it cannot be told from a load balancer, so it is waited for all the
-/// same, and the operator learns how to leave it out.
+/// none) where no key file is set: it cannot be told from a load balancer, so it is waited for
+/// all the same, and the operator learns what leaves it out.
 fn person(client: &str) -> String {
     format!(
-        "; it names itself {client}: a person's or a script's poller is waited for as a load \
-         balancer without a key would be; leave it out with --allow, or give every load \
-         balancer a key (--lb-key-file)"
+        "; it names itself {client}: without a key file a person's or a script's poller is \
+         waited for as a load balancer would be; give the load balancers a key (--lb-key-file), \
+         and pollers that name their client are no longer waited for"
     )
 }
 
