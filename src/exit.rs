@@ -120,9 +120,10 @@ impl Exit {
                 "--wait or a wait of cycle timed out; a drain stays in place (EX_TEMPFAIL)"
             }
             Exit::Protocol => {
-                "drain, undrain, cycle, on-stop: the daemon is of another version (after \
-                 a package upgrade, before `systemctl restart pmcheck`), whose /status lacks the \
-                 progress these commands read; both versions are named (EX_PROTOCOL)"
+                "drain, undrain, cycle: the daemon is of another version (after a package \
+                 upgrade, before `systemctl restart pmcheck`), whose /status lacks the progress \
+                 these commands read; both versions are named; drain and cycle write nothing, \
+                 undrain --wait has let go already (EX_PROTOCOL)"
             }
             Exit::Refused => {
                 "drain, cycle: refused, a load balancer would hold the drain: it says this node is \
