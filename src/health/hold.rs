@@ -149,7 +149,12 @@ impl Held {
         } else {
             format!("load balancer ({})", lb.node)
         };
-        format!("drain held: {}; {}", self.said(&who, lb), self.ends(lb))
+        self.line(&who, lb)
+    }
+
+    /// `drain held: WHAT `who` SAYS; WHAT ENDS IT`: the whole line, wherever a hold is told.
+    pub fn line(self, who: &str, lb: &LbState) -> String {
+        format!("drain held: {}; {}", self.said(who, lb), self.ends(lb))
     }
 
     /// What the load balancer `who` says of its server line `lb`: the one sentence of each

@@ -81,7 +81,7 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
         let _ = writeln!(out, "pool:   {}", pool_line(answer, pool));
     }
     for held in status.held() {
-        let _ = writeln!(out, "held:   drain held: {}; {}", held.said(), held.ends());
+        let _ = writeln!(out, "held:   {}", held.line());
     }
     // Two load balancers answering as one hold every drain, drained or not: what to change.
     for two in (status.holding().into_iter()).filter(|b| b.held == Held::TwoViews) {

@@ -64,6 +64,11 @@ impl Blocker {
     pub fn ends(&self) -> String {
         self.held.ends(&self.lb)
     }
+
+    /// `drain held: ...; it ends once ...`.
+    pub fn line(&self) -> String {
+        self.held.line(&self.who, &self.lb)
+    }
 }
 
 /// The blockers in words, joined.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::health::lb_state::{Health, LbState};
 use crate::health::verdict::Verdict;
-use crate::protocol::lines::{who, who_with};
+use crate::protocol::lines::{Blocker, who, who_with};
 use crate::protocol::progress::{Ask, Progress, Stage};
 use crate::protocol::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::puppet::pool::Load;
@@ -50,8 +50,9 @@ fn drain(status: &Status<'_>, ask: &Ask) -> Stage {
         ));
     }
     a.held = status.held();
-    for held in a.held.clone() {
-        a.pend(format!("drain held: {}; {}", held.said(), held.ends()));
+    let held: Vec<String> = a.held.iter().map(Blocker::line).collect();
+    for line in held {
+        a.pend(line);
     }
     told(&mut a, status, Verdict::Drained, ask);
     a.every_poller_acted = a.pending.is_empty();
