@@ -34,7 +34,7 @@ pub struct PuppetClient {
 type Built = ([Option<FileStamp>; 3], SocketAddr, reqwest::Client);
 
 /// Where Puppet Server listens: fixed for a single probe, followed by the daemon
-/// (`crate::responder::moved_port`).
+/// (`crate::responder::puppet_files`).
 pub type Address = watch::Receiver<SocketAddr>;
 
 /// An address that never moves.

@@ -27,10 +27,10 @@ use crate::responder::listener::{Guard, Listener, closed};
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
 use crate::responder::verdict_log::VerdictLog;
-use crate::responder::{key_reload, moved_port, ramp_record};
+use crate::responder::{key_reload, puppet_files, ramp_record};
 use crate::settings::duration::format_duration;
 use crate::settings::lb_proof::LbProof;
-use crate::settings::{Daemon, Settings, Source};
+use crate::settings::{Daemon, Settings};
 
 /// The bound listeners: HTTP checks, and HAProxy agent checks.
 pub struct Listeners {
@@ -81,7 +81,7 @@ pub async fn serve(
         latest,
         rejoin,
     };
-    // Where Puppet Server listens, followed when its own files say it (moved_port).
+    // Where Puppet Server listens, followed when its own files say it (puppet_files).
     let (moves, address) = watch::channel(settings.puppet_addr.value);
     let puppet = Some(address.clone());
     let node = Arc::new(Node::new(feeds, rules, proof, &drain_file, puppet, true));
@@ -137,8 +137,7 @@ pub async fn serve(
 }
 
 /// What changes on disk while the daemon runs: the load balancers' key file, read again at
-/// each reload, and Puppet Server's listener, followed where its files named it (a
-/// `--puppet-addr` given never moves).
+/// each reload, and Puppet's own files ([`puppet_files`]).
 fn follow(
     tasks: &mut Tasks,
     settings: &Settings,
@@ -151,11 +150,13 @@ fn follow(
         let (node, reload, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
         tasks.spawn(|stop| key_reload::follow(node, keys, addresses, reload, stop));
     }
-    if let Source::Default(_) = settings.puppet_addr.source {
-        let webserver = settings.puppetserver_confd.value.join("webserver.conf");
-        let (reports, reload) = (node.latest.clone(), reload.clone());
-        tasks.spawn(|stop| moved_port::follow(webserver, moves, reports, reload, stop));
-    }
+    let followed = puppet_files::Followed {
+        settings: settings.clone(),
+        moves,
+        reports: node.latest.clone(),
+        reload: reload.clone(),
+    };
+    tasks.spawn(|stop| puppet_files::follow(followed, stop));
 }
 
 /// Resolves when the daemon stops: what every background task is handed.

@@ -266,6 +266,8 @@ pub struct Settings {
     pub state_dir: Setting<PathBuf>,
     /// The daemon's own settings: present for `serve` and `config`, which take them.
     pub daemon: Option<Daemon>,
+    /// What they were resolved from: the daemon resolves them again when Puppet's files change.
+    pub given: Given,
 }
 
 /// A row of `pmcheck config`'s table for a path.

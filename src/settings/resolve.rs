@@ -102,6 +102,7 @@ impl Settings {
             multithreaded,
             state_dir: given.state_dir.clone(),
             daemon,
+            given: given.clone(),
         })
     }
 }

@@ -1,0 +1,235 @@
+//! Puppet's own files, followed while the daemon runs: Puppet Server's webserver.conf (where it
+//! listens) and puppet.conf (the certname, the ssldir and the files of this host's identity).
+//! Each is read again when it changes (inotify on their directories), at each reload, and at
+//! each probe its listener refused, by the rule that read them at start
+//! ([`crate::settings::Settings::resolve`]).
+//!
+//! Puppet Server reads webserver.conf only at its own start, so a changed file says nothing yet
+//! of where it listens: pmcheck moves when the listener it probes refuses (the restart that
+//! applies the file; a stop's hold is then let go of on the new one), and before that only
+//! says what it will do. The probe, the agent connections and `status` read the one
+//! [`crate::puppet::client::Address`] moved here. A changed identity is not taken up under a
+//! running prober (another certname may need another certificate that Puppet has not yet
+//! signed): it is said once, with the restart that takes it.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent};
+use tokio::sync::watch;
+
+use crate::puppet::probe_error::ProbeError;
+use crate::puppet::report::{ProbeOutcome, ProbeReport};
+use crate::settings::host::{Webserver, read_confd_file};
+use crate::settings::{Host, Settings, Source};
+
+/// What to follow and how to move.
+pub struct Followed {
+    /// The settings the daemon runs with, and the operator's word they came from.
+    pub settings: Settings,
+    /// Where the probe goes: moved here, unless `--puppet-addr` was given.
+    pub moves: watch::Sender<SocketAddr>,
+    /// Each probe's report: a refused one reads webserver.conf again.
+    pub reports: watch::Receiver<Option<Arc<ProbeReport>>>,
+    /// Each reload (SIGHUP).
+    pub reload: watch::Receiver<()>,
+}
+
+/// Follows Puppet's files until `stop`; each change said once.
+pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
+    tokio::pin!(stop);
+    let webserver = f.settings.puppetserver_confd.value.join("webserver.conf");
+    // The address looked up at start: a name given is not looked up again at each read.
+    let mut given = f.settings.given.clone();
+    if let Some(addr) = &mut given.puppet_addr {
+        addr.value = f.settings.puppet_addr.value.to_string();
+    }
+    let files: Vec<PathBuf> = (f.settings.puppet_conf.value.iter().cloned())
+        .chain([webserver.clone()])
+        .collect();
+    let mut changed = changes(&files);
+    let mut said = Said::default();
+    loop {
+        let refused = tokio::select! {
+            Ok(()) = f.reload.changed() => false,
+            Ok(()) = changed.changed() => false,
+            Ok(()) = f.reports.changed() => {
+                let report = f.reports.borrow_and_update();
+                let outcome = report.as_deref().map(|r| &r.outcome);
+                if !matches!(outcome, Some(ProbeOutcome::Unhealthy(ProbeError::Refused { .. }))) {
+                    continue;
+                }
+                true
+            }
+            () = &mut stop => return,
+            else => return,
+        };
+        let (given, path) = (given.clone(), webserver.clone());
+        let read = tokio::task::spawn_blocking(move || {
+            let listener = read_confd_file(&path).map(|text| Webserver::parse(path, &text));
+            (listener, Settings::resolve(&given, &Host::REAL))
+        });
+        let Ok((web, resolved)) = read.await else {
+            continue;
+        };
+        if let Source::Default(_) = f.settings.puppet_addr.source {
+            listener(&f.moves, &webserver, web, refused, &mut said);
+        }
+        match resolved {
+            Ok(now) => identity(&f.settings, &now, &mut said),
+            Err(e) => said.once("resolve", e.to_string(), || {
+                tracing::warn!(error = %e, "Puppet's files cannot be read as settings now; pmcheck keeps those it started with");
+            }),
+        }
+    }
+}
+
+/// What was said last of each thing, so that a change is said once.
+#[derive(Default)]
+struct Said(Vec<(&'static str, String)>);
+
+impl Said {
+    /// Runs `say` unless `what` was last said as `now`.
+    fn once(&mut self, what: &'static str, now: String, say: impl FnOnce()) {
+        match self.0.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, last)) if *last == now => return,
+            Some((_, last)) => *last = now,
+            None => self.0.push((what, now)),
+        }
+        say();
+    }
+
+    /// Forgets what was said of `what`: it holds no more.
+    fn clear(&mut self, what: &'static str) {
+        self.0.retain(|(w, _)| *w != what);
+    }
+}
+
+/// Moves the probe to the listener `web` names when the one probed `refused`; says where it
+/// would move otherwise.
+fn listener(
+    moves: &watch::Sender<SocketAddr>,
+    file: &Path,
+    web: Option<Webserver>,
+    refused: bool,
+    said: &mut Said,
+) {
+    let probed = *moves.borrow();
+    let file = file.display();
+    let named = match web.map(|w| w.listener()) {
+        Some(Some(named)) => named,
+        Some(None) => {
+            return said.once("listener", "none".into(), || {
+                tracing::warn!(%file, %probed, "webserver.conf names no ssl-port; pmcheck keeps probing the listener it probes");
+            });
+        }
+        None => {
+            return said.once("listener", "unreadable".into(), || {
+                tracing::warn!(%file, %probed, "webserver.conf cannot be read; pmcheck keeps probing the listener it probes");
+            });
+        }
+    };
+    if named == probed {
+        said.clear("listener");
+    } else if refused {
+        moves.send_replace(named);
+        said.clear("listener");
+        tracing::warn!(%file, from = %probed, to = %named, "Puppet Server's listener moved: the one probed refuses and webserver.conf names another; probing it from now on");
+    } else {
+        said.once("listener", named.to_string(), || {
+            tracing::warn!(%file, %probed, named = %named, "webserver.conf names another listener; pmcheck probes the one that still answers, and moves at the first probe it refuses (the restart of Puppet Server that applies the file)");
+        });
+    }
+}
+
+/// Says each setting of this host's identity that Puppet's files now resolve otherwise than
+/// the daemon runs with, once, with the restart that takes it up.
+fn identity(running: &Settings, now: &Settings, said: &mut Said) {
+    let settings = [
+        ("certname", &running.certname.value, &now.certname.value),
+        (
+            "ssldir",
+            &display(&running.ssldir.value),
+            &display(&now.ssldir.value),
+        ),
+        (
+            "hostcert",
+            &display(&running.hostcert.value),
+            &display(&now.hostcert.value),
+        ),
+        (
+            "hostprivkey",
+            &display(&running.hostprivkey.value),
+            &display(&now.hostprivkey.value),
+        ),
+        (
+            "localcacert",
+            &display(&running.localcacert.value),
+            &display(&now.localcacert.value),
+        ),
+        (
+            "hostcrl",
+            &display(&running.hostcrl.value),
+            &display(&now.hostcrl.value),
+        ),
+    ];
+    said.clear("resolve");
+    for (setting, running, now) in settings {
+        if running == now {
+            said.clear(setting);
+            continue;
+        }
+        said.once(setting, now.clone(), || {
+            tracing::warn!(setting, %running, %now, "Puppet's files now set this otherwise; pmcheck takes it up at its next start: systemctl restart pmcheck");
+        });
+    }
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// A wake-up at each change to one of `files` (written, replaced, removed), heard by inotify on
+/// their directories on a thread of its own (as [`crate::drain::watch`] hears the state
+/// directory); none where inotify or the thread cannot be had: reloads and refused probes
+/// still read the files.
+fn changes(files: &[PathBuf]) -> watch::Receiver<()> {
+    let (wake, woken) = watch::channel(());
+    let Ok(inotify) = Inotify::init(InitFlags::IN_CLOEXEC) else {
+        return woken;
+    };
+    let what = AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE;
+    let names: Vec<_> = files
+        .iter()
+        .filter_map(|f| f.file_name())
+        .map(|n| n.to_owned())
+        .collect();
+    for dir in files.iter().filter_map(|f| f.parent()) {
+        let _ = inotify.add_watch(dir, what);
+    }
+    let forward = move || {
+        loop {
+            match inotify.read_events() {
+                Ok(events) => {
+                    let ours =
+                        |e: &InotifyEvent| e.name.as_ref().is_some_and(|n| names.contains(n));
+                    if events.iter().any(ours) && wake.send(()).is_err() {
+                        return;
+                    }
+                }
+                Err(Errno::EINTR) => {}
+                Err(_) => return,
+            }
+        }
+    };
+    let _ = std::thread::Builder::new()
+        .name("puppet-files".into())
+        .spawn(forward);
+    woken
+}
