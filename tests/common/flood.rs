@@ -1,16 +1,66 @@
 //! A connection flood and a legitimate poller to measure it by, for `tests/flood.rs` and
-//! `benches/flood.rs`. Loopback only; every loop ends at its deadline.
+//! `benches/flood.rs`. Loopback only; every loop ends with its [`Until`].
 
 #![allow(dead_code)]
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::watch;
+
+/// When a flood and its pollers end: not before `least` has passed, and then once every
+/// poller that measures has made the checks it needs (a count, not a time: a loaded machine
+/// only makes them slower), or at `most`.
+#[derive(Debug, Clone)]
+pub struct Until {
+    least: Instant,
+    most: Instant,
+    wanting: Arc<AtomicUsize>,
+    enough: Arc<watch::Sender<bool>>,
+}
+
+impl Until {
+    /// At least `least` from now and at most `most`, with `measuring` pollers to wait for.
+    pub fn new(least: Duration, most: Duration, measuring: usize) -> Self {
+        let now = Instant::now();
+        Self {
+            least: now + least,
+            most: now + most,
+            wanting: Arc::new(AtomicUsize::new(measuring)),
+            enough: Arc::new(watch::channel(measuring == 0).0),
+        }
+    }
+
+    /// Whether the loops go on.
+    pub fn going(&self) -> bool {
+        let now = Instant::now();
+        now < self.least || (now < self.most && !*self.enough.borrow())
+    }
+
+    /// One measuring poller has what it needs: the last one lets the rest end.
+    pub fn enough(&self) {
+        if self.wanting.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.enough.send_replace(true);
+        }
+    }
+
+    /// Resolves when the loops end.
+    pub async fn ended(&self) {
+        let mut enough = self.enough.subscribe();
+        let most = tokio::time::Instant::from_std(self.most);
+        if tokio::time::timeout_at(most, enough.wait_for(|e| *e))
+            .await
+            .is_ok()
+        {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(self.least)).await;
+        }
+    }
+}
 
 /// HAProxy's `option httpchk` request.
 pub const CHECK: &[u8] = b"OPTIONS / HTTP/1.0\r\n\r\n";
@@ -67,7 +117,7 @@ pub async fn connect_from(source: IpAddr, target: SocketAddr) -> io::Result<TcpS
 impl Attack {
     /// Runs the attack on a thread and runtime of its own (so that it does not slow down the
     /// poller that measures pmcheck), until `until`.
-    pub fn spawn(self, until: Instant) -> std::thread::JoinHandle<Arc<AttackCounts>> {
+    pub fn spawn(self, until: Until) -> std::thread::JoinHandle<Arc<AttackCounts>> {
         std::thread::spawn(move || {
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -78,7 +128,7 @@ impl Attack {
     }
 
     /// Runs the attack until `until`; returns its counts.
-    pub async fn run(self, until: Instant) -> Arc<AttackCounts> {
+    pub async fn run(self, until: Until) -> Arc<AttackCounts> {
         let counts = Arc::new(AttackCounts::default());
         let mut tasks = tokio::task::JoinSet::new();
         let kinds = [
@@ -99,6 +149,7 @@ impl Attack {
             for _ in 0..count {
                 let source = self.nth_source(n);
                 n += 1;
+                let until = until.clone();
                 tasks.spawn(hostile(self, source, kind, until, Arc::clone(&counts)));
             }
         }
@@ -149,30 +200,49 @@ async fn hostile(
     attack: Attack,
     source: IpAddr,
     kind: Kind,
-    until: Instant,
+    until: Until,
     counts: Arc<AttackCounts>,
 ) {
-    let deadline = tokio::time::Instant::from_std(until);
     let target = match kind {
         Kind::Garbage => attack.agent.unwrap_or(attack.target),
         _ => attack.target,
     };
-    while Instant::now() < until {
-        let Ok(Ok(mut stream)) =
-            tokio::time::timeout_at(deadline, connect_from(source, target)).await
-        else {
+    while until.going() {
+        let connected = tokio::select! {
+            connected = connect_from(source, target) => connected,
+            () = until.ended() => return,
+        };
+        let Ok(mut stream) = connected else {
             counts.failed.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(attack.pause).await;
             continue;
         };
         counts.connected.fetch_add(1, Ordering::Relaxed);
-        let held = tokio::time::timeout_at(deadline, abuse(&mut stream, kind)).await;
-        if held.is_ok() {
-            counts.closed_by_server.fetch_add(1, Ordering::Relaxed);
+        tokio::select! {
+            () = abuse(&mut stream, kind) => {
+                counts.closed_by_server.fetch_add(1, Ordering::Relaxed);
+            }
+            () = until.ended() => return,
         }
         // Not a spin: the next connection waits a moment.
         tokio::time::sleep(attack.pause).await;
     }
+}
+
+/// Runs a measuring poller on a thread and runtime of its own, so that the flood's tasks in
+/// the test's runtime do not delay its checks: on a loaded machine they did, by seconds.
+pub fn measure<F>(poller: F) -> std::thread::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for the poller")
+            .block_on(poller)
+    })
 }
 
 /// Holds the connection the way `kind` does; returns when the server closes it.
@@ -240,11 +310,18 @@ impl Monitor {
         })
     }
 
-    /// Asks on each connection in turn, every `every` until `until`.
-    pub async fn poll(mut self, every: Duration, timeout: Duration, until: Instant) -> Polls {
+    /// Asks on each connection in turn, every `every` until `until`; measuring, `want` asks
+    /// are what it needs.
+    pub async fn poll(
+        mut self,
+        every: Duration,
+        timeout: Duration,
+        until: &Until,
+        want: Option<usize>,
+    ) -> Polls {
         let mut polls = Polls::default();
         let mut turn = 0;
-        while Instant::now() < until {
+        while until.going() {
             let started = Instant::now();
             let slots = self.open.len().max(1);
             let Some(slot) = self.open.get_mut(turn % slots) else {
@@ -272,6 +349,7 @@ impl Monitor {
                     *slot = None;
                 }
             }
+            polls.count_toward(want, until);
             tokio::time::sleep_until(tokio::time::Instant::from_std(started + every)).await;
         }
         polls
@@ -285,14 +363,14 @@ pub async fn monitor_keepalive(
     connections: usize,
     every: Duration,
     timeout: Duration,
-    until: Instant,
+    until: Until,
 ) -> Polls {
     let monitor = Monitor {
         target,
         source,
         open: (0..connections).map(|_| None).collect(),
     };
-    monitor.poll(every, timeout, until).await
+    monitor.poll(every, timeout, &until, None).await
 }
 
 /// A polite flood (the c8a278e audit): `sources` addresses from `first` on, each keeping
@@ -304,7 +382,7 @@ pub async fn polite_flood(
     sources: u32,
     connections: usize,
     every: Duration,
-    until: Instant,
+    until: &Until,
 ) -> Polls {
     let tasks: Vec<_> = (0..sources)
         .map(|n| {
@@ -316,7 +394,7 @@ pub async fn polite_flood(
                 connections,
                 turn,
                 every,
-                until,
+                until.clone(),
             ))
         })
         .collect();
@@ -368,14 +446,15 @@ async fn ask_keepalive(stream: &mut TcpStream) -> io::Result<u16> {
 
 /// Polls as a load balancer does, from `source`, every `every` until `until`: a new connection,
 /// HAProxy's request, the whole answer. A poll not answered within `timeout` counts as lost.
+/// Measuring, `want` polls are what it needs.
 pub async fn poll_like_haproxy(
     target: SocketAddr,
     source: IpAddr,
-    every: Duration,
-    timeout: Duration,
-    until: Instant,
+    (every, timeout): (Duration, Duration),
+    until: &Until,
+    want: Option<usize>,
 ) -> Polls {
-    poll_with(target, source, CHECK, every, timeout, until).await
+    poll_with(target, source, CHECK, (every, timeout), until, want).await
 }
 
 /// [`poll_like_haproxy`] with a load balancers' key (`http-check send hdr X-Pmcheck-Key`): a
@@ -384,32 +463,48 @@ pub async fn poll_with_key(
     target: SocketAddr,
     source: IpAddr,
     key: &str,
-    every: Duration,
-    timeout: Duration,
-    until: Instant,
+    (every, timeout): (Duration, Duration),
+    until: &Until,
+    want: Option<usize>,
 ) -> Polls {
     let check = format!("OPTIONS / HTTP/1.0\r\nX-Pmcheck-Key: {key}\r\n\r\n");
-    poll_with(target, source, check.as_bytes(), every, timeout, until).await
+    poll_with(
+        target,
+        source,
+        check.as_bytes(),
+        (every, timeout),
+        until,
+        want,
+    )
+    .await
 }
 
 async fn poll_with(
     target: SocketAddr,
     source: IpAddr,
     check: &[u8],
-    every: Duration,
-    timeout: Duration,
-    until: Instant,
+    (every, timeout): (Duration, Duration),
+    until: &Until,
+    want: Option<usize>,
 ) -> Polls {
     let mut polls = Polls::default();
-    while Instant::now() < until {
+    while until.going() {
         let started = Instant::now();
         match tokio::time::timeout(timeout, poll_once(source, target, check)).await {
             Ok(Ok(status)) => {
                 polls.latencies.push(started.elapsed());
                 polls.statuses.push(status);
             }
-            _ => polls.lost += 1,
+            Ok(Err(e)) => {
+                eprintln!("poll from {source} lost after {:?}: {e}", started.elapsed());
+                polls.lost += 1
+            }
+            Err(_) => {
+                eprintln!("poll from {source} not answered within {timeout:?}");
+                polls.lost += 1
+            }
         }
+        polls.count_toward(want, until);
         tokio::time::sleep_until(tokio::time::Instant::from_std(started + every)).await;
     }
     polls
@@ -438,6 +533,13 @@ pub struct Polls {
 }
 
 impl Polls {
+    /// Tells `until` when this measuring poller has made the `want` polls it needs.
+    fn count_toward(&self, want: Option<usize>, until: &Until) {
+        if want == Some(self.latencies.len() + self.lost) {
+            until.enough();
+        }
+    }
+
     /// The `p`-quantile of the answered polls' latencies (0.5, 0.99, 1.0 for the maximum).
     pub fn quantile(&self, p: f64) -> Duration {
         let mut sorted = self.latencies.clone();
@@ -451,9 +553,9 @@ impl Polls {
 
 /// The largest of a process's resident set size (KiB) and open descriptors, sampled every
 /// 100 ms until `until`.
-pub async fn sample_process(pid: u32, until: Instant) -> (u64, usize) {
+pub async fn sample_process(pid: u32, until: &Until) -> (u64, usize) {
     let (mut rss, mut fds) = (0, 0);
-    while Instant::now() < until {
+    while until.going() {
         rss = rss.max(rss_kib(pid).unwrap_or(0));
         fds = fds.max(
             std::fs::read_dir(format!("/proc/{pid}/fd"))

@@ -8,8 +8,13 @@ On every HAProxy release of each stack (2.6; 3.0, 3.2 and 3.4):
   `argument number 4 ... is empty`);
 - HAProxy run as Debian's unit runs it (master-worker, `-W`) sends the key in its HTTP and agent
   checks (pmcheck: proof `key`, the key's line), and after a new key in the file and a reload
-  (the check, then SIGUSR2 to the master: Debian's ExecReload) sends the new one, which pmcheck's
-  key file holds beside the old (a rotation's middle step).
+  (the check, then SIGUSR2 to the master: Debian's ExecReload) sends the new one;
+- a whole rotation, no restart anywhere, with the file holding one to four keys (three load
+  balancers' own, then a fourth, the new one): the new key on the master (its file, then
+  `systemctl reload pmcheck`: SIGHUP), then on the load balancer (its key file, then its
+  reload), then the old key taken out of the master's file (SIGHUP again). No check from the
+  load balancer is unproven at any moment: every poller at its address proves itself with a key
+  in every status read along the way.
 """
 
 from __future__ import annotations
@@ -49,15 +54,41 @@ def proving(d: st.PmcheckServe) -> set[tuple[int, str]]:
     }
 
 
+def write_keys(path: Path, keys: list[str]) -> None:
+    """The master's key file, each key bound to the load balancer's address, as a rotation
+    writes it: a new file renamed over the old."""
+    new = path.with_suffix(".new")
+    new.write_text("".join(f"{key} {st.LOOPBACK}\n" for key in keys))
+    new.chmod(0o640)
+    new.rename(path)
+
+
+def key_lines(d: st.PmcheckServe) -> int:
+    """How many keys the daemon holds now."""
+    return len((d.get("/status", headers=OWN).json().get("lb_key_file") or {}).get("keys") or [])
+
+
+def unproven(d: st.PmcheckServe) -> list[str]:
+    """Pollers at the load balancer's address that prove nothing: a check whose key the master
+    does not hold (yet, or any more)."""
+    pollers = d.get("/status", headers=OWN).json().get("pollers") or []
+    return [
+        f"{p.get('proof')} (polls {p.get('polls')}, {p.get('last_ms_ago')} ms ago)"
+        for p in pollers
+        if p["address"] == st.LOOPBACK and p.get("proof") != "key"
+    ]
+
+
 @pytest.mark.every_haproxy()
 @pytest.mark.usefixtures("puppetserver")
 def test_a_key_file_read_first_passes_haproxy_c_and_follows_a_reload(
     pmcheck, shipped_haproxy, testdir, haproxy_bin
 ):
     old, new = secrets.token_hex(32), secrets.token_hex(32)
+    # Two other load balancers' own keys: the file holds three, then four, then three.
+    others = [secrets.token_hex(32) for _ in range(2)]
     keys = testdir / "lb-key"
-    keys.write_text(f"{old} {st.LOOPBACK}\n{new} {st.LOOPBACK}\n")
-    keys.chmod(0o640)
+    write_keys(keys, [old, *others])
     agent = st.free_port()
     d = pmcheck.serve(
         testdir / "state",
@@ -84,12 +115,38 @@ def test_a_key_file_read_first_passes_haproxy_c_and_follows_a_reload(
         st.wait_until(
             "the old key's checks, both kinds", lambda: proving(d) >= {(1, "http"), (1, "agent")}, 20
         )
+        bad: list[str] = []
+
+        def step(what: str, done) -> float:
+            """Reads status until `done`; no read may show an unproven poller."""
+
+            def read():
+                bad.extend(f"{what}: {b}" for b in unproven(d))
+                return done()
+
+            took = st.wait_until(what, read, 30, interval=0.05, alive=d.check_alive)[1]
+            assert not bad, f"a check from the load balancer proved nothing: {bad}"
+            return took
+
+        step("the load balancer proven from its start", lambda: True)
+
+        # 1. the master learns the new key: four keys, the old still proving on line 1.
+        write_keys(keys, [old, *others, new])
+        d.reload()
+        step("the master holds four keys", lambda: key_lines(d) == 4)
+        step("the old key's checks still proven", lambda: proving(d) >= {(1, "http"), (1, "agent")})
+        # 2. the load balancer sends it: line 4.
         key_cfg(first, new)
         h.reload()
-        _, took = st.wait_until(
-            "the new key's checks after the reload", lambda: proving(d) >= {(2, "http"), (2, "agent")}, 20
+        took = step(
+            "the new key's checks after the reload", lambda: proving(d) >= {(4, "http"), (4, "agent")}
         )
-        st.wait_until("no check with the old key", lambda: not {(1, "http"), (1, "agent")} & proving(d), 20)
+        step("no check with the old key", lambda: not {(1, "http"), (1, "agent")} & proving(d))
         record(f"{h.label}: the key file's new key, sent after a reload", f"{took:.1f}s")
+        # 3. the old key leaves the master: three keys, the new one now on line 3.
+        write_keys(keys, [*others, new])
+        d.reload()
+        step("the master holds three keys", lambda: key_lines(d) == 3)
+        step("the new key's checks on its new line", lambda: proving(d) >= {(3, "http"), (3, "agent")})
     finally:
         h.stop()

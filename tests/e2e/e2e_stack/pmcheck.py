@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -120,6 +121,12 @@ class PmcheckServe:
     def stop(self) -> None:
         if self.proc is not None:
             stop_pid(self.proc, "pmcheck serve", term_timeout=10)
+
+    def reload(self) -> None:
+        """`systemctl reload pmcheck`: SIGHUP, which re-reads the key file."""
+        self.check_alive()
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGHUP)
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
