@@ -163,7 +163,7 @@ fn sighup_reloads_and_usr1_usr2_do_no_harm() {
     signal(&d, "HUP");
     d.wait_for_log(
         SOON,
-        "SIGHUP: re-reading the certificates, the drain record and the key file",
+        "re-reading the certificates, the drain record and the key file signal=HUP",
     );
     d.wait_for_log(SOON, "re-read the drain record");
     let deadline = Instant::now() + SOON;
@@ -177,7 +177,10 @@ fn sighup_reloads_and_usr1_usr2_do_no_harm() {
     }
     signal(&d, "USR1");
     signal(&d, "USR2");
-    d.wait_for_log(SOON, "SIGUSR2 ignored");
+    d.wait_for_log(
+        SOON,
+        "signal ignored (SIGHUP re-reads the files, SIGTERM stops) signal=USR2",
+    );
     assert!(d.child().try_wait().unwrap().is_none(), "still running");
     assert_eq!(d.wait_for(SOON, "OK", is("OK")).status, 200);
     signal(&d, "TERM");
@@ -210,7 +213,7 @@ fn a_listener_moved_in_webserver_conf_is_followed_once_the_old_one_refuses() {
     d.wait_for_log(
         SOON,
         &format!(
-            "{} now names {moved}; pmcheck probes {old}, which still answers, and moves to {moved} at the first probe {old} refuses",
+            "webserver.conf names another listener; pmcheck probes the old one, which still answers, and moves to the new one at the first probe the old one refuses (the restart of Puppet Server that applies the file) file={} from={old} to={moved}",
             web.display(),
         ),
     );
@@ -229,7 +232,7 @@ fn a_listener_moved_in_webserver_conf_is_followed_once_the_old_one_refuses() {
     d.wait_for_log(
         SOON,
         &format!(
-            "Puppet Server's listener moved: {old} refuses and {} names {moved}; probing {moved} from now on",
+            "Puppet Server's listener moved: the old one refuses and webserver.conf names the new one; probing the new one from now on file={} from={old} to={moved}",
             web.display()
         ),
     );
@@ -348,7 +351,7 @@ fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
         "DOWN - Puppet Server reports `stopping X-Injected: 1`, not `running`\n"
     );
     assert!(!a.raw.contains("\r\nX-Injected"), "{a:?}");
-    d.wait_for_log(SOON, "verdict DOWN");
+    d.wait_for_log(SOON, "verdict changed verdict=DOWN ");
     assert_eq!(
         d.logged("X-Injected"),
         1,
@@ -356,7 +359,9 @@ fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
         d.log.lock().unwrap()
     );
     assert_eq!(
-        d.logged("verdict DOWN: Puppet Server reports `stopping X-Injected: 1`"),
+        d.logged(
+            r#"verdict changed verdict=DOWN reason="Puppet Server reports `stopping X-Injected: 1`"#
+        ),
         1
     );
 }
@@ -503,7 +508,10 @@ async fn status_reads_a_bounded_answer() {
 fn allow_closes_other_sources_before_reading_a_byte() {
     let s = Setup::new(Behavior::Running);
     let d = s.daemon(&["--allow", "127.0.0.2/32", "--allow", "10.0.0.0/8"]);
-    d.wait_for_log(SOON, "accepting polls only from 127.0.0.2/32, 10.0.0.0/8");
+    d.wait_for_log(
+        SOON,
+        "accepting polls only from these networks allow=127.0.0.2/32,10.0.0.0/8",
+    );
     let poll = |source: &str| {
         let mut stream = connect_from(source, d.addr, SOON).unwrap();
         let _ = stream.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n");
@@ -519,7 +527,10 @@ fn allow_closes_other_sources_before_reading_a_byte() {
     for _ in 0..50 {
         assert_eq!(poll("127.0.0.1"), "", "no answer outside --allow");
     }
-    d.wait_for_log(SOON, "from outside --allow (the latest from 127.0.0.1)");
+    d.wait_for_log(
+        SOON,
+        "from outside --allow in the last 10s count=1 peer=127.0.0.1",
+    );
     assert!(
         d.logged("outside --allow") <= 2,
         "said a few times, not 50: {:?}",
@@ -712,7 +723,10 @@ fn an_allow_without_loopback_is_warned_of_and_named_when_it_refuses() {
         "{with_loopback:?}"
     );
     let d = s.daemon(&["--allow", "192.0.2.10/32"]);
-    d.wait_for_log(SOON, "accepting polls only from 192.0.2.10/32");
+    d.wait_for_log(
+        SOON,
+        "accepting polls only from these networks allow=192.0.2.10/32",
+    );
     let url = format!("http://{}/", d.addr);
     let status = |env_file: &str| {
         let out = (pmcheck().env("PMCHECK_ENV_FILE", env_file))

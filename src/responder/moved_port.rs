@@ -55,17 +55,23 @@ pub async fn follow(
         let now = match read.await {
             Ok(Some(Some(now))) => now,
             Ok(Some(None)) => {
-                say(
-                    &mut said,
-                    format!("{file} names no ssl-port; pmcheck keeps probing {probed}"),
-                );
+                if fresh(&mut said, format!("no port {file} {probed}")) {
+                    tracing::warn!(
+                        file = %file,
+                        probing = %probed,
+                        "Puppet Server's webserver.conf names no ssl-port; pmcheck keeps probing"
+                    );
+                }
                 continue;
             }
             _ => {
-                say(
-                    &mut said,
-                    format!("cannot read {file}; pmcheck keeps probing {probed}"),
-                );
+                if fresh(&mut said, format!("unread {file} {probed}")) {
+                    tracing::warn!(
+                        file = %file,
+                        probing = %probed,
+                        "cannot read Puppet Server's webserver.conf; pmcheck keeps probing"
+                    );
+                }
                 continue;
             }
         };
@@ -78,23 +84,24 @@ pub async fn follow(
                 file = %file,
                 from = %probed,
                 to = %now,
-                "Puppet Server's listener moved: {probed} refuses and {file} names {now}; probing {now} from now on"
+                "Puppet Server's listener moved: the old one refuses and webserver.conf names the new one; probing the new one from now on"
             );
-        } else {
-            say(
-                &mut said,
-                format!(
-                    "{file} now names {now}; pmcheck probes {probed}, which still answers, and moves to {now} at the first probe {probed} refuses (the restart of Puppet Server that applies the file)"
-                ),
+        } else if fresh(&mut said, format!("names {file} {probed} {now}")) {
+            tracing::warn!(
+                file = %file,
+                from = %probed,
+                to = %now,
+                "webserver.conf names another listener; pmcheck probes the old one, which still answers, and moves to the new one at the first probe the old one refuses (the restart of Puppet Server that applies the file)"
             );
         }
     }
 }
 
-/// Logs `line` unless it was the last said.
-fn say(said: &mut String, line: String) {
-    if *said != line {
-        tracing::warn!("{line}");
-        *said = line;
+/// Whether `what` is news: not the last said, which it becomes.
+fn fresh(said: &mut String, what: String) -> bool {
+    if *said == what {
+        return false;
     }
+    *said = what;
+    true
 }
