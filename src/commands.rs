@@ -226,12 +226,10 @@ fn serve(given: &Given) -> Result<Exit, Error> {
         .filter_map(|(name, _)| name.into_string().ok())
         .collect();
     for (name, meant) in crate::provenance::unread_names(environment.iter().map(String::as_str)) {
-        tracing::warn!(
-            variable = name,
-            "{}",
-            crate::provenance::unread_name_said(name, meant.as_deref(), |n| std::env::var_os(n)
-                .is_some())
-        );
+        let said = crate::provenance::unread_name_said(name, meant.as_deref(), |n| {
+            std::env::var_os(n).is_some()
+        });
+        tracing::warn!(variable = name, warning = %said, "a variable no option reads");
     }
     let Some(daemon) = &settings.daemon else {
         unreachable!("`serve` takes the daemon's options, so its settings have them");
@@ -244,11 +242,12 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     );
     if let Some(e) = unusable {
         tracing::error!(
-            "{e}. pmcheck answers the load balancers as always, but no poll proves itself: `drain` and `cycle` refuse (exit 77) unless --force, the waits go by HAProxy's timing, and `pmcheck status` says so. Fix the file, then `systemctl reload pmcheck` (`pmcheck config --check` tells first)"
+            error = %e,
+            "the load balancer key file is unusable: pmcheck answers the load balancers as always, but no poll proves itself: `drain` and `cycle` refuse (exit 77) unless --force, the waits go by HAProxy's timing, and `pmcheck status` says so. Fix the file, then `systemctl reload pmcheck` (`pmcheck config --check` tells first)"
         );
     }
     for warning in proof.warnings() {
-        tracing::warn!("{warning}");
+        tracing::warn!(%warning, "a load balancer key is bound too widely");
     }
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {

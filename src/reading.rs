@@ -54,8 +54,7 @@ where
             () = tokio::time::sleep(DEADLINE), if !said => {
                 tracing::warn!(
                     deadline_s = DEADLINE.as_secs(),
-                    "a file read is taking longer than {}s (a hung file system?); the previous reading stays shown",
-                    DEADLINE.as_secs()
+                    "a file read is taking too long (a hung file system?); the previous reading stays shown"
                 );
                 said = true;
             }

@@ -35,8 +35,7 @@ pub fn listeners() -> Result<Option<Vec<std::net::TcpListener>>, SystemdError> {
     }
     tracing::info!(
         sockets = listeners.len(),
-        "using {} listening socket(s) from systemd",
-        listeners.len()
+        "using listening sockets from systemd"
     );
     Ok(Some(listeners))
 }
@@ -72,8 +71,9 @@ impl Notifier {
             }),
             Err(e) => {
                 tracing::warn!(
-                    "NOTIFY_SOCKET={}: {e}; not notifying systemd",
-                    path.to_string_lossy()
+                    notify_socket = %path.to_string_lossy(),
+                    error = %e,
+                    "cannot use NOTIFY_SOCKET; not notifying systemd"
                 );
                 None
             }
@@ -82,7 +82,7 @@ impl Notifier {
 
     pub fn notify(&self, state: &str) {
         if let Err(e) = self.socket.send_to_addr(state.as_bytes(), &self.addr) {
-            tracing::warn!(error = %e, "cannot notify systemd ({state}): {e}");
+            tracing::warn!(state, error = %e, "cannot notify systemd");
         }
     }
 }

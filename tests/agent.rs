@@ -217,7 +217,10 @@ fn the_allow_list_guards_the_agent_port_too() {
     // Closed (or reset) without a word.
     let _ = stream.read_to_end(&mut line);
     assert_eq!(String::from_utf8_lossy(&line), "");
-    d.wait_for_log(SOON, "refused 1 connection(s)");
+    d.wait_for_log(
+        SOON,
+        "refused connections from outside --allow in the last 10s count=1 ",
+    );
 }
 
 /// One line per change of the verdict: not per compile, and not per busy spell of a small pool
@@ -241,13 +244,21 @@ fn the_log_follows_the_verdict_not_every_compile_or_busy_spell() {
         });
     }
     d.wait_probes(3, SOON);
-    assert_eq!(d.logged("verdict OK"), 1, "{:?}", d.log.lock().unwrap());
+    assert_eq!(
+        d.logged("verdict changed verdict=OK "),
+        1,
+        "{:?}",
+        d.log.lock().unwrap()
+    );
     // A new verdict is said, and OK again after it.
     s.stub.set(Behavior::Reply(503, "error", "text/plain"));
-    d.wait_for_log(SOON, "verdict DOWN: Puppet Server reports `error`");
+    d.wait_for_log(
+        SOON,
+        r#"verdict changed verdict=DOWN reason="Puppet Server reports `error`"#,
+    );
     s.stub.set(Behavior::Pool(pool(4, 4, 0, 0, ":not-in-use")));
     let deadline = std::time::Instant::now() + SOON;
-    while d.logged("verdict OK") < 2 {
+    while d.logged("verdict changed verdict=OK ") < 2 {
         assert!(
             std::time::Instant::now() < deadline,
             "{:?}",

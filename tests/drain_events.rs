@@ -90,9 +90,9 @@ fn every_action_appends_one_event_and_the_daemon_counts_them() {
         assert!(Instant::now() < deadline, "{metrics}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    d.wait_for_log(SOON, "drain event: ");
-    // The text line says it in words (the fields are the journal's: tests/systemd.rs).
-    assert!(d.logged(" cycle_drain by ") >= 1);
+    d.wait_for_log(SOON, "drain event action=");
+    // The text line carries the journal's fields (tests/systemd.rs) as `key=value`.
+    assert!(d.logged("drain event action=cycle_drain who=") >= 1);
 
     let out = s.pmcheck("status", &["--history", "3"]);
     let shown = text(&out.stdout);

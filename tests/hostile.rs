@@ -163,7 +163,7 @@ fn sighup_reloads_and_usr1_usr2_do_no_harm() {
     signal(&d, "HUP");
     d.wait_for_log(
         SOON,
-        "SIGHUP: re-reading the certificates, the drain record and the key file",
+        "re-reading the certificates, the drain record and the key file signal=HUP",
     );
     d.wait_for_log(SOON, "re-read the drain record");
     let deadline = Instant::now() + SOON;
@@ -177,7 +177,10 @@ fn sighup_reloads_and_usr1_usr2_do_no_harm() {
     }
     signal(&d, "USR1");
     signal(&d, "USR2");
-    d.wait_for_log(SOON, "SIGUSR2 ignored");
+    d.wait_for_log(
+        SOON,
+        "signal ignored (SIGHUP re-reads the files, SIGTERM stops) signal=USR2",
+    );
     assert!(d.child().try_wait().unwrap().is_none(), "still running");
     assert_eq!(d.wait_for(SOON, "OK", is("OK")).status, 200);
     signal(&d, "TERM");
@@ -204,17 +207,18 @@ fn a_listener_moved_in_webserver_conf_is_followed_once_the_old_one_refuses() {
     let mut d = Daemon::start(&args);
     // OK proves the probe found the stub through webserver.conf.
     d.wait_for(SOON, "OK", is("OK"));
+    let old = s.stub.addr;
     let moved = closed_port();
     // Written as editors write: a new file renamed over the old. No reload.
     let edited = confd.path().join("webserver.conf.new");
     std::fs::write(&edited, conf(moved.port())).unwrap();
     std::fs::rename(&edited, &web).unwrap();
-    d.wait_for_log(SOON, "webserver.conf names another listener");
-    assert_eq!(
-        d.logged("webserver.conf names another listener"),
-        1,
-        "said once"
+    let named = format!(
+        "webserver.conf names another listener; pmcheck probes the old one, which still answers, and moves to the new one at the first probe the old one refuses (the restart of Puppet Server that applies the file) file={} from={old} to={moved}",
+        web.display(),
     );
+    d.wait_for_log(SOON, &named);
+    assert_eq!(d.logged(&named), 1, "said once");
     assert_eq!(
         d.wait_for(SOON, "OK", is("OK")).status,
         200,
@@ -227,7 +231,13 @@ fn a_listener_moved_in_webserver_conf_is_followed_once_the_old_one_refuses() {
     d.wait_for(SOON, "DRAINED by the stop", is("DRAINED"));
     let placeholder = Stub::start(&s.ca, &[CERTNAME], Behavior::Hang);
     drop(std::mem::replace(&mut s.stub, placeholder));
-    d.wait_for_log(SOON, "Puppet Server's listener moved");
+    d.wait_for_log(
+        SOON,
+        &format!(
+            "Puppet Server's listener moved: the old one refuses and webserver.conf names the new one; probing the new one from now on file={} from={old} to={moved}",
+            web.display()
+        ),
+    );
     let back = Stub::start_on(moved, &s.ca, &s.ca, &[CERTNAME], Behavior::Running);
     let now = std::time::UNIX_EPOCH.elapsed().unwrap().as_millis();
     (back.seen.jvm_start).store(now.try_into().unwrap(), std::sync::atomic::Ordering::SeqCst);
@@ -270,7 +280,10 @@ fn a_certname_changed_in_puppet_conf_is_said_with_the_restart_that_takes_it() {
     d.wait_for(SOON, "OK", is("OK"));
     let said = "Puppet's files now set this otherwise";
     write("puppet02.example.test");
-    d.wait_for_log(SOON, said);
+    d.wait_for_log(
+        SOON,
+        &format!("{said}; pmcheck takes it up at its next start: systemctl restart pmcheck setting=certname running={CERTNAME} now=puppet02.example.test"),
+    );
     // Written again the same: nothing new to say. Back as it runs: quiet, and a new change
     // after that is said again.
     write("puppet02.example.test");
@@ -387,7 +400,7 @@ fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
         "DOWN - Puppet Server reports `stopping X-Injected: 1`, not `running`\n"
     );
     assert!(!a.raw.contains("\r\nX-Injected"), "{a:?}");
-    d.wait_for_log(SOON, "verdict DOWN");
+    d.wait_for_log(SOON, "verdict changed verdict=DOWN ");
     assert_eq!(
         d.logged("X-Injected"),
         1,
@@ -395,7 +408,9 @@ fn line_breaks_from_puppet_server_stay_out_of_answers_and_logs() {
         d.log.lock().unwrap()
     );
     assert_eq!(
-        d.logged("verdict DOWN: Puppet Server reports `stopping X-Injected: 1`"),
+        d.logged(
+            r#"verdict changed verdict=DOWN reason="Puppet Server reports `stopping X-Injected: 1`"#
+        ),
         1
     );
 }
@@ -542,7 +557,10 @@ async fn status_reads_a_bounded_answer() {
 fn allow_closes_other_sources_before_reading_a_byte() {
     let s = Setup::new(Behavior::Running);
     let d = s.daemon(&["--allow", "127.0.0.2/32", "--allow", "10.0.0.0/8"]);
-    d.wait_for_log(SOON, "accepting polls only from 127.0.0.2/32, 10.0.0.0/8");
+    d.wait_for_log(
+        SOON,
+        "accepting polls only from these networks allow=127.0.0.2/32,10.0.0.0/8",
+    );
     let poll = |source: &str| {
         let mut stream = connect_from(source, d.addr, SOON).unwrap();
         let _ = stream.write_all(b"OPTIONS / HTTP/1.0\r\n\r\n");
@@ -558,7 +576,10 @@ fn allow_closes_other_sources_before_reading_a_byte() {
     for _ in 0..50 {
         assert_eq!(poll("127.0.0.1"), "", "no answer outside --allow");
     }
-    d.wait_for_log(SOON, "from outside --allow (the latest from 127.0.0.1)");
+    d.wait_for_log(
+        SOON,
+        "from outside --allow in the last 10s count=1 peer=127.0.0.1",
+    );
     assert!(
         d.logged("outside --allow") <= 2,
         "said a few times, not 50: {:?}",
@@ -751,7 +772,10 @@ fn an_allow_without_loopback_is_warned_of_and_named_when_it_refuses() {
         "{with_loopback:?}"
     );
     let d = s.daemon(&["--allow", "192.0.2.10/32"]);
-    d.wait_for_log(SOON, "accepting polls only from 192.0.2.10/32");
+    d.wait_for_log(
+        SOON,
+        "accepting polls only from these networks allow=192.0.2.10/32",
+    );
     let url = format!("http://{}/", d.addr);
     let status = |env_file: &str| {
         let out = (pmcheck().env("PMCHECK_ENV_FILE", env_file))

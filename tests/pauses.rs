@@ -302,7 +302,7 @@ fn a_puppet_enterprise_code_deploy_lock_is_a_pause() {
     );
     d.wait_for_log(
         SOON,
-        "using /status/v1/services/pe-jruby-metrics from now on",
+        "using the next from now on path=/status/v1/services/jruby-metrics next=/status/v1/services/pe-jruby-metrics",
     );
     s.stub
         .set(Behavior::EnterprisePool(pool(4, 4, 0, 0, ":acquired")));

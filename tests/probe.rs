@@ -256,7 +256,10 @@ fn a_fallback_does_not_outlive_the_server_that_needed_it() {
     d.wait_for(SOON, "the pool again", |a| {
         a.body == "OK - Puppet Server is running, 1 of 1 JRubies free\n"
     });
-    d.wait_for_log(SOON, "trying /status/v1/services/jruby-metrics again");
+    d.wait_for_log(
+        SOON,
+        "trying the configured status path again once it is back path=/status/v1/services/jruby-metrics",
+    );
 }
 
 #[test]
@@ -273,10 +276,10 @@ fn connection_refused_is_down_and_named() {
         &format!("connection to {addr} refused"),
         "{answer:?}"
     );
-    d.wait_for_log(SOON, "verdict DOWN");
+    d.wait_for_log(SOON, "verdict changed verdict=DOWN ");
     d.wait_probes(3, SOON);
     assert_eq!(
-        d.logged("verdict DOWN"),
+        d.logged("verdict changed verdict=DOWN "),
         1,
         "logged once per change, not per probe"
     );

@@ -260,10 +260,10 @@ fn drain_and_undrain_are_seen_by_the_running_daemon() {
         !a.body.starts_with("STARTING")
     });
     assert!(a.body.starts_with("DRAINED - kept"), "{a:?}");
-    d.wait_for_log(SOON, "verdict DRAINED");
+    d.wait_for_log(SOON, "verdict changed verdict=DRAINED ");
     d.wait_probes(3, SOON);
     assert_eq!(
-        d.logged("verdict "),
+        d.logged("verdict changed "),
         1,
         "one line per change: {:?}",
         d.log.lock().unwrap()
@@ -514,7 +514,11 @@ fn a_first_probe_that_times_out_is_made_again_before_any_answer() {
     }
     assert!(said.iter().all(|w| w == "STARTING"), "{said:?}");
     d.wait_for_log(SOON, "the first probe timed out");
-    assert_eq!(d.logged("verdict DOWN"), 0, "no DOWN was logged");
+    assert_eq!(
+        d.logged("verdict changed verdict=DOWN "),
+        0,
+        "no DOWN was logged"
+    );
     // Nothing came back, so nothing ramps: the first OK asks for the whole weight.
     let (line, _) = agent_line(d.agent_addr(), None);
     assert!(line.starts_with("up ready 100%"), "{line}");
@@ -549,18 +553,12 @@ fn a_restarted_daemon_resumes_the_slow_start_under_way() {
     drop(d);
     let again = s.daemon(&args);
     again.wait_for(SOON, "OK", is("OK"));
-    again.wait_for_log(SOON, "resuming the slow start a previous pmcheck began ");
+    let said = " resuming the slow start a previous pmcheck began ";
+    again.wait_for_log(SOON, said);
     // As people write a duration (`0.3s`), not humantime's `312ms 580us 205ns`.
     let log = again.log.lock().unwrap();
-    let line = log
-        .iter()
-        .find(|l| l.contains("previous pmcheck began "))
-        .unwrap();
-    let ago = line
-        .split("began ")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .unwrap();
+    let line = log.iter().find(|l| l.contains(said)).unwrap();
+    let ago = logged_field(line, said, "began_ago").unwrap();
     let tenths = ago.strip_suffix('s').and_then(|n| n.split_once('.'));
     assert!(tenths.is_some_and(|(_, t)| t.len() == 1), "{line}");
     drop(log);

@@ -66,13 +66,13 @@ fn serve_takes_its_listening_socket_from_systemd() {
         daemon.log.lock().unwrap()
     );
     assert_eq!(
-        daemon.logged("using 1 listening socket(s) from systemd"),
+        daemon.logged("using listening sockets from systemd sockets=1"),
         1,
         "{:?}",
         daemon.log.lock().unwrap()
     );
     assert_eq!(
-        daemon.logged("listening on"),
+        daemon.logged(" listening address="),
         1,
         "only the inherited socket"
     );
@@ -187,7 +187,7 @@ fn a_wedged_prober_stops_the_watchdogs_pings() {
         assert!(late <= 1, "pings went on after the daemon said it stopped");
     }
     assert_eq!(
-        daemon.logged("not pinging systemd's watchdog: the prober has made no probe for"),
+        daemon.logged(r#"not pinging systemd's watchdog: systemd restarts pmcheck once that long passes without a ping (WatchdogSec) why="the prober has made no probe for"#),
         1,
         "{:?}",
         daemon.log.lock().unwrap()
@@ -347,10 +347,12 @@ fn under_systemd_every_line_is_a_journal_entry_with_its_fields() {
     let ok = daemon.entry("VERDICT=OK", |e| e.get("VERDICT") == Some("OK"));
     let running = "Puppet Server is running, 1 of 1 JRubies free";
     assert_eq!(ok.get("SYSLOG_IDENTIFIER"), Some("pmcheck"), "{ok:?}");
+    // The message people read (`journalctl -u pmcheck`) carries the fields too, as stderr does.
     assert_eq!(
         ok.get("MESSAGE"),
-        Some(format!("verdict OK: {running}").as_str())
+        Some(format!(r#"verdict changed verdict=OK reason="{running}" weight=100"#).as_str())
     );
+    assert_eq!(ok.get("PRIORITY"), Some("6"), "info: {ok:?}");
     assert_eq!(ok.get("REASON"), Some(running));
     assert_eq!(ok.get("WEIGHT"), Some("100"));
     let out = s.pmcheck("drain", &["--reason", "kernel 6.1"]);
@@ -361,7 +363,7 @@ fn under_systemd_every_line_is_a_journal_entry_with_its_fields() {
     assert_eq!(event.get("UNTIL"), None, "no --for, no UNTIL: {event:?}");
     let drained = daemon.entry("VERDICT=DRAINED", |e| e.get("VERDICT") == Some("DRAINED"));
     // Who and why, apart from Puppet Server's words; no weight, as the agent line sends none.
-    // (tracing-journald writes INFO as 5, notice; WARN as 4.)
+    // (INFO is syslog's 6, info; WARN 4, warning.)
     assert!(
         (drained.get("DRAIN")).is_some_and(|d| d.contains("kernel 6.1")),
         "{drained:?}"
@@ -369,7 +371,7 @@ fn under_systemd_every_line_is_a_journal_entry_with_its_fields() {
     assert_eq!(drained.get("WEIGHT"), None, "{drained:?}");
     assert_eq!(
         drained.get("PRIORITY"),
-        Some("5"),
+        Some("6"),
         "info, not a warning: {drained:?}"
     );
     let reply = request(addr, "GET / HTTP/1.0\r\n\r\n");

@@ -102,9 +102,7 @@ impl Audit {
                     tracing::warn!(
                         lines = news.unreadable,
                         drain_log = %DrainLog::new(self.file.dir()).path().display(),
-                        "{} line(s) of {} are not drain events (written by hand, or damaged); left out",
-                        news.unreadable,
-                        DrainLog::new(self.file.dir()).path().display()
+                        "lines of the drain event log are not drain events (written by hand, or damaged); left out"
                     );
                 }
                 for event in news.events {
@@ -118,8 +116,7 @@ impl Audit {
                     tracing::warn!(
                         drain_log = %DrainLog::new(self.file.dir()).path().display(),
                         error = %said,
-                        "cannot read the drain event log {}: {said}; drain events are not counted meanwhile",
-                        DrainLog::new(self.file.dir()).path().display()
+                        "cannot read the drain event log; drain events are not counted meanwhile"
                     );
                     self.failing = Some(said);
                 }
@@ -151,11 +148,11 @@ impl Audit {
             match self.file.lock().map(|locked| locked.log(&[event])) {
                 Ok(lost) => {
                     for e in lost {
-                        tracing::warn!("{e}");
+                        tracing::warn!(error = %e, "logging the end of a --for drain");
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "the end of a --for drain was not logged: {e}")
+                    tracing::warn!(error = %e, "the end of a --for drain was not logged")
                 }
             }
             self.expired.insert(key);
@@ -185,8 +182,7 @@ impl Audit {
             until = event.until.as_ref().map(Stamp::as_str),
             holder = event.holder.as_deref(),
             event_time = %event.at,
-            "drain event: {}",
-            event.describe()
+            "drain event"
         );
     }
 }

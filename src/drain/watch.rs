@@ -137,7 +137,7 @@ fn forward_events(inotify: Inotify, changes: Arc<watch::Sender<u64>>, watching: 
         // Nothing hears the events: the watcher looks every quarter second, and the next look
         // tries again.
         unheard.store(false, Ordering::Release);
-        tracing::debug!("no thread for the state directory's events; looking every {EVERY:?}");
+        tracing::debug!(every = ?EVERY, "no thread for the state directory's events; looking at intervals");
     }
 }
 
@@ -253,9 +253,7 @@ pub async fn run(
                     tracing::info!(
                         drain_file = %watcher.file().path().display(),
                         drain = %summary(&state),
-                        "re-read the drain record {}: {}",
-                        watcher.file().path().display(),
-                        summary(&state)
+                        "re-read the drain record"
                     );
                 }
                 let state = state.at(now).unwrap_or(state);

@@ -130,10 +130,7 @@ impl PuppetClient {
             hostcert = %identity.hostcert.display(),
             hostprivkey = %identity.hostprivkey.display(),
             localcacert = %identity.localcacert.display(),
-            "loaded the TLS identity: hostcert {}, hostprivkey {}, localcacert {}",
-            identity.hostcert.display(),
-            identity.hostprivkey.display(),
-            identity.localcacert.display()
+            "loaded the TLS identity"
         );
         *built = Some((stamps, addr, client.clone()));
         Ok(client)

@@ -383,7 +383,7 @@ impl Files {
     pub fn read_logged(&self) -> Expiries {
         let now = self.read();
         for why in &now.unreadable {
-            tracing::debug!("certificate dates: {why}");
+            tracing::debug!(%why, "cannot read certificate dates");
         }
         now
     }

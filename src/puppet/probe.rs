@@ -210,8 +210,7 @@ impl Prober {
                     tracing::info!(
                         path = %self.path,
                         next = %next,
-                        "Puppet Server has no {}; using {next} from now on",
-                        self.path
+                        "Puppet Server has no such status path; using the next from now on"
                     );
                     self.path = next.to_owned();
                 }
@@ -264,8 +263,7 @@ impl Prober {
                     if self.path != self.target.status_path {
                         tracing::info!(
                             path = %self.target.status_path,
-                            "Puppet Server is not listening; trying {} again once it is back",
-                            self.target.status_path
+                            "Puppet Server is not listening; trying the configured status path again once it is back"
                         );
                         self.reload_path();
                     }
@@ -383,8 +381,8 @@ pub async fn run(
         // an agent line that changes nothing; no DOWN is logged and no ramp follows.
         if std::mem::take(&mut first) && report.timed_out() {
             tracing::info!(
-                "the first probe timed out ({}): probing again before answering",
-                report.detail()
+                detail = %report.detail(),
+                "the first probe timed out: probing again before answering"
             );
             continue;
         }

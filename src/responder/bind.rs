@@ -59,8 +59,9 @@ pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenEr
             Ok(listener) => Ok(vec![listener]),
             Err(e) if no_ipv6(&e.source) => {
                 tracing::warn!(
-                    "no IPv6 on this host ({}); listening on {DEFAULT_LISTEN_V4} only",
-                    e.source
+                    error = %e.source,
+                    address = %DEFAULT_LISTEN_V4,
+                    "no IPv6 on this host; listening on IPv4 only"
                 );
                 Ok(vec![bind_one(DEFAULT_LISTEN_V4, FLAG)?])
             }
@@ -86,8 +87,10 @@ pub fn bind_each(
             {
                 let v4 = SocketAddr::new(DEFAULT_LISTEN_V4.ip(), addr.port());
                 tracing::warn!(
-                    "no IPv6 on this host ({}); listening on {v4} instead of {addr}",
-                    e.source
+                    error = %e.source,
+                    address = %v4,
+                    instead_of = %addr,
+                    "no IPv6 on this host; listening on IPv4 instead"
                 );
                 bind_one(v4, flag)
             }

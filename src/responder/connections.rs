@@ -39,13 +39,14 @@ impl Limits {
             Ok((soft, hard))
                 if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() =>
             {
-                tracing::debug!("raised the descriptor limit from {soft} to {hard}");
+                tracing::debug!(from = soft, to = hard, "raised the descriptor limit");
                 hard
             }
             Ok((soft, _)) => soft,
             Err(e) => {
                 tracing::warn!(
-                    "cannot read the descriptor limit ({e}); keeping --max-connections as given"
+                    error = %e,
+                    "cannot read the descriptor limit; keeping --max-connections as given"
                 );
                 return self;
             }
@@ -59,8 +60,10 @@ impl Limits {
             return self;
         }
         tracing::warn!(
-            "--max-connections {} does not fit the descriptor limit {soft}; using {room} (raise LimitNOFILE= in the unit)",
-            self.total
+            max_connections = self.total,
+            descriptor_limit = soft,
+            using = room,
+            "--max-connections does not fit the descriptor limit (raise LimitNOFILE= in the unit)"
         );
         Self {
             total: room,
@@ -442,14 +445,12 @@ impl Table {
                 count,
                 peer = %victim,
                 held,
-                "connection limit reached ({} in all, {} per source, {} kept for proven load \
-                 balancers): closed {count} connection(s) in the last {}s that sent no request, \
-                 did not read their answers or came from the address holding the most, the \
-                 latest from {victim}, which held {held}",
-                limits.total,
-                limits.per_source,
-                reserved(limits.total),
-                LOG_EVERY.as_secs()
+                total = limits.total,
+                per_source = limits.per_source,
+                reserved = reserved(limits.total),
+                every_s = LOG_EVERY.as_secs(),
+                "connection limit reached: closed connections that sent no request, did not read \
+                 their answers or came from the address holding the most"
             );
         }
     }
@@ -463,13 +464,11 @@ impl Table {
                 count,
                 peer = %source,
                 held,
-                "connection limit reached ({} in all, {} kept for proven load balancers): \
-                 closed {count} new connection(s) in the last {}s at once, the latest from \
-                 {source}, which held {held}: the others asked, or belong to proven load \
-                 balancers",
-                limits.total,
-                reserved(limits.total),
-                LOG_EVERY.as_secs()
+                total = limits.total,
+                reserved = reserved(limits.total),
+                every_s = LOG_EVERY.as_secs(),
+                "connection limit reached: closed new connections at once (the others asked, or \
+                 belong to proven load balancers)"
             );
         }
     }

@@ -155,8 +155,8 @@ pub fn watchdog(
                 Some(why) if !silent => {
                     tracing::error!(
                         %why,
-                        "not pinging systemd's watchdog: {why}; systemd restarts pmcheck once {} pass without a ping (WatchdogSec)",
-                        crate::settings::duration::format_duration(limit)
+                        watchdog = %crate::settings::duration::format_duration(limit),
+                        "not pinging systemd's watchdog: systemd restarts pmcheck once that long passes without a ping (WatchdogSec)"
                     );
                     silent = true;
                 }

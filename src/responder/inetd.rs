@@ -117,7 +117,7 @@ pub async fn answer_one(
         Ok(Ok(())) => Ok(()),
         // HAProxy resets the connection once it has the status line: routine.
         Ok(Err(e)) if answered.load(Ordering::Relaxed) => {
-            tracing::debug!("after the answer: {e}");
+            tracing::debug!(error = %e, "the connection failed after the answer");
             Ok(())
         }
         Ok(Err(e)) => Err(io::Error::other(e)),

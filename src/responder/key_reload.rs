@@ -40,17 +40,19 @@ fn reread(node: &Node, key_file: Option<PathBuf>, addresses: Vec<IpNet>) {
     let Some(path) = key_file else { return };
     let path = path.display();
     match problem {
-        None => tracing::info!(file = %path, "re-read the load balancer key file {path}"),
+        None => tracing::info!(file = %path, "re-read the load balancer key file"),
         Some(e) if kept => tracing::error!(
             file = %path,
-            "{e}. The keys read before still prove the load balancers' checks: fix the file, then `systemctl reload pmcheck` (`pmcheck config --check` tells first)"
+            error = %e,
+            "the load balancer key file is unusable; the keys read before still prove the load balancers' checks: fix the file, then `systemctl reload pmcheck` (`pmcheck config --check` tells first)"
         ),
         Some(e) => tracing::error!(
             file = %path,
-            "{e}. No poll proves itself: fix the file, then `systemctl reload pmcheck` (`pmcheck config --check` tells first)"
+            error = %e,
+            "the load balancer key file is unusable; no poll proves itself: fix the file, then `systemctl reload pmcheck` (`pmcheck config --check` tells first)"
         ),
     }
     for warning in warnings {
-        tracing::warn!("{warning}");
+        tracing::warn!(file = %path, %warning, "a load balancer key is bound too widely");
     }
 }

@@ -118,7 +118,7 @@ impl Listener {
                     Ok(accepted) => accepted,
                     Err(e) => {
                         if let Some(n) = Guard::note(&self.guard.failed) {
-                            tracing::warn!(count = n, error = %e, "accept failed {n} time(s) in the last 10s: {e}");
+                            tracing::warn!(count = n, error = %e, "accept failed in the last 10s");
                         }
                         // Out of descriptors: shed connections are closing, give them a moment
                         // (not the 50 ms of other errors: a load balancer's check is waiting).
@@ -140,7 +140,7 @@ impl Listener {
                     tracing::warn!(
                         count = n,
                         peer = %peer,
-                        "refused {n} connection(s) in the last 10s from outside --allow (the latest from {peer})"
+                        "refused connections from outside --allow in the last 10s"
                     );
                 }
                 continue;
@@ -234,7 +234,7 @@ impl Connection {
 /// HAProxy closes checks with a RST: routine, not worth more than debug.
 fn log_end(peer: IpAddr, result: Result<(), hyper::Error>) {
     if let Err(e) = result {
-        tracing::debug!(peer = %peer, error = %e, "poll from {peer}: {e}");
+        tracing::debug!(peer = %peer, error = %e, "a poll's connection ended in an error");
     }
 }
 

@@ -304,14 +304,15 @@ impl Node {
         }
         let (address, via) = (poll.address, poll.via);
         if let Some(lack) = self.pollers.record(poll, now) {
-            let kind = match via {
-                Via::Http => "HTTP check",
-                Via::Agent => "agent check",
+            let via = match via {
+                Via::Http => "http",
+                Via::Agent => "agent",
             };
             tracing::warn!(
                 peer = %address,
-                "a load balancer's {kind} from {address} is {}: it proves nothing, so the waits go by HAProxy's timing and the last-server guard cannot use its word; send the key of the key file from there (`http-check send hdr X-Pmcheck-Key`, `agent-send`), and bind it to that address (said once per address and kind)",
-                lack.describe()
+                via,
+                problem = %lack.describe(),
+                "a load balancer's check proves nothing, so the waits go by HAProxy's timing and the last-server guard cannot use its word; send the key of the key file from there (`http-check send hdr X-Pmcheck-Key`, `agent-send`), and bind it to that address (said once per address and kind)"
             );
         }
     }

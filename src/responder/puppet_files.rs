@@ -123,12 +123,12 @@ fn listener(
         Some(Some(named)) => named,
         Some(None) => {
             return said.once("listener", "none".into(), || {
-                tracing::warn!(%file, %probed, "webserver.conf names no ssl-port; pmcheck keeps probing the listener it probes");
+                tracing::warn!(%file, probing = %probed, "Puppet Server's webserver.conf names no ssl-port; pmcheck keeps probing");
             });
         }
         None => {
             return said.once("listener", "unreadable".into(), || {
-                tracing::warn!(%file, %probed, "webserver.conf cannot be read; pmcheck keeps probing the listener it probes");
+                tracing::warn!(%file, probing = %probed, "cannot read Puppet Server's webserver.conf; pmcheck keeps probing");
             });
         }
     };
@@ -137,10 +137,10 @@ fn listener(
     } else if refused {
         moves.send_replace(named);
         said.clear("listener");
-        tracing::warn!(%file, from = %probed, to = %named, "Puppet Server's listener moved: the one probed refuses and webserver.conf names another; probing it from now on");
+        tracing::warn!(%file, from = %probed, to = %named, "Puppet Server's listener moved: the old one refuses and webserver.conf names the new one; probing the new one from now on");
     } else {
         said.once("listener", named.to_string(), || {
-            tracing::warn!(%file, %probed, named = %named, "webserver.conf names another listener; pmcheck probes the one that still answers, and moves at the first probe it refuses (the restart of Puppet Server that applies the file)");
+            tracing::warn!(%file, from = %probed, to = %named, "webserver.conf names another listener; pmcheck probes the old one, which still answers, and moves to the new one at the first probe the old one refuses (the restart of Puppet Server that applies the file)");
         });
     }
 }

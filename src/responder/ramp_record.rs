@@ -39,7 +39,7 @@ pub async fn keep(dir: PathBuf, began: Option<SystemTime>) {
             }),
         };
         if let Err(e) = result {
-            tracing::debug!(error = %e, "cannot keep the ramp in {}: {e}", path.display());
+            tracing::debug!(file = %path.display(), error = %e, "cannot keep the ramp");
         }
     });
     let _ = kept.await;

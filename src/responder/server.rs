@@ -28,7 +28,6 @@ use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
 use crate::responder::verdict_log::VerdictLog;
 use crate::responder::{key_reload, puppet_files, ramp_record};
-use crate::settings::duration::format_duration;
 use crate::settings::lb_proof::LbProof;
 use crate::settings::{Daemon, Settings};
 
@@ -96,11 +95,7 @@ pub async fn serve(
         interval_ms = interval.as_millis() as u64,
         timeout_ms = timeout.as_millis() as u64,
         drain_file = %drain_path,
-        "probing {} at {} every {} (timeout {}); drain record {drain_path}",
-        prober.endpoint(),
-        settings.puppet_addr.value,
-        format_duration(interval),
-        format_duration(timeout),
+        "probing Puppet Server"
     );
     let directory = watcher.directory();
     follow(&mut tasks, settings, &node, moves, &reload);
@@ -188,8 +183,7 @@ fn log_proof(daemon: &Daemon, proof: &LbProof) {
         }
         tracing::info!(
             lb_key_file = %file.display(),
-            "load balancers prove their polls with a key of {}",
-            file.display()
+            "load balancers prove their polls with a key"
         );
     } else if !daemon.lb_addresses.value.is_empty() {
         let nets: Vec<_> = (daemon.lb_addresses.value.iter())
@@ -197,8 +191,7 @@ fn log_proof(daemon: &Daemon, proof: &LbProof) {
             .collect();
         tracing::info!(
             lb_address = %nets.join(","),
-            "polls from {} count as a load balancer's (--lb-address; --lb-key-file is stronger)",
-            nets.join(", ")
+            "polls from these addresses count as a load balancer's (--lb-address; --lb-key-file is stronger)"
         );
     } else {
         tracing::warn!(
@@ -224,10 +217,8 @@ fn listen(
         let listener = TcpListener::from_std(listener)?;
         let address = listener.local_addr()?;
         match kind {
-            Via::Http => tracing::info!(%address, via = "http", "listening on {address}"),
-            Via::Agent => {
-                tracing::info!(%address, via = "agent", "answering HAProxy agent checks on {address}");
-            }
+            Via::Http => tracing::info!(%address, via = "http", "listening"),
+            Via::Agent => tracing::info!(%address, via = "agent", "answering HAProxy agent checks"),
         }
         let beat = Beat::new();
         beats.push((address.to_string(), Arc::clone(&beat)));
@@ -244,12 +235,12 @@ fn listen(
     }
     if !guard.allowed().is_empty() {
         let nets: Vec<_> = guard.allowed().iter().map(ToString::to_string).collect();
-        tracing::info!(allow = %nets.join(","), "accepting polls only from {}", nets.join(", "));
+        tracing::info!(allow = %nets.join(","), "accepting polls only from these networks");
     }
     tracing::debug!(
-        "at most {} connections, {} per source",
-        limits.total,
-        limits.per_source
+        total = limits.total,
+        per_source = limits.per_source,
+        "connection limits"
     );
     Ok(beats)
 }
@@ -304,18 +295,17 @@ fn prepare_state_dir(file: &DrainFile) {
     if !dir.exists() {
         match file.create_dir() {
             Ok(()) => {
-                tracing::info!(state_dir = %dir.display(), "created the state directory {}", dir.display())
+                tracing::info!(state_dir = %dir.display(), "created the state directory")
             }
             Err(e) => tracing::warn!(
                 state_dir = %dir.display(),
                 error = %e,
-                "cannot create the state directory {}: {e}; answering 503 until it exists",
-                dir.display()
+                "cannot create the state directory; answering 503 until it exists"
             ),
         }
     }
     if let Some(warning) = crate::settings::state_dir_warning(dir) {
-        tracing::warn!(state_dir = %dir.display(), "{warning}");
+        tracing::warn!(state_dir = %dir.display(), %warning, "an unsafe state directory");
     }
 }
 
@@ -336,8 +326,8 @@ async fn track_rejoin(
         Some(elapsed) => {
             tracing::info!(
                 began_ms_ago = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-                "resuming the slow start a previous pmcheck began {} ago",
-                crate::text::seconds(elapsed)
+                began_ago = %crate::text::seconds(elapsed),
+                "resuming the slow start a previous pmcheck began"
             );
             Tracker::resuming(over, elapsed, Instant::now())
         }

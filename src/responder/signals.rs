@@ -24,11 +24,11 @@ pub fn stop_requested(
                 _ = term.recv() => return,
                 _ = int.recv() => return,
                 _ = hup.recv() => {
-                    tracing::info!(signal = "HUP", "SIGHUP: re-reading the certificates, the drain record and the key file");
+                    tracing::info!(signal = "HUP", "re-reading the certificates, the drain record and the key file");
                     reload.send_replace(());
                 }
-                _ = usr1.recv() => tracing::info!(signal = "USR1", "SIGUSR1 ignored (SIGHUP re-reads the files, SIGTERM stops)"),
-                _ = usr2.recv() => tracing::info!(signal = "USR2", "SIGUSR2 ignored (SIGHUP re-reads the files, SIGTERM stops)"),
+                _ = usr1.recv() => tracing::info!(signal = "USR1", "signal ignored (SIGHUP re-reads the files, SIGTERM stops)"),
+                _ = usr2.recv() => tracing::info!(signal = "USR2", "signal ignored (SIGHUP re-reads the files, SIGTERM stops)"),
             }
         }
     })

@@ -96,10 +96,10 @@ impl VerdictLog {
             _ => None,
         };
         if matches!(decision.verdict, Verdict::Ok | Verdict::Drained) {
-            tracing::info!(verdict, %reason, weight, drain, "verdict {verdict}: {reason}");
+            tracing::info!(verdict, %reason, weight, drain, "verdict changed");
             Some(Loudness::Info)
         } else {
-            tracing::warn!(verdict, %reason, weight, "verdict {verdict}: {reason}");
+            tracing::warn!(verdict, %reason, weight, "verdict changed");
             Some(Loudness::Warn)
         }
     }

@@ -147,10 +147,8 @@ impl Daemon {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 // Logged before it is announced: whoever learns the address sees the line too.
-                let addr = line
-                    .split("listening on ")
-                    .nth(1)
-                    .map(|a| a.trim().parse::<SocketAddr>());
+                let addr =
+                    logged_field(&line, " listening ", "address").map(|a| a.parse::<SocketAddr>());
                 sink.lock().unwrap().push_back(line);
                 if let Some(addr) = addr {
                     let _ = tx.send(addr);
@@ -188,14 +186,14 @@ impl Daemon {
         )
     }
 
-    /// The agent-check address, from the daemon's "answering HAProxy agent checks on" line.
+    /// The agent-check address, from the daemon's "answering HAProxy agent checks" line.
     pub fn agent_addr(&self) -> SocketAddr {
-        const NEEDLE: &str = "answering HAProxy agent checks on ";
+        const NEEDLE: &str = " answering HAProxy agent checks ";
         self.wait_for_log(Duration::from_secs(10), NEEDLE);
         let log = self.log.lock().unwrap();
         log.iter()
-            .find_map(|l| l.split(NEEDLE).nth(1))
-            .and_then(|a| a.trim().parse().ok())
+            .find_map(|l| logged_field(l, NEEDLE, "address"))
+            .and_then(|a| a.parse().ok())
             .expect("an agent-check address")
     }
 
@@ -307,6 +305,13 @@ impl Daemon {
             .filter(|l| l.contains(needle))
             .count()
     }
+}
+
+/// The value of the field `key` of a log line whose message is `message` (with the spaces
+/// around it), as the daemon writes it: ` key=value`, the value bare (no space in it).
+pub fn logged_field<'l>(line: &'l str, message: &str, key: &str) -> Option<&'l str> {
+    let fields = line.split_once(message)?.1;
+    (fields.split(' ')).find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// The value of one series of a scrape (its name and labels exactly as written), if present.
