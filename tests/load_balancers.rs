@@ -674,38 +674,53 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
 }
 
 /// Issue 46 (what a new operator met): a person's `curl` loop slowed every drain, as an unkeyed
-/// HAProxy would. Issue 54 (part 4): where load balancers prove themselves with a key, a poller
-/// that names its client (HAProxy's checks name none) is a person's or a script's, and is not
-/// waited for; without a key file it cannot be told from a load balancer, is waited for, and
-/// the wait says what leaves it out (a key; `--allow` cannot leave out this host).
+/// HAProxy would. Issue 54 (part 4), decided by proof, not by the User-Agent a client claims:
+/// once every key of the key file proves a load balancer that checks, a poller that proves
+/// nothing is none of them and is not waited for; until then (a key not proving yet, or no
+/// key file) it cannot be told from a load balancer, is waited for, and the wait says what
+/// leaves it out (a key; `--allow` cannot leave out this host).
 #[test]
-fn a_curl_loop_slows_no_wait_where_load_balancers_have_a_key() {
-    let keyed = curl_loop_wait(&[], "20s");
-    let said = format!("{}{}", text(&keyed.stdout), text(&keyed.stderr));
-    assert_eq!(keyed.status.code(), Some(0), "{said}");
+fn a_curl_loop_slows_no_wait_once_every_key_proves_a_load_balancer() {
+    let proven = curl_loop_wait(&[], true, "20s");
+    let said = format!("{}{}", text(&proven.stdout), text(&proven.stderr));
+    assert_eq!(proven.status.code(), Some(0), "{said}");
+    assert_contains!(said, "127.0.0.67 (");
     assert_contains!(
         said,
-        "127.0.0.67 names itself curl and sends no key: a person's or a script's poller, not waited for"
+        "every key of the key file proves a load balancer that checks now, so a poller that proves nothing is none of them: not waited for"
     );
     // Waited for as long as 3 checks 2 s apart take; the wait gives up before.
-    let unkeyed = curl_loop_wait(&["--lb-address", "127.0.0.2/32"], "1s");
+    let keyed = curl_loop_wait(&[], false, "1s");
+    let stderr = text(&keyed.stderr);
+    assert_eq!(keyed.status.code(), Some(75), "{stderr}");
+    assert_contains!(
+        stderr,
+        "it names itself curl: a poller that proves nothing is waited for as a load balancer would be until every key of the key file proves a load balancer that checks (not yet: line(s) 2)"
+    );
+    let unkeyed = curl_loop_wait(&["--lb-address", "127.0.0.2/32"], false, "1s");
     let stderr = text(&unkeyed.stderr);
     assert_eq!(unkeyed.status.code(), Some(75), "{stderr}");
     assert_contains!(stderr, "127.0.0.67 (unverified");
     assert_contains!(
         stderr,
-        "it names itself curl: without a key file a person's or a script's poller is waited for as a load balancer would be; give the load balancers a key (--lb-key-file)"
+        "it names itself curl: a poller that proves nothing is waited for as a load balancer would be until every load balancer proves itself with a key (--lb-key-file)"
     );
 }
 
 /// `drain --wait` (3 checks 2 s apart, within `max_wait`) while a curl loop polls from
-/// 127.0.0.67, on a daemon started with `extra`.
-fn curl_loop_wait(extra: &[&str], max_wait: &str) -> std::process::Output {
+/// 127.0.0.67, on a daemon started with `extra`, and a load balancer with the kit's key beside
+/// it when `lb`.
+fn curl_loop_wait(extra: &[&str], lb: bool, max_wait: &str) -> std::process::Output {
     use std::io::{Read as _, Write as _};
     let s = Setup::new(Behavior::Running);
     let mut args = vec!["--agent-listen", "127.0.0.1:0", "--interval", "100ms"];
     args.extend(extra);
     let d = Daemon::start(&s.args(&args));
+    let _lb = lb.then(|| {
+        let lb = LoadBalancer::start(polling(&d, 300));
+        until_regular(&d);
+        lb
+    });
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
         let (stop, to) = (Arc::clone(&stop), d.addr);

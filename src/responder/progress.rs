@@ -151,6 +151,7 @@ fn healthy(status: &Status<'_>, ask: &Ask) -> Stage {
 /// no room for, keep the wait going until they either turn regular or fall silent, so a flood
 /// of addresses can delay a wait but never end it early.
 fn told(a: &mut Stage, status: &Status<'_>, verdict: Verdict, ask: &Ask) {
+    let unproving = unproving_keys(status);
     let mut heard = 0;
     for p in &status.pollers {
         let silent = Duration::from_millis(p.last_ms_ago);
@@ -167,17 +168,17 @@ fn told(a: &mut Stage, status: &Status<'_>, verdict: Verdict, ask: &Ask) {
         }
         if !p.proof.proven() {
             // Its word is not believed, nor is how often it polled: it may be anything on a
-            // load balancer's host, or anybody. Only its silence and time count; where load
-            // balancers prove themselves with a key, one that names its client (HAProxy's
-            // checks name none) is a person's or a script's, and is not waited for.
-            match (&p.client, &status.lb_key_file) {
-                (Some(client), Some(_)) if p.regular => a.met.push(format!(
-                    "{} names itself {client} and sends no key: a person's or a script's poller, not waited for",
-                    p.address
+            // load balancer's host, or anybody. Only its silence and time count, until every
+            // load balancer of the key file proves itself: then it is none of them.
+            match &unproving {
+                Some(lines) if lines.is_empty() => a.met.push(format!(
+                    "{} ({}): every key of the key file proves a load balancer that checks now, so a poller that proves nothing is none of them: not waited for",
+                    p.address,
+                    p.proof.describe()
                 )),
                 _ if p.regular => {
                     heard += 1;
-                    by_time(a, p, verdict, ask);
+                    by_time(a, p, verdict, ask, unproving.as_deref());
                 }
                 _ => {}
             }
@@ -380,7 +381,13 @@ fn by_counts(
 /// one whose configuration lacks the key: it has acted once the daemon has told it `verdict`
 /// for as long as HAProxy's `fall` (or `rise`) checks take, `--polls` x `--lb-interval`. What
 /// it claims cannot end the wait earlier nor hold it longer.
-fn by_time(a: &mut Stage, p: &PollerAnswer, verdict: Verdict, ask: &Ask) {
+fn by_time(
+    a: &mut Stage,
+    p: &PollerAnswer,
+    verdict: Verdict,
+    ask: &Ask,
+    unproving: Option<&[usize]>,
+) {
     let needed = ask.lb_interval * ask.polls;
     let told = [p.http, p.agent_now()]
         .into_iter()
@@ -409,20 +416,42 @@ fn by_time(a: &mut Stage, p: &PollerAnswer, verdict: Verdict, ask: &Ask) {
             seconds(needed),
             ask.polls,
             seconds(ask.lb_interval),
-            p.client.as_deref().map(person).unwrap_or_default()
+            p.client.as_deref().map(|c| person(c, unproving)).unwrap_or_default()
         )),
     }
 }
 
 /// What the wait says of an unproven poller that names its client (HAProxy's checks name
-/// none) where no key file is set: it cannot be told from a load balancer, so it is waited for
-/// all the same, and the operator learns what leaves it out.
-fn person(client: &str) -> String {
+/// none), a person's or a script's most likely: what leaves it out of the waits.
+fn person(client: &str, unproving: Option<&[usize]>) -> String {
+    let until = match unproving {
+        None => "every load balancer proves itself with a key (--lb-key-file)".to_owned(),
+        Some(lines) => format!(
+            "every key of the key file proves a load balancer that checks (not yet: line(s) {})",
+            lines
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
     format!(
-        "; it names itself {client}: without a key file a person's or a script's poller is \
-         waited for as a load balancer would be; give the load balancers a key (--lb-key-file), \
-         and pollers that name their client are no longer waited for"
+        "; it names itself {client}: a poller that proves nothing is waited for as a load \
+         balancer would be until {until}"
     )
+}
+
+/// The lines of the key file whose key no poller that checks now proves; `None` without a
+/// usable key file. Empty, every load balancer of the file proves itself: a poller that proves
+/// nothing is none of them.
+fn unproving_keys(status: &Status<'_>) -> Option<Vec<usize>> {
+    let keys =
+        (status.lb_key_file.as_ref()).filter(|k| k.problem.is_none() && !k.keys.is_empty())?;
+    let proving = |line: usize| {
+        (status.pollers.iter()).any(|p| p.polling && p.proof.proven() && p.key_line == Some(line))
+    };
+    let lines = keys.keys.iter().map(|k| k.line);
+    Some(lines.filter(|&line| !proving(line)).collect())
 }
 
 impl ToldAnswer {
