@@ -148,36 +148,27 @@ fn listener(
 /// Says each setting of this host's identity that Puppet's files now resolve otherwise than
 /// the daemon runs with, once, with the restart that takes it up.
 fn identity(running: &Settings, now: &Settings, said: &mut Said) {
-    let settings = [
-        ("certname", &running.certname.value, &now.certname.value),
-        (
-            "ssldir",
-            &display(&running.ssldir.value),
-            &display(&now.ssldir.value),
-        ),
-        (
-            "hostcert",
-            &display(&running.hostcert.value),
-            &display(&now.hostcert.value),
-        ),
-        (
-            "hostprivkey",
-            &display(&running.hostprivkey.value),
-            &display(&now.hostprivkey.value),
-        ),
-        (
-            "localcacert",
-            &display(&running.localcacert.value),
-            &display(&now.localcacert.value),
-        ),
-        (
-            "hostcrl",
-            &display(&running.hostcrl.value),
-            &display(&now.hostcrl.value),
-        ),
+    const NAMES: [&str; 6] = [
+        "certname",
+        "ssldir",
+        "hostcert",
+        "hostprivkey",
+        "localcacert",
+        "hostcrl",
     ];
+    let values = |s: &Settings| {
+        let paths = [
+            &s.ssldir,
+            &s.hostcert,
+            &s.hostprivkey,
+            &s.localcacert,
+            &s.hostcrl,
+        ];
+        let paths = paths.map(|p| p.value.display().to_string());
+        std::iter::once(s.certname.value.clone()).chain(paths)
+    };
     said.clear("resolve");
-    for (setting, running, now) in settings {
+    for ((setting, running), now) in NAMES.into_iter().zip(values(running)).zip(values(now)) {
         if running == now {
             said.clear(setting);
             continue;
@@ -186,10 +177,6 @@ fn identity(running: &Settings, now: &Settings, said: &mut Said) {
             tracing::warn!(setting, %running, %now, "Puppet's files now set this otherwise; pmcheck takes it up at its next start: systemctl restart pmcheck");
         });
     }
-}
-
-fn display(path: &Path) -> String {
-    path.display().to_string()
 }
 
 /// A wake-up at each change to one of `files` (written, replaced, removed), heard by inotify on
