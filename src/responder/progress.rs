@@ -131,20 +131,9 @@ fn healthy(status: &Status<'_>, ask: &Ask) -> Stage {
     a
 }
 
-/// Whether each load balancer has acted on `verdict`.
-///
-/// A load balancer that sends its own view (`http-check send-state`) has acted when it says
-/// so: for a drain, that this server takes no new agents (`NOLB`, `DOWN`, or its weight out of
-/// the backend's total) and has no session left; for an undrain, `UP` and counted again. Where
-/// the weights cannot tell (HAProxy's agent drain leaves the word `UP` and this server's
-/// weight; only the total drops, and the others may weigh as much), the answer of the agent
-/// check for that server line before that header decides: HAProxy applies an agent line as it
-/// reads it.
-///
-/// Without that header the answers are counted: a drain is acted on at one agent-check
-/// `drain`, or after `polls` HTTP answers in a row (HAProxy's `fall`); coming back needs every
-/// kind of check a poller makes: its HTTP check must pass `polls` times (`rise`) even when its
-/// agent check says `up` at once.
+/// Whether each load balancer has acted on `verdict`: by its own view where it sends one
+/// (`http-check send-state`, [`judge_by_states`]), else by the answers counted ([`by_counts`]);
+/// one that proves nothing, by time ([`by_time`]).
 ///
 /// Only pollers that still poll count ([`crate::responder::server_line::polling`]), and of those
 /// that prove nothing, only regular ones; a proven one not regular yet, or polls the table had
@@ -230,7 +219,12 @@ fn told(a: &mut Stage, status: &Status<'_>, verdict: Verdict, ask: &Ask) {
 }
 
 /// The load balancer's own word on this node's server lines (one per backend it is in), for
-/// `verdict`: it has acted when every one of them says so.
+/// `verdict`: it has acted when every one of them says so. For a drain, that this server takes
+/// no new agents (`NOLB`, `DOWN`, or its weight out of the backend's total) and has no session
+/// left; for an undrain, `UP` and counted again. Where the weights cannot tell (HAProxy's agent
+/// drain leaves the word `UP` and this server's weight; only the total drops), the answer of
+/// the agent check for that server line before that header decides: HAProxy applies an agent
+/// line as it reads it.
 fn judge_by_states(
     a: &mut Stage,
     p: &PollerAnswer,
@@ -336,7 +330,7 @@ fn by_counts(
     polls: u32,
 ) {
     let enough =
-        |t: Option<ToldAnswer>, n: u32| t.is_some_and(|t| t.verdict_is(verdict) && t.times >= n);
+        |t: Option<ToldAnswer>, n: u32| t.is_some_and(|t| t.told == verdict && t.times >= n);
     let acted = if verdict == Verdict::Drained {
         enough(agent, 1) || enough(http, polls)
     } else {
@@ -424,15 +418,11 @@ fn by_time(
 /// What the wait says of an unproven poller that names its client (HAProxy's checks name
 /// none), a person's or a script's most likely: what leaves it out of the waits.
 fn person(client: &str, unproving: Option<&[usize]>) -> String {
-    let until = match unproving {
+    let until = match unproving.map(|lines| lines.iter().map(ToString::to_string)) {
         None => "every load balancer proves itself with a key (--lb-key-file)".to_owned(),
         Some(lines) => format!(
             "every key of the key file proves a load balancer that checks (not yet: line(s) {})",
-            lines
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+            lines.collect::<Vec<_>>().join(", ")
         ),
     };
     format!(
@@ -452,12 +442,6 @@ fn unproving_keys(status: &Status<'_>) -> Option<Vec<usize>> {
     };
     let lines = keys.keys.iter().map(|k| k.line);
     Some(lines.filter(|&line| !proving(line)).collect())
-}
-
-impl ToldAnswer {
-    fn verdict_is(&self, verdict: Verdict) -> bool {
-        self.told == verdict
-    }
 }
 
 /// The agent connections and borrowed JRubies of a drained node.
