@@ -18,7 +18,7 @@ const DEFAULT_REASON: &str = "a rolling restart";
 const DEFAULT_LASTING: Duration = Duration::from_secs(4 * 3600);
 
 /// An option the other step takes: refused before anything is touched.
-fn misplaced(args: &RollArgs) -> Option<RollError> {
+fn misplaced(args: &RollArgs) -> Result<(), RollError> {
     let (option, step, fix) = match args.step {
         RollStep::Begin if args.force => (
             "--force",
@@ -35,9 +35,9 @@ fn misplaced(args: &RollArgs) -> Option<RollError> {
             "end",
             "the end takes the mark away at once; leave --for out",
         ),
-        _ => return None,
+        _ => return Ok(()),
     };
-    Some(RollError::Misplaced { option, step, fix })
+    Err(RollError::Misplaced { option, step, fix })
 }
 
 /// `status`'s `roll:` line: the mark on this master, if any, and whether it lapsed.
@@ -58,9 +58,7 @@ pub fn line(state_dir: &Path, now: SystemTime) -> Option<String> {
 
 /// Begins or ends the roll `args` names, saying what it found.
 pub async fn roll(args: RollArgs) -> Result<(), RollError> {
-    if let Some(misplaced) = misplaced(&args) {
-        return Err(misplaced);
-    }
+    misplaced(&args)?;
     let file = DrainFile::new(&args.state.state_dir);
     let name = args.name.unwrap_or_default();
     let now = SystemTime::now();
