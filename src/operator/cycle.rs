@@ -45,8 +45,7 @@ pub struct Cycle {
     pub reason: String,
     /// The daemon, and how long each wait may take.
     pub wait: Wait,
-    /// Drain even when a load balancer says this node is the last server taking traffic, and
-    /// run the command even when one has no server left for agents.
+    /// Drain and run the command even where a load balancer would be left without servers.
     pub force: bool,
     /// How long the command's processes get after a signal is passed on, before SIGKILL.
     pub kill_after: Duration,
@@ -91,8 +90,7 @@ pub enum CycleError {
     /// The daemon cannot be asked: nothing was done.
     #[error("nothing done: {0}")]
     NoDaemon(WaitError),
-    /// The guard could not check the drain (the daemon did not answer, or cannot use its load
-    /// balancer key file): nothing was done.
+    /// The guard could not check the drain (no answer, no key file): nothing was done.
     #[error("nothing done: {0}")]
     Guard(GuardError),
     /// The drain record cannot be written or replaced: nothing was run.
@@ -142,8 +140,7 @@ pub enum CycleError {
         /// How it failed.
         how: String,
     },
-    /// The drain record stopped naming this cycle during a wait: it does not go on as if
-    /// it held the node.
+    /// The drain record stopped naming this cycle during a wait.
     #[error(
         "{step}: the drain record no longer holds this cycle (`pmcheck undrain --force`?); found {found}; stopping here"
     )]
@@ -225,8 +222,7 @@ async fn ask_daemon(daemon: &Daemon, file: &DrainFile) -> Result<(), CycleError>
     }
 }
 
-/// What every step of one run uses; the signals are caught for the whole run, so that none
-/// kills it half-way.
+/// What every step uses; the signals are caught for the whole run, so none kills it half-way.
 struct Run<'a> {
     cycle: &'a Cycle,
     daemon: &'a Daemon,
@@ -235,9 +231,8 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Steps 1 to 5: the hold, in its turn (1, 2), the point of no return, the command (3),
-    /// the wait until Puppet Server can compile again (4), letting go (5). Whether the node
-    /// returns to rotation, so that the load balancers are waited for.
+    /// Steps 1 to 5, from the hold to letting go: whether the node returns to rotation, so
+    /// that the load balancers are waited for.
     async fn drained_steps(&mut self, started: Instant) -> Result<bool, CycleError> {
         let done = self.drained_in_turn(started).await?;
         for warning in &done.warnings {
@@ -268,9 +263,8 @@ impl Run<'_> {
         Ok(restarted || matches!(release, Release::Undrained))
     }
 
-    /// Steps 1 and 2: this cycle's hold, in its turn, and the wait until the load balancers
-    /// acted and the agents left; a drain held meanwhile (the other servers left) lets go and
-    /// waits its turn again, since nothing ran yet. What the wait met.
+    /// Steps 1 and 2, the hold and the wait for the agents to leave; a drain held meanwhile
+    /// (the other servers left) lets go and waits its turn again, since nothing ran yet.
     async fn drained_in_turn(&mut self, started: Instant) -> Result<wait::Done, CycleError> {
         loop {
             let t = Instant::now();
@@ -291,95 +285,69 @@ impl Run<'_> {
         }
     }
 
-    /// Step 1: adds this cycle's hold to the record, where the last-server guard lets it; what
-    /// to say of it. While a load balancer would hold it, or held it at its checks right after
-    /// (another master's cycle has the other servers out), the cycle waits its turn, within
-    /// `--max-wait` of its start (`since`), saying so every 10 s; then refuses.
+    /// Step 1, where the guard lets it; its line. While a load balancer would hold the drain
+    /// (another master's cycle has the other servers out), the cycle waits its turn, saying so
+    /// every 10 s, within `--max-wait` of its start (`since`); then refuses, and logs it as
+    /// `drain` does (a lost trail is only a warning).
     async fn take_turn(&mut self, since: Instant) -> Result<String, CycleError> {
-        let mut ticker = Ticker::new();
-        loop {
+        let (mut ticker, max_wait) = (Ticker::new(), self.cycle.wait.max_wait);
+        let step = Step::Drain;
+        // A signal (`None`) ends the step wherever it is: the lock's wait, the daemon's answer,
+        // the load balancers' checks. Once the hold is written, the node stays drained, marked.
+        let taken = loop {
             let request = Request {
                 mine: Holder::cycle(self.cycle.reason.clone(), SystemTime::now()),
                 replaces: |_: &Holder| false,
                 force: self.cycle.force,
                 action: Action::CycleDrain,
             };
-            // A signal ends the step wherever it is: the lock's wait, the daemon's answer, the
-            // load balancers' checks. Once the hold is written, the node stays drained, marked.
             let taking = guard::take(self.daemon, self.file, &self.cycle.wait, request);
             let held = match self.signals.unless(taking).await {
                 Some(Err(GuardError::Refused(held) | GuardError::BackedOff(held))) => held,
-                taken => {
-                    ticker.clear();
-                    return match taken {
-                        Some(Ok(taken)) => {
-                            warn(&taken.warnings);
-                            Ok(drained(&taken, self.file))
-                        }
-                        Some(Err(GuardError::Drain(e))) => Err(e.into()),
-                        Some(Err(GuardError::LetGo(found))) => Err(CycleError::Released {
-                            step: Step::Drain,
-                            found,
-                        }),
-                        Some(Err(e)) => Err(CycleError::Guard(e)),
-                        None => Err(self.interrupted_taking()),
-                    };
-                }
+                taken => break taken,
             };
             let waited = since.elapsed();
-            if waited >= self.cycle.wait.max_wait {
+            if waited >= max_wait {
                 ticker.clear();
-                return Err(self.no_turn(held).await);
+                let why = said(&held);
+                let logged = guard::log_refused(self.file, &self.cycle.reason, &why);
+                let Some(lost) = self.signals.unless(logged).await else {
+                    let left = NOTHING_CHANGED;
+                    return Err(CycleError::Interrupted { step, left });
+                };
+                warn(lost);
+                let waited = max_wait;
+                return Err(CycleError::Turn { held, waited });
             }
             let ends = held.first().map(Blocker::ends).unwrap_or_default();
             ticker.show_line(&format!(
                 "pmcheck cycle: waiting its turn ({} of --max-wait {}): {}; {ends}",
                 seconds(waited),
-                format_duration(self.cycle.wait.max_wait),
+                format_duration(max_wait),
                 said(&held)
             ));
             // Asked again as every loop asks, and in time for the line every 10 s.
             let next = EVERY.min(ticker.due_in()).max(Duration::from_millis(10));
-            let slept = self.signals.unless(tokio::time::sleep(next)).await;
-            if slept.is_none() {
-                // A hold the guard failed to undo may still be there: said as it is.
-                ticker.clear();
-                return Err(self.interrupted_taking());
+            if (self.signals.unless(tokio::time::sleep(next)).await).is_none() {
+                break None;
             }
-        }
-    }
-
-    /// A turn that did not come within `--max-wait`: refused, and said in the event log. A
-    /// trail that cannot be written is only a warning (the guard's, as `drain` says it), and a
-    /// signal does not wait for its lock.
-    async fn no_turn(&mut self, held: Vec<Blocker>) -> CycleError {
-        let why = said(&held);
-        let logged = guard::log_refused(self.file, &self.cycle.reason, &why);
-        match self.signals.unless(logged).await {
-            Some(lost) => {
-                warn(lost);
-                CycleError::Turn {
-                    held,
-                    waited: self.cycle.wait.max_wait,
-                }
-            }
-            None => CycleError::Interrupted {
-                step: Step::Drain,
-                left: NOTHING_CHANGED,
-            },
-        }
-    }
-
-    /// A drain step stopped by a signal: when the record holds this cycle already, the node
-    /// stays drained (and [`stopped`] says why in the hold); otherwise nothing was changed.
-    fn interrupted_taking(&self) -> CycleError {
-        let left = match guard::let_go_of(self.file, Holder::is_me) {
-            Some(_) => NOTHING_CHANGED,
-            None => LEFT_DRAINED,
         };
-        CycleError::Interrupted {
-            step: Step::Drain,
-            left,
+        ticker.clear();
+        match taken {
+            Some(Ok(taken)) => {
+                warn(&taken.warnings);
+                Ok(drained(&taken, self.file))
+            }
+            Some(Err(GuardError::Drain(e))) => Err(e.into()),
+            Some(Err(GuardError::LetGo(found))) => Err(CycleError::Released { step, found }),
+            Some(Err(e)) => Err(CycleError::Guard(e)),
+            // A hold already written (or one the guard failed to undo) keeps the node drained,
+            // and [`stopped`] says why in it.
+            None => {
+                let gone = guard::let_go_of(self.file, Holder::is_me).is_some();
+                let left = if gone { NOTHING_CHANGED } else { LEFT_DRAINED };
+                Err(CycleError::Interrupted { step, left })
+            }
         }
     }
 
@@ -432,10 +400,8 @@ impl Run<'_> {
         Err(CycleError::Command { command, how })
     }
 
-    /// Takes this cycle's hold out of the record, removing the record when no holder is left;
-    /// logs the drain as refused for `refused`, if given. The state directory's lock is waited
-    /// for unless a signal comes first (a Ctrl-C never waits for another command's change):
-    /// then `step` is interrupted, the node still drained.
+    /// Takes this cycle's hold out of the record (logging the drain as `refused`, if given).
+    /// A Ctrl-C never waits for another command's change: `step` is interrupted, still drained.
     async fn let_go(&mut self, step: Step, refused: Option<&str>) -> Result<Release, CycleError> {
         let left = LEFT_DRAINED;
         let locked = (self.signals.unless(self.file.locked()).await)
@@ -449,9 +415,8 @@ impl Run<'_> {
         Ok(release)
     }
 
-    /// One wait, said in its step's line, stopped by a signal, or, but for the last, when the
-    /// drain record stops naming this cycle (somebody ran `pmcheck undrain --force` or
-    /// rewrote the record).
+    /// One wait, stopped by a signal, or while the cycle holds the node, when the record stops
+    /// naming it (somebody ran `pmcheck undrain --force`): it must not go on as if it held it.
     async fn wait(&mut self, step: Step, goal: Goal) -> Result<wait::Done, CycleError> {
         let t = Instant::now();
         let watched = (step != Step::WaitUndrained).then_some(self.file);
@@ -495,9 +460,8 @@ impl Run<'_> {
 }
 
 /// Turns this cycle's hold into a stopped cycle's, which keeps the node drained until
-/// `pmcheck undrain`, and says why (`e`) in it; a record that no longer has this cycle is
-/// left as it is, and so is one `e` says nothing of. While another command holds the lock,
-/// a further signal gives up saying why (the node stays drained either way).
+/// `pmcheck undrain`, saying why (`e`). A further signal gives up waiting for the lock: the
+/// node stays drained either way.
 async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
     let why = match e {
         CycleError::Wait {
@@ -553,8 +517,7 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
     }
 }
 
-/// The drain step's line: what was written, who else holds the node, what the load balancers
-/// did.
+/// The drain step's line, for scripts and people.
 fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
     let me = &taken.mine;
     let mut detail = if taken.others.is_empty() {
@@ -595,8 +558,7 @@ fn release_line(release: &Release, file: &DrainFile) -> String {
     }
 }
 
-/// Resolves when the drain record `file` no longer holds this cycle, with what it holds
-/// instead; never without a record to watch.
+/// What the record `file` holds once it no longer holds this cycle; never without a record.
 async fn released(file: Option<&DrainFile>) -> String {
     let Some(file) = file else {
         return std::future::pending().await;

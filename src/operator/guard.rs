@@ -51,8 +51,7 @@ pub enum Outcome {
         /// `pmcheck at URL answers DRAINED (404): ...`.
         says: String,
     },
-    /// The daemon answers DRAINED, but no line can hold the drain (no proven load balancer
-    /// sends its state, or the holder is never held), or not every line was checked in time.
+    /// The daemon answers DRAINED, but no line can hold the drain, or some were not checked.
     Unwatched {
         /// What the daemon answers.
         says: String,
@@ -73,8 +72,7 @@ pub enum GuardError {
     /// Written, the drain was held at the load balancers' next checks, and undone.
     #[error("refused: drain held: {}. This drain was undone, so that the backend keeps a server taking agents: drain again once another master is back, or pass --force (the drain record notes it)", said(.0))]
     BackedOff(Vec<Blocker>),
-    /// The daemon runs but did not answer (`0`: why): it may answer the load balancers, so a
-    /// drain written unchecked could empty a backend. Nothing was written.
+    /// The daemon runs but did not answer (`0`): a drain it never checked could empty a backend.
     #[error(
         "refused: {0}, asked {ASKS} times: cannot check whether a load balancer says this node is the last server taking agents. Fix the daemon (`pmcheck status`, its log), or pass --force to drain without the check"
     )]
@@ -82,14 +80,12 @@ pub enum GuardError {
     /// The daemon is of another version, whose answer this command cannot read.
     #[error("refused: {0}")]
     Daemon(StatusError),
-    /// The daemon cannot use its load balancer key file (`0`: why): no load balancer proves
-    /// its word, so nothing can tell whether this node is a backend's last server.
+    /// The daemon cannot use its key file (`0`): no load balancer proves its word.
     #[error(
         "refused: cannot check whether a load balancer says this node is the last server taking agents: the daemon cannot use its key file: {0}. Fix it and reload the daemon (`systemctl reload pmcheck`; `pmcheck config --check` tells first), or pass --force to drain without the check"
     )]
     KeyFile(String),
-    /// Someone let go of the drain before the load balancers' checks came: what the record
-    /// holds instead.
+    /// Someone let go of the drain before the load balancers' checks: what the record holds.
     #[error("the drain record no longer holds this drain (`pmcheck undrain --force`?); found {0}")]
     LetGo(String),
     /// The drain record cannot be written.
@@ -168,8 +164,8 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     Ok(taken)
 }
 
-/// What became of a drain the guard wrote at `written` (Puppet Server `started`), watched
-/// until the load balancers' next checks: a drain held there is undone.
+/// What became of a drain written at `written` (Puppet Server `started`) at the load
+/// balancers' next checks: a drain held there is undone.
 async fn watched(
     daemon: &Daemon,
     file: &DrainFile,
@@ -181,11 +177,36 @@ async fn watched(
     let live = hold::live(&taken.others, started, SystemTime::now());
     let holdable = live.chain([mine]).all(hold::holdable);
     let gone = || let_go_of(file, |h| h == mine);
-    let watched = watch(daemon, how, written, holdable, || gone().is_some()).await;
+    // Asked until the DRAINED answer settles: where the drain can be held, the daemon knows its
+    // load balancers and every proven line was checked since the write. For at most `--polls`
+    // + 1 check intervals, or until the drain is let go of; then the last DRAINED answer.
+    let deadline = written + how.lb_interval * (how.polls + 1);
+    let mut last = None;
+    let watched = daemon.asking(Ask::default, std::future::pending(), |answer| {
+        if gone().is_some() {
+            return ControlFlow::Break(());
+        }
+        if let Ok(view) = answer
+            && view.drained()
+        {
+            let settled = !holdable
+                || (view.heard_all(how.lb_interval) && view.checked_within(written.elapsed()));
+            last = Some((view, settled));
+            if settled {
+                return ControlFlow::Break(());
+            }
+        }
+        if Instant::now() >= deadline {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    watched.await;
     if let Some(found) = gone() {
         return Err(GuardError::LetGo(found));
     }
-    Ok(match watched {
+    Ok(match last {
         Some((view, _)) if holdable && !view.held().is_empty() => {
             let held = view.held();
             let lost = undo(file, mine, &taken.replaced, &said(&held)).await;
@@ -227,10 +248,8 @@ fn unproven(view: &View) -> Option<String> {
     })
 }
 
-/// What the daemon watching `file` answers. `None`, and why in `warnings`, when no daemon
-/// runs there or it watches another record: the drain is then written unchecked. A daemon that
-/// runs but does not answer may still answer the load balancers: it is asked [`ASKS`] times,
-/// and then the drain is refused unless `force`.
+/// What the daemon watching `file` answers; `None`, and why in `warnings`, when the drain is
+/// to be written unchecked (see the module). A daemon that runs is asked [`ASKS`] times.
 async fn view_of(
     daemon: &Daemon,
     file: &DrainFile,
@@ -264,8 +283,7 @@ async fn view_of(
 /// which a restarting daemon answers again.
 const ASKS: u32 = 8;
 
-/// The holders that hold the node ([`hold::live`], Puppet Server `started` when known)
-/// beside a new one that replaces those `replaces` names.
+/// The live holders ([`hold::live`]) a new one that replaces those `replaces` names joins.
 fn beside(
     file: &DrainFile,
     replaces: &impl Fn(&Holder) -> bool,
@@ -276,43 +294,6 @@ fn beside(
         .filter(|h| !replaces(h))
         .cloned()
         .collect()
-}
-
-/// Asks the daemon until it answers DRAINED and, where the drain can be held (`holdable`), it
-/// has listened long enough to know its load balancers and every line a proven one checks was
-/// checked since `written`: for at most `--polls` + 1 check intervals, or until the drain is
-/// let go of (`gone`). That answer, settled; or the last DRAINED one, not.
-async fn watch(
-    daemon: &Daemon,
-    how: &Wait,
-    written: Instant,
-    holdable: bool,
-    gone: impl Fn() -> bool,
-) -> Option<(View, bool)> {
-    let deadline = written + how.lb_interval * (how.polls + 1);
-    let mut last = None;
-    let watched = daemon.asking(Ask::default, std::future::pending(), |answer| {
-        if gone() {
-            return ControlFlow::Break(());
-        }
-        if let Ok(view) = answer
-            && view.drained()
-        {
-            let settled = !holdable
-                || (view.heard_all(how.lb_interval) && view.checked_within(written.elapsed()));
-            last = Some((view, settled));
-            if settled {
-                return ControlFlow::Break(());
-            }
-        }
-        if Instant::now() >= deadline {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
-    });
-    watched.await;
-    last
 }
 
 /// What a watch that ran out did not see: the lines not checked since `written`, or a daemon
@@ -384,8 +365,7 @@ fn out_line(l: &Line<'_>) -> String {
     )
 }
 
-/// Takes `mine` out of the record again and puts back the holders it replaced; logs the drain
-/// as refused for `why`. What went wrong, for the caller to say.
+/// Takes `mine` out again, puts back what it replaced, logs it refused for `why`; what failed.
 async fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -> Vec<String> {
     let undone = file.locked().await.and_then(|locked| {
         locked.update_logged(|current| {

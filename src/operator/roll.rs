@@ -42,18 +42,15 @@ fn misplaced(args: &RollArgs) -> Result<(), RollError> {
 
 /// `status`'s `roll:` line: the mark on this master, if any, and whether it lapsed.
 pub fn line(state_dir: &Path, now: SystemTime) -> Option<String> {
-    match crate::drain::roll::read(state_dir) {
-        Ok(None) => None,
-        Ok(Some(mark)) if mark.tenure.expired_at(now) => Some(format!(
-            "{}: lapsed, the next roll replaces it",
-            mark.describe()
-        )),
-        Ok(Some(mark)) => Some(format!(
-            "{}: no other roll begins here until it ends",
-            mark.describe()
-        )),
-        Err(e) => Some(format!("cannot tell: {e}")),
-    }
+    let mark = match crate::drain::roll::read(state_dir) {
+        Ok(mark) => mark?,
+        Err(e) => return Some(format!("cannot tell: {e}")),
+    };
+    let fate = match mark.tenure.expired_at(now) {
+        true => "lapsed, the next roll replaces it",
+        false => "no other roll begins here until it ends",
+    };
+    Some(format!("{}: {fate}", mark.describe()))
 }
 
 /// Begins or ends the roll `args` names, saying what it found.
@@ -72,13 +69,12 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
             let mine = Mark::new(&name, reason, now, args.lasting.unwrap_or(DEFAULT_LASTING));
             let began = locked.begin_roll(&mine, now)?;
             let until = (mine.tenure.until.as_ref()).map_or("", |u| u.as_str());
+            let marked = format!("marked this master for roll {name} until {until}");
             match began {
-                Began::Marked => {
-                    outln!("pmcheck roll: marked this master for roll {name} until {until}")
-                }
+                Began::Marked => outln!("pmcheck roll: {marked}"),
                 Began::Renewed => outln!("pmcheck roll: renewed roll {name}'s mark until {until}"),
                 Began::Replaced(lapsed) => outln!(
-                    "pmcheck roll: marked this master for roll {name} until {until}, in place of the lapsed {}",
+                    "pmcheck roll: {marked}, in place of the lapsed {}",
                     lapsed.describe()
                 ),
             }
