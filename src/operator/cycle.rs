@@ -187,7 +187,10 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
     // Nothing is touched unless the daemon answers, about this drain record: without it
     // nobody can tell when it is safe.
     let file = DrainFile::new(state_dir);
-    ask_daemon(daemon, &file).await?;
+    let view = (daemon.ask().await).map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
+    if let Some(e) = view.other_file(daemon.url(), &file.resolved()) {
+        return Err(CycleError::NoDaemon(e.into()));
+    }
     let mut run = Run {
         cycle,
         daemon,
@@ -210,18 +213,6 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
     Ok(())
 }
 
-/// The daemon answers, and watches this drain record.
-async fn ask_daemon(daemon: &Daemon, file: &DrainFile) -> Result<(), CycleError> {
-    let view = daemon
-        .ask()
-        .await
-        .map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
-    match view.other_file(daemon.url(), &file.resolved()) {
-        Some(e) => Err(CycleError::NoDaemon(e.into())),
-        None => Ok(()),
-    }
-}
-
 /// What every step uses; the signals are caught for the whole run, so none kills it half-way.
 struct Run<'a> {
     cycle: &'a Cycle,
@@ -234,7 +225,24 @@ impl Run<'_> {
     /// Steps 1 to 5, from the hold to letting go: whether the node returns to rotation, so
     /// that the load balancers are waited for.
     async fn drained_steps(&mut self, started: Instant) -> Result<bool, CycleError> {
-        let done = self.drained_in_turn(started).await?;
+        // 1 and 2: a drain held meanwhile (the other servers left) lets go and waits its turn
+        // again, since nothing ran yet.
+        let done = loop {
+            self.take_turn(started).await?;
+            let held = match self.wait(Step::WaitDrained, Goal::Drained).await {
+                Err(CycleError::Wait {
+                    source: WaitError::Held { held, .. },
+                    ..
+                }) => held,
+                done => break done?,
+            };
+            let release = self.let_go(Step::WaitDrained, None).await?;
+            errln!(
+                "pmcheck cycle: drain held before the command: {}; this cycle let go ({}) and waits its turn again",
+                said(&held),
+                release_line(&release, self.file, false)
+            );
+        };
         for warning in &done.warnings {
             errln!("pmcheck cycle: warning: {warning}");
         }
@@ -252,45 +260,20 @@ impl Run<'_> {
         // yet; another stop since holds.
         let restarted = matches!(release, Release::StillHeld(_))
             && wait::answered(self.daemon, false).await.is_ok();
-        let said = match &release {
-            Release::StillHeld(held) if restarted => format!(
-                "this cycle let go; what else the record holds ended with this restart: {}",
-                described(held)
-            ),
-            release => release_line(release, self.file),
-        };
-        step(Step::Undrain, t, &said);
+        step(
+            Step::Undrain,
+            t,
+            &release_line(&release, self.file, restarted),
+        );
         Ok(restarted || matches!(release, Release::Undrained))
     }
 
-    /// Steps 1 and 2, the hold and the wait for the agents to leave; a drain held meanwhile
-    /// (the other servers left) lets go and waits its turn again, since nothing ran yet.
-    async fn drained_in_turn(&mut self, started: Instant) -> Result<wait::Done, CycleError> {
-        loop {
-            let t = Instant::now();
-            let detail = self.take_turn(started).await?;
-            step(Step::Drain, t, &detail);
-            let held = match self.wait(Step::WaitDrained, Goal::Drained).await {
-                Err(CycleError::Wait {
-                    source: WaitError::Held { held, .. },
-                    ..
-                }) => held,
-                done => return done,
-            };
-            let left = release_line(&self.let_go(Step::WaitDrained, None).await?, self.file);
-            errln!(
-                "pmcheck cycle: drain held before the command: {}; this cycle let go ({left}) and waits its turn again",
-                said(&held)
-            );
-        }
-    }
-
-    /// Step 1, where the guard lets it; its line. While a load balancer would hold the drain
+    /// Step 1, where the guard lets it. While a load balancer would hold the drain
     /// (another master's cycle has the other servers out), the cycle waits its turn, saying so
     /// every 10 s, within `--max-wait` of its start (`since`); then refuses, and logs it as
     /// `drain` does (a lost trail is only a warning).
-    async fn take_turn(&mut self, since: Instant) -> Result<String, CycleError> {
-        let (mut ticker, max_wait) = (Ticker::new(), self.cycle.wait.max_wait);
+    async fn take_turn(&mut self, since: Instant) -> Result<(), CycleError> {
+        let (mut ticker, max_wait, t) = (Ticker::new(), self.cycle.wait.max_wait, Instant::now());
         let step = Step::Drain;
         // A signal (`None`) ends the step wherever it is: the lock's wait, the daemon's answer,
         // the load balancers' checks. Once the hold is written, the node stays drained, marked.
@@ -336,7 +319,8 @@ impl Run<'_> {
         match taken {
             Some(Ok(taken)) => {
                 warn(&taken.warnings);
-                Ok(drained(&taken, self.file))
+                self::step(step, t, &drained(&taken, self.file));
+                Ok(())
             }
             Some(Err(GuardError::Drain(e))) => Err(e.into()),
             Some(Err(GuardError::LetGo(found))) => Err(CycleError::Released { step, found }),
@@ -367,7 +351,7 @@ impl Run<'_> {
         let said = empty.join("; ");
         // The trail says why the hold goes: the command was refused, as a drain would be.
         let release = self.let_go(Step::WaitDrained, Some(&said)).await?;
-        let left = release_line(&release, self.file);
+        let left = release_line(&release, self.file, false);
         Err(CycleError::EmptyBackend { said, left })
     }
 
@@ -539,9 +523,13 @@ fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
     detail
 }
 
-/// The undrain step's line.
-fn release_line(release: &Release, file: &DrainFile) -> String {
+/// The undrain step's line; `restarted`: what else the record holds ended with this restart.
+fn release_line(release: &Release, file: &DrainFile, restarted: bool) -> String {
     match release {
+        Release::StillHeld(held) if restarted => format!(
+            "this cycle let go; what else the record holds ended with this restart: {}",
+            described(held)
+        ),
         Release::Undrained => format!("removed {}", file.path().display()),
         Release::NotDrained => format!(
             "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",

@@ -21,7 +21,7 @@ use crate::health::hold;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::Wait;
 use crate::operator::view::View;
-use crate::protocol::lines::{Blocker, Line, said};
+use crate::protocol::lines::{Blocker, said};
 use crate::protocol::progress::Ask;
 use crate::text::seconds;
 
@@ -132,8 +132,12 @@ pub async fn take<R: Fn(&Holder) -> bool>(
             ));
         }
         mine.checked = true;
-        let resulting: Vec<Holder> = (beside(file, &replaces, started).into_iter())
-            .chain([mine.clone()])
+        // The holders the record would have: the live ones, less those it replaces, and it.
+        let current = holders_of(file.current());
+        let resulting: Vec<Holder> = (hold::live(&current, started, SystemTime::now()))
+            .filter(|h| !replaces(h))
+            .chain([&mine])
+            .cloned()
             .collect();
         let blockers = view.would_hold(&resulting);
         match (blockers.is_empty(), force) {
@@ -214,7 +218,16 @@ async fn watched(
             return Err(GuardError::BackedOff(held));
         }
         Some((view, true)) if holdable && view.lines().next().is_some() => Outcome::Out {
-            lines: view.lines().map(|l| out_line(&l)).collect(),
+            lines: (view.lines())
+                .map(|l| {
+                    let (told, age) = (l.state.told.as_str(), seconds(l.age()));
+                    let (lb, who) = (&l.lb, l.who());
+                    format!(
+                        "{who} answered {told} for {}/{} ({age} ago)",
+                        lb.backend, lb.server
+                    )
+                })
+                .collect(),
             says: view.says(daemon.url()),
         },
         Some((view, settled)) => Outcome::Unwatched {
@@ -283,19 +296,6 @@ async fn view_of(
 /// which a restarting daemon answers again.
 const ASKS: u32 = 8;
 
-/// The live holders ([`hold::live`]) a new one that replaces those `replaces` names joins.
-fn beside(
-    file: &DrainFile,
-    replaces: &impl Fn(&Holder) -> bool,
-    started: Option<SystemTime>,
-) -> Vec<Holder> {
-    let holders = holders_of(file.current());
-    (hold::live(&holders, started, SystemTime::now()))
-        .filter(|h| !replaces(h))
-        .cloned()
-        .collect()
-}
-
 /// What a watch that ran out did not see: the lines not checked since `written`, or a daemon
 /// too new to know its load balancers.
 fn late(view: &View, how: &Wait, written: Instant) -> String {
@@ -351,18 +351,6 @@ pub fn described(held: &[Holder]) -> String {
     (held.iter().map(Holder::describe))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// `load balancer 10.0.0.5 (lb1) answered DRAINED for bk/m1`.
-fn out_line(l: &Line<'_>) -> String {
-    format!(
-        "{} answered {} for {}/{} ({} ago)",
-        l.who(),
-        l.state.told.as_str(),
-        l.lb.backend,
-        l.lb.server,
-        seconds(l.age())
-    )
 }
 
 /// Takes `mine` out again, puts back what it replaced, logs it refused for `why`; what failed.
