@@ -84,12 +84,12 @@ impl Error {
             Error::Systemd(_) | Error::Io(_) | Error::History(_) => Exit::OsErr,
             Error::Cycle(e) => match e {
                 CycleError::NoDaemon(e) => wait_exit(e),
-                CycleError::Unasked(GuardError::Daemon(e)) => status_exit(e),
-                CycleError::Unasked(_) => Exit::Unavailable,
+                CycleError::Guard(GuardError::Daemon(e)) => status_exit(e),
                 CycleError::Drain(_) => Exit::CantCreate,
                 CycleError::Turn { .. }
                 | CycleError::EmptyBackend { .. }
-                | CycleError::KeyFile(_) => Exit::Refused,
+                | CycleError::Guard(GuardError::KeyFile(_)) => Exit::Refused,
+                CycleError::Guard(_) => Exit::Unavailable,
                 e if e.not_healthy() => Exit::Critical,
                 CycleError::Wait { source, .. } => wait_exit(source),
                 CycleError::Command { .. } | CycleError::Released { .. } => Exit::Warning,

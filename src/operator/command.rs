@@ -31,18 +31,16 @@ pub async fn run_command(
         .process_group(0)
         .spawn()
         .map_err(|e| Some(format!("cannot start: {e}")))?;
-    let Some(group) = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw)
-    else {
+    let waited =
+        |status: std::io::Result<_>| status.map_err(|e| Some(format!("cannot be waited for: {e}")));
+    let Some(group) = child.id().and_then(|id| i32::try_from(id).ok()) else {
         // Already reaped: it ended before it could be signalled.
-        let status = child.wait().await;
-        return status.map_err(|e| Some(format!("cannot be waited for: {e}")));
+        return waited(child.wait().await);
     };
+    let group = Pid::from_raw(group);
     let first = tokio::select! {
         status = child.wait() => {
-            let status = status.map_err(|e| Some(format!("cannot be waited for: {e}")))?;
+            let status = waited(status)?;
             // What the command left running in its group is the command's too (`job &`): the
             // node must not return while it runs.
             if killpg(group, None).is_ok() {
@@ -119,6 +117,15 @@ impl Signals {
             _ = self.int.recv() => Signal::SIGINT,
             _ = self.term.recv() => Signal::SIGTERM,
             _ = self.hup.recv() => Signal::SIGHUP,
+        }
+    }
+
+    /// `work`, unless a signal comes first (`None`): a Ctrl-C never waits for a lock, the
+    /// daemon or the load balancers.
+    pub async fn unless<T>(&mut self, work: impl Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            done = work => Some(done),
+            _ = self.next() => None,
         }
     }
 }

@@ -10,12 +10,10 @@
 //!
 //! Its drain goes through the last-server guard ([`crate::operator::guard`]): while a load
 //! balancer would hold it (another master's cycle has the other servers out), the cycle waits
-//! its turn, saying so every 10 s, within `--max-wait`; a drain held after it took effect (the
-//! other servers left meanwhile) lets go and waits its turn again, since nothing ran yet.
+//! its turn ([`Run::take_turn`]).
 //!
 //! Over 500 lines on purpose: the six steps, their one error type and the cycle's hold in the
-//! record (taking it, letting go, marking it stopped) are one story, read top to bottom; the
-//! hold's functions return the steps' errors, so a file of their own would import this one back.
+//! record (taking it, letting go, marking it stopped) are one story, read top to bottom.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -24,8 +22,8 @@ use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
 
 use crate::console::{errln, outln};
-use crate::drain::file::{Change, DrainError, DrainFile, Locked};
-use crate::drain::holders::Holder;
+use crate::drain::file::{Change, DrainError, DrainFile};
+use crate::drain::holders::{Holder, Kind};
 use crate::drain::holding::Release;
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
@@ -33,7 +31,7 @@ use crate::drain::tenure::Tenure;
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::guard::{self, GuardError, Outcome, Request};
+use crate::operator::guard::{self, GuardError, Outcome, Request, described};
 use crate::operator::wait::{self, Ticker, WaitError};
 use crate::operator::warn;
 use crate::protocol::lines::{Blocker, said};
@@ -47,8 +45,7 @@ pub struct Cycle {
     pub reason: String,
     /// The daemon, and how long each wait may take.
     pub wait: Wait,
-    /// Drain even when a load balancer says this node is the last server taking traffic, and
-    /// run the command even when one has no server left for agents.
+    /// Drain and run the command even where a load balancer would be left without servers.
     pub force: bool,
     /// How long the command's processes get after a signal is passed on, before SIGKILL.
     pub kill_after: Duration,
@@ -93,12 +90,9 @@ pub enum CycleError {
     /// The daemon cannot be asked: nothing was done.
     #[error("nothing done: {0}")]
     NoDaemon(WaitError),
-    /// The daemon runs but did not answer the guard: nothing was done.
+    /// The guard could not check the drain (no answer, no key file): nothing was done.
     #[error("nothing done: {0}")]
-    Unasked(GuardError),
-    /// The daemon cannot use its load balancer key file: nothing was done.
-    #[error("nothing done: {0}")]
-    KeyFile(GuardError),
+    Guard(GuardError),
     /// The drain record cannot be written or replaced: nothing was run.
     #[error(transparent)]
     Drain(#[from] DrainError),
@@ -146,8 +140,7 @@ pub enum CycleError {
         /// How it failed.
         how: String,
     },
-    /// The drain record stopped naming this cycle during a wait: it does not go on as if
-    /// it held the node.
+    /// The drain record stopped naming this cycle during a wait.
     #[error(
         "{step}: the drain record no longer holds this cycle (`pmcheck undrain --force`?); found {found}; stopping here"
     )]
@@ -182,369 +175,342 @@ impl CycleError {
 }
 
 const LEFT_DRAINED: &str = "; the node stays drained";
+const NOTHING_CHANGED: &str = "; nothing was changed";
 
 /// Runs the cycle with the drain record in `state_dir`, asking `daemon`.
 pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(), CycleError> {
     let started = Instant::now();
-    let command = shown(&cycle.command);
-    let mut signals = Signals::new().map_err(|e| CycleError::Command {
-        command: command.clone(),
+    let signals = Signals::new().map_err(|e| CycleError::Command {
+        command: shown(&cycle.command),
         how: format!("was not run: cannot catch signals: {e}"),
     })?;
     // Nothing is touched unless the daemon answers, about this drain record: without it
     // nobody can tell when it is safe.
     let file = DrainFile::new(state_dir);
-    ask_daemon(daemon, &file).await?;
-
-    // 1. drain: this cycle holds the node drained, beside whoever already does, in its turn
-    // 2. wait until the load balancers acted and the agents left
-    let (me, done) = drained_in_turn(cycle, daemon, &file, &mut signals, started).await?;
-    for warning in &done.warnings {
-        errln!("pmcheck cycle: warning: {warning}");
+    let view = (daemon.ask().await).map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
+    if let Some(e) = view.other_file(daemon.url(), &file.resolved()) {
+        return Err(CycleError::NoDaemon(e.into()));
     }
-    // From here on every failure leaves the node drained, and says so in our holder.
-    match drained_steps(cycle, daemon, &file, &mut signals).await {
-        Ok(true) => {}
-        Ok(false) => {
-            outln!("pmcheck cycle: done in {}", seconds(started.elapsed()));
-            return Ok(());
-        }
+    let mut run = Run {
+        cycle,
+        daemon,
+        file: &file,
+        signals,
+    };
+    // Every failure once the hold is written leaves the node drained, and says so in it.
+    let back = match run.drained_steps(started).await {
+        Ok(back) => back,
         Err(e) => {
-            stopped(&file, &me, &e, &mut signals).await;
+            stopped(&file, &mut run.signals, &e).await;
             return Err(e);
         }
+    };
+    if back {
+        // 6. wait until the load balancers take it back
+        run.wait(Step::WaitUndrained, Goal::Undrained).await?;
     }
-
-    // 6. wait until the load balancers take it back
-    let t = Instant::now();
-    let done = wait_step(
-        Step::WaitUndrained,
-        Goal::Undrained,
-        daemon,
-        cycle,
-        &mut signals,
-        None,
-    )
-    .await
-    .map_err(undrained_already)?;
-    step(Step::WaitUndrained, t, &done.summary);
     outln!("pmcheck cycle: done in {}", seconds(started.elapsed()));
     Ok(())
 }
 
-/// The steps made while this cycle holds the node: the point of no return, the command
-/// (3), the wait until Puppet Server can compile again (4), letting go (5). Whether the node
-/// returns to rotation, so that the load balancers are waited for.
-async fn drained_steps(
-    cycle: &Cycle,
-    daemon: &Daemon,
-    file: &DrainFile,
-    signals: &mut Signals,
-) -> Result<bool, CycleError> {
-    give_back_if_needed(cycle, daemon, file, signals).await?;
-
-    // 3. the command
-    let ended = command_step(cycle, signals).await?;
-
-    // 4. wait until Puppet Server can compile again
-    let t = Instant::now();
-    let done = wait_step(
-        Step::WaitHealthy,
-        Goal::Healthy { since: ended },
-        daemon,
-        cycle,
-        signals,
-        Some(file),
-    )
-    .await?;
-    step(Step::WaitHealthy, t, &done.summary);
-
-    // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
-    let t = Instant::now();
-    let locked = locked(file, signals, Step::Undrain, LEFT_DRAINED).await?;
-    let release = let_go(locked)?;
-    // Holders left: the daemon says whether they still hold the node. The stop's hold of this
-    // restart's own stop holds nothing once Puppet Server is back ([`crate::health::hold`]),
-    // though `on-start` may not have taken it out of the record yet; another stop since holds.
-    let restarted = match &release {
-        Release::StillHeld(_) => wait::answered(daemon, false).await.is_ok(),
-        _ => false,
-    };
-    let said = match (&release, restarted) {
-        (Release::StillHeld(held), true) => format!(
-            "this cycle let go; what else the record holds ended with this restart: {}",
-            holders(held)
-        ),
-        (release, _) => described(release, file),
-    };
-    step(Step::Undrain, t, &said);
-    Ok(restarted || matches!(release, Release::Undrained))
+/// What every step uses; the signals are caught for the whole run, so none kills it half-way.
+struct Run<'a> {
+    cycle: &'a Cycle,
+    daemon: &'a Daemon,
+    file: &'a DrainFile,
+    signals: Signals,
 }
 
-/// Steps 1 and 2: this cycle's hold, in its turn, and the wait until the load balancers
-/// acted and the agents left; a drain held meanwhile (the other servers left) lets go and
-/// waits its turn again, since nothing ran yet. The hold, and what the wait met.
-async fn drained_in_turn(
-    cycle: &Cycle,
-    daemon: &Daemon,
-    file: &DrainFile,
-    signals: &mut Signals,
-    started: Instant,
-) -> Result<(Holder, wait::Done), CycleError> {
-    loop {
+impl Run<'_> {
+    /// Steps 1 to 5, from the hold to letting go: whether the node returns to rotation, so
+    /// that the load balancers are waited for.
+    async fn drained_steps(&mut self, started: Instant) -> Result<bool, CycleError> {
+        // 1 and 2: a drain held meanwhile (the other servers left) lets go and waits its turn
+        // again, since nothing ran yet.
+        let done = loop {
+            self.take_turn(started).await?;
+            let held = match self.wait(Step::WaitDrained, Goal::Drained).await {
+                Err(CycleError::Wait {
+                    source: WaitError::Held { held, .. },
+                    ..
+                }) => held,
+                done => break done?,
+            };
+            let release = self.let_go(Step::WaitDrained, None).await?;
+            errln!(
+                "pmcheck cycle: drain held before the command: {}; this cycle let go ({}) and waits its turn again",
+                said(&held),
+                release_line(&release, self.file, false)
+            );
+        };
+        for warning in &done.warnings {
+            errln!("pmcheck cycle: warning: {warning}");
+        }
+        self.give_back_if_needed().await?;
+        let ended = self.command_step().await?;
+        self.wait(Step::WaitHealthy, Goal::Healthy { since: ended })
+            .await?;
+
+        // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
         let t = Instant::now();
-        let (me, detail) = take_turn(cycle, daemon, file, signals, started).await?;
-        step(Step::Drain, t, &detail);
-        let t = Instant::now();
-        let drained = Goal::Drained;
-        match wait_step(
-            Step::WaitDrained,
-            drained,
-            daemon,
-            cycle,
-            signals,
-            Some(file),
-        )
-        .await
-        {
-            Ok(done) => {
-                step(Step::WaitDrained, t, &done.summary);
-                return Ok((me, done));
-            }
-            Err(CycleError::Wait {
-                source: WaitError::Held { held, .. },
-                ..
-            }) => {
-                let released = match locked(file, signals, Step::WaitDrained, LEFT_DRAINED).await {
-                    Ok(locked) => let_go(locked)?,
-                    Err(e) => {
-                        stopped(file, &me, &e, signals).await;
-                        return Err(e);
-                    }
+        let release = self.let_go(Step::Undrain, None).await?;
+        // Holders left: the daemon says whether they still hold the node. The stop's hold of
+        // this restart's own stop holds nothing once Puppet Server is back
+        // ([`crate::health::hold`]), though `on-start` may not have taken it out of the record
+        // yet; another stop since holds.
+        let restarted = matches!(release, Release::StillHeld(_))
+            && wait::answered(self.daemon, false).await.is_ok();
+        step(
+            Step::Undrain,
+            t,
+            &release_line(&release, self.file, restarted),
+        );
+        Ok(restarted || matches!(release, Release::Undrained))
+    }
+
+    /// Step 1, where the guard lets it. While a load balancer would hold the drain
+    /// (another master's cycle has the other servers out), the cycle waits its turn, saying so
+    /// every 10 s, within `--max-wait` of its start (`since`); then refuses, and logs it as
+    /// `drain` does (a lost trail is only a warning).
+    async fn take_turn(&mut self, since: Instant) -> Result<(), CycleError> {
+        let (mut ticker, max_wait, t) = (Ticker::new(), self.cycle.wait.max_wait, Instant::now());
+        let step = Step::Drain;
+        // A signal (`None`) ends the step wherever it is: the lock's wait, the daemon's answer,
+        // the load balancers' checks. Once the hold is written, the node stays drained, marked.
+        let taken = loop {
+            let request = Request {
+                mine: Holder::cycle(self.cycle.reason.clone(), SystemTime::now()),
+                replaces: |_: &Holder| false,
+                force: self.cycle.force,
+                action: Action::CycleDrain,
+            };
+            let taking = guard::take(self.daemon, self.file, &self.cycle.wait, request);
+            let held = match self.signals.unless(taking).await {
+                Some(Err(GuardError::Refused(held) | GuardError::BackedOff(held))) => held,
+                taken => break taken,
+            };
+            let waited = since.elapsed();
+            if waited >= max_wait {
+                ticker.clear();
+                let why = said(&held);
+                let logged = guard::log_refused(self.file, &self.cycle.reason, &why);
+                let Some(lost) = self.signals.unless(logged).await else {
+                    let left = NOTHING_CHANGED;
+                    return Err(CycleError::Interrupted { step, left });
                 };
-                let left = described(&released, file);
-                errln!(
-                    "pmcheck cycle: drain held before the command: {}; this cycle let go ({left}) and waits its turn again",
-                    said(&held)
-                );
+                warn(lost);
+                let waited = max_wait;
+                return Err(CycleError::Turn { held, waited });
             }
-            Err(e) => {
-                stopped(file, &me, &e, signals).await;
-                return Err(e);
+            let ends = held.first().map(Blocker::ends).unwrap_or_default();
+            ticker.show_line(&format!(
+                "pmcheck cycle: waiting its turn ({} of --max-wait {}): {}; {ends}",
+                seconds(waited),
+                format_duration(max_wait),
+                said(&held)
+            ));
+            // Asked again as every loop asks, and in time for the line every 10 s.
+            let next = EVERY.min(ticker.due_in()).max(Duration::from_millis(10));
+            if (self.signals.unless(tokio::time::sleep(next)).await).is_none() {
+                break None;
+            }
+        };
+        ticker.clear();
+        match taken {
+            Some(Ok(taken)) => {
+                warn(&taken.warnings);
+                self::step(step, t, &drained(&taken, self.file));
+                Ok(())
+            }
+            Some(Err(GuardError::Drain(e))) => Err(e.into()),
+            Some(Err(GuardError::LetGo(found))) => Err(CycleError::Released { step, found }),
+            Some(Err(e)) => Err(CycleError::Guard(e)),
+            // A hold already written (or one the guard failed to undo) keeps the node drained,
+            // and [`stopped`] says why in it.
+            None => {
+                let gone = guard::let_go_of(self.file, Holder::is_me).is_some();
+                let left = if gone { NOTHING_CHANGED } else { LEFT_DRAINED };
+                Err(CycleError::Interrupted { step, left })
             }
         }
     }
-}
 
-/// The point of no return. The guard looked before the drain; if another master fell out
-/// since, this node is the one agents could still have: give it back.
-async fn give_back_if_needed(
-    cycle: &Cycle,
-    daemon: &Daemon,
-    file: &DrainFile,
-    signals: &mut Signals,
-) -> Result<(), CycleError> {
-    if cycle.force {
-        return Ok(());
-    }
-    let empty = match daemon.ask().await {
-        Ok(view) => view.empty_backends(),
-        Err(_) => return Ok(()),
-    };
-    if empty.is_empty() {
-        return Ok(());
-    }
-    let said = empty.join("; ");
-    // The trail says why the hold goes: the command was refused, as a drain would be.
-    let locked = locked(file, signals, Step::WaitDrained, LEFT_DRAINED).await?;
-    warn(locked.log(&[Event::refused(&cycle.reason, &said, SystemTime::now())]));
-    let left = described(&let_go(locked)?, file);
-    Err(CycleError::EmptyBackend { said, left })
-}
-
-/// The daemon answers, and watches this drain record.
-async fn ask_daemon(daemon: &Daemon, file: &DrainFile) -> Result<(), CycleError> {
-    let view = daemon
-        .ask()
-        .await
-        .map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
-    match view.other_file(daemon.url(), &file.resolved()) {
-        Some(e) => Err(CycleError::NoDaemon(e.into())),
-        None => Ok(()),
-    }
-}
-
-/// Step 3: the command, which must exit 0; when it ended.
-async fn command_step(cycle: &Cycle, signals: &mut Signals) -> Result<Instant, CycleError> {
-    let t = Instant::now();
-    let command = shown(&cycle.command);
-    let status = run_command(&cycle.command, signals, cycle.kill_after)
-        .await
-        .map_err(|how| match how {
-            None => CycleError::Interrupted {
-                step: Step::Command,
-                left: LEFT_DRAINED,
-            },
-            Some(how) => CycleError::Command {
-                command: command.clone(),
-                how,
-            },
-        })?;
-    let ended = Instant::now();
-    if !status.success() {
-        return Err(CycleError::Command {
-            command,
-            how: exited(status),
-        });
-    }
-    step(Step::Command, t, &format!("{command} exited 0"));
-    Ok(ended)
-}
-
-/// A failure after the undrain says the node is undrained already.
-fn undrained_already(e: CycleError) -> CycleError {
-    match e {
-        CycleError::Wait { step, source, .. } => CycleError::Wait {
-            step,
-            source,
-            left: "; the node is undrained, but not every load balancer has taken it back",
-        },
-        CycleError::Interrupted { step, .. } => CycleError::Interrupted {
-            step,
-            left: "; the node is already undrained",
-        },
-        other => other,
-    }
-}
-
-/// Step 1: adds this cycle's hold to the record, where the last-server guard lets it; returns
-/// the hold and what to say of it. While a load balancer would hold it, or held it at its
-/// checks right after (another master's cycle has the other servers out), the cycle waits its
-/// turn, within `--max-wait` of its start (`since`), saying so every 10 s; then refuses.
-async fn take_turn(
-    cycle: &Cycle,
-    daemon: &Daemon,
-    file: &DrainFile,
-    signals: &mut Signals,
-    since: Instant,
-) -> Result<(Holder, String), CycleError> {
-    let mut ticker = Ticker::new();
-    loop {
-        let mine = Holder::cycle(cycle.reason.clone(), SystemTime::now());
-        let request = Request {
-            mine: mine.clone(),
-            replaces: |_: &Holder| false,
-            force: cycle.force.into(),
-            action: Action::CycleDrain,
+    /// The point of no return. The guard looked before the drain; if another master fell out
+    /// since, this node is the one agents could still have: give it back.
+    async fn give_back_if_needed(&mut self) -> Result<(), CycleError> {
+        if self.cycle.force {
+            return Ok(());
+        }
+        let empty = match self.daemon.ask().await {
+            Ok(view) => view.empty_backends(),
+            Err(_) => return Ok(()),
         };
-        let taking = guard::take(daemon, file, &cycle.wait, request);
-        // A signal ends the step wherever it is: the lock's wait, the daemon's answer, the
-        // load balancers' checks. Once the hold is written, the node stays drained, marked.
-        let taken = tokio::select! {
-            taken = taking => taken,
-            _ = signals.next() => {
-                ticker.clear();
-                return Err(interrupted_taking(file, &mine, signals).await);
+        if empty.is_empty() {
+            return Ok(());
+        }
+        let said = empty.join("; ");
+        // The trail says why the hold goes: the command was refused, as a drain would be.
+        let release = self.let_go(Step::WaitDrained, Some(&said)).await?;
+        let left = release_line(&release, self.file, false);
+        Err(CycleError::EmptyBackend { said, left })
+    }
+
+    /// Step 3: the command, which must exit 0; when it ended.
+    async fn command_step(&mut self) -> Result<Instant, CycleError> {
+        let t = Instant::now();
+        let command = shown(&self.cycle.command);
+        let ran = run_command(
+            &self.cycle.command,
+            &mut self.signals,
+            self.cycle.kill_after,
+        );
+        let ran = ran.await;
+        let ended = Instant::now();
+        let how = match ran {
+            Ok(status) if status.success() => {
+                step(Step::Command, t, &format!("{command} exited 0"));
+                return Ok(ended);
             }
-        };
-        let held = match taken {
-            Ok(taken) => {
-                ticker.clear();
-                warn(&taken.warnings);
-                return Ok((taken.mine.clone(), drained(&taken, file)));
-            }
-            Err(GuardError::Drain(e)) => return Err(e.into()),
-            Err(e @ (GuardError::Unasked(_) | GuardError::Daemon(_))) => {
-                return Err(CycleError::Unasked(e));
-            }
-            Err(e @ GuardError::KeyFile(_)) => return Err(CycleError::KeyFile(e)),
-            Err(GuardError::LetGo(found)) => {
-                ticker.clear();
-                return Err(CycleError::Released {
-                    step: Step::Drain,
-                    found,
+            Ok(status) => exited(status),
+            Err(Some(how)) => how,
+            Err(None) => {
+                let left = LEFT_DRAINED;
+                return Err(CycleError::Interrupted {
+                    step: Step::Command,
+                    left,
                 });
             }
-            Err(GuardError::Refused(held) | GuardError::BackedOff(held)) => held,
         };
-        let waited = since.elapsed();
-        if waited >= cycle.wait.max_wait {
-            ticker.clear();
-            return Err(no_turn(cycle, file, signals, held).await);
+        Err(CycleError::Command { command, how })
+    }
+
+    /// Takes this cycle's hold out of the record (logging the drain as `refused`, if given).
+    /// A Ctrl-C never waits for another command's change: `step` is interrupted, still drained.
+    async fn let_go(&mut self, step: Step, refused: Option<&str>) -> Result<Release, CycleError> {
+        let left = LEFT_DRAINED;
+        let locked = (self.signals.unless(self.file.locked()).await)
+            .ok_or(CycleError::Interrupted { step, left })??;
+        if let Some(why) = refused {
+            let event = Event::refused(&self.cycle.reason, why, SystemTime::now());
+            warn(locked.log(&[event]));
         }
-        let ends = held.first().map(Blocker::ends).unwrap_or_default();
-        ticker.show_line(&format!(
-            "pmcheck cycle: waiting its turn ({} of --max-wait {}): {}; {ends}",
-            seconds(waited),
-            format_duration(cycle.wait.max_wait),
-            said(&held)
-        ));
-        // Asked again as every loop asks, and in time for the line every 10 s.
-        let next = EVERY.min(ticker.due_in()).max(Duration::from_millis(10));
-        tokio::select! {
-            () = tokio::time::sleep(next) => {}
-            // A hold the guard failed to undo may still be there: said as it is.
-            _ = signals.next() => {
-                ticker.clear();
-                return Err(interrupted_taking(file, &mine, signals).await);
+        let (release, lost) = locked.release(Holder::is_me, Action::CycleUndrain)?;
+        warn(&lost);
+        Ok(release)
+    }
+
+    /// One wait, stopped by a signal, or while the cycle holds the node, when the record stops
+    /// naming it (somebody ran `pmcheck undrain --force`): it must not go on as if it held it.
+    async fn wait(&mut self, step: Step, goal: Goal) -> Result<wait::Done, CycleError> {
+        let t = Instant::now();
+        let watched = (step != Step::WaitUndrained).then_some(self.file);
+        let signals = &mut self.signals;
+        let mut found = None;
+        let stop = async {
+            tokio::select! {
+                // The record first: a hold let go of before the wait began is found at once.
+                biased;
+                let_go = released(watched) => found = Some(let_go),
+                _ = signals.next() => {}
             }
+        };
+        let waited = wait::wait(goal, self.daemon, &self.cycle.wait, stop).await;
+        // After the undrain, the node is undrained already.
+        let (late, left) = match step {
+            Step::WaitUndrained => (
+                "; the node is undrained, but not every load balancer has taken it back",
+                "; the node is already undrained",
+            ),
+            _ => (LEFT_DRAINED, LEFT_DRAINED),
+        };
+        match (waited, found) {
+            (Ok(done), _) => {
+                self::step(step, t, &done.summary);
+                Ok(done)
+            }
+            (Err(WaitError::Interrupted { .. }), Some(found)) => {
+                Err(CycleError::Released { step, found })
+            }
+            (Err(WaitError::Interrupted { .. }), None) => {
+                Err(CycleError::Interrupted { step, left })
+            }
+            (Err(source), _) => Err(CycleError::Wait {
+                step,
+                source,
+                left: late,
+            }),
         }
     }
 }
 
-/// A turn that did not come within `--max-wait`: refused, and said in the event log. A trail
-/// that cannot be written is only a warning (the guard's, as `drain` says it), and a signal
-/// does not wait for its lock.
-async fn no_turn(
-    cycle: &Cycle,
-    file: &DrainFile,
-    signals: &mut Signals,
-    held: Vec<Blocker>,
-) -> CycleError {
-    let why = said(&held);
-    tokio::select! {
-        lost = guard::log_refused(file, &cycle.reason, &why) => warn(lost),
-        _ = signals.next() => return CycleError::Interrupted {
-            step: Step::Drain,
-            left: "; nothing was changed",
-        },
-    }
-    CycleError::Turn {
-        held,
-        waited: cycle.wait.max_wait,
-    }
-}
-
-/// A drain step stopped by a signal: when the record holds this cycle already, the node stays
-/// drained and the hold says why; otherwise nothing was changed.
-async fn interrupted_taking(file: &DrainFile, mine: &Holder, signals: &mut Signals) -> CycleError {
-    let step = Step::Drain;
-    if guard::let_go_of(file, Holder::is_me).is_some() {
-        return CycleError::Interrupted {
+/// Turns this cycle's hold into a stopped cycle's, which keeps the node drained until
+/// `pmcheck undrain`, saying why (`e`). A further signal gives up waiting for the lock: the
+/// node stays drained either way.
+async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
+    let why = match e {
+        CycleError::Wait {
             step,
-            left: "; nothing was changed",
-        };
-    }
-    let e = CycleError::Interrupted {
-        step,
-        left: LEFT_DRAINED,
+            source: WaitError::TimedOut { waited, .. },
+            ..
+        } => format!("{step} timed out after {}", format_duration(*waited)),
+        CycleError::Wait { step, .. } => format!("{step} failed"),
+        CycleError::Command { how, .. } => format!("the command {how}"),
+        CycleError::Interrupted {
+            step,
+            left: LEFT_DRAINED,
+        } => format!("interrupted during {step}"),
+        _ => return,
     };
-    stopped(file, mine, &e, signals).await;
-    e
+    // The cause is the point: the operator's reason is shortened, never the cause.
+    let why: String = format!("; cycle stopped: {why}")
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(REASON_LIMIT / 2)
+        .collect();
+    let Some(locked) = signals.unless(file.locked()).await else {
+        errln!(
+            "pmcheck cycle: the node stays drained; interrupted again before the record said why"
+        );
+        return;
+    };
+    let updated = locked.and_then(|locked| {
+        locked.update_logged(|current| {
+            let mut held = guard::holders_of(current);
+            let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
+                return (Change::Keep, Vec::new(), false);
+            };
+            let keep = REASON_LIMIT - why.chars().count();
+            mine.what = mine.what.chars().take(keep).chain(why.chars()).collect();
+            let event = Event::of(Action::CycleStopped, mine, SystemTime::now());
+            mine.kind = Kind::StoppedCycle;
+            mine.process = None;
+            DrainRecord::held_by(held).map_or((Change::Keep, Vec::new(), false), |r| {
+                (Change::Write(r), vec![event], true)
+            })
+        })
+    });
+    match updated {
+        Ok((true, lost)) => warn(&lost),
+        Ok((false, _)) => errln!(
+            "pmcheck cycle: the drain record does not hold this cycle any more; left as it is: {}",
+            file.path().display()
+        ),
+        Err(e) => {
+            errln!("pmcheck cycle: the node stays drained, but the record could not say why: {e}")
+        }
+    }
 }
 
-/// The drain step's line: what was written, who else holds the node, what the load balancers
-/// did.
+/// The drain step's line, for scripts and people.
 fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
     let me = &taken.mine;
     let mut detail = if taken.others.is_empty() {
         let Tenure { by, since, .. } = &me.tenure;
         format!("drained: {} (by {by} since {since})", me.what)
     } else {
-        let held: Vec<String> = taken.others.iter().map(Holder::describe).collect();
         format!(
             "already drained by {}: this cycle holds it too, and the node returns to rotation only when no holder is left",
-            held.join(", ")
+            described(&taken.others)
         )
     };
     if let Some(forced) = &me.forced {
@@ -557,31 +523,13 @@ fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
     detail
 }
 
-/// Step 5: takes this cycle's hold out of the record, removing the record when no holder is
-/// left.
-fn let_go(locked: Locked<'_>) -> Result<Release, DrainError> {
-    let (release, lost) = locked.release(Holder::is_me, Action::CycleUndrain)?;
-    warn(&lost);
-    Ok(release)
-}
-
-/// The state directory's lock, unless a signal comes first: a Ctrl-C never waits for another
-/// command's change. Interrupted during `step`, the node is `left`.
-async fn locked<'a>(
-    file: &'a DrainFile,
-    signals: &mut Signals,
-    step: Step,
-    left: &'static str,
-) -> Result<Locked<'a>, CycleError> {
-    tokio::select! {
-        locked = file.locked() => Ok(locked?),
-        _ = signals.next() => Err(CycleError::Interrupted { step, left }),
-    }
-}
-
-/// The undrain step's line.
-fn described(release: &Release, file: &DrainFile) -> String {
+/// The undrain step's line; `restarted`: what else the record holds ended with this restart.
+fn release_line(release: &Release, file: &DrainFile, restarted: bool) -> String {
     match release {
+        Release::StillHeld(held) if restarted => format!(
+            "this cycle let go; what else the record holds ended with this restart: {}",
+            described(held)
+        ),
         Release::Undrained => format!("removed {}", file.path().display()),
         Release::NotDrained => format!(
             "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
@@ -589,60 +537,16 @@ fn described(release: &Release, file: &DrainFile) -> String {
         ),
         Release::NotHeld(held) => format!(
             "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",
-            holders(held)
+            described(held)
         ),
         Release::StillHeld(held) => format!(
             "this cycle let go; the node stays drained, held by {}",
-            holders(held)
+            described(held)
         ),
     }
 }
 
-/// One wait, stopped by a signal, or when the drain record stops naming this cycle (`held`:
-/// somebody ran `pmcheck undrain --force` or rewrote the record).
-async fn wait_step(
-    name: Step,
-    goal: Goal,
-    daemon: &Daemon,
-    cycle: &Cycle,
-    signals: &mut Signals,
-    held: Option<&DrainFile>,
-) -> Result<wait::Done, CycleError> {
-    let mut found = None;
-    let stop = async {
-        tokio::select! {
-            // The record first: a hold let go of before the wait began is found at once.
-            biased;
-            let_go = released(held) => found = Some(let_go),
-            _ = signals.next() => {}
-        }
-    };
-    match (wait::wait(goal, daemon, &cycle.wait, stop).await, found) {
-        (Ok(done), _) => Ok(done),
-        (Err(WaitError::Interrupted { .. }), Some(found)) => {
-            Err(CycleError::Released { step: name, found })
-        }
-        (Err(WaitError::Interrupted { .. }), None) => Err(CycleError::Interrupted {
-            step: name,
-            left: LEFT_DRAINED,
-        }),
-        (Err(source), _) => Err(CycleError::Wait {
-            step: name,
-            source,
-            left: LEFT_DRAINED,
-        }),
-    }
-}
-
-/// Holders, for people.
-fn holders(held: &[Holder]) -> String {
-    (held.iter().map(Holder::describe))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Resolves when the drain record `file` no longer holds this cycle, with what it holds
-/// instead; never without a record to watch.
+/// What the record `file` holds once it no longer holds this cycle; never without a record.
 async fn released(file: Option<&DrainFile>) -> String {
     let Some(file) = file else {
         return std::future::pending().await;
@@ -652,85 +556,6 @@ async fn released(file: Option<&DrainFile>) -> String {
             return found;
         }
         tokio::time::sleep(EVERY).await;
-    }
-}
-
-/// Turns this cycle's hold into a stopped cycle's, which keeps the node drained until
-/// `pmcheck undrain`, and says why in it; a record that no longer has this cycle is left as it is.
-/// While another command holds the lock, a further signal gives up saying why (the node
-/// stays drained either way).
-async fn stopped(file: &DrainFile, me: &Holder, e: &CycleError, signals: &mut Signals) {
-    let why = match e {
-        CycleError::Wait {
-            step,
-            source: WaitError::TimedOut { waited, .. },
-            ..
-        } => format!("{step} timed out after {}", format_duration(*waited)),
-        CycleError::Wait { step, .. } => format!("{step} failed"),
-        CycleError::Command { how, .. } => format!("the command {how}"),
-        CycleError::Interrupted { step, .. } => format!("interrupted during {step}"),
-        CycleError::NoDaemon(_)
-        | CycleError::Unasked(_)
-        | CycleError::KeyFile(_)
-        | CycleError::Drain(_)
-        | CycleError::Turn { .. }
-        | CycleError::EmptyBackend { .. }
-        | CycleError::Released { .. } => return,
-    };
-    // The cause is the point: shorten the operator's reason, never the cause.
-    let why = format!("; cycle stopped: {why}");
-    let why: String = why
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(REASON_LIMIT / 2)
-        .collect();
-    let keep = REASON_LIMIT - why.chars().count();
-    let what: String = me.what.chars().take(keep).chain(why.chars()).collect();
-    let locked = tokio::select! {
-        locked = file.locked() => locked,
-        _ = signals.next() => {
-            errln!("pmcheck cycle: the node stays drained; interrupted again before the record said why");
-            return;
-        }
-    };
-    let updated = locked.and_then(|locked| {
-        locked.update_logged(|current| {
-            let Some(record) = current.and_then(|d| d.record) else {
-                return (Change::Keep, Vec::new(), false);
-            };
-            let mut held = record.holders().to_vec();
-            let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
-                return (Change::Keep, Vec::new(), false);
-            };
-            let event = Event::of(
-                Action::CycleStopped,
-                &Holder {
-                    what: what.clone(),
-                    ..mine.clone()
-                },
-                SystemTime::now(),
-            );
-            *mine = Holder {
-                kind: crate::drain::holders::Kind::StoppedCycle,
-                what: what.clone(),
-                process: None,
-                ..mine.clone()
-            };
-            match DrainRecord::held_by(held) {
-                Some(record) => (Change::Write(record), vec![event], true),
-                None => (Change::Keep, Vec::new(), false),
-            }
-        })
-    });
-    match updated {
-        Ok((true, lost)) => warn(&lost),
-        Ok((false, _)) => errln!(
-            "pmcheck cycle: the drain record does not hold this cycle any more; left as it is: {}",
-            file.path().display()
-        ),
-        Err(e) => {
-            errln!("pmcheck cycle: the node stays drained, but the record could not say why: {e}")
-        }
     }
 }
 
@@ -774,7 +599,7 @@ mod tests {
             command: "`false`".into(),
             how: "exited with 1".into(),
         };
-        stopped(&file, &me, &e, &mut signals).await;
+        stopped(&file, &mut signals, &e).await;
         let record = file.current().unwrap().record.unwrap();
         assert_eq!(
             record.reason(),
@@ -796,7 +621,7 @@ mod tests {
                 .ends_with("; cycle stopped: the command exited with 1")
         );
         // A record that no longer names this cycle is left as it is.
-        stopped(&file, &me, &e, &mut signals).await;
+        stopped(&file, &mut signals, &e).await;
         assert_eq!(
             file.current().unwrap().record.unwrap(),
             record,
@@ -806,7 +631,7 @@ mod tests {
         let short = Holder::cycle("upgrade".into(), now);
         file.write(&DrainRecord::held_by(vec![short.clone()]).unwrap())
             .unwrap();
-        stopped(&file, &short, &e, &mut signals).await;
+        stopped(&file, &mut signals, &e).await;
         assert_eq!(
             file.current().unwrap().record.unwrap().reason(),
             "upgrade; cycle stopped: the command exited with 1"

@@ -12,11 +12,11 @@ use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::log::{Action, Event};
-use crate::drain::record::{Drain, DrainState, Unreadable};
+use crate::drain::record::{Drain, DrainState};
 use crate::drain::tenure::Tenure;
 use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::guard::{self, GuardError, Outcome, Request};
+use crate::operator::guard::{self, GuardError, Outcome, Request, described};
 use crate::operator::wait::{self, WaitError};
 use crate::operator::warn;
 use crate::protocol::lines::said;
@@ -49,16 +49,13 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     let began = Instant::now();
     let how = Wait::of(&args.waiting, &args.state);
     let file = DrainFile::new(&args.state.state_dir);
-    let mine = Holder::drain(args.reason.clone(), args.for_, SystemTime::now());
-    let is_drain = |h: &Holder| h.kind == Kind::Drain;
     let request = Request {
-        mine,
-        replaces: is_drain,
-        force: args.force.into(),
+        mine: Holder::drain(args.reason.clone(), args.for_, SystemTime::now()),
+        replaces: |h: &Holder| h.kind == Kind::Drain,
+        force: args.force,
         action: Action::Drain,
     };
-    let taken = guard::take(daemon, &file, &how, request).await;
-    let taken = match taken {
+    let taken = match guard::take(daemon, &file, &how, request).await {
         Err(GuardError::Refused(held)) => {
             warn(guard::log_refused(&file, &args.reason, &said(&held)).await);
             return Err(GuardError::Refused(held).into());
@@ -76,8 +73,7 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     let Tenure { by, since, until } = &taken.mine.tenure;
     let until = until
         .as_ref()
-        .map(|u| format!(" until {u}"))
-        .unwrap_or_default();
+        .map_or(String::new(), |u| format!(" until {u}"));
     outln!(
         "drained: {} (by {by} since {since}{until}); wrote {}",
         taken.mine.what,
@@ -90,13 +86,9 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
         outln!("also held by {}", other.describe());
     }
     match &taken.outcome {
-        Outcome::Out { lines, says } => {
-            outln!("out: {}\n{says}", lines.join("; "));
-        }
+        Outcome::Out { lines, says } => outln!("out: {}\n{says}", lines.join("; ")),
         Outcome::Unwatched { says, late } => {
-            if let Some(late) = late {
-                warn(std::slice::from_ref(late));
-            }
+            warn(late);
             outln!(
                 "{says}\nHAProxy takes the node out at its next check with disable-on-404 or the agent check, else after its `fall` failed checks."
             );
@@ -137,35 +129,12 @@ fn stays(e: WaitError, left: &str) -> WaitError {
 /// `--force`), and with `--wait` waits until the load balancers took the node back.
 pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
     let file = DrainFile::new(&args.state.state_dir);
-    let (outcome, lost) =
+    let (said, lost) =
         (file.locked().await?).update_logged(|current| undrained(&file, current, args.force))?;
     warn(&lost);
-    match outcome {
-        Undrain::NotDrained => outln!(
-            "not drained: there is no {}; nothing to do",
-            file.path().display()
-        ),
-        Undrain::Cleared(why) => outln!(
-            "undrained: removed {}, which pmcheck could not read as a drain record ({why})",
-            file.path().display()
-        ),
-        Undrain::Held(running) => {
-            let held: Vec<String> = running.iter().map(Holder::describe).collect();
-            return Err(ChangeError::Held(held.join(", ")));
-        }
-        Undrain::Removed(previous, held) => {
-            outln!(
-                "undrained: removed {} (was: {})",
-                file.path().display(),
-                previous.describe()
-            );
-            for h in held.iter().filter(|h| h.kind != Kind::Drain) {
-                outln!("let go of {}", h.describe());
-            }
-        }
-    }
-    let how = Wait::of(&args.waiting, &args.state);
+    outln!("{}", said.map_err(ChangeError::Held)?);
     if args.wait {
+        let how = Wait::of(&args.waiting, &args.state);
         let done = wait::wait(Goal::Undrained, daemon, &how, std::future::pending())
             .await
             .map_err(|e| stays(e, "the node is undrained"))?;
@@ -183,14 +152,15 @@ pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeErr
     Ok(())
 }
 
-/// What `undrain` does with the record `current`: removes it unless running cycles hold the
-/// node and there is no `force`.
+/// What `undrain` does with the record `current`, and what it says: removes it, unless running
+/// cycles hold the node and there is no `force` (then who they are, to refuse).
 fn undrained(
     file: &DrainFile,
     current: Option<Drain>,
     force: bool,
-) -> (Change, Vec<Event>, Undrain) {
+) -> (Change, Vec<Event>, Result<String, String>) {
     let now = SystemTime::now();
+    let path = file.path().display();
     let Some(drain) = current else {
         // What the daemon refuses to read there (a link, a FIFO, a record too large or
         // unreadable) answers UNKNOWN, and its message names `pmcheck undrain`: cleared
@@ -199,33 +169,29 @@ fn undrained(
             DrainState::Unknown(why) if file.occupied() => (
                 Change::Remove,
                 vec![Event::bare(Action::Undrain, now)],
-                Undrain::Cleared(why),
+                Ok(format!(
+                    "undrained: removed {path}, which pmcheck could not read as a drain record ({why})"
+                )),
             ),
-            _ => (Change::Keep, Vec::new(), Undrain::NotDrained),
+            _ => (
+                Change::Keep,
+                Vec::new(),
+                Ok(format!("not drained: there is no {path}; nothing to do")),
+            ),
         };
     };
-    let held: Vec<Holder> = (drain.record.as_ref())
-        .map(|r| r.holders().to_vec())
-        .unwrap_or_default();
+    let mut said = format!("undrained: removed {path} (was: {})", drain.describe());
+    let held = guard::holders_of(Some(drain));
     let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
     if !running.is_empty() && !force {
-        return (Change::Keep, Vec::new(), Undrain::Held(running));
+        return (Change::Keep, Vec::new(), Err(described(&running)));
     }
-    let events = match held.iter().find(|h| h.kind == Kind::Drain).or(held.first()) {
-        Some(holder) => vec![Event::of(Action::Undrain, holder, now)],
-        None => vec![Event::bare(Action::Undrain, now)],
+    let event = match held.iter().find(|h| h.kind == Kind::Drain).or(held.first()) {
+        Some(holder) => Event::of(Action::Undrain, holder, now),
+        None => Event::bare(Action::Undrain, now),
     };
-    (Change::Remove, events, Undrain::Removed(drain, held))
-}
-
-/// What `undrain` found.
-enum Undrain {
-    /// No record.
-    NotDrained,
-    /// Running cycles hold the node, and no `--force`.
-    Held(Vec<Holder>),
-    /// The record was removed: what it was, and who held it.
-    Removed(Drain, Vec<Holder>),
-    /// What stood at the record's path and could not be read as one was removed: why not.
-    Cleared(Unreadable),
+    for h in held.iter().filter(|h| h.kind != Kind::Drain) {
+        said.push_str(&format!("\nlet go of {}", h.describe()));
+    }
+    (Change::Remove, vec![event], Ok(said))
 }

@@ -50,20 +50,7 @@ impl Wait {
             drain_file: Some(DrainFile::new(&state.state_dir).resolved()),
         }
     }
-}
 
-impl Goal {
-    /// Its stage in the daemon's `progress`.
-    pub fn of(self, progress: &Progress) -> &Stage {
-        match self {
-            Goal::Drained => &progress.drain,
-            Goal::Undrained => &progress.undrain,
-            Goal::Healthy { .. } => &progress.healthy,
-        }
-    }
-}
-
-impl Wait {
     /// What the daemon is asked with for `goal`, asked at `asked`.
     pub fn ask(&self, goal: Goal, asked: Instant) -> Ask {
         Ask {
@@ -73,6 +60,17 @@ impl Wait {
                 Goal::Healthy { since } => Some(asked.saturating_duration_since(since)),
                 _ => None,
             },
+        }
+    }
+}
+
+impl Goal {
+    /// Its stage in the daemon's `progress`.
+    pub fn of(self, progress: &Progress) -> &Stage {
+        match self {
+            Goal::Drained => &progress.drain,
+            Goal::Undrained => &progress.undrain,
+            Goal::Healthy { .. } => &progress.healthy,
         }
     }
 }

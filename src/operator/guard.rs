@@ -1,20 +1,11 @@
 //! The last-server guard of `drain` and `cycle`: a holder is written only where the drain rule
 //! ([`crate::health::hold`]) lets it through, and taken out again when the load balancers'
-//! checks right after the write hold it.
+//! checks right after the write hold it (another master went out at the same moment), the
+//! holders it replaced put back. `--force` goes past it, and the holder records that.
 //!
-//! 1. Ask the daemon. The holders the record would have (the live ones, less those the new
-//!    one replaces, and the new one) meet, at each server line a proven load balancer still
-//!    checks, what the daemon says the rule meets there: where it would hold them, the drain is
-//!    refused and nothing is written, unless `--force`, which the holder records.
-//! 2. Write the holder, checked: a load balancer may hold it later.
-//! 3. Where a hold is still possible, watch until the daemon has listened long enough to know
-//!    its load balancers and every such line has been checked since the write: a drain held
-//!    there (another master went out at the same moment) is undone, and the holders it
-//!    replaced come back. A drain let go of meanwhile (`undrain --force`) ends the watch.
-//!
-//! When no daemon runs (nothing listens at its URL), nothing can be checked: the holder is
-//! written unchecked, and a load balancer never holds it. A daemon that runs but does not
-//! answer may still answer the load balancers: the drain is refused unless `--force`.
+//! Without a daemon (nothing listens at its URL) nothing can be checked: the holder is written
+//! unchecked, and a load balancer never holds it. A daemon that runs but does not answer may
+//! still answer the load balancers: the drain is refused unless `--force`.
 
 use std::ops::ControlFlow;
 use std::time::{Instant, SystemTime};
@@ -25,13 +16,14 @@ use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::Holder;
 use crate::drain::holding::Held as Holding;
 use crate::drain::log::{Action, Event, LogError};
-use crate::drain::record::{DrainRecord, DrainState};
+use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::hold;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::Wait;
 use crate::operator::view::View;
-use crate::protocol::lines::{Blocker, Line, said};
+use crate::protocol::lines::{Blocker, said};
 use crate::protocol::progress::Ask;
+use crate::text::seconds;
 
 /// A holder the guard let through, as written.
 #[derive(Debug)]
@@ -51,18 +43,15 @@ pub struct Taken {
 /// What became of a holder the guard let through.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Every server line a proven load balancer checks was checked since the write (by a
-    /// daemon that had listened long enough to know them), and none holds the drain: each
-    /// line, with what it was answered; and what the daemon answers.
+    /// Every server line a proven load balancer checks was checked since the write, and none
+    /// holds the drain.
     Out {
-        /// Each line, in words.
+        /// Each line, with what it was answered.
         lines: Vec<String>,
         /// `pmcheck at URL answers DRAINED (404): ...`.
         says: String,
     },
-    /// The daemon answers DRAINED (`says`) and no line can hold the drain (no proven load
-    /// balancer sends its state, or a holder that is never held), or not every line was
-    /// checked in time (`late`: which, in words).
+    /// The daemon answers DRAINED, but no line can hold the drain, or some were not checked.
     Unwatched {
         /// What the daemon answers.
         says: String,
@@ -80,29 +69,23 @@ pub enum GuardError {
     /// node is its backend's last server taking agents, or that none is left.
     #[error("refused: {}; draining this node would leave that backend without a server taking new agents. Bring another compile master back first, or pass --force (the drain record notes it)", said(.0))]
     Refused(Vec<Blocker>),
-    /// Written, the drain was held at the load balancers' next checks: another master went
-    /// out first, or at once. It was undone.
+    /// Written, the drain was held at the load balancers' next checks, and undone.
     #[error("refused: drain held: {}. This drain was undone, so that the backend keeps a server taking agents: drain again once another master is back, or pass --force (the drain record notes it)", said(.0))]
     BackedOff(Vec<Blocker>),
-    /// The daemon runs but did not answer (`0`: why): it may answer the load balancers, so a
-    /// drain written unchecked could empty a backend. Nothing was written.
+    /// The daemon runs but did not answer (`0`): a drain it never checked could empty a backend.
     #[error(
         "refused: {0}, asked {ASKS} times: cannot check whether a load balancer says this node is the last server taking agents. Fix the daemon (`pmcheck status`, its log), or pass --force to drain without the check"
     )]
     Unasked(String),
-    /// The daemon is of another version, whose answer this command cannot read. Nothing was
-    /// written.
+    /// The daemon is of another version, whose answer this command cannot read.
     #[error("refused: {0}")]
     Daemon(StatusError),
-    /// The daemon's load balancer key file cannot be used (`0`: why): no load balancer proves
-    /// its word, so nothing can tell whether this node is a backend's last server. Nothing was
-    /// written.
+    /// The daemon cannot use its key file (`0`): no load balancer proves its word.
     #[error(
         "refused: cannot check whether a load balancer says this node is the last server taking agents: the daemon cannot use its key file: {0}. Fix it and reload the daemon (`systemctl reload pmcheck`; `pmcheck config --check` tells first), or pass --force to drain without the check"
     )]
     KeyFile(String),
-    /// The record no longer held this drain before the load balancers' checks came: someone
-    /// let go of it meanwhile. What the record holds instead.
+    /// Someone let go of the drain before the load balancers' checks: what the record holds.
     #[error("the drain record no longer holds this drain (`pmcheck undrain --force`?); found {0}")]
     LetGo(String),
     /// The drain record cannot be written.
@@ -110,34 +93,16 @@ pub enum GuardError {
     Drain(#[from] DrainError),
 }
 
-/// What `--force` records when it went past no hold: its drain is never held.
-const FORCED: &str = "--force: never held by a load balancer";
-
 /// What a command asks the guard to write.
 pub struct Request<R: Fn(&Holder) -> bool> {
     /// The new holder.
     pub mine: Holder,
     /// The holders it takes the place of (an operator's earlier drain).
     pub replaces: R,
-    /// Whether it goes past a hold.
-    pub force: Force,
+    /// `--force`: written even where a load balancer would hold it, saying what it went past.
+    pub force: bool,
     /// How the event log names the change.
     pub action: Action,
-}
-
-/// Whether a drain goes past the load balancers' holds (`--force`), which the holder records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Force {
-    /// Refused where a load balancer would hold it.
-    Checked,
-    /// Written all the same, saying what it went past.
-    Forced,
-}
-
-impl From<bool> for Force {
-    fn from(force: bool) -> Self {
-        if force { Force::Forced } else { Force::Checked }
-    }
 }
 
 /// Writes the request's holder as the guard lets it.
@@ -153,38 +118,43 @@ pub async fn take<R: Fn(&Holder) -> bool>(
         force,
         action,
     } = request;
-    let forced = force == Force::Forced;
     let mut warnings = Vec::new();
-    let view = view_of(daemon, file, forced, &mut warnings).await?;
+    let view = view_of(daemon, file, force, &mut warnings).await?;
     let started = view.as_ref().and_then(|v| v.started());
     if let Some(view) = &view {
-        key_file(view, forced, &mut warnings)?;
+        // Without its key file the daemon proves no load balancer's word.
+        if let Some(problem) = view.key_file_problem() {
+            if !force {
+                return Err(GuardError::KeyFile(problem.to_owned()));
+            }
+            warnings.push(format!(
+                "--force: drained although the daemon cannot use its key file: {problem}"
+            ));
+        }
         mine.checked = true;
-        let others = beside(file, &replaces, started);
-        let resulting: Vec<Holder> = others.into_iter().chain([mine.clone()]).collect();
+        // The holders the record would have: the live ones, less those it replaces, and it.
+        let current = holders_of(file.current());
+        let resulting: Vec<Holder> = (hold::live(&current, started, SystemTime::now()))
+            .filter(|h| !replaces(h))
+            .chain([&mine])
+            .cloned()
+            .collect();
         let blockers = view.would_hold(&resulting);
         match (blockers.is_empty(), force) {
-            (false, Force::Checked) => return Err(GuardError::Refused(blockers)),
-            (false, Force::Forced) => {
-                mine.forced = Some(format!("--force past: {}", said(&blockers)));
-            }
-            (true, Force::Forced) => mine.forced = Some(FORCED.to_owned()),
-            (true, Force::Checked) => warnings.extend(unproven(view)),
+            (false, false) => return Err(GuardError::Refused(blockers)),
+            (false, true) => mine.forced = Some(format!("--force past: {}", said(&blockers))),
+            // It went past no hold: its drain is never held.
+            (true, true) => mine.forced = Some("--force: never held by a load balancer".into()),
+            (true, false) => warnings.extend(unproven(view)),
         }
     }
     let written = Instant::now();
-    let (holding, lost) = (file.locked().await?).hold(&mine, &replaces, action)?;
+    let (Holding { before, others }, lost) =
+        (file.locked().await?).hold(&mine, &replaces, action)?;
     warnings.extend(lost.iter().map(ToString::to_string));
-    let Holding { before, others } = holding;
-    let replaced: Vec<Holder> = (before.and_then(|d| d.record))
-        .map(|r| {
-            r.holders()
-                .iter()
-                .filter(|h| replaces(h))
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default();
+    let replaced = (holders_of(before).into_iter())
+        .filter(|h| replaces(h))
+        .collect();
     let mut taken = Taken {
         mine,
         others,
@@ -198,8 +168,8 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     Ok(taken)
 }
 
-/// What became of a drain the guard wrote at `written` (Puppet Server `started`), watched
-/// until the load balancers' next checks: a drain held there is undone.
+/// What became of a drain written at `written` (Puppet Server `started`) at the load
+/// balancers' next checks: a drain held there is undone.
 async fn watched(
     daemon: &Daemon,
     file: &DrainFile,
@@ -208,14 +178,39 @@ async fn watched(
     (written, started): (Instant, Option<SystemTime>),
 ) -> Result<Outcome, GuardError> {
     let mine = &taken.mine;
-    let live: Vec<&Holder> = hold::live(&taken.others, started, SystemTime::now()).collect();
-    let holdable = live.into_iter().chain([mine]).all(hold::holdable);
+    let live = hold::live(&taken.others, started, SystemTime::now());
+    let holdable = live.chain([mine]).all(hold::holdable);
     let gone = || let_go_of(file, |h| h == mine);
-    let watched = watch(daemon, how, written, holdable, || gone().is_some()).await;
+    // Asked until the DRAINED answer settles: where the drain can be held, the daemon knows its
+    // load balancers and every proven line was checked since the write. For at most `--polls`
+    // + 1 check intervals, or until the drain is let go of; then the last DRAINED answer.
+    let deadline = written + how.lb_interval * (how.polls + 1);
+    let mut last = None;
+    let watched = daemon.asking(Ask::default, std::future::pending(), |answer| {
+        if gone().is_some() {
+            return ControlFlow::Break(());
+        }
+        if let Ok(view) = answer
+            && view.drained()
+        {
+            let settled = !holdable
+                || (view.heard_all(how.lb_interval) && view.checked_within(written.elapsed()));
+            last = Some((view, settled));
+            if settled {
+                return ControlFlow::Break(());
+            }
+        }
+        if Instant::now() >= deadline {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    watched.await;
     if let Some(found) = gone() {
         return Err(GuardError::LetGo(found));
     }
-    Ok(match watched {
+    Ok(match last {
         Some((view, _)) if holdable && !view.held().is_empty() => {
             let held = view.held();
             let lost = undo(file, mine, &taken.replaced, &said(&held)).await;
@@ -223,7 +218,16 @@ async fn watched(
             return Err(GuardError::BackedOff(held));
         }
         Some((view, true)) if holdable && view.lines().next().is_some() => Outcome::Out {
-            lines: view.lines().map(|l| out_line(&l)).collect(),
+            lines: (view.lines())
+                .map(|l| {
+                    let (told, age) = (l.state.told.as_str(), seconds(l.age()));
+                    let (lb, who) = (&l.lb, l.who());
+                    format!(
+                        "{who} answered {told} for {}/{} ({age} ago)",
+                        lb.backend, lb.server
+                    )
+                })
+                .collect(),
             says: view.says(daemon.url()),
         },
         Some((view, settled)) => Outcome::Unwatched {
@@ -239,21 +243,6 @@ async fn watched(
             Outcome::Unchecked
         }
     })
-}
-
-/// A daemon that cannot use its load balancer key file proves no load balancer's word: the
-/// drain is refused unless `force`, which says what it went past.
-fn key_file(view: &View, force: bool, warnings: &mut Vec<String>) -> Result<(), GuardError> {
-    let Some(problem) = view.key_file_problem() else {
-        return Ok(());
-    };
-    if !force {
-        return Err(GuardError::KeyFile(problem.to_owned()));
-    }
-    warnings.push(format!(
-        "--force: drained although the daemon cannot use its key file: {problem}"
-    ));
-    Ok(())
 }
 
 /// The pollers whose word the guard could not use, and how to make them prove it.
@@ -272,10 +261,8 @@ fn unproven(view: &View) -> Option<String> {
     })
 }
 
-/// What the daemon watching `file` answers. `None`, and why in `warnings`, when no daemon
-/// runs there or it watches another record: the drain is then written unchecked. A daemon that
-/// runs but does not answer this command may still answer the load balancers: it is asked
-/// [`ASKS`] times, and then the drain is refused unless `force`.
+/// What the daemon watching `file` answers; `None`, and why in `warnings`, when the drain is
+/// to be written unchecked (see the module). A daemon that runs is asked [`ASKS`] times.
 async fn view_of(
     daemon: &Daemon,
     file: &DrainFile,
@@ -309,61 +296,6 @@ async fn view_of(
 /// which a restarting daemon answers again.
 const ASKS: u32 = 8;
 
-/// The holders that hold the node ([`hold::live`], Puppet Server `started` when known)
-/// beside a new one that replaces those `replaces` names.
-fn beside(
-    file: &DrainFile,
-    replaces: &impl Fn(&Holder) -> bool,
-    started: Option<SystemTime>,
-) -> Vec<Holder> {
-    let now = SystemTime::now();
-    let record = file.current().and_then(|d| d.record);
-    let holders = record
-        .as_ref()
-        .map(DrainRecord::holders)
-        .unwrap_or_default();
-    (hold::live(holders, started, now))
-        .filter(|h| !replaces(h))
-        .cloned()
-        .collect()
-}
-
-/// Asks the daemon until it answers DRAINED and, where the drain can be held (`holdable`), it
-/// has listened long enough to know its load balancers and every line a proven one checks was
-/// checked since `written`: for at most `--polls` + 1 check intervals, or until the drain is
-/// let go of (`gone`). That answer, settled; or the last DRAINED one, not.
-async fn watch(
-    daemon: &Daemon,
-    how: &Wait,
-    written: Instant,
-    holdable: bool,
-    gone: impl Fn() -> bool,
-) -> Option<(View, bool)> {
-    let deadline = written + how.lb_interval * (how.polls + 1);
-    let mut last = None;
-    let watched = daemon.asking(Ask::default, std::future::pending(), |answer| {
-        if gone() {
-            return ControlFlow::Break(());
-        }
-        if let Ok(view) = answer
-            && view.drained()
-        {
-            let settled = !holdable
-                || (view.heard_all(how.lb_interval) && view.checked_within(written.elapsed()));
-            last = Some((view, settled));
-            if settled {
-                return ControlFlow::Break(());
-            }
-        }
-        match Instant::now() >= deadline {
-            true => ControlFlow::Break(()),
-            false => ControlFlow::Continue(()),
-        }
-    });
-    watched.await;
-    last
-}
-
 /// What a watch that ran out did not see: the lines not checked since `written`, or a daemon
 /// too new to know its load balancers.
 fn late(view: &View, how: &Wait, written: Instant) -> String {
@@ -372,19 +304,18 @@ fn late(view: &View, how: &Wait, written: Instant) -> String {
         .filter(|l| !l.checked_since(since))
         .map(|l| format!("{}/{} of {}", l.lb.backend, l.lb.server, l.who()))
         .collect();
-    let waited = crate::text::seconds(how.lb_interval * (how.polls + 1));
     if lines.is_empty() {
-        format!(
+        return format!(
             "the daemon had listened for only {} of the {} (two --lb-interval) it takes to know its load balancers; whether one holds the drain shows at its next check (`pmcheck status`)",
-            crate::text::seconds(view.listened()),
-            crate::text::seconds(2 * how.lb_interval)
-        )
-    } else {
-        format!(
-            "not checked within {waited} of the drain: {}; whether they hold it shows at their next check (`pmcheck status`; is --lb-interval their `inter`?)",
-            lines.join(", ")
-        )
+            seconds(view.listened()),
+            seconds(2 * how.lb_interval)
+        );
     }
+    format!(
+        "not checked within {} of the drain: {}; whether they hold it shows at their next check (`pmcheck status`; is --lb-interval their `inter`?)",
+        seconds(how.lb_interval * (how.polls + 1)),
+        lines.join(", ")
+    )
 }
 
 /// Once the record no longer holds the holder `mine` picks (someone let go of it): what it
@@ -399,54 +330,46 @@ pub fn let_go_of(file: &DrainFile, mine: impl Fn(&Holder) -> bool) -> Option<Str
     };
     match d.record.as_ref().map(DrainRecord::holders) {
         Some(held) if held.iter().any(mine) => None,
-        Some(held) => {
-            let held: Vec<String> = held.iter().map(Holder::describe).collect();
-            Some(format!(
-                "the drain record {} held by {}",
-                file.path().display(),
-                held.join(", ")
-            ))
-        }
+        Some(held) => Some(format!(
+            "the drain record {} held by {}",
+            file.path().display(),
+            described(held)
+        )),
         None => Some(d.describe()),
     }
 }
 
-/// `load balancer 10.0.0.5 (lb1) answered DRAINED for bk/m1`.
-fn out_line(l: &Line<'_>) -> String {
-    format!(
-        "{} answered {} for {}/{} ({} ago)",
-        l.who(),
-        l.state.told.as_str(),
-        l.lb.backend,
-        l.lb.server,
-        crate::text::seconds(l.age())
-    )
+/// The holders of the drain record `d`, if it is one: what a change keeps or replaces.
+pub fn holders_of(d: Option<Drain>) -> Vec<Holder> {
+    (d.and_then(|d| d.record))
+        .map(|r| r.holders().to_vec())
+        .unwrap_or_default()
 }
 
-/// Takes `mine` out of the record again and puts back the holders it replaced; logs the drain
-/// as refused for `why`. What went wrong, for the caller to say.
+/// Holders, for people: `drain (...), cycle pid 4242 (...)`.
+pub fn described(held: &[Holder]) -> String {
+    (held.iter().map(Holder::describe))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Takes `mine` out again, puts back what it replaced, logs it refused for `why`; what failed.
 async fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -> Vec<String> {
-    let locked = match file.locked().await {
-        Ok(locked) => locked,
-        Err(e) => return vec![format!("the held drain could not be undone: {e}")],
-    };
-    let result = locked.update_logged(|current| {
-        let now = SystemTime::now();
-        let record = current.and_then(|d| d.record);
-        let mut held: Vec<Holder> = record.map(|r| r.holders().to_vec()).unwrap_or_default();
-        held.retain(|h| h != mine);
-        for h in replaced {
-            if !held.contains(h) && !h.expired_at(now) {
-                held.push(h.clone());
+    let undone = file.locked().await.and_then(|locked| {
+        locked.update_logged(|current| {
+            let now = SystemTime::now();
+            let mut held = holders_of(current);
+            held.retain(|h| h != mine);
+            for h in replaced {
+                if !held.contains(h) && !h.expired_at(now) {
+                    held.push(h.clone());
+                }
             }
-        }
-        let change = match DrainRecord::held_by(held) {
-            Some(rest) => Change::Write(rest),
-            None => Change::Remove,
-        };
-        (change, vec![Event::refused(&mine.what, why, now)], ())
+            let change = DrainRecord::held_by(held).map_or(Change::Remove, Change::Write);
+            (change, vec![Event::refused(&mine.what, why, now)], ())
+        })
     });
-    match result {
+    match undone {
         Ok(((), lost)) => lost.iter().map(LogError::to_string).collect(),
         Err(e) => vec![format!("the held drain could not be undone: {e}")],
     }

@@ -18,7 +18,7 @@ const DEFAULT_REASON: &str = "a rolling restart";
 const DEFAULT_LASTING: Duration = Duration::from_secs(4 * 3600);
 
 /// An option the other step takes: refused before anything is touched.
-fn misplaced(args: &RollArgs) -> Option<RollError> {
+fn misplaced(args: &RollArgs) -> Result<(), RollError> {
     let (option, step, fix) = match args.step {
         RollStep::Begin if args.force => (
             "--force",
@@ -35,32 +35,27 @@ fn misplaced(args: &RollArgs) -> Option<RollError> {
             "end",
             "the end takes the mark away at once; leave --for out",
         ),
-        _ => return None,
+        _ => return Ok(()),
     };
-    Some(RollError::Misplaced { option, step, fix })
+    Err(RollError::Misplaced { option, step, fix })
 }
 
 /// `status`'s `roll:` line: the mark on this master, if any, and whether it lapsed.
 pub fn line(state_dir: &Path, now: SystemTime) -> Option<String> {
-    match crate::drain::roll::read(state_dir) {
-        Ok(None) => None,
-        Ok(Some(mark)) if mark.tenure.expired_at(now) => Some(format!(
-            "{}: lapsed, the next roll replaces it",
-            mark.describe()
-        )),
-        Ok(Some(mark)) => Some(format!(
-            "{}: no other roll begins here until it ends",
-            mark.describe()
-        )),
-        Err(e) => Some(format!("cannot tell: {e}")),
-    }
+    let mark = match crate::drain::roll::read(state_dir) {
+        Ok(mark) => mark?,
+        Err(e) => return Some(format!("cannot tell: {e}")),
+    };
+    let fate = match mark.tenure.expired_at(now) {
+        true => "lapsed, the next roll replaces it",
+        false => "no other roll begins here until it ends",
+    };
+    Some(format!("{}: {fate}", mark.describe()))
 }
 
 /// Begins or ends the roll `args` names, saying what it found.
 pub async fn roll(args: RollArgs) -> Result<(), RollError> {
-    if let Some(misplaced) = misplaced(&args) {
-        return Err(misplaced);
-    }
+    misplaced(&args)?;
     let file = DrainFile::new(&args.state.state_dir);
     let name = args.name.unwrap_or_default();
     let now = SystemTime::now();
@@ -74,13 +69,12 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
             let mine = Mark::new(&name, reason, now, args.lasting.unwrap_or(DEFAULT_LASTING));
             let began = locked.begin_roll(&mine, now)?;
             let until = (mine.tenure.until.as_ref()).map_or("", |u| u.as_str());
+            let marked = format!("marked this master for roll {name} until {until}");
             match began {
-                Began::Marked => {
-                    outln!("pmcheck roll: marked this master for roll {name} until {until}")
-                }
+                Began::Marked => outln!("pmcheck roll: {marked}"),
                 Began::Renewed => outln!("pmcheck roll: renewed roll {name}'s mark until {until}"),
                 Began::Replaced(lapsed) => outln!(
-                    "pmcheck roll: marked this master for roll {name} until {until}, in place of the lapsed {}",
+                    "pmcheck roll: {marked}, in place of the lapsed {}",
                     lapsed.describe()
                 ),
             }
