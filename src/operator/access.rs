@@ -54,11 +54,7 @@ impl Reader {
     pub fn unit(unit: &Path) -> Result<Self, String> {
         let text = crate::safe_file::read_to_string(unit, crate::safe_file::CONFIG_LIMIT)
             .map_err(|e| format!("cannot read the unit {}: {e}", unit.display()))?;
-        let mut identity = Identity::default();
-        for line in text.lines() {
-            identity.assign(line.trim());
-        }
-        identity.reader(&unit.display().to_string())
+        Identity::read(&text).reader(&unit.display().to_string())
     }
 
     /// The daemon as systemd runs `pmcheck.service`, drop-ins included (`systemctl edit`):
@@ -77,11 +73,7 @@ impl Reader {
         if !out.status.success() || !text.lines().any(|l| l == "LoadState=loaded") {
             return None;
         }
-        let mut identity = Identity::default();
-        for line in text.lines() {
-            identity.assign(line);
-        }
-        Some(identity.reader("as systemd runs pmcheck.service, drop-ins included"))
+        Some(Identity::read(&text).reader("as systemd runs pmcheck.service, drop-ins included"))
     }
 
     /// Whether this reader may read `path`: `Err` names what blocks it and how to fix it.
@@ -165,6 +157,13 @@ struct Identity {
 }
 
 impl Identity {
+    /// The assignments of `text`, in order.
+    fn read(text: &str) -> Self {
+        let mut identity = Identity::default();
+        text.lines().for_each(|line| identity.assign(line.trim()));
+        identity
+    }
+
     fn assign(&mut self, line: &str) {
         let nonempty = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
         if let Some(v) = line.strip_prefix("User=") {
@@ -221,43 +220,38 @@ impl Identity {
 pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
     let mut problems = 0;
     for n in needed {
+        let (name, path) = (&n.name, n.path.display());
         let missing =
             std::fs::metadata(&n.path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-        if missing {
-            if n.required {
-                problems += 1;
+        let whys = match missing {
+            true if n.required => vec!["no such file".to_owned()],
+            true => {
                 let _ = writeln!(
                     out,
-                    "problem: {} {}: no such file",
-                    n.name,
-                    n.path.display()
+                    "note: {name} {path} does not exist: its defaults apply"
                 );
-            } else {
-                let _ = writeln!(
-                    out,
-                    "note: {} {} does not exist: its defaults apply",
-                    n.name,
-                    n.path.display()
-                );
+                continue;
             }
-            continue;
-        }
-        for r in readers {
-            if let Err(why) = r.can_read(&n.path) {
-                problems += 1;
-                let _ = writeln!(out, "problem: {} {}: {why}", n.name, n.path.display());
-            }
+            false => readers
+                .iter()
+                .filter_map(|r| r.can_read(&n.path).err())
+                .collect(),
+        };
+        for why in whys {
+            problems += 1;
+            let _ = writeln!(out, "problem: {name} {path}: {why}");
         }
     }
     let who: Vec<&str> = readers.iter().map(|r| r.who.as_str()).collect();
-    if problems == 0 {
-        let _ = writeln!(
-            out,
-            "check: every file can be read by {}",
-            who.join(" and by ")
-        );
-    } else {
-        let _ = writeln!(out, "check: {problems} problem(s)");
+    match problems {
+        0 => {
+            _ = writeln!(
+                out,
+                "check: every file can be read by {}",
+                who.join(" and by ")
+            )
+        }
+        n => _ = writeln!(out, "check: {n} problem(s)"),
     }
     problems == 0
 }

@@ -1,10 +1,6 @@
 //! `drain --wait`, `undrain --wait` and the waits of `cycle` and `on-stop`: ask the running
-//! daemon a few times a second until its progress says the goal is reached.
-//!
-//! The daemon knows what each load balancer was told and said, the agent connections to
-//! Puppet Server and the JRuby pool, and decides where a change stands
-//! ([`crate::protocol::progress`]); this module only renders it, so it needs no privileges and
-//! no settings of its own.
+//! daemon a few times a second until its progress ([`crate::protocol::progress`]) says the goal
+//! is reached. The daemon decides; this only renders, so it needs no privileges or settings.
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -35,8 +31,7 @@ pub enum WaitError {
     #[error(transparent)]
     OtherFile(#[from] OtherFile),
     /// The drain is held where a load balancer says this node is the last server taking
-    /// agents (another master left after it took effect): it takes effect once another server
-    /// takes agents there.
+    /// agents: it takes effect once another server takes agents there.
     #[error(
         "held after {}: drain held: {}; the drain stays written and takes effect once another server takes new agents there",
         crate::text::seconds(*.waited),
@@ -104,7 +99,7 @@ pub async fn wait(
                 }
                 Err(e) => e.to_string(),
             };
-            ticker.show(start.elapsed(), &pending);
+            ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
             if start.elapsed() >= how.max_wait {
                 return ControlFlow::Break(Err(WaitError::TimedOut {
                     waited: how.max_wait,
@@ -218,14 +213,9 @@ pub struct Ticker {
 /// How often the line on a terminal is redrawn: the seconds it shows change no faster.
 const REDRAW: Duration = Duration::from_secs(1);
 
-impl Default for Ticker {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Ticker {
     /// A ticker for this process's stderr.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Self {
             terminal: std::io::stderr().is_terminal(),
@@ -233,11 +223,6 @@ impl Ticker {
             last: String::new(),
             last_at: None,
         }
-    }
-
-    /// Shows `pending` after `waited` (`waiting 1.2s: PENDING`), when due.
-    pub fn show(&mut self, waited: Duration, pending: &str) {
-        self.show_line(&format!("waiting {}: {pending}", seconds(waited)));
     }
 
     /// Shows `line`, when due: when what it says changes (its running times are not a
