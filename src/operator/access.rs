@@ -33,17 +33,14 @@ pub struct Reader {
 impl Reader {
     /// The user running this command.
     pub fn me() -> Self {
-        let uid = nix::unistd::getuid();
-        let name = user_name(uid.as_raw());
-        let mut gids: Vec<u32> = nix::unistd::getgroups()
-            .unwrap_or_default()
-            .into_iter()
-            .map(Gid::as_raw)
-            .collect();
+        let uid = nix::unistd::getuid().as_raw();
+        let groups = nix::unistd::getgroups().unwrap_or_default();
+        let mut gids: Vec<u32> = groups.into_iter().map(Gid::as_raw).collect();
         gids.push(nix::unistd::getgid().as_raw());
+        let who = format!("you ({})", user_name(uid));
         Self {
-            who: format!("you ({name})"),
-            uid: uid.as_raw(),
+            who,
+            uid,
             gids,
             open: true,
         }
@@ -83,14 +80,16 @@ impl Reader {
         let full = std::fs::canonicalize(path)
             .or_else(|_| std::path::absolute(path))
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut at = PathBuf::from("/");
-        let mut parts: Vec<&std::ffi::OsStr> = full.iter().skip(1).collect();
-        let file = parts.pop();
-        for part in parts {
-            at.push(part);
-            self.allowed(&at, 0o1, "enter")?;
+        // Each directory below `/`, outermost first, then the file.
+        let dirs: Vec<&Path> = full
+            .ancestors()
+            .skip(1)
+            .filter(|d| d.parent().is_some())
+            .collect();
+        for dir in dirs.into_iter().rev() {
+            self.allowed(dir, 0o1, "enter")?;
         }
-        if file.is_some() {
+        if full.parent().is_some() {
             self.allowed(&full, 0o4, "read")?;
         }
         if self.open {
@@ -108,14 +107,13 @@ impl Reader {
         }
         let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mode = meta.mode();
-        let granted = if meta.uid() == self.uid {
-            (mode >> 6) & bit
-        } else if self.gids.contains(&meta.gid()) {
-            (mode >> 3) & bit
-        } else {
-            mode & bit
+        // The owner's bits, else the group's, else the others'.
+        let shift = match (meta.uid() == self.uid, self.gids.contains(&meta.gid())) {
+            (true, _) => 6,
+            (false, true) => 3,
+            (false, false) => 0,
         };
-        if granted != 0 {
+        if (mode >> shift) & bit != 0 {
             return Ok(());
         }
         let group = group_name(meta.gid());

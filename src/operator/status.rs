@@ -240,13 +240,8 @@ fn unread(status: &Status<'_>) -> String {
         return String::new();
     }
     let stopped: Vec<String> = (agents.iter())
-        .filter_map(|p| {
-            Some(format!(
-                "{}'s {} ago",
-                p.address,
-                ms(p.agent_stopped_ms_ago?)
-            ))
-        })
+        .filter_map(|p| Some((p.address, p.agent_stopped_ms_ago?)))
+        .map(|(address, ago)| format!("{address}'s {} ago", ms(ago)))
         .collect();
     format!(
         ", but no load balancer reads it now: their agent checks stopped ({})",

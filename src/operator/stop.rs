@@ -212,21 +212,16 @@ pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
 /// `on-start` until it could write, saying in the journal once why it cannot yet.
 async fn tidy(args: &OnStopArgs) {
     let mut said_why = None;
-    loop {
-        match on_start(args).await {
-            Ok(()) => return,
-            Err(e) => {
-                let why = e.to_string();
-                if said_why.as_ref() != Some(&why) {
-                    errln!(
-                        "pmcheck stop-guard: WARNING: cannot let go of the last stop's hold yet: {why}; trying again every {}s (the daemon lets go of it by itself once a probe finds Puppet Server started again and healthy); the next stop still drains if the state directory is writable by then",
-                        TIDY_AGAIN.as_secs()
-                    );
-                    said_why = Some(why);
-                }
-                tokio::time::sleep(TIDY_AGAIN).await;
-            }
+    while let Err(e) = on_start(args).await {
+        let why = e.to_string();
+        if said_why.as_ref() != Some(&why) {
+            errln!(
+                "pmcheck stop-guard: WARNING: cannot let go of the last stop's hold yet: {why}; trying again every {}s (the daemon lets go of it by itself once a probe finds Puppet Server started again and healthy); the next stop still drains if the state directory is writable by then",
+                TIDY_AGAIN.as_secs()
+            );
+            said_why = Some(why);
         }
+        tokio::time::sleep(TIDY_AGAIN).await;
     }
 }
 
@@ -263,10 +258,8 @@ fn on_stop_command(argv: &[OsString], at_start: &EnvFile, now: &EnvFile) -> Comm
             command.arg(arg);
         }
     }
-    for (name, _) in &at_start.vars {
-        if now.get(name).is_none() {
-            command.env_remove(name);
-        }
+    for (gone, _) in (at_start.vars.iter()).filter(|(name, _)| now.get(name).is_none()) {
+        command.env_remove(gone);
     }
     command.envs(now.vars.iter().map(|(name, value)| (name, value)));
     command

@@ -14,7 +14,8 @@ use crate::protocol::{Progress, Status};
 #[derive(Debug, Clone)]
 pub struct View {
     status: Status<'static>,
-    progress: Progress,
+    /// Where a drain, an undrain and a restart stand, as the daemon decided.
+    pub progress: Progress,
 }
 
 impl Deref for View {
@@ -47,11 +48,6 @@ impl View {
             Some(progress) => Ok(Self { status, progress }),
             None => Err(status.version),
         }
-    }
-
-    /// Where a drain, an undrain and a restart stand, as the daemon decided.
-    pub fn progress(&self) -> &Progress {
-        &self.progress
     }
 
     /// The whole answer.

@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::view::{OtherFile, View};
+use crate::operator::view::OtherFile;
 use crate::protocol::lines::{Blocker, said};
 use crate::protocol::progress::Ask;
 use crate::settings::duration::format_duration;
@@ -83,99 +83,79 @@ pub async fn wait(
 ) -> Result<Done, WaitError> {
     let start = Instant::now();
     let mut ticker = Ticker::new();
-    let mut reading = Reading::default();
+    // The agent connections: the most seen at once, and when the last one went.
+    let (mut most, mut gone) = (0, None);
     let mut pending = String::new();
     let ask = || how.ask(goal, Instant::now());
     let ended = daemon
         .asking(ask, stop, |answer| {
             let first = pending.is_empty();
-            pending = match answer {
-                Ok(view) => match reading.read(goal, &view, how, daemon, start) {
-                    ControlFlow::Break(done) => return ControlFlow::Break(done),
-                    ControlFlow::Continue(line) => line,
-                },
+            let view = match answer {
+                Ok(view) => view,
                 Err(e) if first || e.other_version() => {
                     return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
                 }
-                Err(e) => e.to_string(),
+                Err(e) => return pend(&mut ticker, start, how, &mut pending, e.to_string()),
             };
-            ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
-            if start.elapsed() >= how.max_wait {
-                return ControlFlow::Break(Err(WaitError::TimedOut {
-                    waited: how.max_wait,
-                    pending: pending.clone(),
+            if let Some(e) =
+                (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
+            {
+                return ControlFlow::Break(Err(e.into()));
+            }
+            let a = goal.of(&view.progress);
+            let waited = start.elapsed();
+            if !a.held.is_empty() {
+                let held = a.held.clone();
+                return ControlFlow::Break(Err(WaitError::Held { waited, held }));
+            }
+            if a.connections > 0 {
+                (most, gone) = (most.max(a.connections), None);
+            } else if most > 0 && gone.is_none() {
+                gone = Some(waited);
+            }
+            if a.met() {
+                let mut met = a.met.clone();
+                if let (n @ 1.., Some(after)) = (most, gone) {
+                    let after = seconds(after);
+                    met.push(format!(
+                        "up to {n} agent connection(s) in flight, the last closed after {after}"
+                    ));
+                }
+                let (summary, warnings) = (met.join("; "), a.warnings.clone());
+                return ControlFlow::Break(Ok(Done {
+                    waited,
+                    summary,
+                    warnings,
                 }));
             }
-            ControlFlow::Continue(())
+            let mut line = a.missing();
+            if !a.acted.is_empty() {
+                let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+                let _ = write!(line, "; acted: {}", acted.join(", "));
+            }
+            pend(&mut ticker, start, how, &mut pending, line)
         })
         .await;
     ticker.clear();
-    ended.unwrap_or_else(|| {
-        Err(WaitError::Interrupted {
-            waited: start.elapsed(),
-            pending,
-        })
-    })
+    let waited = start.elapsed();
+    ended.unwrap_or(Err(WaitError::Interrupted { waited, pending }))
 }
 
-/// What a wait keeps from one answer to the next: the agent connections (the most seen at
-/// once, and when the last one went).
-#[derive(Debug, Default)]
-struct Reading {
-    most: usize,
-    gone: Option<Duration>,
-}
-
-impl Reading {
-    /// Reads one answer of a wait begun at `start`: the wait's end, or the line that says what
-    /// is pending.
-    fn read(
-        &mut self,
-        goal: Goal,
-        view: &View,
-        how: &Wait,
-        daemon: &Daemon,
-        start: Instant,
-    ) -> ControlFlow<Result<Done, WaitError>, String> {
-        if let Some(e) =
-            (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
-        {
-            return ControlFlow::Break(Err(e.into()));
-        }
-        let a = goal.of(view.progress());
-        if !a.held.is_empty() {
-            return ControlFlow::Break(Err(WaitError::Held {
-                waited: start.elapsed(),
-                held: a.held.clone(),
-            }));
-        }
-        if a.connections > 0 {
-            self.most = self.most.max(a.connections);
-            self.gone = None;
-        } else if self.most > 0 && self.gone.is_none() {
-            self.gone = Some(start.elapsed());
-        }
-        if a.met() {
-            let mut met = a.met.clone();
-            if let (n @ 1.., Some(after)) = (self.most, self.gone) {
-                met.push(format!(
-                    "up to {n} agent connection(s) in flight, the last closed after {}",
-                    seconds(after)
-                ));
-            }
-            return ControlFlow::Break(Ok(Done {
-                waited: start.elapsed(),
-                summary: met.join("; "),
-                warnings: a.warnings.clone(),
-            }));
-        }
-        let mut line = a.missing();
-        if !a.acted.is_empty() {
-            let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-            let _ = write!(line, "; acted: {}", acted.join(", "));
-        }
-        ControlFlow::Continue(line)
+/// Shows what a wait begun at `start` still misses, and ends it once `how.max_wait` passed.
+fn pend(
+    ticker: &mut Ticker,
+    start: Instant,
+    how: &Wait,
+    pending: &mut String,
+    line: String,
+) -> ControlFlow<Result<Done, WaitError>> {
+    *pending = line;
+    ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
+    if start.elapsed() >= how.max_wait {
+        let (waited, pending) = (how.max_wait, pending.clone());
+        return ControlFlow::Break(Err(WaitError::TimedOut { waited, pending }));
     }
+    ControlFlow::Continue(())
 }
 
 /// What the daemon answers right after a drain or an undrain, asked for up to two seconds
@@ -195,9 +175,7 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
             Ok(_) => return ControlFlow::Continue(()),
         })
     });
-    answered
-        .await
-        .unwrap_or_else(|| Err("not asked".to_owned()))
+    (answered.await).unwrap_or_else(|| Err("not asked".to_owned()))
 }
 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
