@@ -169,10 +169,10 @@ impl Identity {
         } else if let Some(v) = line.strip_prefix("Group=") {
             self.group = nonempty(v);
         } else if let Some(v) = line.strip_prefix("SupplementaryGroups=") {
-            if v.trim().is_empty() {
-                self.groups.clear();
-            } else {
-                self.groups.extend(v.split_whitespace().map(str::to_owned));
+            // An empty assignment clears the groups before it.
+            match v.trim() {
+                "" => self.groups.clear(),
+                v => self.groups.extend(v.split_whitespace().map(str::to_owned)),
             }
         }
     }
@@ -180,27 +180,18 @@ impl Identity {
     /// The reader this identity makes; `source` says where it was read.
     fn reader(self, source: &str) -> Result<Reader, String> {
         let user = self.user.ok_or_else(|| format!("{source}: no User="))?;
-        let account = User::from_name(&user)
-            .ok()
-            .flatten()
+        let account = (User::from_name(&user).ok().flatten())
             .ok_or_else(|| format!("user {user} ({source}) does not exist"))?;
-        let group = |name: &str| {
-            Group::from_name(name)
-                .ok()
-                .flatten()
-                .map(|g| g.gid.as_raw())
-                .ok_or_else(|| format!("group {name} ({source}) does not exist"))
+        let gid = |name: &String| match Group::from_name(name) {
+            Ok(Some(group)) => Ok((group.gid.as_raw(), name.clone())),
+            _ => Err(format!("group {name} ({source}) does not exist")),
         };
         let primary = match &self.group {
-            Some(name) => (group(name)?, name.clone()),
+            Some(name) => gid(name)?,
             None => (account.gid.as_raw(), group_name(account.gid.as_raw())),
         };
-        let mut gids = vec![primary.0];
-        let mut names = vec![primary.1];
-        for name in &self.groups {
-            gids.push(group(name)?);
-            names.push(name.clone());
-        }
+        let others = self.groups.iter().map(gid).collect::<Result<Vec<_>, _>>()?;
+        let (gids, names): (Vec<u32>, Vec<String>) = std::iter::once(primary).chain(others).unzip();
         Ok(Reader {
             who: format!(
                 "the service (user {user}, groups {}; {source})",

@@ -184,16 +184,13 @@ impl Daemon {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
             if body.len() + chunk.len() > BODY_LIMIT {
-                return Err(StatusError::TooLarge {
-                    url: self.url.clone(),
-                });
+                let url = self.url.clone();
+                return Err(StatusError::TooLarge { url });
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(Reply {
-            status,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
+        let body = String::from_utf8_lossy(&body).into_owned();
+        Ok(Reply { status, body })
     }
 
     /// The one loop of the operator's commands: asks with `ask()` every [`EVERY`] until `step`
@@ -204,20 +201,17 @@ impl Daemon {
         stop: impl Future<Output = ()>,
         mut step: impl FnMut(Result<View, StatusError>) -> ControlFlow<T>,
     ) -> Option<T> {
-        tokio::pin!(stop);
-        loop {
-            let asked = ask();
-            let answer = tokio::select! {
-                answer = self.ask_for(&asked) => answer,
-                () = &mut stop => return None,
-            };
-            if let ControlFlow::Break(done) = step(answer) {
-                return Some(done);
+        let asking = async {
+            loop {
+                if let ControlFlow::Break(done) = step(self.ask_for(&ask()).await) {
+                    return done;
+                }
+                tokio::time::sleep(EVERY).await;
             }
-            tokio::select! {
-                () = tokio::time::sleep(EVERY) => {}
-                () = &mut stop => return None,
-            }
+        };
+        tokio::select! {
+            done = asking => Some(done),
+            () = stop => None,
         }
     }
 
@@ -228,13 +222,13 @@ impl Daemon {
 
     /// What the daemon says now, read, with its progress for `ask`.
     async fn ask_for(&self, ask: &Ask) -> Result<View, StatusError> {
-        let url = self.url.clone();
-        let reply = self.reply_for(ask).await?;
-        let status = Status::from_json(&reply.body).map_err(|source| StatusError::NotPmcheck {
-            url: url.clone(),
-            source,
-        })?;
-        View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
+        let (reply, url) = (self.reply_for(ask).await?, self.url.clone());
+        match Status::from_json(&reply.body) {
+            Ok(status) => {
+                View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
+            }
+            Err(source) => Err(StatusError::NotPmcheck { url, source }),
+        }
     }
 }
 

@@ -115,11 +115,9 @@ async fn wait_drained(daemon: &Daemon, how: &Wait, began: Instant, name: &str) {
     }
 }
 
-/// `pmcheck on-start`: tidies the record once Puppet Server has started again. The stop's hold
-/// goes when a probe made since this began finds Puppet Server healthy (the daemon lets go of
-/// it on that probe by itself: [`crate::health::hold::live`]), at once when no daemon can be
-/// asked (none answers the load balancers), and after `--max-wait` at the latest: it never
-/// takes out anything else.
+/// `pmcheck on-start`: takes the stop's hold, and nothing else, out of the record once a probe
+/// made since finds Puppet Server healthy ([`crate::health::hold::live`]), at once when no
+/// daemon can be asked (none answers the load balancers), after `--max-wait` at the latest.
 pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
     let StopArgs { unit, state, .. } = &args.stop;
     let file = DrainFile::new(&state.state_dir);

@@ -224,35 +224,31 @@ impl Ticker {
     /// What to write now, if anything: on a terminal, a line that fits `width` columns
     /// (one short, so that the cursor does not wrap) once a [`REDRAW`] has passed.
     fn frame(&mut self, now: Instant, line: &str, width: usize) -> Option<String> {
-        let due = if self.terminal {
-            self.last_at.is_none_or(|t| now.duration_since(t) >= REDRAW)
-        } else {
-            without_timers(line) != self.last
-                || self.last_at.is_none_or(|t| now.duration_since(t) >= REPEAT)
-        };
-        if !due {
+        let stale = self
+            .last_at
+            .is_none_or(|t| now.duration_since(t) >= self.every());
+        let said = without_timers(line);
+        if !stale && (self.terminal || said == self.last) {
             return None;
         }
-        self.last = without_timers(line);
-        self.last_at = Some(now);
-        if !self.terminal {
-            return Some(line.to_owned());
-        }
+        (self.last, self.last_at) = (said, Some(now));
         let room = width.saturating_sub(1).max(20);
-        if line.chars().count() <= room {
+        if !self.terminal || line.chars().count() <= room {
             return Some(line.to_owned());
         }
-        let mut short: String = line.chars().take(room - 3).collect();
-        short.push_str("...");
-        Some(short)
+        let short: String = line.chars().take(room - 3).collect();
+        Some(short + "...")
+    }
+
+    /// How often a line that says nothing new is due.
+    fn every(&self) -> Duration {
+        if self.terminal { REDRAW } else { REPEAT }
     }
 
     /// How long until a line that says nothing new is due again.
     pub fn due_in(&self) -> Duration {
-        let every = if self.terminal { REDRAW } else { REPEAT };
-        self.last_at.map_or(Duration::ZERO, |t| {
-            (t + every).saturating_duration_since(Instant::now())
-        })
+        let due = |t: Instant| (t + self.every()).saturating_duration_since(Instant::now());
+        self.last_at.map_or(Duration::ZERO, due)
     }
 
     /// Clears the line on a terminal.
@@ -272,15 +268,12 @@ fn without_timers(text: &str) -> String {
     while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
         let (before, from) = rest.split_at(start);
         out.push_str(before);
-        let number = from
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(from.len());
+        let number = (from.find(|c: char| !(c.is_ascii_digit() || c == '.'))).unwrap_or(from.len());
         let after = &from[number..];
-        let unit = ["ms", "s", "m", "h"].into_iter().find(|u| {
-            after
-                .strip_prefix(u)
-                .is_some_and(|tail| !tail.starts_with(|c: char| c.is_ascii_alphanumeric()))
-        });
+        let ends = |tail: &str| !tail.starts_with(|c: char| c.is_ascii_alphanumeric());
+        let unit = ["ms", "s", "m", "h"]
+            .into_iter()
+            .find(|u| after.strip_prefix(u).is_some_and(ends));
         let preceded = out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == ':');
         match unit {
             Some(unit) if !preceded => {
