@@ -29,12 +29,7 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
     // One runtime for the probe and the question to the daemon, asked side by side.
     let asked = run_single_threaded(async {
         let probe = async { Prober::once(ProbeTarget::of(&settings)).probe().await };
-        let daemon = async {
-            match Daemon::new(url) {
-                Ok(daemon) => daemon.ask().await.ok(),
-                Err(_) => None,
-            }
-        };
+        let daemon = async { Daemon::new(url).ok()?.ask().await.ok() };
         tokio::join!(probe, daemon)
     });
     let (report, daemon) = match asked {

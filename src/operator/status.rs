@@ -142,12 +142,8 @@ fn drain_line(answer: &Answer<'_>) -> String {
         };
     };
     let mut line = (drain.reason.as_deref().unwrap_or("(no valid record)")).to_owned();
-    let said = [
-        ("by", &drain.by),
-        ("since", &drain.since),
-        ("until", &drain.until),
-    ];
-    for (label, value) in said {
+    let values = [&drain.by, &drain.since, &drain.until];
+    for (label, value) in ["by", "since", "until"].into_iter().zip(values) {
         if let Some(value) = value {
             let _ = write!(line, ", {label} {value}");
         }

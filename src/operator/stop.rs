@@ -72,18 +72,12 @@ pub async fn on_stop(args: &OnStopArgs) {
     let daemon = Daemon::new(&args.waiting.daemon.url);
     // Where the rule would hold a drain (this node is a backend's last server), Puppet Server
     // stops all the same: the stop's drain is never held, and there is nothing to wait for.
-    let view = match &daemon {
-        Ok(daemon) => daemon.ask().await.ok(),
-        Err(_) => None,
-    };
-    let last = view.map(|v| v.holding()).unwrap_or_default();
+    let asked = async { daemon.as_ref().ok()?.ask().await.ok() };
+    let last = asked.await.map(|v| v.holding()).unwrap_or_default();
     let mine = Holder::stop(name, SystemTime::now());
     // In place of an earlier stop's hold.
-    let held = match file.locked().await {
-        Ok(locked) => locked.hold(&mine, |h| h.kind == Kind::Stop, Action::StopDrain),
-        Err(e) => Err(e),
-    };
-    match held {
+    let replaces = |h: &Holder| h.kind == Kind::Stop;
+    match async { (file.locked().await?).hold(&mine, replaces, Action::StopDrain) }.await {
         Ok((_, lost)) => warn(&lost),
         Err(e) => return errln!("pmcheck on-stop: WARNING: {e}; {name} stops without a drain"),
     }
