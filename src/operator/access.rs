@@ -81,9 +81,7 @@ impl Reader {
             .or_else(|_| std::path::absolute(path))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         // Each directory below `/`, outermost first, then the file.
-        let dirs: Vec<&Path> = full
-            .ancestors()
-            .skip(1)
+        let dirs: Vec<&Path> = (full.ancestors().skip(1))
             .filter(|d| d.parent().is_some())
             .collect();
         for dir in dirs.into_iter().rev() {
@@ -221,8 +219,7 @@ pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
                 );
                 continue;
             }
-            false => readers
-                .iter()
+            false => (readers.iter())
                 .filter_map(|r| r.can_read(&n.path).err())
                 .collect(),
         };
@@ -232,16 +229,14 @@ pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
         }
     }
     let who: Vec<&str> = readers.iter().map(|r| r.who.as_str()).collect();
-    match problems {
-        0 => {
-            _ = writeln!(
-                out,
-                "check: every file can be read by {}",
-                who.join(" and by ")
-            )
-        }
-        n => _ = writeln!(out, "check: {n} problem(s)"),
-    }
+    let _ = match problems {
+        0 => writeln!(
+            out,
+            "check: every file can be read by {}",
+            who.join(" and by ")
+        ),
+        n => writeln!(out, "check: {n} problem(s)"),
+    };
     problems == 0
 }
 

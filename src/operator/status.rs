@@ -67,17 +67,11 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     rows.extend(roll.map(|roll| ("roll", roll.to_owned())));
     let probe = &answer.probe;
     let took = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));
-    rows.push((
-        "probe",
-        format!(
-            "{} - {} (took {}, {} ago) {}",
-            if probe.healthy() { "ok" } else { "failed" },
-            probe.detail,
-            took(probe.latency_ms),
-            took(probe.age_ms),
-            probe.endpoint.as_deref().unwrap_or("")
-        ),
-    ));
+    let ok = if probe.healthy() { "ok" } else { "failed" };
+    let (latency, age) = (took(probe.latency_ms), took(probe.age_ms));
+    let (detail, endpoint) = (&probe.detail, probe.endpoint.as_deref().unwrap_or(""));
+    let line = format!("{ok} - {detail} (took {latency}, {age} ago) {endpoint}");
+    rows.push(("probe", line));
     rows.extend(answer.pool.as_ref().map(|p| ("pool", pool_line(answer, p))));
     rows.extend(status.held().iter().map(|held| ("held", held.line())));
     // Two load balancers answering as one hold every drain, drained or not: what to change.
@@ -342,13 +336,10 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
         0 => "no session left".to_owned(),
         n => format!("still {n} session(s)"),
     };
+    let (backend, server, told) = (&seen.backend, &seen.server, st.told.as_str());
+    let (since, last) = (ms(st.since_ms_ago), ms(st.last_ms_ago));
     format!(
-        "{}/{}{node} {did}, {sessions}; told {} for {} (as of {} ago)",
-        seen.backend,
-        seen.server,
-        st.told.as_str(),
-        ms(st.since_ms_ago),
-        ms(st.last_ms_ago),
+        "{backend}/{server}{node} {did}, {sessions}; told {told} for {since} (as of {last} ago)"
     )
 }
 
