@@ -33,17 +33,14 @@ pub struct Reader {
 impl Reader {
     /// The user running this command.
     pub fn me() -> Self {
-        let uid = nix::unistd::getuid();
-        let name = user_name(uid.as_raw());
-        let mut gids: Vec<u32> = nix::unistd::getgroups()
-            .unwrap_or_default()
-            .into_iter()
-            .map(Gid::as_raw)
-            .collect();
+        let uid = nix::unistd::getuid().as_raw();
+        let groups = nix::unistd::getgroups().unwrap_or_default();
+        let mut gids: Vec<u32> = groups.into_iter().map(Gid::as_raw).collect();
         gids.push(nix::unistd::getgid().as_raw());
+        let who = format!("you ({})", user_name(uid));
         Self {
-            who: format!("you ({name})"),
-            uid: uid.as_raw(),
+            who,
+            uid,
             gids,
             open: true,
         }
@@ -54,11 +51,7 @@ impl Reader {
     pub fn unit(unit: &Path) -> Result<Self, String> {
         let text = crate::safe_file::read_to_string(unit, crate::safe_file::CONFIG_LIMIT)
             .map_err(|e| format!("cannot read the unit {}: {e}", unit.display()))?;
-        let mut identity = Identity::default();
-        for line in text.lines() {
-            identity.assign(line.trim());
-        }
-        identity.reader(&unit.display().to_string())
+        Identity::read(&text).reader(&unit.display().to_string())
     }
 
     /// The daemon as systemd runs `pmcheck.service`, drop-ins included (`systemctl edit`):
@@ -77,11 +70,7 @@ impl Reader {
         if !out.status.success() || !text.lines().any(|l| l == "LoadState=loaded") {
             return None;
         }
-        let mut identity = Identity::default();
-        for line in text.lines() {
-            identity.assign(line);
-        }
-        Some(identity.reader("as systemd runs pmcheck.service, drop-ins included"))
+        Some(Identity::read(&text).reader("as systemd runs pmcheck.service, drop-ins included"))
     }
 
     /// Whether this reader may read `path`: `Err` names what blocks it and how to fix it.
@@ -91,14 +80,14 @@ impl Reader {
         let full = std::fs::canonicalize(path)
             .or_else(|_| std::path::absolute(path))
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut at = PathBuf::from("/");
-        let mut parts: Vec<&std::ffi::OsStr> = full.iter().skip(1).collect();
-        let file = parts.pop();
-        for part in parts {
-            at.push(part);
-            self.allowed(&at, 0o1, "enter")?;
+        // Each directory below `/`, outermost first, then the file.
+        let dirs: Vec<&Path> = (full.ancestors().skip(1))
+            .filter(|d| d.parent().is_some())
+            .collect();
+        for dir in dirs.into_iter().rev() {
+            self.allowed(dir, 0o1, "enter")?;
         }
-        if file.is_some() {
+        if full.parent().is_some() {
             self.allowed(&full, 0o4, "read")?;
         }
         if self.open {
@@ -116,14 +105,13 @@ impl Reader {
         }
         let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let mode = meta.mode();
-        let granted = if meta.uid() == self.uid {
-            (mode >> 6) & bit
-        } else if self.gids.contains(&meta.gid()) {
-            (mode >> 3) & bit
-        } else {
-            mode & bit
+        // The owner's bits, else the group's, else the others'.
+        let shift = match (meta.uid() == self.uid, self.gids.contains(&meta.gid())) {
+            (true, _) => 6,
+            (false, true) => 3,
+            (false, false) => 0,
         };
-        if granted != 0 {
+        if (mode >> shift) & bit != 0 {
             return Ok(());
         }
         let group = group_name(meta.gid());
@@ -165,6 +153,13 @@ struct Identity {
 }
 
 impl Identity {
+    /// The assignments of `text`, in order.
+    fn read(text: &str) -> Self {
+        let mut identity = Identity::default();
+        text.lines().for_each(|line| identity.assign(line.trim()));
+        identity
+    }
+
     fn assign(&mut self, line: &str) {
         let nonempty = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
         if let Some(v) = line.strip_prefix("User=") {
@@ -172,10 +167,10 @@ impl Identity {
         } else if let Some(v) = line.strip_prefix("Group=") {
             self.group = nonempty(v);
         } else if let Some(v) = line.strip_prefix("SupplementaryGroups=") {
-            if v.trim().is_empty() {
-                self.groups.clear();
-            } else {
-                self.groups.extend(v.split_whitespace().map(str::to_owned));
+            // An empty assignment clears the groups before it.
+            match v.trim() {
+                "" => self.groups.clear(),
+                v => self.groups.extend(v.split_whitespace().map(str::to_owned)),
             }
         }
     }
@@ -183,27 +178,18 @@ impl Identity {
     /// The reader this identity makes; `source` says where it was read.
     fn reader(self, source: &str) -> Result<Reader, String> {
         let user = self.user.ok_or_else(|| format!("{source}: no User="))?;
-        let account = User::from_name(&user)
-            .ok()
-            .flatten()
+        let account = (User::from_name(&user).ok().flatten())
             .ok_or_else(|| format!("user {user} ({source}) does not exist"))?;
-        let group = |name: &str| {
-            Group::from_name(name)
-                .ok()
-                .flatten()
-                .map(|g| g.gid.as_raw())
-                .ok_or_else(|| format!("group {name} ({source}) does not exist"))
+        let gid = |name: &String| match Group::from_name(name) {
+            Ok(Some(group)) => Ok((group.gid.as_raw(), name.clone())),
+            _ => Err(format!("group {name} ({source}) does not exist")),
         };
         let primary = match &self.group {
-            Some(name) => (group(name)?, name.clone()),
+            Some(name) => gid(name)?,
             None => (account.gid.as_raw(), group_name(account.gid.as_raw())),
         };
-        let mut gids = vec![primary.0];
-        let mut names = vec![primary.1];
-        for name in &self.groups {
-            gids.push(group(name)?);
-            names.push(name.clone());
-        }
+        let others = self.groups.iter().map(gid).collect::<Result<Vec<_>, _>>()?;
+        let (gids, names): (Vec<u32>, Vec<String>) = std::iter::once(primary).chain(others).unzip();
         Ok(Reader {
             who: format!(
                 "the service (user {user}, groups {}; {source})",
@@ -221,44 +207,36 @@ impl Identity {
 pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
     let mut problems = 0;
     for n in needed {
+        let (name, path) = (&n.name, n.path.display());
         let missing =
             std::fs::metadata(&n.path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-        if missing {
-            if n.required {
-                problems += 1;
+        let whys = match missing {
+            true if n.required => vec!["no such file".to_owned()],
+            true => {
                 let _ = writeln!(
                     out,
-                    "problem: {} {}: no such file",
-                    n.name,
-                    n.path.display()
+                    "note: {name} {path} does not exist: its defaults apply"
                 );
-            } else {
-                let _ = writeln!(
-                    out,
-                    "note: {} {} does not exist: its defaults apply",
-                    n.name,
-                    n.path.display()
-                );
+                continue;
             }
-            continue;
-        }
-        for r in readers {
-            if let Err(why) = r.can_read(&n.path) {
-                problems += 1;
-                let _ = writeln!(out, "problem: {} {}: {why}", n.name, n.path.display());
-            }
+            false => (readers.iter())
+                .filter_map(|r| r.can_read(&n.path).err())
+                .collect(),
+        };
+        for why in whys {
+            problems += 1;
+            let _ = writeln!(out, "problem: {name} {path}: {why}");
         }
     }
     let who: Vec<&str> = readers.iter().map(|r| r.who.as_str()).collect();
-    if problems == 0 {
-        let _ = writeln!(
+    let _ = match problems {
+        0 => writeln!(
             out,
             "check: every file can be read by {}",
             who.join(" and by ")
-        );
-    } else {
-        let _ = writeln!(out, "check: {problems} problem(s)");
-    }
+        ),
+        n => writeln!(out, "check: {n} problem(s)"),
+    };
     problems == 0
 }
 

@@ -10,7 +10,6 @@ use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::operator::daemon::Daemon;
 use crate::operator::run_single_threaded;
-use crate::operator::view::View;
 use crate::puppet::expiry::{self, Expiries, Severity};
 use crate::puppet::pool::Load;
 use crate::puppet::probe::{ProbeTarget, Prober};
@@ -25,28 +24,17 @@ use crate::settings::{Given, Host, Settings};
 pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
     let settings = match Settings::resolve(given, &Host::REAL) {
         Ok(s) => s,
-        Err(e) => {
-            outln!("PMCHECK UNKNOWN - {e}");
-            return Exit::Unknown;
-        }
+        Err(e) => return unknown(&e),
     };
     // One runtime for the probe and the question to the daemon, asked side by side.
     let asked = run_single_threaded(async {
         let probe = async { Prober::once(ProbeTarget::of(&settings)).probe().await };
-        let daemon = async {
-            match Daemon::new(url) {
-                Ok(daemon) => daemon.ask().await.ok(),
-                Err(_) => None,
-            }
-        };
+        let daemon = async { Daemon::new(url).ok()?.ask().await.ok() };
         tokio::join!(probe, daemon)
     });
     let (report, daemon) = match asked {
         Ok(asked) => asked,
-        Err(e) => {
-            outln!("PMCHECK UNKNOWN - cannot start the probe: {e}");
-            return Exit::Unknown;
-        }
+        Err(e) => return unknown(&format!("cannot start the probe: {e}")),
     };
     let now = crate::health::Now {
         at: std::time::Instant::now(),
@@ -54,28 +42,22 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
     };
     let drain = DrainFile::new(&settings.state_dir.value).state(now.wall);
     let decision = Decision::decide(&drain, Some(&report), Rejoin::Steady, now, &Rules::ONCE);
-    let (label, code) = match (decision.verdict, &report.outcome) {
+    let mut code = match (decision.verdict, &report.outcome) {
         (Verdict::Unknown | Verdict::Starting, _) | (_, ProbeOutcome::CannotTell(_)) => {
-            ("UNKNOWN", Exit::Unknown)
+            Exit::Unknown
         }
-        (_, ProbeOutcome::Unhealthy(_) | ProbeOutcome::NotReady(_)) => ("CRITICAL", Exit::Critical),
-        (Verdict::Drained, _) | (_, ProbeOutcome::Healthy(Some(Load::Paused))) => {
-            ("WARNING", Exit::Warning)
-        }
-        _ => ("OK", Exit::Ok),
+        (_, ProbeOutcome::Unhealthy(_) | ProbeOutcome::NotReady(_)) => Exit::Critical,
+        (Verdict::Drained, _) | (_, ProbeOutcome::Healthy(Some(Load::Paused))) => Exit::Warning,
+        _ => Exit::Ok,
     };
-    let now = expiry::now();
-    let expiry = Expiries::read(
-        &settings.hostcert.value,
-        &settings.localcacert.value,
-        &settings.hostcrl.value,
-    )
-    .judge(now, warn, crit);
-    let (label, code) = match (code, expiry.severity) {
-        (Exit::Unknown, _) => (label, code),
-        (_, Severity::Critical) => ("CRITICAL", Exit::Critical),
-        (Exit::Ok, Severity::Warning) => ("WARNING", Exit::Warning),
-        _ => (label, code),
+    let (cert, ca, crl) = (&settings.hostcert, &settings.localcacert, &settings.hostcrl);
+    let expiry =
+        Expiries::read(&cert.value, &ca.value, &crl.value).judge(expiry::now(), warn, crit);
+    code = match (code, expiry.severity) {
+        (Exit::Unknown, _) => code,
+        (_, Severity::Critical) => Exit::Critical,
+        (Exit::Ok, Severity::Warning) => Exit::Warning,
+        _ => code,
     };
     let mut perfdata = format!("time={:.3}s;;;0", report.latency.as_secs_f64());
     if let Some(pool) = &report.pool {
@@ -88,39 +70,37 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
         text.push_str("; ");
         text.push_str(problem);
     }
-    let (label, code) = match daemon_differs(daemon.as_ref(), url, decision.verdict) {
-        Some((verdict, said)) => {
-            text.push_str("; ");
-            text.push_str(&said);
-            match verdict {
-                Verdict::Down | Verdict::NotReady | Verdict::Unknown => {
-                    ("CRITICAL", Exit::Critical)
-                }
-                Verdict::Drained if code == Exit::Ok => ("WARNING", Exit::Warning),
-                _ => (label, code),
-            }
-        }
-        None => (label, code),
+    // Run as root or as a monitoring agent's user, this check may read what the daemon cannot
+    // (a key of mode 0600), and HAProxy follows the daemon: what it answers, when otherwise.
+    if let Some(theirs) = (daemon.as_ref()).filter(|d| d.answer.verdict != decision.verdict) {
+        let answer = &theirs.answer;
+        text.push_str(&format!(
+            "; but the daemon at {url}, which HAProxy follows, answers {} - {} (it may run as \
+             a user that cannot read what this check read: `sudo pmcheck config --check` names \
+             what the service cannot read)",
+            answer.verdict.as_str(),
+            answer.reason
+        ));
+        code = match answer.verdict {
+            Verdict::Down | Verdict::NotReady | Verdict::Unknown => Exit::Critical,
+            Verdict::Drained if code == Exit::Ok => Exit::Warning,
+            _ => code,
+        };
+    }
+    let label = match code {
+        Exit::Ok => "OK",
+        Exit::Warning => "WARNING",
+        Exit::Critical => "CRITICAL",
+        _ => "UNKNOWN",
     };
     outln!("PMCHECK {label} - {text} | {perfdata}");
     code
 }
 
-/// What the daemon at `url` answers HAProxy, when one answers there and its verdict is not
-/// `mine`: run as root or as a monitoring agent's user, this check may read what the daemon
-/// cannot (a key of mode 0600), and HAProxy follows the daemon.
-fn daemon_differs(daemon: Option<&View>, url: &str, mine: Verdict) -> Option<(Verdict, String)> {
-    let answer = &daemon?.answer;
-    (answer.verdict != mine).then(|| {
-        let said = format!(
-            "but the daemon at {url}, which HAProxy follows, answers {} - {} (it may run as \
-             a user that cannot read what this check read: `sudo pmcheck config --check` names \
-             what the service cannot read)",
-            answer.verdict.as_str(),
-            answer.reason
-        );
-        (answer.verdict, said)
-    })
+/// `PMCHECK UNKNOWN - why`: the check could not be made.
+fn unknown(why: &dyn std::fmt::Display) -> Exit {
+    outln!("PMCHECK UNKNOWN - {why}");
+    Exit::Unknown
 }
 
 /// The pool as monitoring-plugin performance data: gauges with their bounds, counters as `c`.

@@ -3,7 +3,6 @@
 //! reads it into a [`View`].
 
 use std::future::Future;
-use std::net::{Ipv4Addr, Ipv6Addr};
 use std::ops::ControlFlow;
 use std::path::Path;
 use std::sync::Arc;
@@ -14,10 +13,11 @@ use ipnet::IpNet;
 use rustls::crypto::ring;
 use thiserror::Error;
 
+use crate::operator::config::shuts_out_loopback;
 use crate::operator::view::View;
 use crate::protocol::Status;
 use crate::protocol::progress::Ask;
-use crate::settings::allow::{parse_network, permits};
+use crate::settings::allow::parse_network;
 use crate::settings::duration::format_duration;
 use crate::settings::env_file::EnvFile;
 
@@ -184,16 +184,13 @@ impl Daemon {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
             if body.len() + chunk.len() > BODY_LIMIT {
-                return Err(StatusError::TooLarge {
-                    url: self.url.clone(),
-                });
+                let url = self.url.clone();
+                return Err(StatusError::TooLarge { url });
             }
             body.extend_from_slice(&chunk);
         }
-        Ok(Reply {
-            status,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        })
+        let body = String::from_utf8_lossy(&body).into_owned();
+        Ok(Reply { status, body })
     }
 
     /// The one loop of the operator's commands: asks with `ask()` every [`EVERY`] until `step`
@@ -204,20 +201,17 @@ impl Daemon {
         stop: impl Future<Output = ()>,
         mut step: impl FnMut(Result<View, StatusError>) -> ControlFlow<T>,
     ) -> Option<T> {
-        tokio::pin!(stop);
-        loop {
-            let asked = ask();
-            let answer = tokio::select! {
-                answer = self.ask_for(&asked) => answer,
-                () = &mut stop => return None,
-            };
-            if let ControlFlow::Break(done) = step(answer) {
-                return Some(done);
+        let asking = async {
+            loop {
+                if let ControlFlow::Break(done) = step(self.ask_for(&ask()).await) {
+                    return done;
+                }
+                tokio::time::sleep(EVERY).await;
             }
-            tokio::select! {
-                () = tokio::time::sleep(EVERY) => {}
-                () = &mut stop => return None,
-            }
+        };
+        tokio::select! {
+            done = asking => Some(done),
+            () = stop => None,
         }
     }
 
@@ -227,19 +221,13 @@ impl Daemon {
     }
 
     /// What the daemon says now, read, with its progress for `ask`.
-    pub async fn ask_for(&self, ask: &Ask) -> Result<View, StatusError> {
-        let reply = self.reply_for(ask).await?;
-        let mut status =
-            Status::from_json(&reply.body).map_err(|source| StatusError::NotPmcheck {
-                url: self.url.clone(),
-                source,
-            })?;
-        match status.progress.take() {
-            Some(progress) => Ok(View::new(status, progress)),
-            None => Err(StatusError::OtherVersion {
-                url: self.url.clone(),
-                theirs: status.version,
-            }),
+    async fn ask_for(&self, ask: &Ask) -> Result<View, StatusError> {
+        let (reply, url) = (self.reply_for(ask).await?, self.url.clone());
+        match Status::from_json(&reply.body) {
+            Ok(status) => {
+                View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
+            }
+            Err(source) => Err(StatusError::NotPmcheck { url, source }),
         }
     }
 }
@@ -274,35 +262,29 @@ fn refused(file: Option<&EnvFile>) -> String {
     let nets: Vec<IpNet> = (allow.split(',').map(str::trim).filter(|n| !n.is_empty()))
         .filter_map(|n| parse_network(n).ok())
         .collect();
-    let admits = |ip: std::net::IpAddr| nets.is_empty() || permits(&nets, ip);
-    if admits(Ipv4Addr::LOCALHOST.into()) || admits(Ipv6Addr::LOCALHOST.into()) {
+    if shuts_out_loopback(&nets) {
         return format!(
-            "{CLOSED}: {path} lets this host in (PMCHECK_ALLOW {}), so the daemon {SHED}",
-            if nets.is_empty() { "unset" } else { allow }
+            "{CLOSED}: refused by its --allow: PMCHECK_ALLOW in {path} is {allow}, {ADMIT}"
         );
     }
-    format!("{CLOSED}: refused by its --allow: PMCHECK_ALLOW in {path} is {allow}, {ADMIT}")
+    let allow = if nets.is_empty() { "unset" } else { allow };
+    format!("{CLOSED}: {path} lets this host in (PMCHECK_ALLOW {allow}), so the daemon {SHED}")
+}
+
+/// `e` and its sources, outermost first.
+fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    let first: &(dyn std::error::Error + 'static) = e;
+    std::iter::successors(Some(first), |e| e.source())
 }
 
 /// Whether the connection was taken and then closed, or reset, before any answer.
 fn closed_unanswered(e: &reqwest::Error) -> bool {
-    let mut inner: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = inner {
-        if err
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_incomplete_message)
-            || err.downcast_ref::<std::io::Error>().is_some_and(|io| {
-                matches!(
-                    io.kind(),
-                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
-                )
-            })
-        {
-            return true;
-        }
-        inner = err.source();
-    }
-    false
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    chain(e).any(|err| {
+        (err.downcast_ref::<hyper::Error>()).is_some_and(hyper::Error::is_incomplete_message)
+            || (err.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| matches!(io.kind(), ConnectionReset | UnexpectedEof))
+    })
 }
 
 /// The innermost cause reqwest saw, or that it timed out.
@@ -310,11 +292,7 @@ fn cause(e: &reqwest::Error) -> String {
     if e.is_timeout() {
         return format!("no answer within {}", format_duration(DEADLINE));
     }
-    let mut inner: &dyn std::error::Error = e;
-    while let Some(next) = inner.source() {
-        inner = next;
-    }
-    inner.to_string()
+    chain(e).last().map(ToString::to_string).unwrap_or_default()
 }
 
 #[cfg(test)]

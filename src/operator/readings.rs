@@ -7,28 +7,21 @@ use crate::protocol::{CertificatesAnswer, CodeAnswer};
 
 /// Each certificate's end and the CRL's nextUpdate, with the days left.
 pub fn certificates(c: &CertificatesAnswer) -> String {
-    let mut parts: Vec<String> = c
-        .certs
-        .iter()
+    let mut parts: Vec<String> = (c.certs.iter())
         .map(|e| {
-            format!(
-                "{} {} ({}) until {}, {}",
-                e.file,
-                e.subject,
-                e.position,
-                e.not_after,
-                days_left(e.days_left)
-            )
+            let (file, subject, position, end) = (&e.file, &e.subject, &e.position, &e.not_after);
+            let left = days_left(e.days_left);
+            format!("{file} {subject} ({position}) until {end}, {left}")
         })
         .collect();
     if let Some(crl) = &c.crl {
+        let issuer = &crl.issuer;
         parts.push(match (&crl.next_update, crl.days_left) {
-            (Some(next), Some(days)) => format!(
-                "hostcrl of {} due for its nextUpdate {next}, {}",
-                crl.issuer,
-                days_left(days)
-            ),
-            _ => format!("hostcrl of {} (no nextUpdate)", crl.issuer),
+            (Some(next), Some(days)) => {
+                let left = days_left(days);
+                format!("hostcrl of {issuer} due for its nextUpdate {next}, {left}")
+            }
+            _ => format!("hostcrl of {issuer} (no nextUpdate)"),
         });
     }
     parts.extend(c.unreadable.iter().cloned());
@@ -37,46 +30,34 @@ pub fn certificates(c: &CertificatesAnswer) -> String {
 
 /// Each environment's deploy: commit, when, and whether it succeeded; or why none is shown.
 pub fn deployments(code: &[CodeAnswer]) -> String {
-    let path = |c: &CodeAnswer| c.path.as_deref().unwrap_or("?").to_owned();
-    let parts: Vec<String> = code
-        .iter()
-        .map(|c| {
-            let env = &c.environment;
-            match c.state.as_str() {
-                "deployed" | "failed" => {
-                    let commit = c
-                        .commit
-                        .as_deref()
-                        .map_or_else(|| "(no commit)".into(), short);
-                    let when = match (&c.finished_at, c.age_seconds) {
-                        (Some(at), Some(age)) => format!(" {at} ({} ago)", age_words(age)),
-                        _ => String::new(),
-                    };
-                    let failed = if c.state == "failed" {
-                        ", FAILED (deploy_success false: older code may be live)"
-                    } else {
-                        ""
-                    };
-                    format!("{env} {commit} deployed{when}{failed}{}", file_sync(c))
-                }
-                "no_environment" => format!(
-                    "{env}: no such environment on the environmentpath{}",
-                    file_sync(c)
-                ),
-                "no_record" => format!(
-                    "{env}: no deploy record ({} is absent){}",
-                    path(c),
-                    file_sync(c)
-                ),
-                _ => format!(
-                    "{env}: deploy record {} unreadable: {}",
-                    path(c),
-                    c.why.as_deref().unwrap_or("?")
-                ),
-            }
-        })
-        .collect();
+    let parts: Vec<String> = code.iter().map(deployment).collect();
     parts.join("; ")
+}
+
+/// One environment's deploy, by the state the daemon read (`deployed`, `failed`, ...).
+fn deployment(c: &CodeAnswer) -> String {
+    let (env, sync) = (&c.environment, file_sync(c));
+    let path = c.path.as_deref().unwrap_or("?");
+    match c.state.as_str() {
+        "deployed" | "failed" => {
+            let commit = (c.commit.as_deref()).map_or_else(|| "(no commit)".into(), short);
+            let when = match (&c.finished_at, c.age_seconds) {
+                (Some(at), Some(age)) => format!(" {at} ({} ago)", age_words(age)),
+                _ => String::new(),
+            };
+            let failed = match c.state.as_str() {
+                "failed" => ", FAILED (deploy_success false: older code may be live)",
+                _ => "",
+            };
+            format!("{env} {commit} deployed{when}{failed}{sync}")
+        }
+        "no_environment" => format!("{env}: no such environment on the environmentpath{sync}"),
+        "no_record" => format!("{env}: no deploy record ({path} is absent){sync}"),
+        _ => {
+            let why = c.why.as_deref().unwrap_or("?");
+            format!("{env}: deploy record {path} unreadable: {why}")
+        }
+    }
 }
 
 /// A commit's first 12 characters, as git abbreviates it in words.
@@ -87,9 +68,7 @@ fn short(commit: &str) -> String {
 /// What Puppet Enterprise's file sync says of the environment, when it says anything.
 fn file_sync(c: &CodeAnswer) -> String {
     match (&c.file_sync_status, &c.file_sync_commit) {
-        (Some(status), Some(commit)) => {
-            format!(", file sync {status} {}", short(commit))
-        }
+        (Some(status), Some(commit)) => format!(", file sync {status} {}", short(commit)),
         (Some(status), None) => format!(", file sync {status}"),
         _ => String::new(),
     }
@@ -106,10 +85,10 @@ fn age_words(age: i64) -> String {
     humantime::format_duration(Duration::from_secs(secs / unit * unit)).to_string()
 }
 
+/// `in 3.5 days`, or `PAST by 2.0 days`.
 fn days_left(days: f64) -> String {
-    if days < 0.0 {
-        format!("PAST by {:.1} days", -days)
-    } else {
-        format!("in {days:.1} days")
+    match days < 0.0 {
+        true => format!("PAST by {:.1} days", -days),
+        false => format!("in {days:.1} days"),
     }
 }

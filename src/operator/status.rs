@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::drain::holders::{Holder, Kind};
+use crate::health::answer::Answer;
 use crate::health::decision::DRAIN_UNKNOWN;
 use crate::health::hold::Held;
 use crate::health::lb_state::Health;
@@ -13,9 +14,15 @@ use crate::health::verdict::Verdict;
 use crate::health::weight::WeightCause;
 use crate::operator::daemon::Reply;
 use crate::operator::readings::{certificates, deployments};
-use crate::protocol::{PollerAnswer, Status, TrafficAnswer};
+use crate::protocol::{PollerAnswer, StateAnswer, Status, TrafficAnswer};
 use crate::puppet::pool::{Load, Pool};
+use crate::settings::lb_proof::KeyFileAnswer;
 use crate::text::seconds;
+
+/// `ms` milliseconds, as `12.3s`.
+fn ms(ms: u64) -> String {
+    seconds(Duration::from_millis(ms))
+}
 
 /// The host names of `addrs` from reverse DNS, for a person. An address whose lookup fails or
 /// takes longer than a second (all run at once) shows without one.
@@ -52,105 +59,85 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
         return format!("HTTP {}: {}", reply.status, reply.body.trim());
     };
     let answer = &status.answer;
+    let mut rows = vec![("drain", drain_line(answer))];
+    if holders.iter().any(|h| h.kind != Kind::Drain) {
+        let held: Vec<String> = holders.iter().map(Holder::describe).collect();
+        rows.push(("holders", held.join("; ")));
+    }
+    rows.extend(roll.map(|roll| ("roll", roll.to_owned())));
+    let probe = &answer.probe;
+    let took = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));
+    let ok = if probe.healthy() { "ok" } else { "failed" };
+    let (latency, age) = (took(probe.latency_ms), took(probe.age_ms));
+    let (detail, endpoint) = (&probe.detail, probe.endpoint.as_deref().unwrap_or(""));
+    let line = format!("{ok} - {detail} (took {latency}, {age} ago) {endpoint}");
+    rows.push(("probe", line));
+    rows.extend(answer.pool.as_ref().map(|p| ("pool", pool_line(answer, p))));
+    rows.extend(status.held().iter().map(|held| ("held", held.line())));
+    // Two load balancers answering as one hold every drain, drained or not: what to change.
+    let two = (status.holding().into_iter()).filter(|b| b.held == Held::TwoViews);
+    rows.extend(two.map(|b| ("views", format!("{}; {}", b.said(), b.ends()))));
+    rows.push(("weight", weight(&status)));
+    rows.extend(pollers(&status.pollers));
+    rows.extend(status.lb_key_file.as_ref().map(|k| ("keys", key_file(k))));
+    rows.extend(status.traffic.as_ref().map(|t| ("agents", traffic(t))));
+    let certs = status.certificates.as_ref();
+    rows.extend(certs.map(|c| ("certs", certificates(c))));
+    let code = status.code.as_deref().filter(|c| !c.is_empty());
+    rows.extend(code.map(|code| ("code", deployments(code))));
+    rows.push(("next", next_step(&status)));
     let mut out = format!(
         "{} (HTTP {}) - {}\n",
         answer.verdict.as_str(),
         reply.status,
         answer.reason
     );
-    out.push_str(&drain_line(answer));
-    if holders.iter().any(|h| h.kind != Kind::Drain) {
-        let held: Vec<String> = holders.iter().map(Holder::describe).collect();
-        let _ = writeln!(out, "holders: {}", held.join("; "));
+    for (label, text) in rows {
+        let _ = writeln!(out, "{:<8}{text}", format!("{label}: "));
     }
-    if let Some(roll) = roll {
-        let _ = writeln!(out, "roll:   {roll}");
-    }
-    let probe = &answer.probe;
-    let ms = |v: Option<u64>| v.map_or("-".to_owned(), |n| format!("{n} ms"));
-    let _ = writeln!(
-        out,
-        "probe:  {} - {} (took {}, {} ago) {}",
-        if probe.healthy() { "ok" } else { "failed" },
-        probe.detail,
-        ms(probe.latency_ms),
-        ms(probe.age_ms),
-        probe.endpoint.as_deref().unwrap_or("")
-    );
-    if let Some(pool) = &answer.pool {
-        let _ = writeln!(out, "pool:   {}", pool_line(answer, pool));
-    }
-    for held in status.held() {
-        let _ = writeln!(out, "held:   {}", held.line());
-    }
-    // Two load balancers answering as one hold every drain, drained or not: what to change.
-    for two in (status.holding().into_iter()).filter(|b| b.held == Held::TwoViews) {
-        let _ = writeln!(out, "views:  {}; {}", two.said(), two.ends());
-    }
-    let _ = writeln!(out, "weight: {}", weight(&status));
-    let pollers = &status.pollers;
-    // An address by the name a proven load balancer's own view gives it (HAProxy's `node`),
-    // as the waits name it, wherever it shows (its curl too: one address, one name); else by
-    // reverse DNS.
+    out
+}
+
+/// The `lb:` lines and the `others:` line: people and scripts are listed apart. An address
+/// goes by the name a proven load balancer's own view gives it (HAProxy's `node`), as the
+/// waits name it, wherever it shows (its curl too: one address, one name); else by reverse DNS.
+fn pollers(pollers: &[PollerAnswer]) -> Vec<(&'static str, String)> {
     let nodes: HashMap<IpAddr, String> = (pollers.iter())
         .filter_map(|p| Some((p.address, p.node()?.to_owned())))
         .collect();
     let names = names((pollers.iter().map(|p| p.address)).filter(|a| !nodes.contains_key(a)));
     let named =
         |p: &PollerAnswer| named(p, pollers, nodes.get(&p.address).or(names.get(&p.address)));
-    // People and scripts are listed apart.
-    for p in (pollers.iter()).filter(|p| p.is_load_balancer() && listed(p)) {
-        let _ = writeln!(out, "lb:     {}: {}", named(p), load_balancer(p));
-    }
-    let others: Vec<String> = pollers
-        .iter()
+    let mut rows: Vec<_> = (pollers.iter())
+        .filter(|p| p.is_load_balancer() && listed(p))
+        .map(|p| ("lb", format!("{}: {}", named(p), load_balancer(p))))
+        .collect();
+    let others: Vec<String> = (pollers.iter())
         .filter(|p| !p.is_load_balancer())
         .map(|p| {
-            let client = p
-                .client
-                .as_deref()
-                .map(|c| format!("{c}, "))
-                .unwrap_or_default();
+            let client = (p.client.as_deref()).map_or(String::new(), |c| format!("{c}, "));
             format!("{} ({client}{})", named(p), p.describe_told(true))
         })
         .collect();
     if !others.is_empty() {
-        let _ = writeln!(out, "others: {} (people and scripts)", others.join("; "));
+        let others = others.join("; ");
+        rows.push(("others", format!("{others} (people and scripts)")));
     }
-    if let Some(keys) = &status.lb_key_file {
-        let _ = writeln!(out, "keys:   {}", key_file(keys));
-    }
-    if let Some(t) = &status.traffic {
-        let _ = writeln!(out, "agents: {}", traffic(t));
-    }
-    if let Some(c) = &status.certificates {
-        let _ = writeln!(out, "certs:  {}", certificates(c));
-    }
-    if let Some(code) = status.code.as_deref().filter(|c| !c.is_empty()) {
-        let _ = writeln!(out, "code:   {}", deployments(code));
-    }
-    let _ = writeln!(out, "next:   {}", next_step(&status));
-    out
+    rows
 }
 
-/// The `drain:` line, with its newline.
-fn drain_line(answer: &crate::health::answer::Answer<'_>) -> String {
+/// The `drain:` line's text.
+fn drain_line(answer: &Answer<'_>) -> String {
     let Some(drain) = &answer.drain else {
         // An unreadable record is not "not drained": the node answers UNKNOWN (fail closed).
         return match answer.reason.strip_prefix(DRAIN_UNKNOWN) {
-            Some(why) => format!("drain:  cannot tell, so UNKNOWN (503): {why}\n"),
-            None => "drain:  not drained\n".to_owned(),
+            Some(why) => format!("cannot tell, so UNKNOWN (503): {why}"),
+            None => "not drained".to_owned(),
         };
     };
-    let mut line = format!(
-        "drain:  {}",
-        drain.reason.as_deref().unwrap_or("(no valid record)")
-    );
-    for (label, value) in [
-        ("by", &drain.by),
-        ("since", &drain.since),
-        ("until", &drain.until),
-    ] {
+    let mut line = (drain.reason.as_deref().unwrap_or("(no valid record)")).to_owned();
+    let values = [&drain.by, &drain.since, &drain.until];
+    for (label, value) in ["by", "since", "until"].into_iter().zip(values) {
         if let Some(value) = value {
             let _ = write!(line, ", {label} {value}");
         }
@@ -161,12 +148,11 @@ fn drain_line(answer: &crate::health::answer::Answer<'_>) -> String {
     if let Some(problem) = &drain.problem {
         let _ = write!(line, " ({problem})");
     }
-    line.push('\n');
     line
 }
 
 /// The pool as Puppet Server last reported it.
-fn pool_line(answer: &crate::health::answer::Answer<'_>, pool: &Pool) -> String {
+fn pool_line(answer: &Answer<'_>, pool: &Pool) -> String {
     let load = answer.load.map_or("cannot compile", |l| match l {
         Load::Warm => "warm",
         Load::Warming => "warming",
@@ -195,21 +181,19 @@ fn pool_line(answer: &crate::health::answer::Answer<'_>, pool: &Pool) -> String 
 
 /// The agent connections to Puppet Server, or why they cannot be told.
 fn traffic(t: &TrafficAnswer) -> String {
-    match (&t.problem, t.count()) {
-        (Some(problem), _) => format!("cannot tell: {problem}"),
-        (None, 0) => format!("no connection to {}", t.listener),
-        (None, n) => {
-            let mut from: Vec<String> = t.connections.iter().map(ToString::to_string).collect();
-            if n > t.connections.len() {
-                from.push(format!("and {} more", n - t.connections.len()));
-            }
-            format!(
-                "{n} connection(s) to {} from {}",
-                t.listener,
-                from.join(", ")
-            )
-        }
+    if let Some(problem) = &t.problem {
+        return format!("cannot tell: {problem}");
     }
+    let n = t.count();
+    if n == 0 {
+        return format!("no connection to {}", t.listener);
+    }
+    let mut from: Vec<String> = t.connections.iter().map(ToString::to_string).collect();
+    if n > t.connections.len() {
+        from.push(format!("and {} more", n - t.connections.len()));
+    }
+    let from = from.join(", ");
+    format!("{n} connection(s) to {} from {from}", t.listener)
 }
 
 /// The weight with its cause.
@@ -225,16 +209,12 @@ fn weight(status: &Status<'_>) -> String {
         _ if answer.verdict == Verdict::Drained => {
             "none sent while drained: the agent line says `drain` and carries no weight".to_owned()
         }
-        WeightCause::NotOk => {
-            format!("{w}%, the floor: {} is not OK", answer.verdict.as_str())
-        }
+        WeightCause::NotOk => format!("{w}%, the floor: {} is not OK", answer.verdict.as_str()),
         WeightCause::Ramp { full_in_ms } => format!(
             "{w}%, ramping up after coming back (--slow-start): 100% in {}",
-            seconds(Duration::from_millis(full_in_ms))
+            ms(full_in_ms)
         ),
-        WeightCause::Pool => {
-            format!("{w}%: the share of Puppet Server's JRuby pool that is free")
-        }
+        WeightCause::Pool => format!("{w}%: the share of Puppet Server's JRuby pool that is free"),
         WeightCause::Paused => format!("{w}%, the floor: the JRuby pool is paused"),
         WeightCause::Full => format!("{w}%: all of the configured weight"),
     };
@@ -250,14 +230,8 @@ fn unread(status: &Status<'_>) -> String {
         return String::new();
     }
     let stopped: Vec<String> = (agents.iter())
-        .filter_map(|p| {
-            let ago = p.agent_stopped_ms_ago?;
-            Some(format!(
-                "{}'s {} ago",
-                p.address,
-                seconds(Duration::from_millis(ago))
-            ))
-        })
+        .filter_map(|p| Some((p.address, p.agent_stopped_ms_ago?)))
+        .map(|(address, ago)| format!("{address}'s {} ago", ms(ago)))
         .collect();
     format!(
         ", but no load balancer reads it now: their agent checks stopped ({})",
@@ -265,8 +239,6 @@ fn unread(status: &Status<'_>) -> String {
     )
 }
 
-/// A poller by its address and name; by its key's line too where two load balancers at one
-/// address are told apart by their keys.
 /// A load balancer is listed while it checks, and for a minute after its last check (said
 /// `stopped checking`): one seen once, or gone, does not stay on top of the list.
 fn listed(p: &PollerAnswer) -> bool {
@@ -274,19 +246,17 @@ fn listed(p: &PollerAnswer) -> bool {
     p.polling || p.last_ms_ago <= STOPPED_FOR
 }
 
+/// A poller by its address and name; by its key's line too where two load balancers at one
+/// address are told apart by their keys.
 fn named(p: &PollerAnswer, all: &[PollerAnswer], name: Option<&String>) -> String {
     let proven_here = |q: &&PollerAnswer| q.address == p.address && q.proof.proven();
-    let key = (p
-        .key_line
-        .filter(|_| all.iter().filter(proven_here).count() > 1))
-    .map(|k| format!("key line {k}"));
-    match [name.cloned(), key]
-        .into_iter()
-        .flatten()
-        .collect::<Vec<_>>()[..]
-    {
+    let key = (p.key_line)
+        .filter(|_| all.iter().filter(proven_here).count() > 1)
+        .map(|k| format!("key line {k}"));
+    let words: Vec<String> = name.cloned().into_iter().chain(key).collect();
+    match words[..] {
         [] => p.address.to_string(),
-        ref words => format!("{} ({})", p.address, words.join(", ")),
+        _ => format!("{} ({})", p.address, words.join(", ")),
     }
 }
 
@@ -306,127 +276,122 @@ fn load_balancer(p: &PollerAnswer) -> String {
 /// What one load balancer did, from its own view when it sends it (`http-check send-state`).
 fn own_view(p: &PollerAnswer) -> String {
     let told = p.describe_told(false);
-    if let (true, Some(stopped)) = (p.states.is_empty(), p.states_stopped_ms_ago) {
-        return format!(
-            "{told}, last {} ago (it stopped sending its own view {} ago: its checks since \
+    let last = ms(p.last_ms_ago);
+    match (p.states.is_empty(), p.states_stopped_ms_ago) {
+        (true, Some(stopped)) => format!(
+            "{told}, last {last} ago (it stopped sending its own view {} ago: its checks since \
              carry no `http-check send-state`; judged by what they were told)",
-            seconds(Duration::from_millis(p.last_ms_ago)),
-            seconds(Duration::from_millis(stopped))
-        );
+            ms(stopped)
+        ),
+        (true, None) => format!(
+            "{told}, last {last} ago (it does not send its own view: add `http-check send-state`)"
+        ),
+        _ => {
+            let views: Vec<String> = p.states.iter().map(|st| state_view(p, st)).collect();
+            format!("{}; {told}", views.join("; "))
+        }
     }
-    if p.states.is_empty() {
-        return format!(
-            "{told}, last {} ago (it does not send its own view: add `http-check send-state`)",
-            seconds(Duration::from_millis(p.last_ms_ago))
-        );
-    }
+}
+
+/// What one load balancer did with one server line, as its header says.
+fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
+    let Some(seen) = &st.seen else {
+        let why = st.malformed.as_deref().unwrap_or("malformed");
+        return format!("sent a state pmcheck cannot read ({why})");
+    };
+    // The load balancer is named by its node already; another one's is said.
+    let node = if seen.node.is_empty() || Some(seen.node.as_str()) == p.node() {
+        String::new()
+    } else {
+        format!(" on {}", seen.node)
+    };
     // An agent drain keeps HAProxy's word UP and takes the server out of the backend's
     // weight, which the header's weights show only when the others weigh less: the agent
     // check's own answer tells.
     let agent_drained = p.agent_now().is_some_and(|a| a.told == Verdict::Drained);
-    let views: Vec<String> = p
-        .states
-        .iter()
-        .map(|st| match &st.seen {
-            Some(seen) => {
-                // The load balancer is named by its node already; another one's is said.
-                let node = if seen.node.is_empty() || Some(seen.node.as_str()) == p.node() {
-                    String::new()
-                } else {
-                    format!(" on {}", seen.node)
-                };
-                let mut did = match seen.health {
-                    Health::Up if agent_drained => {
-                        "holds it in DRAIN (its agent check said `drain`): no new agents".to_owned()
-                    }
-                    Health::Up if seen.counted() => "sends it agents".to_owned(),
-                    Health::Up => "keeps it out of the backend's weight (drain)".to_owned(),
-                    Health::Nolb => "took it out (NOLB): no new agents".to_owned(),
-                    Health::Down => "took it out (DOWN)".to_owned(),
-                    Health::NoCheck => "does not check it".to_owned(),
-                };
-                // `UP 2/3`: failing its checks, DOWN after 2 more; `DOWN 1/3`: passing them,
-                // UP after 2 more (HAProxy's fall and rise).
-                match (seen.health, seen.transition) {
-                    (Health::Up, Some((n, _))) => {
-                        did.push_str(&format!(", and it fails its checks: DOWN after {n} more"));
-                    }
-                    (Health::Down, Some((n, m))) => {
-                        let left = m.saturating_sub(n);
-                        did.push_str(&format!(", and it passes its checks: UP after {left} more"));
-                    }
-                    _ => {}
-                }
-                let sessions = match seen.scur {
-                    0 => "no session left".to_owned(),
-                    n => format!("still {n} session(s)"),
-                };
-                format!(
-                    "{}/{}{node} {did}, {sessions}; told {} for {} (as of {} ago)",
-                    seen.backend,
-                    seen.server,
-                    st.told.as_str(),
-                    seconds(Duration::from_millis(st.since_ms_ago)),
-                    seconds(Duration::from_millis(st.last_ms_ago)),
-                )
-            }
-            None => format!(
-                "sent a state pmcheck cannot read ({})",
-                st.malformed.as_deref().unwrap_or("malformed")
-            ),
-        })
-        .collect();
-    format!("{}; {told}", views.join("; "))
+    let mut did = match seen.health {
+        Health::Up if agent_drained => {
+            "holds it in DRAIN (its agent check said `drain`): no new agents"
+        }
+        Health::Up if seen.counted() => "sends it agents",
+        Health::Up => "keeps it out of the backend's weight (drain)",
+        Health::Nolb => "took it out (NOLB): no new agents",
+        Health::Down => "took it out (DOWN)",
+        Health::NoCheck => "does not check it",
+    }
+    .to_owned();
+    // `UP 2/3`: failing its checks, DOWN after 2 more; `DOWN 1/3`: passing them, UP after 2
+    // more (HAProxy's fall and rise).
+    match (seen.health, seen.transition) {
+        (Health::Up, Some((n, _))) => {
+            let _ = write!(did, ", and it fails its checks: DOWN after {n} more");
+        }
+        (Health::Down, Some((n, m))) => {
+            let left = m.saturating_sub(n);
+            let _ = write!(did, ", and it passes its checks: UP after {left} more");
+        }
+        _ => {}
+    }
+    let sessions = match seen.scur {
+        0 => "no session left".to_owned(),
+        n => format!("still {n} session(s)"),
+    };
+    let (backend, server, told) = (&seen.backend, &seen.server, st.told.as_str());
+    let (since, last) = (ms(st.since_ms_ago), ms(st.last_ms_ago));
+    format!(
+        "{backend}/{server}{node} {did}, {sessions}; told {told} for {since} (as of {last} ago)"
+    )
 }
 
 /// What to do next, in one line: the daemon's progress decides "safe"; a daemon of another
 /// version sends none, and is named.
 fn next_step(status: &Status<'_>) -> String {
     match status.answer.verdict {
-        Verdict::Drained => {
-            let Some(progress) = &status.progress else {
-                return format!(
-                    "the daemon is {}, this command {}: it sends no progress, so whether it is safe to stop Puppet Server cannot be read; run one version (`systemctl restart pmcheck` after an upgrade)",
-                    if status.version.is_empty() {
-                        "an older version"
-                    } else {
-                        &status.version
-                    },
-                    crate::protocol::VERSION
-                );
-            };
-            let a = &progress.drain;
-            if !a.held.is_empty() {
-                "drained, but held where a load balancer says this node is its backend's last server (the held: line): do not stop Puppet Server; the drain takes effect once another server takes agents there, `pmcheck drain --force` takes it out now".to_owned()
-            } else if progress.safe_to_stop {
-                "drained and every load balancer has acted: safe to stop Puppet Server; \
-                 `pmcheck undrain` puts it back"
-                    .to_owned()
-            } else {
-                format!(
-                    "drained, not yet safe to stop Puppet Server ({}); `pmcheck drain --wait` \
-                     returns when it is; `pmcheck undrain` puts it back",
-                    a.missing()
-                )
-            }
-        }
-        Verdict::Ok => {
-            "serving: `pmcheck drain --reason ... --wait` takes it out for work".to_owned()
-        }
-        Verdict::Starting => "wait for the first probe (a second or two)".to_owned(),
+        Verdict::Drained => return drained_next(status),
+        Verdict::Ok => "serving: `pmcheck drain --reason ... --wait` takes it out for work",
+        Verdict::Starting => "wait for the first probe (a second or two)",
         Verdict::Down | Verdict::NotReady => {
             "Puppet Server cannot take agents: see the probe line; `journalctl -u puppetserver`"
-                .to_owned()
         }
         Verdict::Unknown => {
-            "pmcheck cannot tell: fix what the reason names (`pmcheck config --check`)".to_owned()
+            "pmcheck cannot tell: fix what the reason names (`pmcheck config --check`)"
         }
+    }
+    .to_owned()
+}
+
+/// What to do next on a drained node.
+fn drained_next(status: &Status<'_>) -> String {
+    let Some(progress) = &status.progress else {
+        return format!(
+            "the daemon is {}, this command {}: it sends no progress, so whether it is safe to stop Puppet Server cannot be read; run one version (`systemctl restart pmcheck` after an upgrade)",
+            if status.version.is_empty() {
+                "an older version"
+            } else {
+                &status.version
+            },
+            crate::protocol::VERSION
+        );
+    };
+    let a = &progress.drain;
+    if !a.held.is_empty() {
+        "drained, but held where a load balancer says this node is its backend's last server (the held: line): do not stop Puppet Server; the drain takes effect once another server takes agents there, `pmcheck drain --force` takes it out now".to_owned()
+    } else if progress.safe_to_stop {
+        "drained and every load balancer has acted: safe to stop Puppet Server; \
+         `pmcheck undrain` puts it back"
+            .to_owned()
+    } else {
+        format!(
+            "drained, not yet safe to stop Puppet Server ({}); `pmcheck drain --wait` \
+             returns when it is; `pmcheck undrain` puts it back",
+            a.missing()
+        )
     }
 }
 
 /// The daemon's load balancer key file: UNUSABLE and why, or each key's addresses, and what
 /// is weak about it.
-fn key_file(k: &crate::settings::lb_proof::KeyFileAnswer) -> String {
+fn key_file(k: &KeyFileAnswer) -> String {
     if let Some(problem) = &k.problem {
         return format!(
             "UNUSABLE: {problem}; no load balancer proves its word meanwhile: drain and cycle refuse without --force"
@@ -437,12 +402,13 @@ fn key_file(k: &crate::settings::lb_proof::KeyFileAnswer) -> String {
         .collect();
     let mut line = keys.join("; ");
     if let Some(rejected) = &k.rejected {
-        line.push_str(&format!(
+        let _ = write!(
+            line,
             "\n        REJECTED at the latest reload, the keys above kept: {rejected}"
-        ));
+        );
     }
     for w in &k.warnings {
-        line.push_str(&format!("\n        warning: {w}"));
+        let _ = write!(line, "\n        warning: {w}");
     }
     line
 }

@@ -1,16 +1,9 @@
-//! `pmcheck on-stop` and `pmcheck on-start`: what `pmcheck-drain-on-stop@.service` runs around
-//! every stop of Puppet Server's unit, so that a restart nobody routed through `pmcheck cycle`
-//! (an operator's `systemctl restart`, a package upgrade, Puppet's own `service` refresh)
-//! drains first.
-//!
-//! The helper unit is `PartOf=` and `After=` Puppet Server's: systemd starts it once Puppet
-//! Server's start has finished, and stops it before it stops Puppet Server. Its process,
-//! `pmcheck stop-guard`, is started at once, tidies with `on-start` in the background, and runs
-//! `on-stop` when that stop's SIGTERM comes. `on-stop` adds a hold of its own ([`Kind::Stop`])
-//! beside whatever else holds the node; the daemon lets go of it once a probe finds the
-//! Puppet Server started since healthy, and `on-start` then takes it out of the record, and
-//! only that one: an operator's drain or a cycle stays. Neither ever blocks the stop, nor the
-//! helper's start: whatever fails, they say so and go on.
+//! `pmcheck on-stop`, `on-start` and `stop-guard`: what `pmcheck-drain-on-stop@.service` runs
+//! around every stop of Puppet Server's unit (`PartOf=`, `After=`), so that a restart nobody
+//! routed through `pmcheck cycle` (`systemctl restart`, a package upgrade) drains first. The
+//! stop adds a hold of its own ([`Kind::Stop`]); `on-start` takes out that one only, once the
+//! daemon let go of it. Neither ever blocks the stop nor the helper's start: whatever fails,
+//! they say so and go on.
 
 use std::ffi::OsString;
 use std::ops::ControlFlow;
@@ -79,37 +72,31 @@ pub async fn on_stop(args: &OnStopArgs) {
     let daemon = Daemon::new(&args.waiting.daemon.url);
     // Where the rule would hold a drain (this node is a backend's last server), Puppet Server
     // stops all the same: the stop's drain is never held, and there is nothing to wait for.
-    let view = match &daemon {
-        Ok(daemon) => daemon.ask().await.ok(),
-        Err(_) => None,
-    };
-    let last = view.map(|v| v.holding()).unwrap_or_default();
+    let asked = async { daemon.as_ref().ok()?.ask().await.ok() };
+    let last = asked.await.map(|v| v.holding()).unwrap_or_default();
     let mine = Holder::stop(name, SystemTime::now());
-    if let Err(e) = hold(&file, &mine).await {
-        errln!("pmcheck on-stop: WARNING: {e}; {name} stops without a drain");
-        return;
+    // In place of an earlier stop's hold.
+    let replaces = |h: &Holder| h.kind == Kind::Stop;
+    match async { (file.locked().await?).hold(&mine, replaces, Action::StopDrain) }.await {
+        Ok((_, lost)) => warn(&lost),
+        Err(e) => return errln!("pmcheck on-stop: WARNING: {e}; {name} stops without a drain"),
     }
-    outln!(
-        "drained for this stop of {name} (since {}); wrote {}",
-        mine.tenure.since,
-        file.path().display()
-    );
+    let since = &mine.tenure.since;
+    let path = file.path().display();
+    outln!("drained for this stop of {name} (since {since}); wrote {path}");
     if !last.is_empty() {
-        errln!(
-            "pmcheck on-stop: WARNING: {}: not waiting; {name} stops now",
-            said(&last)
-        );
-        return;
+        let said = said(&last);
+        return errln!("pmcheck on-stop: WARNING: {said}: not waiting; {name} stops now");
     }
-    let daemon = match daemon {
-        Ok(daemon) => daemon,
-        Err(e) => {
-            errln!("pmcheck on-stop: WARNING: {e}; {name} stops now");
-            return;
-        }
-    };
-    // The wait's first question finds out whether the daemon can be asked at all.
-    match wait::wait(Goal::Drained, &daemon, &how, std::future::pending()).await {
+    match daemon {
+        Ok(daemon) => wait_drained(&daemon, &how, began, name).await,
+        Err(e) => errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
+    }
+}
+
+/// The stop's wait: its first question finds out whether the daemon can be asked at all.
+async fn wait_drained(daemon: &Daemon, how: &Wait, began: Instant, name: &str) {
+    match wait::wait(Goal::Drained, daemon, how, std::future::pending()).await {
         Ok(done) => outln!(
             "safe to stop after {}: {}; {name} stops now",
             seconds(began.elapsed()),
@@ -122,20 +109,15 @@ pub async fn on_stop(args: &OnStopArgs) {
     }
 }
 
-/// `pmcheck on-start`: tidies the record once Puppet Server has started again. The stop's hold
-/// goes when a probe made since this began finds Puppet Server healthy (the daemon lets go of
-/// it on that probe by itself: [`crate::health::hold::live`]), at once when no daemon can be
-/// asked (none answers the load balancers), and after `--max-wait` at the latest: it never
-/// takes out anything else.
+/// `pmcheck on-start`: takes the stop's hold, and nothing else, out of the record once a probe
+/// made since finds Puppet Server healthy ([`crate::health::hold::live`]), at once when no
+/// daemon can be asked (none answers the load balancers), after `--max-wait` at the latest.
 pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
     let StopArgs { unit, state, .. } = &args.stop;
     let file = DrainFile::new(&state.state_dir);
     let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
-    let stop = file
-        .current()
-        .and_then(|d| d.record)
-        .and_then(|r| (r.holders().iter()).find(|h| h.kind == Kind::Stop).cloned());
-    if stop.is_some()
+    let record = file.current().and_then(|d| d.record);
+    if record.is_some_and(|r| r.holders().iter().any(|h| h.kind == Kind::Stop))
         && let Ok(daemon) = Daemon::new(&args.waiting.daemon.url)
     {
         fresh_and_healthy(&daemon, &Wait::of(&args.waiting, state)).await;
@@ -169,12 +151,12 @@ async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
             return ControlFlow::Break(());
         };
         let probe = &view.answer.probe;
-        let made_since =
-            (probe.age_ms).is_some_and(|age| Duration::from_millis(age) < begun.elapsed());
-        match (made_since && probe.healthy()) || begun.elapsed() >= how.max_wait {
-            true => ControlFlow::Break(()),
-            false => ControlFlow::Continue(()),
+        let age = probe.age_ms.map(Duration::from_millis);
+        let made_since = age.is_some_and(|age| age < begun.elapsed());
+        if (made_since && probe.healthy()) || begun.elapsed() >= how.max_wait {
+            return ControlFlow::Break(());
         }
+        ControlFlow::Continue(())
     });
     asking.await;
 }
@@ -187,15 +169,12 @@ pub enum GuardError {
     Signal(std::io::Error),
 }
 
-/// `pmcheck stop-guard`: started (READY) at once, then `on-start` in the background (tried again
-/// every 10 s while it cannot write: a read-only or locked state directory must not leave the
-/// helper failed, and the next stop undrained), then, once systemd stops the unit (SIGTERM),
-/// `on-stop`. The stop needs no new process, only a signal: systemd 257 at times cannot spawn
-/// one for a unit whose processes have all exited ("Failed to spawn 'stop' task: No such file
-/// or directory", for an `ExecStop=` of a oneshot helper, once in about 30 stops in the fleet's
-/// tests), and then stops Puppet Server at once, without a drain. `on-stop` replaces this
-/// process (exec, same PID), with the environment file read again, as an `ExecStop=` had it:
-/// `PMCHECK_DRAIN_ON_STOP=no` written after the start counts at the next stop.
+/// `pmcheck stop-guard`: READY at once, `on-start` in the background (again every 10 s while
+/// it cannot write, so a read-only state directory does not fail the helper), then `on-stop` on
+/// SIGTERM. A signal, not an `ExecStop=`: systemd 257 at times cannot spawn a stop task for a
+/// oneshot helper ("Failed to spawn 'stop' task", once in about 30 stops) and then stops Puppet
+/// Server undrained. `on-stop` replaces this process (exec) with the environment file read
+/// again: `PMCHECK_DRAIN_ON_STOP=no` written after the start counts at the next stop.
 pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
     let at_start = env_file(args.env_file.as_deref());
     let guarded = run_single_threaded(async {
@@ -225,21 +204,16 @@ pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
 /// `on-start` until it could write, saying in the journal once why it cannot yet.
 async fn tidy(args: &OnStopArgs) {
     let mut said_why = None;
-    loop {
-        match on_start(args).await {
-            Ok(()) => return,
-            Err(e) => {
-                let why = e.to_string();
-                if said_why.as_ref() != Some(&why) {
-                    errln!(
-                        "pmcheck stop-guard: WARNING: cannot let go of the last stop's hold yet: {why}; trying again every {}s (the daemon lets go of it by itself once a probe finds Puppet Server started again and healthy); the next stop still drains if the state directory is writable by then",
-                        TIDY_AGAIN.as_secs()
-                    );
-                    said_why = Some(why);
-                }
-                tokio::time::sleep(TIDY_AGAIN).await;
-            }
+    while let Err(e) = on_start(args).await {
+        let why = e.to_string();
+        if said_why.as_ref() != Some(&why) {
+            errln!(
+                "pmcheck stop-guard: WARNING: cannot let go of the last stop's hold yet: {why}; trying again every {}s (the daemon lets go of it by itself once a probe finds Puppet Server started again and healthy); the next stop still drains if the state directory is writable by then",
+                TIDY_AGAIN.as_secs()
+            );
+            said_why = Some(why);
         }
+        tokio::time::sleep(TIDY_AGAIN).await;
     }
 }
 
@@ -276,72 +250,50 @@ fn on_stop_command(argv: &[OsString], at_start: &EnvFile, now: &EnvFile) -> Comm
             command.arg(arg);
         }
     }
-    for (name, _) in &at_start.vars {
-        if now.get(name).is_none() {
-            command.env_remove(name);
-        }
+    for (gone, _) in (at_start.vars.iter()).filter(|(name, _)| now.get(name).is_none()) {
+        command.env_remove(gone);
     }
     command.envs(now.vars.iter().map(|(name, value)| (name, value)));
     command
 }
 
-/// Adds `mine` to the holders, in place of an earlier stop's.
-async fn hold(file: &DrainFile, mine: &Holder) -> Result<(), DrainError> {
-    let replaces = |h: &Holder| h.kind == Kind::Stop;
-    let (_, lost) = (file.locked().await?).hold(mine, replaces, Action::StopDrain)?;
-    warn(&lost);
-    Ok(())
-}
-
 /// How long systemd is given to say whether the unit is stopping: the stop waits meanwhile.
 const ASK_SYSTEMD: Duration = Duration::from_secs(2);
 
-/// Why `systemctl` could not tell which jobs systemd has queued (not under systemd, or the
-/// command was killed or hung).
-#[derive(Debug, Error)]
-enum JobsError {
-    #[error("cannot run `systemctl list-jobs`: {0}")]
-    Run(std::io::Error),
-    #[error("`systemctl list-jobs` did not answer within {}s", ASK_SYSTEMD.as_secs())]
-    Slow,
-    /// `said` is its stderr, after "; it said: ", or nothing.
-    #[error("`systemctl list-jobs` ended with {status}{said}")]
-    Failed {
-        status: std::process::ExitStatus,
-        said: String,
-    },
-}
-
-/// Whether systemd has a stop or restart job queued for `unit`; the caller drains when
-/// `systemctl` cannot tell within [`ASK_SYSTEMD`], the safe side for agents.
-async fn stopping(unit: &str) -> Result<bool, JobsError> {
+/// Whether systemd has a stop or restart job queued for `unit`; `Err` says why `systemctl`
+/// cannot tell within [`ASK_SYSTEMD`] (not under systemd, killed, hung), and the caller drains,
+/// the safe side for agents.
+async fn stopping(unit: &str) -> Result<bool, String> {
     let asked = tokio::process::Command::new("systemctl")
         .args(["list-jobs", "--no-legend", "--plain", "--full"])
         .kill_on_drop(true)
         .output();
-    let out = (tokio::time::timeout(ASK_SYSTEMD, asked).await)
-        .map_err(|_| JobsError::Slow)?
-        .map_err(JobsError::Run)?;
+    let out = match tokio::time::timeout(ASK_SYSTEMD, asked).await {
+        Err(_) => {
+            let secs = ASK_SYSTEMD.as_secs();
+            return Err(format!(
+                "`systemctl list-jobs` did not answer within {secs}s"
+            ));
+        }
+        Ok(Err(e)) => return Err(format!("cannot run `systemctl list-jobs`: {e}")),
+        Ok(Ok(out)) => out,
+    };
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let said = match stderr.trim() {
-            "" => String::new(),
-            text => format!(
-                "; it said: {}",
-                text.lines().collect::<Vec<_>>().join(" / ")
-            ),
+        let said: Vec<&str> = stderr.trim().lines().collect();
+        let said = match said.join(" / ") {
+            text if text.is_empty() => text,
+            text => format!("; it said: {text}"),
         };
-        return Err(JobsError::Failed {
-            status: out.status,
-            said,
-        });
+        return Err(format!(
+            "`systemctl list-jobs` ended with {}{said}",
+            out.status
+        ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).lines().any(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();
         fields.get(1) == Some(&unit)
-            && fields
-                .get(2)
-                .is_some_and(|kind| ["stop", "restart", "try-restart"].contains(kind))
+            && (fields.get(2)).is_some_and(|kind| ["stop", "restart", "try-restart"].contains(kind))
     }))
 }
 

@@ -7,13 +7,15 @@ use std::path::Path;
 
 use thiserror::Error;
 
+use crate::drain::file::DrainFile;
 use crate::protocol::{Progress, Status};
 
 /// One answer of the daemon, as read.
 #[derive(Debug, Clone)]
 pub struct View {
     status: Status<'static>,
-    progress: Progress,
+    /// Where a drain, an undrain and a restart stand, as the daemon decided.
+    pub progress: Progress,
 }
 
 impl Deref for View {
@@ -39,14 +41,13 @@ pub struct OtherFile {
 }
 
 impl View {
-    /// The daemon's answer `status`, with its `progress` taken out.
-    pub fn new(status: Status<'static>, progress: Progress) -> Self {
-        Self { status, progress }
-    }
-
-    /// Where a drain, an undrain and a restart stand, as the daemon decided.
-    pub fn progress(&self) -> &Progress {
-        &self.progress
+    /// The daemon's answer `status`, with its `progress` taken out; `Err` with the version it
+    /// says when it sends none (a daemon of another version).
+    pub fn new(mut status: Status<'static>) -> Result<Self, String> {
+        match status.progress.take() {
+            Some(progress) => Ok(Self { status, progress }),
+            None => Err(status.version),
+        }
     }
 
     /// The whole answer.
@@ -61,12 +62,8 @@ impl View {
         let theirs = &self.status.drain_file;
         // The daemon resolved its path when it started: resolve it again here, where the state
         // directory may exist by now.
-        let resolved = crate::drain::file::DrainFile::new(
-            Path::new(theirs).parent().unwrap_or(Path::new("/")),
-        )
-        .resolved()
-        .display()
-        .to_string();
+        let dir = Path::new(theirs).parent().unwrap_or(Path::new("/"));
+        let resolved = DrainFile::new(dir).resolved().display().to_string();
         (*theirs != ours && resolved != ours).then(|| OtherFile {
             url: url.to_owned(),
             ours,

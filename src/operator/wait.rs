@@ -1,10 +1,6 @@
 //! `drain --wait`, `undrain --wait` and the waits of `cycle` and `on-stop`: ask the running
-//! daemon a few times a second until its progress says the goal is reached.
-//!
-//! The daemon knows what each load balancer was told and said, the agent connections to
-//! Puppet Server and the JRuby pool, and decides where a change stands
-//! ([`crate::protocol::progress`]); this module only renders it, so it needs no privileges and
-//! no settings of its own.
+//! daemon a few times a second until its progress ([`crate::protocol::progress`]) says the goal
+//! is reached. The daemon decides; this only renders, so it needs no privileges or settings.
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -16,7 +12,7 @@ use thiserror::Error;
 
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::goal::{Goal, Wait};
-use crate::operator::view::{OtherFile, View};
+use crate::operator::view::OtherFile;
 use crate::protocol::lines::{Blocker, said};
 use crate::protocol::progress::Ask;
 use crate::settings::duration::format_duration;
@@ -35,8 +31,7 @@ pub enum WaitError {
     #[error(transparent)]
     OtherFile(#[from] OtherFile),
     /// The drain is held where a load balancer says this node is the last server taking
-    /// agents (another master left after it took effect): it takes effect once another server
-    /// takes agents there.
+    /// agents: it takes effect once another server takes agents there.
     #[error(
         "held after {}: drain held: {}; the drain stays written and takes effect once another server takes new agents there",
         crate::text::seconds(*.waited),
@@ -88,99 +83,79 @@ pub async fn wait(
 ) -> Result<Done, WaitError> {
     let start = Instant::now();
     let mut ticker = Ticker::new();
-    let mut reading = Reading::default();
+    // The agent connections: the most seen at once, and when the last one went.
+    let (mut most, mut gone) = (0, None);
     let mut pending = String::new();
     let ask = || how.ask(goal, Instant::now());
     let ended = daemon
         .asking(ask, stop, |answer| {
             let first = pending.is_empty();
-            pending = match answer {
-                Ok(view) => match reading.read(goal, &view, how, daemon, start) {
-                    ControlFlow::Break(done) => return ControlFlow::Break(done),
-                    ControlFlow::Continue(line) => line,
-                },
+            let view = match answer {
+                Ok(view) => view,
                 Err(e) if first || e.other_version() => {
                     return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
                 }
-                Err(e) => e.to_string(),
+                Err(e) => return pend(&mut ticker, start, how, &mut pending, e.to_string()),
             };
-            ticker.show(start.elapsed(), &pending);
-            if start.elapsed() >= how.max_wait {
-                return ControlFlow::Break(Err(WaitError::TimedOut {
-                    waited: how.max_wait,
-                    pending: pending.clone(),
+            if let Some(e) =
+                (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
+            {
+                return ControlFlow::Break(Err(e.into()));
+            }
+            let a = goal.of(&view.progress);
+            let waited = start.elapsed();
+            if !a.held.is_empty() {
+                let held = a.held.clone();
+                return ControlFlow::Break(Err(WaitError::Held { waited, held }));
+            }
+            if a.connections > 0 {
+                (most, gone) = (most.max(a.connections), None);
+            } else if most > 0 && gone.is_none() {
+                gone = Some(waited);
+            }
+            if a.met() {
+                let mut met = a.met.clone();
+                if let (n @ 1.., Some(after)) = (most, gone) {
+                    let after = seconds(after);
+                    met.push(format!(
+                        "up to {n} agent connection(s) in flight, the last closed after {after}"
+                    ));
+                }
+                let (summary, warnings) = (met.join("; "), a.warnings.clone());
+                return ControlFlow::Break(Ok(Done {
+                    waited,
+                    summary,
+                    warnings,
                 }));
             }
-            ControlFlow::Continue(())
+            let mut line = a.missing();
+            if !a.acted.is_empty() {
+                let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+                let _ = write!(line, "; acted: {}", acted.join(", "));
+            }
+            pend(&mut ticker, start, how, &mut pending, line)
         })
         .await;
     ticker.clear();
-    ended.unwrap_or_else(|| {
-        Err(WaitError::Interrupted {
-            waited: start.elapsed(),
-            pending,
-        })
-    })
+    let waited = start.elapsed();
+    ended.unwrap_or(Err(WaitError::Interrupted { waited, pending }))
 }
 
-/// What a wait keeps from one answer to the next: the agent connections (the most seen at
-/// once, and when the last one went).
-#[derive(Debug, Default)]
-struct Reading {
-    most: usize,
-    gone: Option<Duration>,
-}
-
-impl Reading {
-    /// Reads one answer of a wait begun at `start`: the wait's end, or the line that says what
-    /// is pending.
-    fn read(
-        &mut self,
-        goal: Goal,
-        view: &View,
-        how: &Wait,
-        daemon: &Daemon,
-        start: Instant,
-    ) -> ControlFlow<Result<Done, WaitError>, String> {
-        if let Some(e) =
-            (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
-        {
-            return ControlFlow::Break(Err(e.into()));
-        }
-        let a = goal.of(view.progress());
-        if !a.held.is_empty() {
-            return ControlFlow::Break(Err(WaitError::Held {
-                waited: start.elapsed(),
-                held: a.held.clone(),
-            }));
-        }
-        if a.connections > 0 {
-            self.most = self.most.max(a.connections);
-            self.gone = None;
-        } else if self.most > 0 && self.gone.is_none() {
-            self.gone = Some(start.elapsed());
-        }
-        if a.met() {
-            let mut met = a.met.clone();
-            if let (n @ 1.., Some(after)) = (self.most, self.gone) {
-                met.push(format!(
-                    "up to {n} agent connection(s) in flight, the last closed after {}",
-                    seconds(after)
-                ));
-            }
-            return ControlFlow::Break(Ok(Done {
-                waited: start.elapsed(),
-                summary: met.join("; "),
-                warnings: a.warnings.clone(),
-            }));
-        }
-        let mut line = a.missing();
-        if !a.acted.is_empty() {
-            let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-            let _ = write!(line, "; acted: {}", acted.join(", "));
-        }
-        ControlFlow::Continue(line)
+/// Shows what a wait begun at `start` still misses, and ends it once `how.max_wait` passed.
+fn pend(
+    ticker: &mut Ticker,
+    start: Instant,
+    how: &Wait,
+    pending: &mut String,
+    line: String,
+) -> ControlFlow<Result<Done, WaitError>> {
+    *pending = line;
+    ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
+    if start.elapsed() >= how.max_wait {
+        let (waited, pending) = (how.max_wait, pending.clone());
+        return ControlFlow::Break(Err(WaitError::TimedOut { waited, pending }));
     }
+    ControlFlow::Continue(())
 }
 
 /// What the daemon answers right after a drain or an undrain, asked for up to two seconds
@@ -200,9 +175,7 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
             Ok(_) => return ControlFlow::Continue(()),
         })
     });
-    answered
-        .await
-        .unwrap_or_else(|| Err("not asked".to_owned()))
+    (answered.await).unwrap_or_else(|| Err("not asked".to_owned()))
 }
 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
@@ -218,14 +191,9 @@ pub struct Ticker {
 /// How often the line on a terminal is redrawn: the seconds it shows change no faster.
 const REDRAW: Duration = Duration::from_secs(1);
 
-impl Default for Ticker {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Ticker {
     /// A ticker for this process's stderr.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Self {
             terminal: std::io::stderr().is_terminal(),
@@ -233,11 +201,6 @@ impl Ticker {
             last: String::new(),
             last_at: None,
         }
-    }
-
-    /// Shows `pending` after `waited` (`waiting 1.2s: PENDING`), when due.
-    pub fn show(&mut self, waited: Duration, pending: &str) {
-        self.show_line(&format!("waiting {}: {pending}", seconds(waited)));
     }
 
     /// Shows `line`, when due: when what it says changes (its running times are not a
@@ -261,35 +224,31 @@ impl Ticker {
     /// What to write now, if anything: on a terminal, a line that fits `width` columns
     /// (one short, so that the cursor does not wrap) once a [`REDRAW`] has passed.
     fn frame(&mut self, now: Instant, line: &str, width: usize) -> Option<String> {
-        let due = if self.terminal {
-            self.last_at.is_none_or(|t| now.duration_since(t) >= REDRAW)
-        } else {
-            without_timers(line) != self.last
-                || self.last_at.is_none_or(|t| now.duration_since(t) >= REPEAT)
-        };
-        if !due {
+        let stale = self
+            .last_at
+            .is_none_or(|t| now.duration_since(t) >= self.every());
+        let said = without_timers(line);
+        if !stale && (self.terminal || said == self.last) {
             return None;
         }
-        self.last = without_timers(line);
-        self.last_at = Some(now);
-        if !self.terminal {
-            return Some(line.to_owned());
-        }
+        (self.last, self.last_at) = (said, Some(now));
         let room = width.saturating_sub(1).max(20);
-        if line.chars().count() <= room {
+        if !self.terminal || line.chars().count() <= room {
             return Some(line.to_owned());
         }
-        let mut short: String = line.chars().take(room - 3).collect();
-        short.push_str("...");
-        Some(short)
+        let short: String = line.chars().take(room - 3).collect();
+        Some(short + "...")
+    }
+
+    /// How often a line that says nothing new is due.
+    fn every(&self) -> Duration {
+        if self.terminal { REDRAW } else { REPEAT }
     }
 
     /// How long until a line that says nothing new is due again.
     pub fn due_in(&self) -> Duration {
-        let every = if self.terminal { REDRAW } else { REPEAT };
-        self.last_at.map_or(Duration::ZERO, |t| {
-            (t + every).saturating_duration_since(Instant::now())
-        })
+        let due = |t: Instant| (t + self.every()).saturating_duration_since(Instant::now());
+        self.last_at.map_or(Duration::ZERO, due)
     }
 
     /// Clears the line on a terminal.
@@ -309,15 +268,12 @@ fn without_timers(text: &str) -> String {
     while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
         let (before, from) = rest.split_at(start);
         out.push_str(before);
-        let number = from
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(from.len());
+        let number = (from.find(|c: char| !(c.is_ascii_digit() || c == '.'))).unwrap_or(from.len());
         let after = &from[number..];
-        let unit = ["ms", "s", "m", "h"].into_iter().find(|u| {
-            after
-                .strip_prefix(u)
-                .is_some_and(|tail| !tail.starts_with(|c: char| c.is_ascii_alphanumeric()))
-        });
+        let ends = |tail: &str| !tail.starts_with(|c: char| c.is_ascii_alphanumeric());
+        let unit = ["ms", "s", "m", "h"]
+            .into_iter()
+            .find(|u| after.strip_prefix(u).is_some_and(ends));
         let preceded = out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == ':');
         match unit {
             Some(unit) if !preceded => {
