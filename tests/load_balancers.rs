@@ -675,29 +675,36 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
 
 /// Issue 46 (what a new operator met): a person's `curl` loop slowed every drain, as an unkeyed
 /// HAProxy would. Issue 54 (part 4), decided by proof, not by the User-Agent a client claims:
-/// once every key of the key file proves a load balancer that checks, a poller that proves
-/// nothing is none of them and is not waited for; until then (a key not proving yet, or no
-/// key file) it cannot be told from a load balancer, is waited for, and the wait says what
-/// leaves it out (a key; `--allow` cannot leave out this host).
+/// once every address the key file binds proves itself as a load balancer that checks, a
+/// poller that sends no key from elsewhere is none of them and is not waited for; one at a
+/// load balancer's own address (a backend whose checks lack the key) still is, and so is
+/// anything while a load balancer of the file does not prove itself, or without a key file.
+/// The wait says what leaves it out (a key; `--allow` cannot leave out this host).
 #[test]
 fn a_curl_loop_slows_no_wait_once_every_key_proves_a_load_balancer() {
-    let proven = curl_loop_wait(&[], true, "20s");
+    let proven = curl_loop_wait(true, "127.0.0.67", true, "20s");
     let said = format!("{}{}", text(&proven.stdout), text(&proven.stderr));
     assert_eq!(proven.status.code(), Some(0), "{said}");
-    assert_contains!(said, "127.0.0.67 (");
     assert_contains!(
         said,
-        "every key of the key file proves a load balancer that checks now, so a poller that proves nothing is none of them: not waited for"
+        "127.0.0.67 (unverified: sent no X-Pmcheck-Key): every address the key file binds proves itself as a load balancer that checks now, and this one is none of them: not waited for"
     );
     // Waited for as long as 3 checks 2 s apart take; the wait gives up before.
-    let keyed = curl_loop_wait(&[], false, "1s");
+    let beside = curl_loop_wait(true, LB, true, "1s");
+    let stderr = text(&beside.stderr);
+    assert_eq!(beside.status.code(), Some(75), "{stderr}");
+    assert_contains!(
+        stderr,
+        "it names itself curl: a poller that proves nothing is waited for as a load balancer would be: this one polls from an address the key file binds, or sends a key not in it"
+    );
+    let keyed = curl_loop_wait(true, "127.0.0.67", false, "1s");
     let stderr = text(&keyed.stderr);
     assert_eq!(keyed.status.code(), Some(75), "{stderr}");
     assert_contains!(
         stderr,
-        "it names itself curl: a poller that proves nothing is waited for as a load balancer would be until every key of the key file proves a load balancer that checks (not yet: line(s) 2)"
+        "it names itself curl: a poller that proves nothing is waited for as a load balancer would be until every address the key file binds proves itself (not yet: 127.0.0.2 (line 1))"
     );
-    let unkeyed = curl_loop_wait(&["--lb-address", "127.0.0.2/32"], false, "1s");
+    let unkeyed = curl_loop_wait(false, "127.0.0.67", false, "1s");
     let stderr = text(&unkeyed.stderr);
     assert_eq!(unkeyed.status.code(), Some(75), "{stderr}");
     assert_contains!(stderr, "127.0.0.67 (unverified");
@@ -707,14 +714,27 @@ fn a_curl_loop_slows_no_wait_once_every_key_proves_a_load_balancer() {
     );
 }
 
-/// `drain --wait` (3 checks 2 s apart, within `max_wait`) while a curl loop polls from
-/// 127.0.0.67, on a daemon started with `extra`, and a load balancer with the kit's key beside
-/// it when `lb`.
-fn curl_loop_wait(extra: &[&str], lb: bool, max_wait: &str) -> std::process::Output {
+/// `drain --wait` (3 checks 2 s apart, within `max_wait`) while a curl loop polls from `from`,
+/// on a daemon whose key file binds the kit's key to 127.0.0.2 (`keyed`) or that believes
+/// 127.0.0.2 by its address, with a load balancer polling from there with the key when `lb`.
+fn curl_loop_wait(
+    keyed: bool,
+    from: &'static str,
+    lb: bool,
+    max_wait: &str,
+) -> std::process::Output {
     use std::io::{Read as _, Write as _};
     let s = Setup::new(Behavior::Running);
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("lb-key");
+    std::fs::write(&key, format!("{} {LB}\n", common::lb::LB_KEY)).unwrap();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let trust = match keyed {
+        true => ["--lb-key-file", key.to_str().unwrap()],
+        false => ["--lb-address", "127.0.0.2/32"],
+    };
     let mut args = vec!["--agent-listen", "127.0.0.1:0", "--interval", "100ms"];
-    args.extend(extra);
+    args.extend(trust);
     let d = Daemon::start(&s.args(&args));
     let _lb = lb.then(|| {
         let lb = LoadBalancer::start(polling(&d, 300));
@@ -726,7 +746,7 @@ fn curl_loop_wait(extra: &[&str], lb: bool, max_wait: &str) -> std::process::Out
         let (stop, to) = (Arc::clone(&stop), d.addr);
         std::thread::spawn(move || {
             while !stop.load(Ordering::SeqCst) {
-                if let Ok(mut c) = common::http::connect_from("127.0.0.67", to, SOON) {
+                if let Ok(mut c) = common::http::connect_from(from, to, SOON) {
                     let asked = "GET / HTTP/1.1\r\nHost: m1\r\nUser-Agent: curl/8.14.1\r\nConnection: close\r\n\r\n";
                     let _ = c.write_all(asked.as_bytes());
                     let _ = c.read_to_end(&mut Vec::new());
@@ -736,7 +756,7 @@ fn curl_loop_wait(extra: &[&str], lb: bool, max_wait: &str) -> std::process::Out
         })
     };
     d.wait_for_json(SOON, "the curl loop to be regular", |a| {
-        (a.pollers.iter()).any(|p| p.address.to_string() == "127.0.0.67" && p.regular)
+        (a.pollers.iter()).any(|p| p.address.to_string() == from && p.regular && !p.proof.proven())
     });
     let out = drain_waiting(&s, &d, "2s", max_wait);
     stop.store(true, Ordering::SeqCst);

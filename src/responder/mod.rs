@@ -24,4 +24,5 @@ pub mod server_line;
 pub(crate) mod signals;
 pub(crate) mod status;
 pub(crate) mod throttle;
+pub(crate) mod unproven;
 pub(crate) mod verdict_log;

@@ -17,6 +17,8 @@ use crate::protocol::progress::{Ask, Progress, Stage};
 use crate::protocol::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::puppet::pool::Load;
 use crate::responder::pollers::{REGULAR, SILENCE};
+use crate::responder::unproven::{bound, by_time};
+use crate::settings::lb_proof::Proof;
 use crate::text::seconds;
 
 /// Where a drain, an undrain and a restart stand in `status`, for `ask`.
@@ -140,7 +142,7 @@ fn healthy(status: &Status<'_>, ask: &Ask) -> Stage {
 /// no room for, keep the wait going until they either turn regular or fall silent, so a flood
 /// of addresses can delay a wait but never end it early.
 fn told(a: &mut Stage, status: &Status<'_>, verdict: Verdict, ask: &Ask) {
-    let unproving = unproving_keys(status);
+    let bound = bound(status);
     let mut heard = 0;
     for p in &status.pollers {
         let silent = Duration::from_millis(p.last_ms_ago);
@@ -158,16 +160,20 @@ fn told(a: &mut Stage, status: &Status<'_>, verdict: Verdict, ask: &Ask) {
         if !p.proof.proven() {
             // Its word is not believed, nor is how often it polled: it may be anything on a
             // load balancer's host, or anybody. Only its silence and time count, until every
-            // load balancer of the key file proves itself: then it is none of them.
-            match &unproving {
-                Some(lines) if lines.is_empty() => a.met.push(format!(
-                    "{} ({}): every key of the key file proves a load balancer that checks now, so a poller that proves nothing is none of them: not waited for",
+            // load balancer of the key file proves itself: one that sends no key from another
+            // address is then none of them.
+            let none_of_them = (bound.as_ref()).is_some_and(|b| {
+                b.missing.is_empty() && !b.hosts.contains(&p.address) && p.proof == Proof::NoKey
+            });
+            match (none_of_them, p.regular) {
+                (true, true) => a.met.push(format!(
+                    "{} ({}): every address the key file binds proves itself as a load balancer that checks now, and this one is none of them: not waited for",
                     p.address,
                     p.proof.describe()
                 )),
-                _ if p.regular => {
+                (false, true) => {
                     heard += 1;
-                    by_time(a, p, verdict, ask, unproving.as_deref());
+                    by_time(a, p, verdict, ask, bound.as_ref());
                 }
                 _ => {}
             }
@@ -369,79 +375,6 @@ fn by_counts(
             verdict.as_str()
         ),
     );
-}
-
-/// A poller that does not prove it is a load balancer ([`crate::settings::lb_proof`]) may be
-/// one whose configuration lacks the key: it has acted once the daemon has told it `verdict`
-/// for as long as HAProxy's `fall` (or `rise`) checks take, `--polls` x `--lb-interval`. What
-/// it claims cannot end the wait earlier nor hold it longer.
-fn by_time(
-    a: &mut Stage,
-    p: &PollerAnswer,
-    verdict: Verdict,
-    ask: &Ask,
-    unproving: Option<&[usize]>,
-) {
-    let needed = ask.lb_interval * ask.polls;
-    let told = [p.http, p.agent_now()]
-        .into_iter()
-        .flatten()
-        .filter(|t| t.told == verdict)
-        .map(|t| Duration::from_millis(t.since_ms_ago))
-        .max();
-    let what = format!("{} ({})", p.address, p.proof.describe());
-    match told {
-        Some(since) if since >= needed => {
-            a.met.push(format!(
-                "{what} told {} for {}: as long as {} checks {} apart take",
-                verdict.as_str(),
-                seconds(since),
-                ask.polls,
-                seconds(ask.lb_interval)
-            ));
-            // It may have acted as late as when that long was up.
-            let ago = since.saturating_sub(needed).as_millis();
-            a.acted_by(p.address, u64::try_from(ago).unwrap_or(u64::MAX));
-        }
-        told => a.pend_of(Some(p.address), told.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)), format!(
-            "{what} told {} for {} of the {} that {} checks {} apart take (its own word is not believed){}",
-            verdict.as_str(),
-            seconds(told.unwrap_or_default()),
-            seconds(needed),
-            ask.polls,
-            seconds(ask.lb_interval),
-            p.client.as_deref().map(|c| person(c, unproving)).unwrap_or_default()
-        )),
-    }
-}
-
-/// What the wait says of an unproven poller that names its client (HAProxy's checks name
-/// none), a person's or a script's most likely: what leaves it out of the waits.
-fn person(client: &str, unproving: Option<&[usize]>) -> String {
-    let until = match unproving.map(|lines| lines.iter().map(ToString::to_string)) {
-        None => "every load balancer proves itself with a key (--lb-key-file)".to_owned(),
-        Some(lines) => format!(
-            "every key of the key file proves a load balancer that checks (not yet: line(s) {})",
-            lines.collect::<Vec<_>>().join(", ")
-        ),
-    };
-    format!(
-        "; it names itself {client}: a poller that proves nothing is waited for as a load \
-         balancer would be until {until}"
-    )
-}
-
-/// The lines of the key file whose key no poller that checks now proves; `None` without a
-/// usable key file. Empty, every load balancer of the file proves itself: a poller that proves
-/// nothing is none of them.
-fn unproving_keys(status: &Status<'_>) -> Option<Vec<usize>> {
-    let keys =
-        (status.lb_key_file.as_ref()).filter(|k| k.problem.is_none() && !k.keys.is_empty())?;
-    let proving = |line: usize| {
-        (status.pollers.iter()).any(|p| p.polling && p.proof.proven() && p.key_line == Some(line))
-    };
-    let lines = keys.keys.iter().map(|k| k.line);
-    Some(lines.filter(|&line| !proving(line)).collect())
 }
 
 /// The agent connections and borrowed JRubies of a drained node.
