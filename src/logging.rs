@@ -57,7 +57,7 @@ pub fn init(level: &str) {
         .fmt_fields(Logfmt);
     // Under systemd (stderr a journal stream journald refused) the journal stamps lines already.
     let registry = tracing_subscriber::registry().with(filter());
-    let _ = if std::env::var_os("JOURNAL_STREAM").is_some() {
+    let _ = if stderr_is_journal() {
         registry.with(text.without_time()).try_init()
     } else {
         registry.with(text).try_init()
@@ -88,6 +88,11 @@ impl Fields {
     }
 
     fn put(&mut self, field: &Field, value: String) {
+        // What the `log` crate's records carry (rustls, reqwest at debug) says nothing to
+        // an operator.
+        if field.name().starts_with("log.") {
+            return;
+        }
         if field.name() == "message" {
             self.message = value;
         } else {
@@ -110,8 +115,9 @@ impl Visit for Fields {
     }
 }
 
-/// A value as logfmt writes it: bare, or in double quotes (`\` and `"` escaped, a line break
-/// as `\n`) when it is empty or holds a space, `=`, `"` or a control character.
+/// A value as logfmt writes it: bare, or in double quotes (`\` and `"` escaped, a control
+/// character as Rust writes it: `\n`) when it is empty or holds a space, `=`, `"` or a control
+/// character.
 struct Quoted<'v>(&'v str);
 
 impl fmt::Display for Quoted<'_> {
@@ -126,7 +132,8 @@ impl fmt::Display for Quoted<'_> {
         for c in self.0.chars() {
             match c {
                 '"' | '\\' => write!(f, "\\{c}")?,
-                '\n' => f.write_str("\\n")?,
+                // `\n`, `\r`, `\t`, `\u{1b}`: nothing that moves a terminal's cursor or colours it.
+                c if c.is_control() => write!(f, "{}", c.escape_default())?,
                 c => f.write_char(c)?,
             }
         }

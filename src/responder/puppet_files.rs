@@ -16,6 +16,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent};
@@ -29,33 +30,64 @@ use crate::settings::{Host, Settings, Source};
 /// What to follow and how to move.
 pub struct Followed {
     /// The settings the daemon runs with, and the operator's word they came from.
-    pub settings: Settings,
+    settings: Settings,
     /// Where the probe goes: moved here, unless `--puppet-addr` was given.
-    pub moves: watch::Sender<SocketAddr>,
+    moves: watch::Sender<SocketAddr>,
     /// Each probe's report: a refused one reads webserver.conf again.
-    pub reports: watch::Receiver<Option<Arc<ProbeReport>>>,
+    reports: watch::Receiver<Option<Arc<ProbeReport>>>,
     /// Each reload (SIGHUP).
-    pub reload: watch::Receiver<()>,
+    reload: watch::Receiver<()>,
+    /// Each change to one of the files.
+    changed: watch::Receiver<()>,
+}
+
+/// How long a change settles before the files are read: an editor's or a tool's write may
+/// come in several steps.
+const SETTLE: Duration = Duration::from_millis(200);
+
+impl Followed {
+    /// Puppet's files of `settings`, heard from now on (before the daemon says it is ready).
+    pub fn new(
+        settings: Settings,
+        moves: watch::Sender<SocketAddr>,
+        reports: watch::Receiver<Option<Arc<ProbeReport>>>,
+        reload: watch::Receiver<()>,
+    ) -> Self {
+        let files: Vec<PathBuf> = (settings.puppet_conf.value.iter().cloned())
+            .chain([webserver(&settings)])
+            .collect();
+        Self {
+            changed: changes(&files),
+            settings,
+            moves,
+            reports,
+            reload,
+        }
+    }
+}
+
+fn webserver(settings: &Settings) -> PathBuf {
+    settings.puppetserver_confd.value.join("webserver.conf")
 }
 
 /// Follows Puppet's files until `stop`; each change said once.
 pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
     tokio::pin!(stop);
-    let webserver = f.settings.puppetserver_confd.value.join("webserver.conf");
+    let webserver = webserver(&f.settings);
     // The address looked up at start: a name given is not looked up again at each read.
     let mut given = f.settings.given.clone();
     if let Some(addr) = &mut given.puppet_addr {
         addr.value = f.settings.puppet_addr.value.to_string();
     }
-    let files: Vec<PathBuf> = (f.settings.puppet_conf.value.iter().cloned())
-        .chain([webserver.clone()])
-        .collect();
-    let mut changed = changes(&files);
     let mut said = Said::default();
     loop {
         let refused = tokio::select! {
             Ok(()) = f.reload.changed() => false,
-            Ok(()) = changed.changed() => false,
+            Ok(()) = f.changed.changed() => {
+                tokio::time::sleep(SETTLE).await;
+                f.changed.borrow_and_update();
+                false
+            }
             Ok(()) = f.reports.changed() => {
                 let report = f.reports.borrow_and_update();
                 let outcome = report.as_deref().map(|r| &r.outcome);
@@ -67,10 +99,15 @@ pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
             () = &mut stop => return,
             else => return,
         };
+        // A refused probe reads where Puppet Server listens, not this host's identity: that
+        // is read when the files change, without a lookup of the host's name at every probe.
         let (given, path) = (given.clone(), webserver.clone());
         let read = tokio::task::spawn_blocking(move || {
             let listener = read_confd_file(&path).map(|text| Webserver::parse(path, &text));
-            (listener, Settings::resolve(&given, &Host::REAL))
+            (
+                listener,
+                (!refused).then(|| Settings::resolve(&given, &Host::REAL)),
+            )
         });
         let Ok((web, resolved)) = read.await else {
             continue;
@@ -79,10 +116,11 @@ pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
             listener(&f.moves, &webserver, web, refused, &mut said);
         }
         match resolved {
-            Ok(now) => identity(&f.settings, &now, &mut said),
-            Err(e) => said.once("resolve", e.to_string(), || {
+            Some(Ok(now)) => identity(&f.settings, &now, &mut said),
+            Some(Err(e)) => said.once("resolve", e.to_string(), || {
                 tracing::warn!(error = %e, "Puppet's files cannot be read as settings now; pmcheck keeps those it started with");
             }),
+            None => {}
         }
     }
 }
@@ -188,10 +226,9 @@ fn changes(files: &[PathBuf]) -> watch::Receiver<()> {
     let Ok(inotify) = Inotify::init(InitFlags::IN_CLOEXEC) else {
         return woken;
     };
-    let what = AddWatchFlags::IN_CLOSE_WRITE
-        | AddWatchFlags::IN_MOVED_TO
-        | AddWatchFlags::IN_CREATE
-        | AddWatchFlags::IN_DELETE;
+    // Written, renamed over, or removed; not created, which comes before its bytes.
+    let what =
+        AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_DELETE;
     let names: Vec<_> = files
         .iter()
         .filter_map(|f| f.file_name())

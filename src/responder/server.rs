@@ -145,12 +145,8 @@ fn follow(
         let (node, reload, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
         tasks.spawn(|stop| key_reload::follow(node, keys, addresses, reload, stop));
     }
-    let followed = puppet_files::Followed {
-        settings: settings.clone(),
-        moves,
-        reports: node.latest.clone(),
-        reload: reload.clone(),
-    };
+    let reports = node.latest.clone();
+    let followed = puppet_files::Followed::new(settings.clone(), moves, reports, reload.clone());
     tasks.spawn(|stop| puppet_files::follow(followed, stop));
 }
 
