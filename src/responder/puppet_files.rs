@@ -1,8 +1,8 @@
 //! Puppet's own files, followed while the daemon runs: Puppet Server's webserver.conf (where it
 //! listens) and puppet.conf (the certname, the ssldir and the files of this host's identity).
-//! Each is read again when it changes (inotify on their directories), at each reload, and at
-//! each probe its listener refused, by the rule that read them at start
-//! ([`crate::settings::Settings::resolve`]).
+//! Both are read again when one changes (inotify on their directories) and at each reload, by
+//! the rule that read them at start ([`crate::settings::Settings::resolve`]); webserver.conf
+//! also at each probe its listener refused.
 //!
 //! Puppet Server reads webserver.conf only at its own start, so a changed file says nothing yet
 //! of where it listens: pmcheck moves when the listener it probes refuses (the restart that
