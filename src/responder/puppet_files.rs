@@ -80,6 +80,8 @@ pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
         addr.value = f.settings.puppet_addr.value.to_string();
     }
     let mut said = Said::default();
+    // A `--puppet-addr` given never moves: its probes' reports need no reading.
+    let following = matches!(f.settings.puppet_addr.source, Source::Default(_));
     loop {
         let refused = tokio::select! {
             Ok(()) = f.reload.changed() => false,
@@ -88,7 +90,7 @@ pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
                 f.changed.borrow_and_update();
                 false
             }
-            Ok(()) = f.reports.changed() => {
+            Ok(()) = f.reports.changed(), if following => {
                 let report = f.reports.borrow_and_update();
                 let outcome = report.as_deref().map(|r| &r.outcome);
                 if !matches!(outcome, Some(ProbeOutcome::Unhealthy(ProbeError::Refused { .. }))) {
@@ -112,7 +114,7 @@ pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
         let Ok((web, resolved)) = read.await else {
             continue;
         };
-        if let Source::Default(_) = f.settings.puppet_addr.source {
+        if following {
             listener(&f.moves, &webserver, web, refused, &mut said);
         }
         match resolved {
