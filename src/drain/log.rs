@@ -114,9 +114,6 @@ impl Event {
     /// `action` of `holder`, now, by whoever runs this process.
     pub fn of(action: Action, holder: &Holder, now: SystemTime) -> Self {
         Self {
-            at: Stamp::seconds(now),
-            action,
-            who: crate::drain::holders::operator(),
             reason: Some(holder.what.clone()),
             since: Some(holder.tenure.since.clone()),
             until: holder.tenure.until.clone(),
@@ -126,6 +123,7 @@ impl Event {
                 (_, Some(p)) => format!("cycle pid {}", p.pid),
                 (_, None) => "cycle".to_owned(),
             }),
+            ..Self::bare(action, now)
         }
     }
 
@@ -145,17 +143,12 @@ impl Event {
     /// A drain refused by the last-server guard: `why` says which load balancer refused it.
     pub fn refused(reason: &str, why: &str, now: SystemTime) -> Self {
         Self {
-            at: Stamp::seconds(now),
-            action: Action::Refused,
-            who: crate::drain::holders::operator(),
             reason: Some(format!(
                 "{}; {}",
                 crate::text::one_line(reason, 256),
                 crate::text::one_line(why, 1024)
             )),
-            since: None,
-            until: None,
-            holder: None,
+            ..Self::bare(Action::Refused, now)
         }
     }
 
@@ -302,9 +295,8 @@ impl DrainLog {
                 }
                 fs::rename(&self.path, old).map(|()| None)
             }
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(None),
         }
     }
 
@@ -367,12 +359,9 @@ impl DrainLog {
     /// The last `n` events, oldest first, from the log and the old log after it. Reads only the
     /// tail (at most `n` lines' worth); lines that are not events are left out.
     pub fn tail(&self, n: usize) -> io::Result<Vec<Event>> {
-        let mut events = tail_of(&self.path, n)?;
-        if events.len() < n {
-            let mut older = tail_of(&self.dir.join(OLD_NAME), n - events.len())?;
-            older.append(&mut events);
-            events = older;
-        }
+        let newer = tail_of(&self.path, n)?;
+        let mut events = tail_of(&self.old_path(), n - newer.len())?;
+        events.extend(newer);
         Ok(events)
     }
 }
@@ -397,15 +386,12 @@ fn tail_of(path: &Path, n: usize) -> io::Result<Vec<Event>> {
     let mut bytes = Vec::new();
     file.take(want).read_to_end(&mut bytes)?;
     // Unless reading from the start, the first line may be cut: drop it.
-    let whole = if start > 0 {
-        bytes
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(&[][..], |i| &bytes[i + 1..])
-    } else {
-        &bytes[..]
+    let whole = match bytes.iter().position(|&b| b == b'\n') {
+        _ if start == 0 => &bytes[..],
+        Some(i) => &bytes[i + 1..],
+        None => &[],
     };
-    let events: Vec<Event> = parse(whole).0;
+    let events = parse(whole).0;
     let skip = events.len().saturating_sub(n);
     Ok(events.into_iter().skip(skip).collect())
 }
