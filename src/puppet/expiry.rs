@@ -133,8 +133,10 @@ impl Expiries {
     pub fn judge(&self, now: i64, warn: Duration, crit: Duration) -> Judgement {
         let mut j = Judgement::default();
         let mut note = |severity: Severity, what: String| {
-            j.severity = j.severity.max(severity);
-            j.problems.push(what);
+            if severity != Severity::Ok {
+                j.severity = j.severity.max(severity);
+                j.problems.push(what);
+            }
         };
         let severity_of = |end: i64| {
             let left = end - now;
@@ -147,34 +149,28 @@ impl Expiries {
             }
         };
         for c in &self.certs {
-            let severity = severity_of(c.not_after);
-            if severity != Severity::Ok {
-                note(
-                    severity,
-                    format!(
-                        "{} {} ({}) {}",
-                        c.file.as_str(),
-                        c.subject,
-                        c.position.as_str(),
-                        ends("expires", c.not_after, now)
-                    ),
-                );
-            }
+            note(
+                severity_of(c.not_after),
+                format!(
+                    "{} {} ({}) {}",
+                    c.file.as_str(),
+                    c.subject,
+                    c.position.as_str(),
+                    ends("expires", c.not_after, now)
+                ),
+            );
         }
         if let Some(crl) = &self.crl
             && let Some(next) = crl.next_update
         {
-            let severity = severity_of(next);
-            if severity != Severity::Ok {
-                note(
-                    severity,
-                    format!(
-                        "hostcrl of {} {}",
-                        crl.issuer,
-                        ends("is due for its nextUpdate", next, now)
-                    ),
-                );
-            }
+            note(
+                severity_of(next),
+                format!(
+                    "hostcrl of {} {}",
+                    crl.issuer,
+                    ends("is due for its nextUpdate", next, now)
+                ),
+            );
         }
         for why in &self.unreadable {
             note(Severity::Warning, why.clone());
@@ -257,7 +253,7 @@ fn days_text(seconds: i64) -> String {
 pub fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .map_or(0, secs)
 }
 
 /// Seconds since the epoch as RFC 3339 UTC.
@@ -269,13 +265,18 @@ pub fn timestamp(seconds: i64) -> String {
     }
 }
 
+/// The PEM objects of `path`, read at most `limit` bytes of; `what` names the file.
+fn pem<T: PemObject>(path: &Path, limit: u64, what: &str) -> Result<Vec<T>, String> {
+    let cannot = |e: &dyn std::fmt::Display| format!("{what} cannot be read: {e}");
+    let bytes = crate::safe_file::read(path, limit).map_err(|e| cannot(&e))?;
+    T::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| cannot(&e))
+}
+
 fn certificates(file: File, path: &Path) -> Result<Vec<CertEnd>, String> {
     let what = || format!("{} {}", file.as_str(), path.display());
-    let bytes = crate::safe_file::read(path, crate::safe_file::PEM_LIMIT)
-        .map_err(|e| format!("{} cannot be read: {e}", what()))?;
-    let ders = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{} cannot be read: {e}", what()))?;
+    let ders: Vec<CertificateDer> = pem(path, crate::safe_file::PEM_LIMIT, &what())?;
     if ders.is_empty() {
         return Err(format!("{} holds no PEM certificate", what()));
     }
@@ -304,11 +305,7 @@ fn crl(path: &Path) -> Result<Option<CrlDates>, String> {
     if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
         return Ok(None);
     }
-    let bytes = crate::safe_file::read(path, crate::safe_file::CRL_LIMIT)
-        .map_err(|e| format!("{} cannot be read: {e}", what()))?;
-    let ders = CertificateRevocationListDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("{} cannot be read: {e}", what()))?;
+    let ders: Vec<CertificateRevocationListDer> = pem(path, crate::safe_file::CRL_LIMIT, &what())?;
     let mut earliest: Option<CrlDates> = None;
     for (i, der) in ders.iter().enumerate() {
         let (_, list) = CertificateRevocationList::from_der(der)
@@ -318,12 +315,11 @@ fn crl(path: &Path) -> Result<Option<CrlDates>, String> {
             this_update: list.last_update().timestamp(),
             next_update: list.next_update().map(|t| t.timestamp()),
         };
-        let sooner = match (&earliest, dates.next_update) {
-            (None, _) => true,
-            (Some(e), Some(next)) => e.next_update.is_none_or(|n| next < n),
-            (Some(_), None) => false,
-        };
-        if sooner {
+        if earliest.as_ref().is_none_or(|e| {
+            dates
+                .next_update
+                .is_some_and(|next| e.next_update.is_none_or(|n| next < n))
+        }) {
             earliest = Some(dates);
         }
     }
@@ -369,23 +365,13 @@ impl Files {
         {
             return dates.clone();
         }
-        let dates = self.read_logged();
-        *last = Some((stamps, dates.clone()));
-        dates
-    }
-
-    /// Reads them now.
-    pub fn read(&self) -> Expiries {
-        Expiries::read(&self.hostcert, &self.localcacert, &self.hostcrl)
-    }
-
-    /// Reads them now, logging what cannot be read (the daemon's reader, every [`REFRESH`]).
-    pub fn read_logged(&self) -> Expiries {
-        let now = self.read();
-        for why in &now.unreadable {
+        // The daemon's reader, every [`REFRESH`]: what cannot be read is logged.
+        let dates = Expiries::read(&self.hostcert, &self.localcacert, &self.hostcrl);
+        for why in &dates.unreadable {
             tracing::debug!(%why, "cannot read certificate dates");
         }
-        now
+        *last = Some((stamps, dates.clone()));
+        dates
     }
 }
 
