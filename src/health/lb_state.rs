@@ -136,11 +136,7 @@ pub enum Malformed {
 /// node's server lines a check is for (one load balancer may check the node in several
 /// backends). Empty when there is none.
 pub fn name_of(bytes: &[u8]) -> &[u8] {
-    bytes
-        .split(|&b| b == b';')
-        .map(<[u8]>::trim_ascii)
-        .find_map(|field| field.strip_prefix(b"name="))
-        .unwrap_or_default()
+    field_of(bytes, b"name")
 }
 
 /// One field of a header (`node=` gives `node`), found without reading the rest; empty when
@@ -228,7 +224,7 @@ fn fields(bytes: &[u8]) -> Result<Fields<'_>, Malformed> {
     let mut scur = None;
     let mut qcur = None;
     let mut throttle = None;
-    let (mut address, mut port) = (false, false);
+    let (mut address, mut port) = (None, None);
     for field in fields {
         let (key, value) = field
             .split_once('=')
@@ -251,8 +247,8 @@ fn fields(bytes: &[u8]) -> Result<Fields<'_>, Malformed> {
                     .ok_or(Malformed::Value("throttle", "a percentage"))?;
                 once(&mut throttle, number(pct, "throttle")?, "throttle")?;
             }
-            "address" => flag(&mut address, "address")?,
-            "port" => flag(&mut port, "port")?,
+            "address" => once(&mut address, (), "address")?,
+            "port" => once(&mut port, (), "port")?,
             // A later HAProxy may add fields: a well-formed unknown key is passed over.
             _ if is_name(key) => {}
             _ => return Err(Malformed::Field(field.chars().take(40).collect())),
@@ -280,23 +276,18 @@ fn word(text: &str) -> Result<(Health, Option<(u32, u32)>), Malformed> {
     if text == "no check" {
         return Ok((Health::NoCheck, None));
     }
-    let (word, rest) = match text.split_once(' ') {
-        Some((word, rest)) => (word, Some(rest)),
-        None => (text, None),
-    };
+    let bad = || Malformed::Word(text.chars().take(40).collect());
+    let (word, rest) = text
+        .split_once(' ')
+        .map_or((text, None), |(w, r)| (w, Some(r)));
     let health = match word {
         "UP" => Health::Up,
         "DOWN" => Health::Down,
         "NOLB" => Health::Nolb,
-        _ => return Err(Malformed::Word(text.chars().take(40).collect())),
+        _ => return Err(bad()),
     };
-    let transition = match rest {
-        None => None,
-        Some(rest) => Some(
-            pair(rest, "state").map_err(|_| Malformed::Word(text.chars().take(40).collect()))?,
-        ),
-    };
-    Ok((health, transition))
+    let transition = rest.map(|rest| pair(rest, "state").map_err(|_| bad()));
+    Ok((health, transition.transpose()?))
 }
 
 /// HAProxy's identifiers: letters, digits, `-_.:`; also what a field key may be.
@@ -323,13 +314,6 @@ fn pair(text: &str, what: &'static str) -> Result<(u32, u32), Malformed> {
 
 fn once<T>(slot: &mut Option<T>, value: T, what: &'static str) -> Result<(), Malformed> {
     if slot.replace(value).is_some() {
-        return Err(Malformed::Twice(what));
-    }
-    Ok(())
-}
-
-fn flag(seen: &mut bool, what: &'static str) -> Result<(), Malformed> {
-    if std::mem::replace(seen, true) {
         return Err(Malformed::Twice(what));
     }
     Ok(())
