@@ -191,8 +191,8 @@ impl Audit {
 #[derive(Debug)]
 pub struct Follower {
     log: DrainLog,
-    /// The inode and the offset read up to; `None` before the first read.
-    at: Option<(u64, u64)>,
+    /// The inode and the offset read up to; inode 0 when there was no log.
+    at: (u64, u64),
 }
 
 /// What one read of the log brought.
@@ -207,11 +207,8 @@ pub struct News {
 impl Follower {
     /// Follows `log` from its end now: events from before the daemon started are not news.
     pub fn new(log: DrainLog) -> Self {
-        let at = fs::metadata(log.path()).ok().map(|m| (m.ino(), m.len()));
-        Self {
-            log,
-            at: Some(at.unwrap_or((0, 0))),
-        }
+        let at = fs::metadata(log.path()).map_or((0, 0), |m| (m.ino(), m.len()));
+        Self { log, at }
     }
 
     /// The events appended since the last call, at most 1 MiB a call.
@@ -222,7 +219,7 @@ impl Follower {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(news),
             Err(e) => return Err(e),
         };
-        let (ino, offset) = self.at.unwrap_or((0, 0));
+        let (ino, offset) = self.at;
         if ino != now.0 && ino != 0 {
             // Rotated: the rest of the old file first, if it is the one we read.
             let old = self.log.old_path();
@@ -236,7 +233,7 @@ impl Follower {
             0
         };
         let read = self.take(self.log.path(), from, &mut news)?;
-        self.at = Some((now.0, from + read));
+        self.at = (now.0, from + read);
         Ok(news)
     }
 

@@ -112,16 +112,8 @@ fn forward_events(inotify: Inotify, changes: Arc<watch::Sender<u64>>, watching: 
     let forward = move || {
         loop {
             match inotify.read_events() {
-                Ok(events) => {
-                    let ended = events.iter().any(|e| e.mask.intersects(gone));
-                    if ended {
-                        watching.store(false, Ordering::Release);
-                    }
-                    wake();
-                    if ended {
-                        return;
-                    }
-                }
+                Ok(events) if events.iter().any(|e| e.mask.intersects(gone)) => break,
+                Ok(_) => wake(),
                 Err(nix::errno::Errno::EINTR) => {}
                 Err(_) => break,
             }
@@ -287,8 +279,7 @@ fn next_look(watcher: &Watcher, state: &DrainState, now: SystemTime) -> Option<D
     let DrainState::Drained(drain) = state else {
         return None;
     };
-    let until = drain.until()?;
-    let left = until.duration_since(now).unwrap_or_default();
+    let left = drain.until()?.duration_since(now).unwrap_or_default();
     Some(left.min(EXPIRY_RECHECK))
 }
 
@@ -314,10 +305,7 @@ pub async fn read_once(file: DrainFile) -> DrainState {
     let mut watcher = Watcher::new(file);
     // One look: no events to wait for.
     watcher.watch = false;
-    match watcher.look(true).await {
-        Some(state) => state,
-        None => DrainState::Unknown(watcher.file().hung(DEADLINE)),
-    }
+    (watcher.look(true).await).unwrap_or_else(|| DrainState::Unknown(watcher.file().hung(DEADLINE)))
 }
 
 #[cfg(test)]
