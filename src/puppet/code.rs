@@ -204,13 +204,10 @@ fn read_record(path: &Path) -> Found {
         }
         Err(e) => return unreadable(format!("cannot be read: {e}")),
     };
-    match parse(&bytes) {
-        Ok(record) => Found::Record {
-            path: path.to_owned(),
-            record,
-        },
-        Err(why) => unreadable(why),
-    }
+    parse(&bytes).map_or_else(unreadable, |record| Found::Record {
+        path: path.to_owned(),
+        record,
+    })
 }
 
 /// A record's facts from its bytes; what does not fit is said in words.
@@ -229,18 +226,14 @@ pub fn parse(bytes: &[u8]) -> Result<Record, String> {
             })
             .transpose()
     };
-    let commit = match raw.signature {
-        Some(s) if is_commit(&s) => Some(s),
-        Some(s) => {
-            return Err(format!(
-                "signature {:?} is not a commit (at most {MAX_COMMIT} letters, digits and ._-)",
-                crate::text::one_line(&s, 80)
-            ));
-        }
-        None => None,
-    };
+    if let Some(s) = raw.signature.as_deref().filter(|s| !is_commit(s)) {
+        return Err(format!(
+            "signature {:?} is not a commit (at most {MAX_COMMIT} letters, digits and ._-)",
+            crate::text::one_line(s, 80)
+        ));
+    }
     Ok(Record {
-        commit,
+        commit: raw.signature,
         success: raw.deploy_success,
         started_at: time("started_at", raw.started_at)?,
         finished_at: time("finished_at", raw.finished_at)?,

@@ -167,7 +167,14 @@ impl IdentityFiles {
     /// Loads the files and builds a TLS client configuration: server verified against
     /// localcacert only (never the system roots), client identity hostcert + hostprivkey.
     pub fn client_config(&self) -> Result<rustls::ClientConfig, IdentityError> {
-        let roots = self.trust_anchors()?;
+        let mut roots = RootCertStore::empty();
+        let (added, _ignored) =
+            roots.add_parsable_certificates(read_certificates("localcacert", &self.localcacert)?);
+        if added == 0 {
+            return Err(IdentityError::NoTrustAnchor {
+                path: self.localcacert.clone(),
+            });
+        }
         let chain = read_certificates("hostcert", &self.hostcert)?;
         // Each file on its own first, so that garbage is named as such and not as a mismatch.
         if let Some(leaf) = chain.first() {
@@ -198,26 +205,15 @@ impl IdentityFiles {
                 source,
             })
     }
-
-    fn trust_anchors(&self) -> Result<RootCertStore, IdentityError> {
-        let mut roots = RootCertStore::empty();
-        let (added, _ignored) =
-            roots.add_parsable_certificates(read_certificates("localcacert", &self.localcacert)?);
-        if added == 0 {
-            return Err(IdentityError::NoTrustAnchor {
-                path: self.localcacert.clone(),
-            });
-        }
-        Ok(roots)
-    }
 }
 
 fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, IdentityError> {
-    let limit = crate::safe_file::PEM_LIMIT;
-    crate::safe_file::read(path, limit).map_err(|source| IdentityError::Read {
-        setting,
-        path: path.to_owned(),
-        source,
+    crate::safe_file::read(path, crate::safe_file::PEM_LIMIT).map_err(|source| {
+        IdentityError::Read {
+            setting,
+            path: path.to_owned(),
+            source,
+        }
     })
 }
 

@@ -174,16 +174,14 @@ impl PauseWatch {
     /// The pool's status is missing while a pause is under way: the pause goes on, within
     /// the same grace (the time does not start again). `None` when no pause is under way.
     pub fn continued(&mut self, now: Instant) -> Option<Result<Pause, Unready>> {
-        let under = self.paused?;
-        Some(self.judge(under, now, false))
+        Some(self.judge(self.paused?, now, false))
     }
 
     /// No answer within the probe's deadline while a pause is under way: the pause goes on
     /// (Puppet Server is busy making JRubies), within the same grace. `None` when no pause is
     /// under way: then a timeout is what it always was.
     pub fn unanswered(&mut self, now: Instant) -> Option<Result<Pause, Unready>> {
-        let under = self.paused?;
-        Some(self.judge(under, now, true))
+        Some(self.judge(self.paused?, now, true))
     }
 
     fn judge(

@@ -139,8 +139,7 @@ impl Prober {
     /// tries the configured status path again.
     pub async fn reload(&mut self) {
         self.client.reload().await;
-        self.path.clone_from(&self.target.status_path);
-        self.on_fallback = 0;
+        self.reload_path();
     }
 
     /// The URL probed now, without the query.
@@ -276,14 +275,14 @@ impl Prober {
     /// The pool's status service is gone: a pause under way goes on within its grace, else
     /// the node cannot compile as far as anyone can tell.
     fn unreported(&mut self) -> Found {
-        let why = Unready::Unreported {
-            path: self.path.clone(),
+        let why = match self.pauses.continued(Instant::now()) {
+            Some(Ok(pause)) => return Found::Paused(None, pause),
+            Some(Err(too_long)) => too_long,
+            None => Unready::Unreported {
+                path: self.path.clone(),
+            },
         };
-        match self.pauses.continued(Instant::now()) {
-            Some(Ok(pause)) => Found::Paused(None, pause),
-            Some(Err(too_long)) => Found::Outcome(ProbeOutcome::NotReady(too_long), None),
-            None => Found::Outcome(ProbeOutcome::NotReady(why), None),
-        }
+        Found::Outcome(ProbeOutcome::NotReady(why), None)
     }
 
     /// A pool that cannot compile: paused, when it was ready since this process started.

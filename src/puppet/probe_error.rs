@@ -195,23 +195,15 @@ impl std::fmt::Display for Body {
 pub(crate) fn causes<'e>(
     e: &'e (dyn std::error::Error + 'static),
 ) -> Vec<&'e (dyn std::error::Error + 'static)> {
-    let mut all = vec![e];
-    let mut current = e;
-    while all.len() < 16 {
-        let next = match current
+    std::iter::successors(Some(e), |current| {
+        current
             .downcast_ref::<io::Error>()
             .and_then(io::Error::get_ref)
-        {
-            Some(inner) => inner as &(dyn std::error::Error + 'static),
-            None => match current.source() {
-                Some(next) => next,
-                None => break,
-            },
-        };
-        all.push(next);
-        current = next;
-    }
-    all
+            .map(|inner| inner as &(dyn std::error::Error + 'static))
+            .or_else(|| current.source())
+    })
+    .take(16)
+    .collect()
 }
 
 /// All the causes on one line, each said once.

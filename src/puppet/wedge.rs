@@ -65,11 +65,7 @@ impl WedgeWatch {
     pub fn observe(&mut self, pool: &Pool, now: Instant, wall: SystemTime) -> Option<Unready> {
         let counters = Counters::of(pool);
         let before = self.last.replace(counters)?;
-        if counters.went_back(&before) {
-            self.stalled = None;
-            return None;
-        }
-        if counters.borrows > before.borrows || pool.free > 0 {
+        if counters.went_back(&before) || counters.borrows > before.borrows || pool.free > 0 {
             self.stalled = None;
             return None;
         }
