@@ -272,10 +272,7 @@ impl DrainFile {
     /// Replaces the record atomically: temporary file, fsync, rename, fsync of the directory.
     /// On any failure the previous record, if any, is left as it was.
     pub fn write(&self, record: &DrainRecord) -> Result<(), DrainError> {
-        let fail = |source| DrainError::Write {
-            dir: self.dir.clone(),
-            source,
-        };
+        let fail = |e| self.write_error(e);
         self.create_dir().map_err(fail)?;
         self.sweep_leftovers();
         let mut json = serde_json::to_vec_pretty(record).map_err(|e| fail(e.into()))?;

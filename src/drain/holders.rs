@@ -111,29 +111,18 @@ impl Holder {
     pub fn cycle(reason: String, now: SystemTime) -> Self {
         Self {
             kind: Kind::Cycle,
-            tenure: Tenure::from(operator(), now, None),
-            what: reason,
             process: Process::this(),
-            checked: false,
-            forced: None,
+            ..Self::drain(reason, None, now)
         }
     }
 
     /// Puppet Server's `unit` stopping, from now. Its `since` is to the millisecond: the
     /// daemon lets go of it once Puppet Server started after it ([`crate::health::hold`]).
     pub fn stop(unit: &str, now: SystemTime) -> Self {
-        Self {
-            kind: Kind::Stop,
-            tenure: Tenure {
-                by: operator(),
-                since: crate::drain::tenure::Stamp::millis(now),
-                until: None,
-            },
-            what: format!("{unit} stopping"),
-            process: None,
-            checked: false,
-            forced: None,
-        }
+        let mut stop = Self::drain(format!("{unit} stopping"), None, now);
+        stop.kind = Kind::Stop;
+        stop.tenure.since = crate::drain::tenure::Stamp::millis(now);
+        stop
     }
 
     /// The holder is this process.

@@ -131,9 +131,7 @@ impl DrainRecord {
     /// Whether the drain lapsed by itself: its `until` has passed (an `until` that is not a
     /// time never lapses).
     pub fn expired_at(&self, now: SystemTime) -> bool {
-        self.until()
-            .and_then(Stamp::time)
-            .is_some_and(|until| now >= until)
+        matches!(self.holders.as_slice(), [only] if only.expired_at(now))
     }
 
     /// What a `--force` went past, when a holder was forced.
@@ -223,12 +221,13 @@ impl Drain {
         let Some(r) = &self.record else {
             return self.describe();
         };
-        let today = rfc3339_date(now);
+        // `YYYY-MM-DD` of now, in UTC.
+        let today = &humantime::format_rfc3339_seconds(now).to_string()[..10];
         let (by, since) = (r.by(), r.since());
-        let mut s = format!("{} (by {by} {}", r.reason(), clock(since, &today));
+        let mut s = format!("{} (by {by} {}", r.reason(), clock(since, today));
         if let Some(until) = r.until() {
             s.push('-');
-            s.push_str(&clock(until, since.as_str().get(..10).unwrap_or(&today)));
+            s.push_str(&clock(until, since.as_str().get(..10).unwrap_or(today)));
         }
         s.push(')');
         // Only the mark of a `--force`: its note would push Puppet Server's state, which
@@ -294,13 +293,6 @@ impl Drain {
 
 /// What a note drain file is, after its text.
 const NOTE: &str = "not a pmcheck record; it still counts as drained";
-
-/// `YYYY-MM-DD` of `t`, in UTC.
-fn rfc3339_date(t: SystemTime) -> String {
-    let mut day = humantime::format_rfc3339_seconds(t).to_string();
-    day.truncate(10);
-    day
-}
 
 /// An RFC 3339 time in few characters: `17:32Z` on `day` (`17:32:05Z` when the seconds count),
 /// else `2026-11-20T17:32Z`; a time that does not parse, as written.

@@ -86,10 +86,9 @@ impl Stamp {
 
     /// Why the text is not a time; `None` when it is.
     pub fn problem(&self) -> Option<humantime::TimestampError> {
-        match self.time {
-            Some(_) => None,
-            None => humantime::parse_rfc3339_weak(&self.text).err(),
-        }
+        (self.time.is_none())
+            .then(|| humantime::parse_rfc3339_weak(&self.text).err())
+            .flatten()
     }
 }
 

@@ -85,6 +85,11 @@ impl ProbeAnswer<'_> {
         let started = self.started.as_deref().filter(|_| self.healthy())?;
         humantime::parse_rfc3339(started).ok()
     }
+
+    /// Puppet Server runs and can compile.
+    pub fn healthy(&self) -> bool {
+        self.outcome == ProbeState::Healthy
+    }
 }
 
 /// What a probe found, in the JSON answer: [`crate::puppet::report::ProbeOutcome`] without
@@ -102,13 +107,6 @@ pub enum ProbeState {
     CannotTell,
     /// No probe has finished yet.
     None,
-}
-
-impl ProbeAnswer<'_> {
-    /// Puppet Server runs and can compile.
-    pub fn healthy(&self) -> bool {
-        self.outcome == ProbeState::Healthy
-    }
 }
 
 /// `body` as a JSON body, one line and a newline; an UNKNOWN answer saying why when it cannot

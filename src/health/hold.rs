@@ -84,13 +84,9 @@ pub fn held<'a>(
 
 /// Whether a load balancer may hold the drain of `holders` at all: there is one, and every one
 /// may be held ([`holdable`]).
-pub fn may_hold<'a>(mut holders: impl Iterator<Item = &'a Holder>) -> bool {
-    let mut any = false;
-    let all = holders.all(|h| {
-        any = true;
-        holdable(h)
-    });
-    any && all
+pub fn may_hold<'a>(holders: impl Iterator<Item = &'a Holder>) -> bool {
+    let mut holders = holders.peekable();
+    holders.peek().is_some() && holders.all(holdable)
 }
 
 /// The holders that hold the node at `now`. A drain whose `--for` has passed no longer does,
