@@ -115,22 +115,17 @@ fn own_inodes(fd_dir: &Path) -> Result<HashSet<u64>, TrafficError> {
         path: fd_dir.display().to_string(),
         source,
     };
-    let mut inodes = HashSet::new();
-    for entry in fs::read_dir(fd_dir).map_err(fail)? {
+    Ok((fs::read_dir(fd_dir).map_err(fail)?)
         // A descriptor closed while listing: not a probe any more.
-        let Ok(target) = entry.and_then(|e| fs::read_link(e.path())) else {
-            continue;
-        };
-        let target = target.to_string_lossy();
-        if let Some(inode) = target
-            .strip_prefix("socket:[")
-            .and_then(|rest| rest.strip_suffix(']'))
-            .and_then(|n| n.parse().ok())
-        {
-            inodes.insert(inode);
-        }
-    }
-    Ok(inodes)
+        .filter_map(|entry| entry.and_then(|e| fs::read_link(e.path())).ok())
+        .filter_map(|target| {
+            let inode = target
+                .to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?;
+            inode.parse().ok()
+        })
+        .collect())
 }
 
 /// The rows of one table; malformed rows are skipped.
@@ -161,20 +156,16 @@ fn address(text: &str, v6: bool) -> Option<SocketAddr> {
         let hex = ip.get(8 * i..8 * i + 8)?;
         Some(u32::from_str_radix(hex, 16).ok()?.to_ne_bytes())
     };
-    let ip = if v6 {
-        if ip.len() != 32 {
-            return None;
+    let ip = match (v6, ip.len()) {
+        (true, 32) => {
+            let mut bytes = [0u8; 16];
+            for i in 0..4 {
+                bytes[4 * i..4 * i + 4].copy_from_slice(&word(i)?);
+            }
+            IpAddr::V6(Ipv6Addr::from(bytes)).to_canonical()
         }
-        let mut bytes = [0u8; 16];
-        for i in 0..4 {
-            bytes[4 * i..4 * i + 4].copy_from_slice(&word(i)?);
-        }
-        IpAddr::V6(Ipv6Addr::from(bytes)).to_canonical()
-    } else {
-        if ip.len() != 8 {
-            return None;
-        }
-        IpAddr::V4(Ipv4Addr::from(word(0)?))
+        (false, 8) => IpAddr::V4(Ipv4Addr::from(word(0)?)),
+        _ => return None,
     };
     Some(SocketAddr::new(ip, port))
 }
