@@ -116,13 +116,11 @@ impl fmt::Display for Unready {
                 "Puppet Server answered 404: it is still starting (its status routes are not up yet)",
             ),
             Unready::State(state) => write!(f, "Puppet Server reports `{state}`, not `running`"),
-            Unready::Locked { since: Some(since) } => write!(
+            Unready::Locked { since } => write!(
                 f,
-                "Puppet Server's JRuby pool is locked since {since}: nothing compiles"
+                "Puppet Server's JRuby pool is locked{}: nothing compiles",
+                since.as_ref().map_or(String::new(), |s| format!(" since {s}"))
             ),
-            Unready::Locked { since: None } => {
-                f.write_str("Puppet Server's JRuby pool is locked: nothing compiles")
-            }
             Unready::NoInstance {
                 multithreaded: true,
                 ..
@@ -232,9 +230,11 @@ impl Pool {
             Load::Busy => {
                 let mut text = format!("busy: {} of {} {units} free", self.free, self.size);
                 if self.waiting > 0 {
-                    text.push_str(", ");
-                    text.push_str(&plural(self.waiting, "request", "requests"));
-                    text.push_str(" waiting");
+                    let _ = write!(
+                        text,
+                        ", {} waiting",
+                        plural(self.waiting, "request", "requests")
+                    );
                 }
                 let _ = write!(text, ", average wait {} ms", self.average_wait_ms);
                 if self.lock == "requested" {
@@ -351,15 +351,14 @@ impl ServiceStatus {
             return Ok(None);
         };
         let m = &raw.metrics;
-        // Compared without case: a server that spells it `:ACQUIRED` is locked all the same.
-        let lock = raw.lock.as_ref().map_or_else(
-            || "not-in-use".to_owned(),
-            |l| l.current_state.trim_start_matches(':').to_ascii_lowercase(),
-        );
-        let lock_since = raw
-            .lock
-            .as_ref()
-            .and_then(|l| l.last_change_time.as_deref());
+        let (lock, lock_since) = match &raw.lock {
+            // Compared without case: a server that spells it `:ACQUIRED` is locked all the same.
+            Some(l) => (
+                l.current_state.trim_start_matches(':').to_ascii_lowercase(),
+                l.last_change_time.as_deref(),
+            ),
+            None => ("not-in-use".to_owned(), None),
+        };
         let pool = Pool {
             size: m.num_jrubies,
             free: m.num_free_jrubies,

@@ -89,6 +89,14 @@ impl ProbeReport {
     pub fn detail(&self) -> &str {
         &self.detail
     }
+
+    /// Whether the probe failed for want of an answer within its deadline.
+    pub fn timed_out(&self) -> bool {
+        matches!(
+            self.outcome,
+            ProbeOutcome::Unhealthy(ProbeError::Timeout { .. })
+        )
+    }
 }
 
 /// What one probe found out about Puppet Server, kept apart from the node's verdict (which also
@@ -103,16 +111,6 @@ pub enum ProbeOutcome {
     Unhealthy(ProbeError),
     /// The probe could not be made, so pmcheck cannot tell how Puppet Server is.
     CannotTell(CannotProbe),
-}
-
-impl ProbeReport {
-    /// Whether the probe failed for want of an answer within its deadline.
-    pub fn timed_out(&self) -> bool {
-        matches!(
-            self.outcome,
-            ProbeOutcome::Unhealthy(crate::puppet::probe_error::ProbeError::Timeout { .. })
-        )
-    }
 }
 
 impl ProbeOutcome {

@@ -58,6 +58,10 @@ pub(crate) enum Seen {
 /// Reads a status answer: a service status in JSON (the pool service), or the `simple`
 /// status's one word, whichever Puppet Server sent.
 pub(crate) fn read_answer(status: u16, text: &str) -> Result<Seen, ProbeError> {
+    let unexpected = || ProbeError::Status {
+        status,
+        body: shown(text),
+    };
     let state = |state: &str| match state {
         "running" => None,
         "starting" | "stopping" => Some(Ok(Seen::Unready(Unready::State(state.to_owned())))),
@@ -71,14 +75,9 @@ pub(crate) fn read_answer(status: u16, text: &str) -> Result<Seen, ProbeError> {
         }
         return match serde_json::from_str::<ServiceStatus>(text) {
             Ok(service) => match state(&service.state) {
-                None if status == 200 => match service.pool() {
-                    Ok(pool) => Ok(Seen::Running(pool)),
-                    Err(problem) => Err(ProbeError::Unreadable { status, problem }),
-                },
-                None => Err(ProbeError::Status {
-                    status,
-                    body: shown(text),
-                }),
+                None if status == 200 => (service.pool().map(Seen::Running))
+                    .map_err(|problem| ProbeError::Unreadable { status, problem }),
+                None => Err(unexpected()),
                 Some(seen) => seen,
             },
             Err(e) => Err(ProbeError::Unreadable {
@@ -89,19 +88,12 @@ pub(crate) fn read_answer(status: u16, text: &str) -> Result<Seen, ProbeError> {
     }
     match status {
         200 if text == "running" => Ok(Seen::Running(None)),
-        200 | 503 if !text.is_empty() && text.len() < 64 && !text.contains('<') => state(text)
-            .unwrap_or_else(|| {
-                Err(ProbeError::Status {
-                    status,
-                    body: shown(text),
-                })
-            }),
+        200 | 503 if !text.is_empty() && text.len() < 64 && !text.contains('<') => {
+            state(text).unwrap_or_else(|| Err(unexpected()))
+        }
         404 if text.starts_with("not found") => Ok(Seen::NotFound),
         404 if text.starts_with('<') => Ok(Seen::Unready(Unready::RoutesMissing)),
-        _ => Err(ProbeError::Status {
-            status,
-            body: shown(text),
-        }),
+        _ => Err(unexpected()),
     }
 }
 

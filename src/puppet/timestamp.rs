@@ -23,8 +23,9 @@ pub fn write(
 
 /// `t`'s time of day in UTC (`12:00:01Z`), or `None` where [`write()`] has none.
 pub fn clock(t: SystemTime) -> Option<String> {
-    let full = write(t, humantime::format_rfc3339_seconds)?;
-    full.get(DATE..).map(str::to_owned)
+    write(t, humantime::format_rfc3339_seconds)?
+        .get(DATE..)
+        .map(str::to_owned)
 }
 
 fn writable(t: SystemTime) -> bool {
@@ -70,10 +71,7 @@ fn split_offset(text: &str) -> Option<(&str, i64)> {
     let mut parts = offset.split(':');
     let hours = two_digits(parts.next()?)?;
     let minutes = two_digits(parts.next()?)?;
-    let seconds = match parts.next() {
-        Some(part) => two_digits(part)?,
-        None => 0,
-    };
+    let seconds = parts.next().map_or(Some(0), two_digits)?;
     // java.time's offsets stay within 18 hours.
     if parts.next().is_some() || hours > 18 || minutes > 59 || seconds > 59 {
         return None;
