@@ -154,10 +154,8 @@ impl DrainFile {
         let meta = match fs::symlink_metadata(&self.path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let state = match self.check_dir() {
-                    Ok(()) => DrainState::NotDrained,
-                    Err(why) => DrainState::Unknown(why),
-                };
+                let state = (self.check_dir())
+                    .map_or_else(DrainState::Unknown, |()| DrainState::NotDrained);
                 return Look { stamp: None, state };
             }
             Err(e) => return self.unknown(self.read_error(e)),
@@ -394,41 +392,35 @@ impl DrainFile {
     /// the daemon's blocking pool. Commands use [`DrainFile::locked`].
     pub fn lock(&self) -> Result<Locked<'_>, DrainError> {
         self.create_dir().map_err(|e| self.write_error(e))?;
-        let lock = lock::acquire(self.dir(), lock::WAIT).map_err(|e| self.lock_error(e))?;
-        Ok(self.holding(lock))
+        self.holding(lock::acquire(self.dir(), lock::WAIT))
     }
 
     /// [`DrainFile::lock`] on the runtime's timer: a command's Ctrl-C drops the wait at
     /// once, with nothing changed.
     pub async fn locked(&self) -> Result<Locked<'_>, DrainError> {
         self.create_dir().map_err(|e| self.write_error(e))?;
-        let lock =
-            (lock::acquire_async(self.dir(), lock::WAIT).await).map_err(|e| self.lock_error(e))?;
-        Ok(self.holding(lock))
+        self.holding(lock::acquire_async(self.dir(), lock::WAIT).await)
     }
 
-    fn holding(&self, lock: Flock<File>) -> Locked<'_> {
+    fn holding(&self, lock: Result<Flock<File>, LockError>) -> Result<Locked<'_>, DrainError> {
+        let lock = lock.map_err(|e| match e {
+            LockError::Open(source) => DrainError::Lock {
+                dir: self.dir().to_path_buf(),
+                source,
+            },
+            held @ LockError::Held { .. } => DrainError::Locked(held),
+        })?;
         self.sweep_leftovers();
-        Locked {
+        Ok(Locked {
             file: self,
             _lock: lock,
-        }
+        })
     }
 
     fn write_error(&self, source: io::Error) -> DrainError {
         DrainError::Write {
             dir: self.dir().to_path_buf(),
             source,
-        }
-    }
-
-    fn lock_error(&self, e: LockError) -> DrainError {
-        match e {
-            LockError::Open(source) => DrainError::Lock {
-                dir: self.dir().to_path_buf(),
-                source,
-            },
-            held @ LockError::Held { .. } => DrainError::Locked(held),
         }
     }
 }

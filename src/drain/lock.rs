@@ -184,12 +184,13 @@ fn holder(file: &File) -> String {
         return "another process (the system does not say which; `lsof` on the file may)".into();
     };
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    let user = fs::metadata(format!("/proc/{pid}"))
-        .ok()
-        .map(|m| crate::accounts::user_name(m.uid()));
-    match user {
-        Some(user) => format!("PID {pid} ({}, user {user})", comm.trim()),
-        None => format!("PID {pid}"),
+    match fs::metadata(format!("/proc/{pid}")) {
+        Ok(m) => format!(
+            "PID {pid} ({}, user {})",
+            comm.trim(),
+            crate::accounts::user_name(m.uid())
+        ),
+        Err(_) => format!("PID {pid}"),
     }
 }
 

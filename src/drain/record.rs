@@ -236,39 +236,30 @@ impl Drain {
         if r.forced().is_some() {
             s.push_str("; forced");
         }
-        if let Some(problem) = &self.problem {
-            s.push_str("; ");
-            s.push_str(&problem.to_string());
-        }
-        s
+        s + &self.flaw()
     }
 
-    /// What [`Self::describe`] ends with: a `--force` that went past a load balancer's hold,
-    /// and what is wrong with the record.
-    fn tail(&self, r: &DrainRecord, s: &mut String) {
-        if let Some(forced) = r.forced() {
-            s.push_str("; forced: ");
-            s.push_str(forced);
-        }
-        if let Some(problem) = &self.problem {
-            s.push_str("; ");
-            s.push_str(&problem.to_string());
-        }
+    /// What a phrase about the record ends with: `; ` and what is wrong with it, if anything.
+    fn flaw(&self) -> String {
+        (self.problem.as_ref())
+            .map(|problem| format!("; {problem}"))
+            .unwrap_or_default()
     }
 
     /// One phrase for people: the reason, who and since when.
     pub fn describe(&self) -> String {
         match &self.record {
             Some(r) => {
-                let (by, since, until) = (r.by(), r.since(), r.until());
-                let mut s = format!("{} (by {by} since {since}", r.reason());
-                if let Some(until) = until {
-                    s.push_str(" until ");
-                    s.push_str(until.as_str());
+                let mut s = format!("{} (by {} since {}", r.reason(), r.by(), r.since());
+                if let Some(until) = r.until() {
+                    s += &format!(" until {until}");
                 }
                 s.push(')');
-                self.tail(r, &mut s);
-                s
+                // A `--force` that went past a load balancer's hold, with its note.
+                if let Some(forced) = r.forced() {
+                    s += &format!("; forced: {forced}");
+                }
+                s + &self.flaw()
             }
             None => match &self.problem {
                 Some(DrainProblem::Note(note)) => format!("{note} (a note, {NOTE})"),
