@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use std::time::{Duration, SystemTime};
 
 use crate::drain::holders::Holder;
-use crate::drain::record::{Drain, DrainState};
+use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::Now;
 use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState};
 use crate::health::hold;
@@ -84,7 +84,6 @@ impl<'a> Decision<'a> {
         now: Now,
         rules: &Rules,
     ) -> Self {
-        let stale_after = rules.stale_after;
         // A record whose every holder lapsed or is a stop's that Puppet Server has started
         // after holds nothing: the node returns on this fresh answer.
         let drain = match drain {
@@ -128,12 +127,12 @@ impl<'a> Decision<'a> {
                 format!("{}; {}", d.summary(now.wall), puppet()).into(),
             ),
             (_, None, _) => (Verdict::Starting, NO_PROBE_YET.into()),
-            (_, Some(_), Some(age)) if age > stale_after => (
+            (_, Some(_), Some(age)) if age > rules.stale_after => (
                 Verdict::Unknown,
                 format!(
                     "the latest probe of Puppet Server is {} old (limit {}): the prober is stuck",
                     format_duration(Duration::from_millis(age.as_millis() as u64)),
-                    format_duration(stale_after)
+                    format_duration(rules.stale_after)
                 )
                 .into(),
             ),
@@ -182,11 +181,7 @@ impl<'a> Decision<'a> {
         drain: &'d Drain,
         now: SystemTime,
     ) -> impl Iterator<Item = &'d Holder> {
-        let holders = drain
-            .record
-            .as_ref()
-            .map(|r| r.holders())
-            .unwrap_or_default();
+        let holders = drain.record.as_ref().map_or(&[][..], DrainRecord::holders);
         hold::live(holders, started(self.probe), now)
     }
 

@@ -69,11 +69,6 @@ pub enum WeightCause {
 }
 
 impl Rejoin {
-    /// The weight of an OK node with `pool`, `now`.
-    pub fn weight(self, verdict: Verdict, pool: Option<&Pool>, now: Instant, over: Duration) -> u8 {
-        self.weigh(verdict, pool, now, over).0
-    }
-
     /// The weight and why.
     pub fn weigh(
         self,
@@ -233,7 +228,9 @@ mod tests {
         assert_eq!(tracker.observe(Verdict::Ok, back), Rejoin::Since(back));
         let state = tracker.observe(Verdict::Ok, back + Duration::from_secs(30));
         assert_eq!(
-            state.weight(Verdict::Ok, None, back + Duration::from_secs(30), over),
+            state
+                .weigh(Verdict::Ok, None, back + Duration::from_secs(30), over)
+                .0,
             55
         );
         assert_eq!(
@@ -251,15 +248,26 @@ mod tests {
         let now = Instant::now();
         let busy = pool(4, 1, 3, 0);
         let back = Rejoin::Since(now - Duration::from_secs(54));
-        assert_eq!(back.weight(Verdict::Ok, Some(&busy), now, over), 25, "pool");
-        let warm = pool(4, 4, 0, 0);
-        assert_eq!(back.weight(Verdict::Ok, Some(&warm), now, over), 91, "ramp");
         assert_eq!(
-            Rejoin::Out.weight(Verdict::Ok, Some(&warm), now, over),
+            back.weigh(Verdict::Ok, Some(&busy), now, over).0,
+            25,
+            "pool"
+        );
+        let warm = pool(4, 4, 0, 0);
+        assert_eq!(
+            back.weigh(Verdict::Ok, Some(&warm), now, over).0,
+            91,
+            "ramp"
+        );
+        assert_eq!(
+            Rejoin::Out.weigh(Verdict::Ok, Some(&warm), now, over).0,
             FLOOR,
             "OK before the tracker saw it: the ramp starts now"
         );
-        assert_eq!(Rejoin::Steady.weight(Verdict::Down, None, now, over), FLOOR);
-        assert_eq!(Rejoin::Steady.weight(Verdict::Ok, None, now, over), 100);
+        assert_eq!(
+            Rejoin::Steady.weigh(Verdict::Down, None, now, over).0,
+            FLOOR
+        );
+        assert_eq!(Rejoin::Steady.weigh(Verdict::Ok, None, now, over).0, 100);
     }
 }
