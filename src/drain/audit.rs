@@ -131,28 +131,25 @@ impl Audit {
             return;
         };
         let now = SystemTime::now();
-        for holder in record.holders() {
+        let lapsed =
+            (record.holders().iter()).filter(|h| h.kind == Kind::Drain && h.expired_at(now));
+        for holder in lapsed {
             let Some(until) = holder.tenure.until.clone() else {
                 continue;
             };
-            if holder.kind != Kind::Drain || !holder.expired_at(now) {
-                continue;
-            }
             let key = (holder.tenure.since.clone(), until);
-            if self.expired.contains(&key) || self.logged_before(&key) {
-                self.expired.insert(key);
-                continue;
-            }
-            let mut event = Event::of(Action::Expire, holder, now);
-            event.who = format!("{} (pmcheck serve: the --for ended)", event.who);
-            match self.file.lock().map(|locked| locked.log(&[event])) {
-                Ok(lost) => {
-                    for e in lost {
-                        tracing::warn!(error = %e, "logging the end of a --for drain");
+            if !self.expired.contains(&key) && !self.logged_before(&key) {
+                let mut event = Event::of(Action::Expire, holder, now);
+                event.who = format!("{} (pmcheck serve: the --for ended)", event.who);
+                match self.file.lock().map(|locked| locked.log(&[event])) {
+                    Ok(lost) => {
+                        for e in lost {
+                            tracing::warn!(error = %e, "logging the end of a --for drain");
+                        }
                     }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the end of a --for drain was not logged")
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the end of a --for drain was not logged")
+                    }
                 }
             }
             self.expired.insert(key);

@@ -59,8 +59,8 @@ impl Process {
 }
 
 fn boot_id() -> Option<String> {
-    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    Some(id.trim().to_owned())
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
+    Some(id.ok()?.trim().to_owned())
 }
 
 /// Field 22 of `/proc/PID/stat`, after the command name (which may hold spaces and parentheses).
@@ -176,10 +176,7 @@ pub(crate) fn operator() -> String {
             .filter(|&id| id != 0)
             .is_some_and(|id| crate::accounts::user_name(id) == *name)
     });
-    match sudoer {
-        Some(name) => format!("{name} via sudo"),
-        None => me,
-    }
+    sudoer.map_or(me, |name| format!("{name} via sudo"))
 }
 
 #[cfg(test)]

@@ -51,10 +51,9 @@ impl Locked<'_> {
                 .collect();
             let others = held.clone();
             held.push(mine.clone());
-            let (change, events) = match DrainRecord::held_by(held) {
-                Some(record) => (Change::Write(record), vec![Event::of(action, mine, now)]),
-                None => (Change::Keep, Vec::new()),
-            };
+            // Never empty: `mine` is in it.
+            let change = DrainRecord::held_by(held).map_or(Change::Keep, Change::Write);
+            let events = vec![Event::of(action, mine, now)];
             (change, events, Held { before, others })
         })
     }

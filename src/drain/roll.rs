@@ -57,18 +57,13 @@ impl Mark {
 
     /// `roll NAME (WHAT; by alice since ... until ...)`.
     pub fn describe(&self) -> String {
-        let until = self
-            .tenure
-            .until
-            .as_ref()
-            .map(|u| format!(" until {}", u.as_str()))
+        let Tenure { by, since, until } = &self.tenure;
+        let until = (until.as_ref())
+            .map(|u| format!(" until {u}"))
             .unwrap_or_default();
         format!(
-            "roll {} ({}; by {} since {}{until})",
-            self.roll,
-            self.what,
-            self.tenure.by,
-            self.tenure.since.as_str()
+            "roll {} ({}; by {by} since {since}{until})",
+            self.roll, self.what
         )
     }
 }

@@ -239,7 +239,7 @@ pub async fn run(
             () = &mut shutdown => return,
         };
         let now = SystemTime::now();
-        match looked {
+        let news = match looked {
             Some(state) => {
                 if force {
                     tracing::info!(
@@ -248,16 +248,13 @@ pub async fn run(
                         "re-read the drain record"
                     );
                 }
-                let state = state.at(now).unwrap_or(state);
-                publish.send_replace(Arc::new(state));
+                Some(state.at(now).unwrap_or(state))
             }
             // Unchanged on disk; a `--for` drain may still have run out.
-            None => {
-                let expired = publish.borrow().at(now);
-                if let Some(expired) = expired {
-                    publish.send_replace(Arc::new(expired));
-                }
-            }
+            None => publish.borrow().at(now),
+        };
+        if let Some(state) = news {
+            publish.send_replace(Arc::new(state));
         }
         force = false;
         let next = next_look(&watcher, &publish.borrow(), SystemTime::now());
