@@ -313,10 +313,7 @@ fn pair(text: &str, what: &'static str) -> Result<(u32, u32), Malformed> {
 }
 
 fn once<T>(slot: &mut Option<T>, value: T, what: &'static str) -> Result<(), Malformed> {
-    if slot.replace(value).is_some() {
-        return Err(Malformed::Twice(what));
-    }
-    Ok(())
+    (slot.replace(value)).map_or(Ok(()), |_| Err(Malformed::Twice(what)))
 }
 
 #[cfg(test)]

@@ -128,17 +128,15 @@ fn read_hint(e: &io::Error, path: &Path) -> String {
         }
         io::ErrorKind::PermissionDenied => match std::fs::metadata(path) {
             Ok(meta) if meta.mode() & 0o044 == 0 => format!(
-                " (its mode {:04o} lets only its owner {} read it, and no group helps: make \
-                 it 0640 with group puppet, as Puppet writes it, or run pmcheck as {})",
+                " (its mode {:04o} lets only its owner {1} read it, and no group helps: make \
+                 it 0640 with group puppet, as Puppet writes it, or run pmcheck as {1})",
                 meta.mode() & 0o7777,
                 crate::accounts::user_name(meta.uid()),
-                crate::accounts::user_name(meta.uid())
             ),
             Ok(meta) => format!(
-                " (mode {:04o}, group {}: run pmcheck as a member of group {})",
+                " (mode {:04o}, group {1}: run pmcheck as a member of group {1})",
                 meta.mode() & 0o7777,
                 crate::accounts::group_name(meta.gid()),
-                crate::accounts::group_name(meta.gid())
             ),
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
                 " (a directory on its path blocks it: `sudo pmcheck config --check` names which, \

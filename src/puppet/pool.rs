@@ -140,16 +140,13 @@ impl fmt::Display for Unready {
                 refusals,
                 lasted,
                 limit,
-            } => {
-                let plural = |n: u64| if n == 1 { "" } else { "s" };
-                write!(
-                    f,
-                    "Puppet Server's JRuby pool is wedged: none free and no borrow succeeded \
-                     since {since}, {timeouts} borrow{} timed out and {refusals} refused \
-                     ({lasted}): longer than --wedged-after {limit}",
-                    plural(*timeouts)
-                )
-            }
+            } => write!(
+                f,
+                "Puppet Server's JRuby pool is wedged: none free and no borrow succeeded \
+                 since {since}, {timeouts} borrow{} timed out and {refusals} refused \
+                 ({lasted}): longer than --wedged-after {limit}",
+                if *timeouts == 1 { "" } else { "s" }
+            ),
             Unready::PausedTooLong { pause, grace } => {
                 write!(f, "{pause}: longer than --pause-grace {grace}")
             }

@@ -26,13 +26,6 @@ impl Counters {
             refusals: pool.queue_limit_hits,
         }
     }
-
-    /// Fewer than before: another Puppet Server process counts from zero.
-    fn went_back(&self, before: &Self) -> bool {
-        self.borrows < before.borrows
-            || self.timeouts < before.timeouts
-            || self.refusals < before.refusals
-    }
 }
 
 /// Follows the pool's counters from probe to probe.
@@ -65,7 +58,11 @@ impl WedgeWatch {
     pub fn observe(&mut self, pool: &Pool, now: Instant, wall: SystemTime) -> Option<Unready> {
         let counters = Counters::of(pool);
         let before = self.last.replace(counters)?;
-        if counters.went_back(&before) || counters.borrows > before.borrows || pool.free > 0 {
+        // Fewer than before: another Puppet Server process counts from zero.
+        let went_back = counters.borrows < before.borrows
+            || counters.timeouts < before.timeouts
+            || counters.refusals < before.refusals;
+        if went_back || counters.borrows > before.borrows || pool.free > 0 {
             self.stalled = None;
             return None;
         }
