@@ -86,20 +86,16 @@ fn owners(dir: &Path) -> String {
         .ok()
         .flatten()
         .map_or_else(|| meta.uid().to_string(), |u| u.name);
-    let group = nix::unistd::Group::from_gid(meta.gid().into())
-        .ok()
-        .flatten()
-        .map_or_else(|| meta.gid().to_string(), |g| g.name);
-    let group_writes = meta.mode() & 0o020 != 0;
-    format!(
-        ", or as user {user}{} (they own {})",
-        if group_writes {
-            format!(" or a member of group {group}")
-        } else {
-            String::new()
-        },
-        dir.display()
-    )
+    // The group, when it may write the directory.
+    let group = (meta.mode() & 0o020 != 0).then(|| {
+        let name = nix::unistd::Group::from_gid(meta.gid().into())
+            .ok()
+            .flatten();
+        let name = name.map_or_else(|| meta.gid().to_string(), |g| g.name);
+        format!(" or a member of group {name}")
+    });
+    let group = group.unwrap_or_default();
+    format!(", or as user {user}{group} (they own {})", dir.display())
 }
 
 /// What one look at the drain file found: its stamp, for telling whether it changed since.

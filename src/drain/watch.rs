@@ -260,7 +260,8 @@ pub async fn run(
         let next = next_look(&watcher, &publish.borrow(), SystemTime::now());
         tokio::select! {
             () = watcher.changed() => {}
-            () = sleep(next) => {}
+            // Forever when there is no next look to make.
+            () = tokio::time::sleep(next.unwrap_or_default()), if next.is_some() => {}
             changed = reload.changed() => force = changed.is_ok(),
             () = &mut shutdown => return,
         }
@@ -278,14 +279,6 @@ fn next_look(watcher: &Watcher, state: &DrainState, now: SystemTime) -> Option<D
     };
     let left = drain.until()?.duration_since(now).unwrap_or_default();
     Some(left.min(EXPIRY_RECHECK))
-}
-
-/// Sleeps for `rest`, or forever.
-async fn sleep(rest: Option<Duration>) {
-    match rest {
-        Some(rest) => tokio::time::sleep(rest).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn summary(state: &DrainState) -> String {
