@@ -144,12 +144,10 @@ impl PuppetClient {
         limit: usize,
     ) -> Result<Vec<u8>, ProbeError> {
         let mut body = Vec::new();
-        while body.len() <= limit {
-            match response.chunk().await {
-                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
-                Ok(None) => break,
-                Err(e) => return Err(self.classify(e)),
-            }
+        while body.len() <= limit
+            && let Some(chunk) = response.chunk().await.map_err(|e| self.classify(e))?
+        {
+            body.extend_from_slice(&chunk);
         }
         Ok(body)
     }

@@ -241,8 +241,7 @@ fn ends(verb: &str, end: i64, now: i64) -> String {
 }
 
 fn days_text(seconds: i64) -> String {
-    let days = seconds / 86_400;
-    match days {
+    match seconds / 86_400 {
         0 => format!("{} hours", seconds / 3600),
         1 => "1 day".into(),
         n => format!("{n} days"),

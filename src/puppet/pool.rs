@@ -204,8 +204,7 @@ impl Pool {
 
     /// The pool in a few words, for the answer's reason: what an operator reads first.
     pub fn describe(&self, load: Load) -> String {
-        let plural =
-            |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let requests = |n: u32| format!("{n} request{}", if n == 1 { "" } else { "s" });
         // One multithreaded instance lends `size` slots; the words must not speak of instances.
         let (units, mode) = if self.multithreaded {
             ("borrow slots", " (one multithreaded JRuby)")
@@ -227,11 +226,7 @@ impl Pool {
             Load::Busy => {
                 let mut text = format!("busy: {} of {} {units} free", self.free, self.size);
                 if self.waiting > 0 {
-                    let _ = write!(
-                        text,
-                        ", {} waiting",
-                        plural(self.waiting, "request", "requests")
-                    );
+                    let _ = write!(text, ", {} waiting", requests(self.waiting));
                 }
                 let _ = write!(text, ", average wait {} ms", self.average_wait_ms);
                 if self.lock == "requested" {
@@ -241,7 +236,7 @@ impl Pool {
                     let _ = write!(
                         text,
                         ", {} refused at the queue limit since start",
-                        plural(self.queue_limit_hits as u32, "request", "requests")
+                        requests(self.queue_limit_hits as u32)
                     );
                 }
                 text.push_str(mode);
