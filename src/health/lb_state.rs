@@ -300,11 +300,9 @@ fn is_name(text: &str) -> bool {
 }
 
 fn number(text: &str, what: &'static str) -> Result<u32, Malformed> {
-    if text.is_empty() || text.len() > 10 || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Malformed::Value(what, "a whole number"));
-    }
-    text.parse()
-        .map_err(|_| Malformed::Value(what, "a whole number"))
+    // Plain digits only: `parse` would take a sign.
+    let digits = text.len() <= 10 && text.bytes().all(|b| b.is_ascii_digit());
+    (text.parse().ok().filter(|_| digits)).ok_or(Malformed::Value(what, "a whole number"))
 }
 
 fn pair(text: &str, what: &'static str) -> Result<(u32, u32), Malformed> {
