@@ -61,7 +61,14 @@ const DESCRIPTION: usize = 100;
 /// ([`quiet_line`] is the drained line without its words.)
 pub fn line(decision: &Decision<'_>) -> String {
     // (words, whether the weight goes with them)
-    let (words, weighted) = words(decision);
+    let (words, weighted) = match decision.verdict {
+        Verdict::Ok => ("up ready", true),
+        Verdict::Drained => ("up drain", false),
+        Verdict::Down | Verdict::NotReady => ("down ready", true),
+        Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => ("fail", false),
+        Verdict::Unknown => ("fail ready", true),
+        Verdict::Starting => ("", false),
+    };
     rendered(decision, words, weighted)
 }
 
@@ -69,17 +76,6 @@ pub fn line(decision: &Decision<'_>) -> String {
 /// drained node's agent check that has no HTTP check of its server line to follow yet).
 pub fn quiet_line(decision: &Decision<'_>) -> String {
     rendered(decision, "", false)
-}
-
-fn words(decision: &Decision<'_>) -> (&'static str, bool) {
-    match decision.verdict {
-        Verdict::Ok => ("up ready", true),
-        Verdict::Drained => ("up drain", false),
-        Verdict::Down | Verdict::NotReady => ("down ready", true),
-        Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => ("fail", false),
-        Verdict::Unknown => ("fail ready", true),
-        Verdict::Starting => ("", false),
-    }
 }
 
 fn rendered(decision: &Decision<'_>, words: &str, weighted: bool) -> String {

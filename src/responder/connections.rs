@@ -327,9 +327,7 @@ impl Connections {
                 _close: close,
             },
         );
-        let mut from = table.sources.remove(&source).unwrap_or_default();
-        from.ids.insert(id);
-        table.sources.insert(source, from);
+        table.sources.entry(source).or_default().ids.insert(id);
         if proven {
             table.proven.insert(id);
         } else {
@@ -419,8 +417,7 @@ impl Table {
             None => Some(self.live.keys().next().copied()),
         }
     }
-}
-impl Table {
+
     /// The connection of `source` that goes first (unproven ones only, when `unproven`), if
     /// it has any. A scan of one source's connections, at most
     /// `--max-connections-per-source`.

@@ -66,9 +66,7 @@ impl Guard {
     pub fn allowed(&self) -> &[IpNet] {
         &self.allow
     }
-}
 
-impl Guard {
     fn note(throttle: &Mutex<Throttle>) -> Option<u64> {
         throttle
             .lock()

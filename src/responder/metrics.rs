@@ -121,14 +121,8 @@ pub struct Metrics {
 }
 
 impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
     /// Every counter at zero.
-    pub fn new() -> Self {
+    fn default() -> Self {
         Self {
             polls: Default::default(),
             failures: Default::default(),
@@ -136,7 +130,9 @@ impl Metrics {
             drain_events: Arc::default(),
         }
     }
+}
 
+impl Metrics {
     /// Counts one poll: one relaxed atomic add, on the hot path.
     pub fn polled(&self, via: Via, verdict: Verdict) {
         self.polls[via as usize][verdict as usize].fetch_add(1, Ordering::Relaxed);
@@ -540,7 +536,7 @@ mod tests {
 
     #[test]
     fn every_verdict_has_a_series_and_only_the_current_one_is_1() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let drain = DrainState::NotDrained;
         let text = metrics.render(
             now(Verdict::NotReady, &drain, None, 0),
@@ -565,7 +561,7 @@ mod tests {
 
     #[test]
     fn polls_and_failures_count_by_fixed_labels() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         metrics.polled(Via::Http, Verdict::Ok);
         metrics.polled(Via::Http, Verdict::Ok);
         metrics.polled(Via::Agent, Verdict::Drained);
@@ -628,7 +624,7 @@ mod tests {
 
     #[test]
     fn the_pool_and_the_drain_are_exported_in_base_units() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let drain = drained(Some(Duration::from_secs(3600)));
         let pool = pool();
         let now = now(Verdict::Drained, &drain, Some(&pool), 1);
@@ -675,7 +671,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_drain_state_has_no_drain_series() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let drain = DrainState::Unknown(crate::drain::record::Unreadable::Hung {
             path: "/var/lib/pmcheck/drain".into(),
             after: Duration::from_secs(1),
@@ -694,7 +690,7 @@ mod tests {
 
     #[test]
     fn openmetrics_and_classic_differ_only_where_the_formats_do() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let drain = drained(None);
         let pool = pool();
         let now = now(Verdict::Drained, &drain, Some(&pool), 0);

@@ -34,6 +34,7 @@ use crate::responder::http::{
 use crate::responder::metrics::Metrics;
 use crate::responder::metrics::{self, Current};
 use crate::responder::pollers::{Poll, Pollers, Via};
+use crate::responder::server_line;
 use crate::settings::lb_proof::{self, LbProof, Whose};
 
 /// The moment a decision is made at: the one place the responder reads both clocks for one.
@@ -139,10 +140,10 @@ impl Node {
             latest: feeds.latest,
             rejoin: feeds.rejoin,
             rules,
-            pollers: Pollers::new(),
+            pollers: Pollers::default(),
             proof: RwLock::new(proof),
             agents: Agents::new(puppet),
-            metrics: metrics.then(Metrics::new),
+            metrics: metrics.then(Metrics::default),
             readings: Readings::default(),
             started: Instant::now(),
             drain_file: drain_file.resolved().display().to_string(),
@@ -270,11 +271,11 @@ impl Node {
                 let mut lb = None;
                 let held = hold::held(decision.holders(drain, now.wall), || {
                     let lb = lb.insert(lb_state::parse(header).ok()?);
-                    let facts = (self.pollers).line_facts(peer, key_line, header, now.at);
+                    let line = (self.pollers).line_facts(peer, key_line, header, now.at);
                     let drained_at = (decision.holders(drain, now.wall))
                         .filter_map(|h| h.tenure.since.time())
                         .min();
-                    facts.holds(lb, now.at, drained_at, now.wall)
+                    server_line::held_at(line.as_ref(), lb, now.at, drained_at, now.wall)
                 })?;
                 let lb = lb?;
                 Some(Kept {

@@ -17,6 +17,7 @@ use crate::protocol::progress::{Ask, Progress, Stage};
 use crate::protocol::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::puppet::pool::Load;
 use crate::responder::pollers::{REGULAR, SILENCE};
+use crate::responder::status::ms;
 use crate::responder::unproven::{bound, by_time};
 use crate::settings::lb_proof::Proof;
 use crate::text::seconds;
@@ -27,7 +28,7 @@ pub fn progress(status: &Status<'_>, ask: &Ask) -> Progress {
     let undrain = undrain(status, ask);
     Progress {
         polls: ask.polls,
-        lb_interval_ms: u64::try_from(ask.lb_interval.as_millis()).unwrap_or(u64::MAX),
+        lb_interval_ms: ms(ask.lb_interval),
         safe_to_stop: drain.met(),
         in_rotation: undrain.met(),
         healthy: healthy(status, ask),

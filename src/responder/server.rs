@@ -109,7 +109,13 @@ pub async fn serve(
     let tracked = Arc::clone(&node);
     let state_dir = settings.state_dir.value.clone();
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
-    let observed = observe(Arc::clone(&node));
+    // What the prober's every report goes through: the metrics count it.
+    let counted = Arc::clone(&node);
+    let observed = move |report: &ProbeReport| {
+        if let Some(metrics) = &counted.metrics {
+            metrics.probed(report);
+        }
+    };
     let progress = Progress {
         listeners: beats,
         latest: node.latest.clone(),
@@ -321,7 +327,7 @@ async fn track_rejoin(
     let mut tracker = match resumed.await.ok().flatten() {
         Some(elapsed) => {
             tracing::info!(
-                began_ms_ago = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                began_ms_ago = crate::responder::status::ms(elapsed),
                 began_ago = %crate::text::seconds(elapsed),
                 "resuming the slow start a previous pmcheck began"
             );
@@ -398,15 +404,6 @@ fn next_change(
         .map(|at| at - now + PAST)
         .min()
         .unwrap_or(IDLE)
-}
-
-/// What the prober's every report goes through: the metrics count it.
-fn observe(health: Arc<Node>) -> impl FnMut(&ProbeReport) {
-    move |report| {
-        if let Some(metrics) = &health.metrics {
-            metrics.probed(report);
-        }
-    }
 }
 
 #[cfg(test)]

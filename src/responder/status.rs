@@ -33,14 +33,13 @@ impl Node {
             agent_check: self.rules.agent_check,
             pollers: self.pollers.answer(now.at),
             traffic: self.agents.latest(now.at),
-            listening_ms: u64::try_from(now.at.saturating_duration_since(self.started).as_millis())
-                .unwrap_or(u64::MAX),
+            listening_ms: ms(now.at.saturating_duration_since(self.started)),
             drain_file: self.drain_file.clone(),
             unrecorded: self.pollers.unrecorded(now.at),
             certificates: self.certificates(),
             code: self.code(),
             lb_key_file: self.proof().answer(),
-            probe_stale_ms: u64::try_from(self.rules.stale_after.as_millis()).unwrap_or(u64::MAX),
+            probe_stale_ms: ms(self.rules.stale_after),
             progress: None,
         };
         status.progress = Some(progress(&status, ask));
@@ -60,7 +59,8 @@ impl Node {
     }
 }
 
-fn ms(d: Duration) -> u64 {
+/// Milliseconds, saturating: how the JSON carries a duration.
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::health::verdict::Verdict;
 use crate::protocol::progress::{Ask, Stage};
 use crate::protocol::{PollerAnswer, Status};
+use crate::responder::status::ms;
 use crate::text::seconds;
 
 /// A poller that does not prove it is a load balancer ([`crate::settings::lb_proof`]) may be
@@ -40,10 +41,9 @@ pub(crate) fn by_time(
                 seconds(ask.lb_interval)
             ));
             // It may have acted as late as when that long was up.
-            let ago = since.saturating_sub(needed).as_millis();
-            a.acted_by(p.address, u64::try_from(ago).unwrap_or(u64::MAX));
+            a.acted_by(p.address, ms(since.saturating_sub(needed)));
         }
-        told => a.pend_of(Some(p.address), told.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)), format!(
+        told => a.pend_of(Some(p.address), told.map(ms), format!(
             "{what} told {} for {} of the {} that {} checks {} apart take (its own word is not believed){}",
             verdict.as_str(),
             seconds(told.unwrap_or_default()),
