@@ -79,13 +79,6 @@ impl Agents {
         };
         self.keep(read);
     }
-
-    /// The same, on this thread: inetd mode answers one request and exits.
-    pub fn refresh_here(&self) {
-        if let Some(puppet) = &self.puppet {
-            self.keep(read(*puppet.borrow()));
-        }
-    }
 }
 
 /// One read of the agent connections, bounded.

@@ -260,12 +260,6 @@ impl Connections {
         })
     }
 
-    /// The number of connections open now.
-    #[cfg(test)]
-    pub fn open(&self) -> usize {
-        self.lock().live.len()
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -497,6 +491,13 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Connections {
+        /// The number of connections open now.
+        pub fn open(&self) -> usize {
+            self.lock().live.len()
+        }
+    }
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()

@@ -60,13 +60,8 @@ pub(crate) fn respond_with(
     json: bool,
 ) -> Response<Full<Bytes>> {
     let content_type = if json { JSON } else { TEXT };
-    answer(
-        decision,
-        method,
-        Bytes::from(body),
-        reason_phrase(decision),
-        content_type,
-    )
+    let phrase = reason_phrase(decision);
+    answer(decision, method, Bytes::from(body), phrase, content_type)
 }
 
 fn answer(

@@ -60,33 +60,18 @@ pub enum Cause {
 }
 
 impl Cause {
-    /// Every cause, in declaration order (a cause's index in it is `cause as usize`).
-    pub const ALL: [Cause; 9] = [
-        Cause::Refused,
-        Cause::Connect,
-        Cause::Tls,
-        Cause::Timeout,
-        Cause::HttpStatus,
-        Cause::NotRunning,
-        Cause::Unreadable,
-        Cause::Exchange,
-        Cause::CannotProbe,
+    /// The label values, in declaration order: a cause's is at `cause as usize`.
+    pub const LABELS: [&str; 9] = [
+        "refused",
+        "connect",
+        "tls",
+        "timeout",
+        "http_status",
+        "not_running",
+        "unreadable",
+        "exchange",
+        "cannot_probe",
     ];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::Refused => "refused",
-            Cause::Connect => "connect",
-            Cause::Tls => "tls",
-            Cause::Timeout => "timeout",
-            Cause::HttpStatus => "http_status",
-            Cause::NotRunning => "not_running",
-            Cause::Unreadable => "unreadable",
-            Cause::Exchange => "exchange",
-            Cause::CannotProbe => "cannot_probe",
-        }
-    }
 
     /// Why `outcome` is a failure, if it is one.
     pub fn of(outcome: &ProbeOutcome) -> Option<Cause> {
@@ -113,7 +98,7 @@ pub struct Metrics {
     /// Polls answered, by how they came and by verdict: `[via][verdict]`.
     polls: [[AtomicU64; Verdict::ALL.len()]; 2],
     /// Failed probes, by cause.
-    failures: [AtomicU64; Cause::ALL.len()],
+    failures: [AtomicU64; Cause::LABELS.len()],
     /// How long each probe that reached the network took.
     probe_seconds: Histogram,
     /// Drain events read from the event log, by action (counted by the log's reader).
@@ -175,9 +160,8 @@ impl Metrics {
             Kind::Counter,
             None,
         );
-        for cause in Cause::ALL {
-            let n = self.failures[cause as usize].load(Ordering::Relaxed);
-            out.sample("_total", &[("cause", cause.as_str())], n);
+        for (cause, n) in Cause::LABELS.iter().zip(&self.failures) {
+            out.sample("_total", &[("cause", cause)], n.load(Ordering::Relaxed));
         }
         out.family(
             "pmcheck_polls",

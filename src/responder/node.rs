@@ -24,7 +24,7 @@ use crate::health::weight::Rejoin;
 use crate::protocol::progress::Ask;
 use crate::puppet::client::Address;
 use crate::puppet::readings::Readings;
-use crate::puppet::report::{Latest, ProbeReport};
+use crate::puppet::report::Latest;
 use crate::responder::agent::{self, Sent};
 use crate::responder::agents::Agents;
 use crate::responder::http::{
@@ -150,11 +150,6 @@ impl Node {
         }
     }
 
-    /// The latest probe report, without waiting for Puppet Server.
-    pub fn latest(&self) -> Option<Arc<ProbeReport>> {
-        self.latest.borrow().clone()
-    }
-
     /// The agent check's line for `peer`, which sent `sent` (HAProxy's `agent-send`: the
     /// server line and the load balancers' key), with what it tells, to note once the line is
     /// out ([`Node::agent_told`]).
@@ -201,12 +196,6 @@ impl Node {
         self.count(poll, told.at, told.quiet);
     }
 
-    /// Whether an agent check from `peer` can prove a load balancer, so that its `agent-send`
-    /// is worth waiting for.
-    pub fn may_prove(&self, peer: IpAddr) -> bool {
-        self.proof().may_prove(peer)
-    }
-
     /// Whether a connection from `peer` is a proven load balancer's until it shows otherwise:
     /// its address proved itself lately, or is one the key file binds a key to (known from
     /// the daemon's first second, so that a restart under a flood keeps every keyed check).
@@ -234,7 +223,7 @@ impl Node {
         // copy, for those few moments only): the answer says so, not a bare OK.
         let aged = published.at(now.wall);
         let drain = aged.as_ref().unwrap_or(&published);
-        let probe = self.latest();
+        let probe = self.latest.borrow().clone();
         let rejoin = *self.rejoin.borrow();
         let decision = Decision::decide(drain, probe.as_deref(), rejoin, now, &self.rules);
         let kept = match (decision.verdict, drain) {
@@ -521,7 +510,8 @@ mod tests {
     #[test]
     fn only_this_host_sees_the_pollers_and_the_traffic() {
         let (responder, _keep) = responder(Some("127.0.0.1:8140".parse().unwrap()));
-        responder.agents.refresh_here();
+        let rt = tokio::runtime::Builder::new_current_thread().build();
+        rt.unwrap().block_on(responder.agents.refresh());
         let remote = json_from(&responder, "/", "10.0.0.5", "HAProxy");
         assert!(remote.get("pollers").is_none() && remote.get("traffic").is_none());
         let remote = json_from(&responder, STATUS_PATH, "10.0.0.5", "curl/8");

@@ -104,10 +104,7 @@ impl Poller {
     /// Its agent checks fell silent while its HTTP checks go on: `agent-check` is gone from
     /// its server line, and the weight the agent check sends is no longer read.
     pub(crate) fn agent_stopped(&self, now: Instant) -> bool {
-        match (self.agent, self.http) {
-            (Some(agent), Some(http)) => !agent.polling(now) && http.polling(now),
-            _ => false,
-        }
+        self.agent.is_some_and(|a| !a.polling(now)) && self.http.is_some_and(|h| h.polling(now))
     }
 
     /// Polls at a steady rhythm and has not fallen silent: a load balancer, never pushed out.
@@ -117,10 +114,7 @@ impl Poller {
 
     /// Still polls, by the rhythm of either kind of check ([`polling`](crate::responder::server_line::polling)).
     pub fn polling(&self, now: Instant) -> bool {
-        [self.http, self.agent]
-            .iter()
-            .flatten()
-            .any(|t| t.polling(now))
+        (self.http.iter().chain(&self.agent)).any(|t| t.polling(now))
     }
 
     /// Its server lines that are its word at `now`: read well, and not stopped.

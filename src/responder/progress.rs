@@ -394,7 +394,6 @@ fn agent_traffic(a: &mut Stage, status: &Status<'_>) {
         }
         Some(t) => {
             a.connections = t.count();
-            let pollers: Vec<IpAddr> = status.pollers.iter().map(|p| p.address).collect();
             let from: BTreeMap<IpAddr, usize> = t
                 .sources
                 .iter()
@@ -403,7 +402,7 @@ fn agent_traffic(a: &mut Stage, status: &Status<'_>) {
             let mut from: Vec<String> = from
                 .into_iter()
                 .map(|(ip, n)| {
-                    let who = if pollers.contains(&ip) {
+                    let who = if status.pollers.iter().any(|p| p.address == ip) {
                         "through the load balancer"
                     } else {
                         "not a poller: an agent that bypasses the load balancer?"

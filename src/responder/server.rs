@@ -98,13 +98,13 @@ pub async fn serve(
         "probing Puppet Server"
     );
     let directory = watcher.directory();
-    follow(&mut tasks, settings, &node, moves, &reload);
+    follow(&mut tasks, settings, daemon, &node, moves, &reload);
     let reread = reload.clone();
     tasks.spawn(|stop| crate::drain::watch::run(watcher, publish_drain, reread, stop));
     if let Some(metrics) = &node.metrics {
         let counts = Arc::clone(&metrics.drain_events);
         tasks.spawn(|stop| audit::run(drain_file, audited, directory, counts, stop));
-        read(&mut tasks, settings, &node, &prober);
+        read(&mut tasks, settings, daemon, &node, &prober);
     }
     let tracked = Arc::clone(&node);
     let state_dir = settings.state_dir.value.clone();
@@ -142,15 +142,14 @@ pub async fn serve(
 fn follow(
     tasks: &mut Tasks,
     settings: &Settings,
+    daemon: &Daemon,
     node: &Arc<Node>,
     moves: watch::Sender<std::net::SocketAddr>,
     reload: &watch::Receiver<()>,
 ) {
-    if let Some(daemon) = &settings.daemon {
-        let (keys, addresses) = (daemon.lb_key_file.value.clone(), &daemon.lb_addresses.value);
-        let (node, reload, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
-        tasks.spawn(|stop| key_reload::follow(node, keys, addresses, reload, stop));
-    }
+    let (keys, addresses) = (daemon.lb_key_file.value.clone(), &daemon.lb_addresses.value);
+    let (keyed, rereads, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
+    tasks.spawn(|stop| key_reload::follow(keyed, keys, addresses, rereads, stop));
     let reports = node.latest.clone();
     let followed = puppet_files::Followed::new(settings.clone(), moves, reports, reload.clone());
     tasks.spawn(|stop| puppet_files::follow(followed, stop));
@@ -235,8 +234,8 @@ fn listen(
         // It stops itself, and gives the polls in flight a moment.
         tasks.spawn(|_| listener.run());
     }
-    if !guard.allowed().is_empty() {
-        let nets: Vec<_> = guard.allowed().iter().map(ToString::to_string).collect();
+    if !guard.allow.is_empty() {
+        let nets: Vec<_> = guard.allow.iter().map(ToString::to_string).collect();
         tracing::info!(allow = %nets.join(","), "accepting polls only from these networks");
     }
     tracing::debug!(
@@ -249,7 +248,7 @@ fn listen(
 
 /// The slow readers: the certificates' dates, and the deploy records with file sync (asked
 /// with the prober's client).
-fn read(tasks: &mut Tasks, settings: &Settings, node: &Node, prober: &Prober) {
+fn read(tasks: &mut Tasks, settings: &Settings, daemon: &Daemon, node: &Node, prober: &Prober) {
     let files = expiry::Files::new(
         settings.hostcert.value.clone(),
         settings.localcacert.value.clone(),
@@ -263,9 +262,7 @@ fn read(tasks: &mut Tasks, settings: &Settings, node: &Node, prober: &Prober) {
     tasks.spawn(|stop| reading::refresh(expiry::REFRESH, read_files, expiries, stop));
     let environments = code::Environments {
         environmentpath: settings.environmentpath.value.clone(),
-        names: (settings.daemon.as_ref())
-            .map(|d| d.code_environments.value.clone())
-            .unwrap_or_default(),
+        names: daemon.code_environments.value.clone(),
     };
     let mut code = code::Reader::new(environments, prober.client());
     let latest = Arc::clone(&node.readings.code);
@@ -365,11 +362,7 @@ async fn track_rejoin(
             ramp_record::keep(state_dir.clone(), began).await;
             ramping = Some(ramps);
         }
-        publish.send_if_modified(|current| {
-            let changed = *current != state;
-            *current = state;
-            changed
-        });
+        publish.send_if_modified(|current| std::mem::replace(current, state) != state);
         let rest = next_change(probe.as_deref(), state, now, &health.rules);
         tokio::select! {
             Ok(()) = drains.changed() => {}

@@ -91,29 +91,22 @@ pub(crate) fn bound(status: &Status<'_>) -> Option<Bound> {
     let proving = |ip: IpAddr| {
         (status.pollers.iter()).any(|p| p.polling && p.proof.proven() && p.address == ip)
     };
-    let mut bound = Bound {
-        hosts: Vec::new(),
-        missing: Vec::new(),
-    };
+    let (mut hosts, mut missing) = (Vec::new(), Vec::new());
     for key in &keys.keys {
         if key.from.is_empty() {
-            bound
-                .missing
-                .push(format!("line {} binds no address", key.line));
+            missing.push(format!("line {} binds no address", key.line));
         }
         for net in &key.from {
             match net.parse::<ipnet::IpNet>() {
                 Ok(n) if n.prefix_len() == n.max_prefix_len() => {
                     if !proving(n.addr()) {
-                        bound
-                            .missing
-                            .push(format!("{} (line {})", n.addr(), key.line));
+                        missing.push(format!("{} (line {})", n.addr(), key.line));
                     }
-                    bound.hosts.push(n.addr());
+                    hosts.push(n.addr());
                 }
-                _ => (bound.missing).push(format!("line {} binds the network {net}", key.line)),
+                _ => missing.push(format!("line {} binds the network {net}", key.line)),
             }
         }
     }
-    Some(bound)
+    Some(Bound { hosts, missing })
 }
