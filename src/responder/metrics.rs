@@ -169,14 +169,11 @@ impl Metrics {
             Kind::Counter,
             None,
         );
-        for (via, kind) in [(Via::Http, "http"), (Via::Agent, "agent")] {
-            for verdict in Verdict::ALL {
-                let n = self.polls[via as usize][verdict as usize].load(Ordering::Relaxed);
-                out.sample(
-                    "_total",
-                    &[("kind", kind), ("verdict", verdict.as_str())],
-                    n,
-                );
+        // `polls` is indexed by `Via` and `Verdict` in declaration order.
+        for (kind, polls) in ["http", "agent"].into_iter().zip(&self.polls) {
+            for (verdict, n) in Verdict::ALL.iter().zip(polls) {
+                let labels = [("kind", kind), ("verdict", verdict.as_str())];
+                out.sample("_total", &labels, n.load(Ordering::Relaxed));
             }
         }
         out.gauge(

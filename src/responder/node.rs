@@ -402,7 +402,7 @@ impl Node {
                     ),
                 }
             } else {
-                respond_with(decision, method, decision.json(), true)
+                respond_with(decision, method, decision.json())
             }
         })
     }

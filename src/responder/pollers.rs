@@ -339,20 +339,15 @@ impl Pollers {
             true => l.held_lately(now),
             false => l.held,
         };
-        let held_here = || {
-            careful(held, || {
-                (table.proven(address))
-                    .flat_map(|p| p.current_lines(now))
-                    .filter(|l| l.polling(now) && held(l).is_some())
-            })
+        let held_lines = || {
+            (table.proven(address).flat_map(|p| p.current_lines(now)))
+                .filter(|l| l.polling(now) && held(l).is_some())
         };
+        let held_here = || careful(held, held_lines);
         // A held line at this address whose agent check is not heard: some agent check names
         // another line, or carries another load balancer's key (a copied `agent-send`).
         let heard = |l: &ServerLine| l.agent.is_some_and(|a| a.polling(now));
-        let unheard = || {
-            (table.proven(address).flat_map(|p| p.current_lines(now)))
-                .any(|l| l.polling(now) && held(l).is_some() && !heard(l))
-        };
+        let unheard = || held_lines().any(|l| !heard(l));
         let poller = key_line.and_then(|k| table.view(address, k));
         let Some(poller) = poller.filter(|_| !unheard()) else {
             return held_here();

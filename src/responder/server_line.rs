@@ -204,12 +204,6 @@ impl ServerLine {
         self.held.or_else(|| self.held_last.and_then(lately))
     }
 
-    /// Two load balancers answer as one at this line, as its headers showed within
-    /// [`TWO_VIEWS_FOR`].
-    pub fn doubled(&self, now: Instant) -> bool {
-        (self.two_views).is_some_and(|t| now.saturating_duration_since(t) < TWO_VIEWS_FOR)
-    }
-
     /// The header, read.
     pub fn read(&self) -> Result<lb_state::LbState, Malformed> {
         if self.len > lb_state::LIMIT {
@@ -236,7 +230,10 @@ impl ServerLine {
         // Young until its checks have been answered DRAINED that long.
         let young = self.told != Verdict::Drained
             || now.saturating_duration_since(self.since) < hold::YOUNG;
-        hold::holds(lb, self.agent_out(at, now), young, self.doubled(now))
+        // Two load balancers answer as one here, as its headers showed within [`TWO_VIEWS_FOR`].
+        let doubled =
+            (self.two_views).is_some_and(|t| now.saturating_duration_since(t) < TWO_VIEWS_FOR);
+        hold::holds(lb, self.agent_out(at, now), young, doubled)
     }
 }
 

@@ -36,26 +36,16 @@ impl Node {
             listening_ms: ms(now.at.saturating_duration_since(self.started)),
             drain_file: self.drain_file.clone(),
             unrecorded: self.pollers.unrecorded(now.at),
-            certificates: self.certificates(),
-            code: self.code(),
+            // The slow readings as last read (none in inetd mode).
+            certificates: (self.readings.expiries())
+                .map(|l| CertificatesAnswer::of(&l, expiry::now())),
+            code: (self.readings.code()).map(|l| CodeAnswer::of(&l, expiry::now())),
             lb_key_file: self.proof().answer(),
             probe_stale_ms: ms(self.rules.stale_after),
             progress: None,
         };
         status.progress = Some(progress(&status, ask));
-        respond_with(decision, method, status.to_json(), true)
-    }
-
-    /// The certificates' dates as last read, for the operator's JSON (none in inetd mode).
-    fn certificates(&self) -> Option<CertificatesAnswer> {
-        let latest = self.readings.expiries()?;
-        Some(CertificatesAnswer::of(&latest, expiry::now()))
-    }
-
-    /// The deploy records as last read, for the operator's JSON (none in inetd mode).
-    fn code(&self) -> Option<Vec<CodeAnswer>> {
-        let latest = self.readings.code()?;
-        Some(CodeAnswer::of(&latest, expiry::now()))
+        respond_with(decision, method, status.to_json())
     }
 }
 
