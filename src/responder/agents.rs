@@ -58,11 +58,6 @@ impl Agents {
         latest.as_ref().is_some_and(|(at, _)| at.elapsed() < FRESH)
     }
 
-    fn keep(&self, read: TrafficAnswer) {
-        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
-        *latest = Some((Instant::now(), Arc::new(read)));
-    }
-
     /// Makes the latest read at most [`FRESH`] old, reading on the blocking pool; requests that
     /// come during a read wait for it instead of starting another.
     pub async fn refresh(&self) {
@@ -77,7 +72,8 @@ impl Agents {
             Ok(read) => read,
             Err(e) => TrafficAnswer::unreadable(puppet, format!("the read failed: {e}")),
         };
-        self.keep(read);
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        *latest = Some((Instant::now(), Arc::new(read)));
     }
 }
 

@@ -124,10 +124,8 @@ pub async fn serve(
     };
     // A test seam (docs/testing.md): a prober that wedges after its first probe, as a bug
     // would leave it, for the watchdog's tests.
-    let interval = match std::env::var_os("TEST_PMCHECK_WEDGE_PROBER") {
-        Some(_) => Duration::from_secs(365 * 86_400),
-        None => interval,
-    };
+    let interval = std::env::var_os("TEST_PMCHECK_WEDGE_PROBER")
+        .map_or(interval, |_| Duration::from_secs(365 * 86_400));
     tasks.spawn(|stop| probe::run(prober, interval, publish, reload, observed, stop));
     ready(progress);
     shutdown.await;
