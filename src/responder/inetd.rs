@@ -85,7 +85,7 @@ pub async fn answer_one(
             let answered = Arc::clone(&answered);
             async move {
                 // Unlike the daemon, answer from a real check of Puppet Server, made for this poll.
-                let mut latest = health.latest.clone();
+                let mut latest = health.feeds.latest.clone();
                 let _ = latest.wait_for(Option::is_some).await;
                 answered.store(true, Ordering::Relaxed);
                 if operator_view(&request, peer) {

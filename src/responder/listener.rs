@@ -100,7 +100,7 @@ impl Listener {
         let mut connections = JoinSet::new();
         let stop = closed(self.stopped.clone());
         tokio::pin!(stop);
-        let mut latest = self.node.latest.clone();
+        let mut latest = self.node.feeds.latest.clone();
         tokio::select! {
             _ = tokio::time::timeout(FIRST_PROBE, latest.wait_for(Option::is_some)) => {}
             () = &mut stop => return,

@@ -88,12 +88,8 @@ pub struct Feeds {
 /// rejoin state, all kept up to date in the background, so a poll does no I/O beyond its
 /// socket; and what the polls leave behind (pollers, counters).
 pub struct Node {
-    /// The drain state, kept current by the drain watcher.
-    pub drain: Drains,
-    /// The latest probe report, published by the prober.
-    pub latest: Latest,
-    /// Where the node stands on its way back into the pool, for the weight.
-    pub rejoin: watch::Receiver<Rejoin>,
+    /// The drain state, the latest probe report and the rejoin state, kept current.
+    pub feeds: Feeds,
     /// The daemon's settings that shape an answer.
     pub rules: Rules,
     /// Who polls, and what each was told.
@@ -136,9 +132,7 @@ impl Node {
         metrics: bool,
     ) -> Self {
         Self {
-            drain: feeds.drain,
-            latest: feeds.latest,
-            rejoin: feeds.rejoin,
+            feeds,
             rules,
             pollers: Pollers::default(),
             proof: RwLock::new(proof),
@@ -218,13 +212,13 @@ impl Node {
         then: impl FnOnce(&Decision<'_>, Now, Option<&Kept>) -> R,
     ) -> R {
         let now = now();
-        let published = Arc::clone(&self.drain.borrow());
+        let published = Arc::clone(&self.feeds.drain.borrow());
         // A `--for` that ran out before the watcher published it expired is expired now (a
         // copy, for those few moments only): the answer says so, not a bare OK.
         let aged = published.at(now.wall);
         let drain = aged.as_ref().unwrap_or(&published);
-        let probe = self.latest.borrow().clone();
-        let rejoin = *self.rejoin.borrow();
+        let probe = self.feeds.latest.borrow().clone();
+        let rejoin = *self.feeds.rejoin.borrow();
         let decision = Decision::decide(drain, probe.as_deref(), rejoin, now, &self.rules);
         let kept = match (decision.verdict, drain) {
             (Verdict::Drained, DrainState::Drained(d)) => self.kept(d, &decision, asker, now),

@@ -74,11 +74,10 @@ const SETTLE: Duration = Duration::from_millis(250);
 /// The agent connections were read [`SETTLE`] after the latest load balancer acted, so that a
 /// connection it opened just before is among them; a read that cannot be dated never is.
 fn settled(a: &Stage, status: &Status<'_>) -> bool {
-    let Some(acted) = a.acted_ms_ago else {
-        return true;
-    };
     let read = status.traffic.as_ref().and_then(|t| t.age_ms);
-    read.is_some_and(|age| Duration::from_millis(age) + SETTLE <= Duration::from_millis(acted))
+    (a.acted_ms_ago).is_none_or(|acted| {
+        read.is_some_and(|age| Duration::from_millis(age) + SETTLE <= Duration::from_millis(acted))
+    })
 }
 
 /// An undrain: pmcheck answers OK and every load balancer took the node back.

@@ -118,7 +118,7 @@ pub async fn serve(
     };
     let progress = Progress {
         listeners: beats,
-        latest: node.latest.clone(),
+        latest: node.feeds.latest.clone(),
         since: Instant::now(),
         probe_bound: 2 * rules.stale_after,
     };
@@ -148,7 +148,7 @@ fn follow(
     let (keys, addresses) = (daemon.lb_key_file.value.clone(), &daemon.lb_addresses.value);
     let (keyed, rereads, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
     tasks.spawn(|stop| key_reload::follow(keyed, keys, addresses, rereads, stop));
-    let reports = node.latest.clone();
+    let reports = node.feeds.latest.clone();
     let followed = puppet_files::Followed::new(settings.clone(), moves, reports, reload.clone());
     tasks.spawn(|stop| puppet_files::follow(followed, stop));
 }
@@ -332,8 +332,8 @@ async fn track_rejoin(
     };
     let mut ramping = None;
     let mut log = VerdictLog::default();
-    let mut drains = health.drain.clone();
-    let mut latest = health.latest.clone();
+    let mut drains = health.feeds.drain.clone();
+    let mut latest = health.feeds.latest.clone();
     tokio::pin!(shutdown);
     loop {
         let moment = crate::responder::node::now();
