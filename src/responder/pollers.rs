@@ -122,12 +122,6 @@ impl Poller {
         (self.lines.iter().flatten()).filter(move |l| l.well_formed && !self.stopped(l, now))
     }
 
-    /// Its line named `name` in the headers of HAProxy `node`, when its word at `now`.
-    fn line(&self, name: &[u8], node: &[u8], now: Instant) -> Option<&ServerLine> {
-        self.current_lines(now)
-            .find(|l| l.name() == name && l.node() == node)
-    }
-
     /// Keeps `header`, answered `verdict` (held for `held`): a well-formed header replaces its
     /// server line's, else takes a free place, else the oldest; a malformed one only another
     /// malformed one's, else a free place.
@@ -310,8 +304,10 @@ impl Pollers {
     ) -> Option<ServerLine> {
         let (name, node) = (lb_state::name_of(header), lb_state::node_of(header));
         let table = self.lock();
-        (table.view(address.to_canonical(), key_line))
-            .and_then(|p| p.line(name, node, now).copied())
+        let poller = table.view(address.to_canonical(), key_line)?;
+        (poller.current_lines(now))
+            .find(|l| l.name() == name && l.node() == node)
+            .copied()
     }
 
     /// What an agent check from `address` follows, which proved itself with `key_line` (`None`

@@ -120,9 +120,7 @@ fn healthy(status: &Status<'_>, ask: &Ask) -> Stage {
     } else if !probe.healthy() {
         a.pend(format!("Puppet Server: {}", probe.detail));
     } else if answer.load == Some(Load::Warming) {
-        let pool = answer
-            .pool
-            .as_ref()
+        let pool = (answer.pool.as_ref())
             .map(|p| format!(": {} of {} JRubies ready", p.free + p.borrowed, p.size))
             .unwrap_or_default();
         a.pend(format!("Puppet Server's JRuby pool is warming{pool}"));
@@ -361,11 +359,7 @@ fn by_counts(
         (Verdict::Drained, true) => format!("one agent-check or {polls} HTTP answers"),
         _ => format!("{polls} HTTP answers in a row"),
     };
-    let since = [http, agent]
-        .into_iter()
-        .flatten()
-        .map(|t| t.since_ms_ago)
-        .max();
+    let since = (http.iter().chain(&agent)).map(|t| t.since_ms_ago).max();
     a.pend_of(
         Some(p.address),
         since,
@@ -393,9 +387,7 @@ fn agent_traffic(a: &mut Stage, status: &Status<'_>) {
         }
         Some(t) => {
             a.connections = t.count();
-            let from: BTreeMap<IpAddr, usize> = t
-                .sources
-                .iter()
+            let from: BTreeMap<IpAddr, usize> = (t.sources.iter())
                 .map(|s| (s.address, s.connections))
                 .collect();
             let mut from: Vec<String> = from
