@@ -387,9 +387,7 @@ fn next_change(
         Rejoin::Since(back) => back.checked_add(rules.slow_start),
         _ => None,
     };
-    [stale, ramped]
-        .into_iter()
-        .flatten()
+    (stale.into_iter().chain(ramped))
         // A report already stale changes nothing more until the next one.
         .filter(|&at| at > now)
         .map(|at| at - now + PAST)

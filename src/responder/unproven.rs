@@ -24,9 +24,7 @@ pub(crate) fn by_time(
     bound: Option<&Bound>,
 ) {
     let needed = ask.lb_interval * ask.polls;
-    let told = [p.http, p.agent_now()]
-        .into_iter()
-        .flatten()
+    let told = (p.http.iter().chain(&p.agent_now()))
         .filter(|t| t.told == verdict)
         .map(|t| Duration::from_millis(t.since_ms_ago))
         .max();
