@@ -61,7 +61,14 @@ const DESCRIPTION: usize = 100;
 /// ([`quiet_line`] is the drained line without its words.)
 pub fn line(decision: &Decision<'_>) -> String {
     // (words, whether the weight goes with them)
-    let (words, weighted) = words(decision);
+    let (words, weighted) = match decision.verdict {
+        Verdict::Ok => ("up ready", true),
+        Verdict::Drained => ("up drain", false),
+        Verdict::Down | Verdict::NotReady => ("down ready", true),
+        Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => ("fail", false),
+        Verdict::Unknown => ("fail ready", true),
+        Verdict::Starting => ("", false),
+    };
     rendered(decision, words, weighted)
 }
 
@@ -69,17 +76,6 @@ pub fn line(decision: &Decision<'_>) -> String {
 /// drained node's agent check that has no HTTP check of its server line to follow yet).
 pub fn quiet_line(decision: &Decision<'_>) -> String {
     rendered(decision, "", false)
-}
-
-fn words(decision: &Decision<'_>) -> (&'static str, bool) {
-    match decision.verdict {
-        Verdict::Ok => ("up ready", true),
-        Verdict::Drained => ("up drain", false),
-        Verdict::Down | Verdict::NotReady => ("down ready", true),
-        Verdict::Unknown if matches!(decision.drain, DrainState::Unknown(_)) => ("fail", false),
-        Verdict::Unknown => ("fail ready", true),
-        Verdict::Starting => ("", false),
-    }
 }
 
 fn rendered(decision: &Decision<'_>, words: &str, weighted: bool) -> String {
@@ -269,22 +265,20 @@ impl Node {
             // leaves the header's word UP and only the total drops, so the line would read as
             // the backend's last server; the HTTP check takes the node out. Elsewhere it is
             // answered as anyone is.
-            if key_line.is_none() && self.proof().wants_key() {
-                return Some(Kept {
-                    held: None,
-                    quiet: true,
-                    why: format!(
-                        "this agent check sent no key and cannot be told to its server line: it leaves the server as it is, and the HTTP check of {name} takes the node out"
-                    ),
-                });
-            }
-            key_line?;
-            return may_hold.then(|| Kept {
+            let why = if key_line.is_none() && self.proof().wants_key() {
+                format!(
+                    "this agent check sent no key and cannot be told to its server line: it leaves the server as it is, and the HTTP check of {name} takes the node out"
+                )
+            } else {
+                key_line.filter(|_| may_hold)?;
+                format!(
+                    "no HTTP check of {name} by load balancer {who} seen yet: the agent check leaves the server as it is until it follows one"
+                )
+            };
+            return Some(Kept {
                 held: None,
                 quiet: true,
-                why: format!(
-                    "no HTTP check of {name} by load balancer {who} seen yet: the agent check leaves the server as it is until it follows one"
-                ),
+                why,
             });
         };
         if followed.told == Verdict::Drained {

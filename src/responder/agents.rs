@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crate::protocol::{SourceAnswer, TrafficAnswer};
 use crate::puppet::client::Address;
 use crate::puppet::traffic;
+use crate::responder::status::ms;
 
 /// How long one read of the TCP tables is reused.
 pub const FRESH: Duration = Duration::from_millis(500);
@@ -47,9 +48,7 @@ impl Agents {
     pub fn latest(&self, now: Instant) -> Option<TrafficAnswer> {
         let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         latest.as_ref().map(|(at, t)| TrafficAnswer {
-            age_ms: Some(
-                u64::try_from(now.saturating_duration_since(*at).as_millis()).unwrap_or(u64::MAX),
-            ),
+            age_ms: Some(ms(now.saturating_duration_since(*at))),
             ..TrafficAnswer::clone(t)
         })
     }
@@ -57,11 +56,6 @@ impl Agents {
     fn fresh(&self) -> bool {
         let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
         latest.as_ref().is_some_and(|(at, _)| at.elapsed() < FRESH)
-    }
-
-    fn keep(&self, read: TrafficAnswer) {
-        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
-        *latest = Some((Instant::now(), Arc::new(read)));
     }
 
     /// Makes the latest read at most [`FRESH`] old, reading on the blocking pool; requests that
@@ -78,14 +72,8 @@ impl Agents {
             Ok(read) => read,
             Err(e) => TrafficAnswer::unreadable(puppet, format!("the read failed: {e}")),
         };
-        self.keep(read);
-    }
-
-    /// The same, on this thread: inetd mode answers one request and exits.
-    pub fn refresh_here(&self) {
-        if let Some(puppet) = &self.puppet {
-            self.keep(read(*puppet.borrow()));
-        }
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        *latest = Some((Instant::now(), Arc::new(read)));
     }
 }
 

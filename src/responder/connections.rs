@@ -260,12 +260,6 @@ impl Connections {
         })
     }
 
-    /// The number of connections open now.
-    #[cfg(test)]
-    pub fn open(&self) -> usize {
-        self.lock().live.len()
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -327,9 +321,7 @@ impl Connections {
                 _close: close,
             },
         );
-        let mut from = table.sources.remove(&source).unwrap_or_default();
-        from.ids.insert(id);
-        table.sources.insert(source, from);
+        table.sources.entry(source).or_default().ids.insert(id);
         if proven {
             table.proven.insert(id);
         } else {
@@ -419,8 +411,7 @@ impl Table {
             None => Some(self.live.keys().next().copied()),
         }
     }
-}
-impl Table {
+
     /// The connection of `source` that goes first (unproven ones only, when `unproven`), if
     /// it has any. A scan of one source's connections, at most
     /// `--max-connections-per-source`.
@@ -500,6 +491,13 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Connections {
+        /// The number of connections open now.
+        pub fn open(&self) -> usize {
+            self.lock().live.len()
+        }
+    }
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()

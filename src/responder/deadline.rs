@@ -27,20 +27,15 @@ pub struct WriteDeadline<S> {
 }
 
 impl<S> WriteDeadline<S> {
-    pub fn new(inner: S, limit: Duration) -> Self {
+    /// Also tells `activity` when a write waits for the client and when it went through.
+    pub fn new(inner: S, limit: Duration, activity: Option<Arc<Activity>>) -> Self {
         Self {
             inner,
             limit,
             stall: None,
             armed: false,
-            activity: None,
+            activity,
         }
-    }
-
-    /// Also tells `activity` when a write waits for the client and when it went through.
-    pub fn telling(mut self, activity: Arc<Activity>) -> Self {
-        self.activity = Some(activity);
-        self
     }
 
     /// Turns a pending write into an error once it has waited for `limit`.
@@ -136,7 +131,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_reader_that_never_reads_fails_the_write_after_the_limit() {
         let (client, _server_never_reads) = tokio::io::duplex(64);
-        let mut stream = WriteDeadline::new(client, Duration::from_secs(5));
+        let mut stream = WriteDeadline::new(client, Duration::from_secs(5), None);
         let started = Instant::now();
         let error = stream
             .write_all(&[b'x'; 4096])
@@ -149,7 +144,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_slow_but_steady_reader_is_served() {
         let (client, mut server) = tokio::io::duplex(64);
-        let mut stream = WriteDeadline::new(client, Duration::from_secs(5));
+        let mut stream = WriteDeadline::new(client, Duration::from_secs(5), None);
         let reader = tokio::spawn(async move {
             use tokio::io::AsyncReadExt;
             let mut all = Vec::new();

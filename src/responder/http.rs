@@ -46,27 +46,20 @@ pub fn respond(
     last: &mut Rendered,
 ) -> Response<Full<Bytes>> {
     if wants_json(headers) {
-        return respond_with(decision, method, decision.json(), true);
+        return respond_with(decision, method, decision.json());
     }
     let (body, phrase) = last.text(decision);
     answer(decision, method, body, phrase, TEXT)
 }
 
-/// The answer with `body` (JSON or text) rendered already.
+/// The answer with the JSON `body` rendered already.
 pub(crate) fn respond_with(
     decision: &Decision<'_>,
     method: &Method,
     body: String,
-    json: bool,
 ) -> Response<Full<Bytes>> {
-    let content_type = if json { JSON } else { TEXT };
-    answer(
-        decision,
-        method,
-        Bytes::from(body),
-        reason_phrase(decision),
-        content_type,
-    )
+    let phrase = reason_phrase(decision);
+    answer(decision, method, Bytes::from(body), phrase, JSON)
 }
 
 fn answer(

@@ -74,7 +74,9 @@ pub async fn answer_one(
         false,
     ));
     // Who asks: xinetd hands over the connection; pipes (a test, a shell) have no peer.
-    let peer = stdin_peer().unwrap_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED));
+    let socket = stdin_socket();
+    let peer = (socket.as_ref().and_then(|s| s.peer_addr().ok()))
+        .map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |a| a.ip());
     let answered = Arc::new(AtomicBool::new(false));
     let service = {
         let answered = Arc::clone(&answered);
@@ -83,7 +85,7 @@ pub async fn answer_one(
             let answered = Arc::clone(&answered);
             async move {
                 // Unlike the daemon, answer from a real check of Puppet Server, made for this poll.
-                let mut latest = health.latest.clone();
+                let mut latest = health.feeds.latest.clone();
                 let _ = latest.wait_for(Option::is_some).await;
                 answered.store(true, Ordering::Relaxed);
                 if operator_view(&request, peer) {
@@ -105,7 +107,7 @@ pub async fn answer_one(
         .half_close(true)
         .keep_alive(false);
     let deadline = read_timeout + probe_deadline + Duration::from_secs(1);
-    let served = if let Some(stream) = stdin_socket() {
+    let served = if let Some(stream) = socket {
         let connection = http.serve_connection(TokioIo::new(stream), service);
         tokio::time::timeout(deadline, connection).await
     } else {
@@ -126,13 +128,6 @@ pub async fn answer_one(
             "the poll took too long",
         )),
     }
-}
-
-/// The address at the other end of stdin, when it is a socket.
-fn stdin_peer() -> Option<IpAddr> {
-    let fd = io::stdin().as_fd().try_clone_to_owned().ok()?;
-    let peer = std::net::TcpStream::from(fd).peer_addr().ok()?;
-    Some(peer.ip())
 }
 
 /// stdin as a TCP socket, when it is one (xinetd, systemd `Accept=yes`): a real socket can be

@@ -45,7 +45,8 @@ const FIRST_PROBE: Duration = Duration::from_secs(1);
 
 /// Who may connect, and how many at once.
 pub struct Guard {
-    allow: Vec<IpNet>,
+    /// The networks allowed (everyone when empty).
+    pub allow: Vec<IpNet>,
     connections: Arc<Connections>,
     refused: Mutex<Throttle>,
     failed: Mutex<Throttle>,
@@ -62,13 +63,6 @@ impl Guard {
         }
     }
 
-    /// The networks allowed, for the log.
-    pub fn allowed(&self) -> &[IpNet] {
-        &self.allow
-    }
-}
-
-impl Guard {
     fn note(throttle: &Mutex<Throttle>) -> Option<u64> {
         throttle
             .lock()
@@ -106,7 +100,7 @@ impl Listener {
         let mut connections = JoinSet::new();
         let stop = closed(self.stopped.clone());
         tokio::pin!(stop);
-        let mut latest = self.node.latest.clone();
+        let mut latest = self.node.feeds.latest.clone();
         tokio::select! {
             _ = tokio::time::timeout(FIRST_PROBE, latest.wait_for(Option::is_some)) => {}
             () = &mut stop => return,
@@ -179,7 +173,8 @@ impl Connection {
     async fn agent(mut self, mut stream: TcpStream) {
         let (node, peer, activity) = (&self.node, self.peer, &self.ticket.activity);
         let served = async {
-            let sent = if node.may_prove(peer) {
+            // Only a check that can prove a load balancer has an `agent-send` worth waiting for.
+            let sent = if node.proof().may_prove(peer) {
                 agent::read_sent(&mut stream).await
             } else {
                 agent::Sent::NONE
@@ -200,7 +195,7 @@ impl Connection {
     async fn http(mut self, stream: TcpStream, http: Builder, stopped: watch::Receiver<()>) {
         let _ = stream.set_nodelay(true);
         let activity = Arc::clone(&self.ticket.activity);
-        let stream = WriteDeadline::new(stream, WRITE_TIMEOUT).telling(Arc::clone(&activity));
+        let stream = WriteDeadline::new(stream, WRITE_TIMEOUT, Some(Arc::clone(&activity)));
         let service = answers(Arc::clone(&self.node), self.peer, Some(activity));
         let connection = http.serve_connection(TokioIo::new(stream), service);
         tokio::pin!(connection);

@@ -60,33 +60,18 @@ pub enum Cause {
 }
 
 impl Cause {
-    /// Every cause, in declaration order (a cause's index in it is `cause as usize`).
-    pub const ALL: [Cause; 9] = [
-        Cause::Refused,
-        Cause::Connect,
-        Cause::Tls,
-        Cause::Timeout,
-        Cause::HttpStatus,
-        Cause::NotRunning,
-        Cause::Unreadable,
-        Cause::Exchange,
-        Cause::CannotProbe,
+    /// The label values, in declaration order: a cause's is at `cause as usize`.
+    pub const LABELS: [&str; 9] = [
+        "refused",
+        "connect",
+        "tls",
+        "timeout",
+        "http_status",
+        "not_running",
+        "unreadable",
+        "exchange",
+        "cannot_probe",
     ];
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::Refused => "refused",
-            Cause::Connect => "connect",
-            Cause::Tls => "tls",
-            Cause::Timeout => "timeout",
-            Cause::HttpStatus => "http_status",
-            Cause::NotRunning => "not_running",
-            Cause::Unreadable => "unreadable",
-            Cause::Exchange => "exchange",
-            Cause::CannotProbe => "cannot_probe",
-        }
-    }
 
     /// Why `outcome` is a failure, if it is one.
     pub fn of(outcome: &ProbeOutcome) -> Option<Cause> {
@@ -113,7 +98,7 @@ pub struct Metrics {
     /// Polls answered, by how they came and by verdict: `[via][verdict]`.
     polls: [[AtomicU64; Verdict::ALL.len()]; 2],
     /// Failed probes, by cause.
-    failures: [AtomicU64; Cause::ALL.len()],
+    failures: [AtomicU64; Cause::LABELS.len()],
     /// How long each probe that reached the network took.
     probe_seconds: Histogram,
     /// Drain events read from the event log, by action (counted by the log's reader).
@@ -121,14 +106,8 @@ pub struct Metrics {
 }
 
 impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
     /// Every counter at zero.
-    pub fn new() -> Self {
+    fn default() -> Self {
         Self {
             polls: Default::default(),
             failures: Default::default(),
@@ -136,7 +115,9 @@ impl Metrics {
             drain_events: Arc::default(),
         }
     }
+}
 
+impl Metrics {
     /// Counts one poll: one relaxed atomic add, on the hot path.
     pub fn polled(&self, via: Via, verdict: Verdict) {
         self.polls[via as usize][verdict as usize].fetch_add(1, Ordering::Relaxed);
@@ -179,9 +160,8 @@ impl Metrics {
             Kind::Counter,
             None,
         );
-        for cause in Cause::ALL {
-            let n = self.failures[cause as usize].load(Ordering::Relaxed);
-            out.sample("_total", &[("cause", cause.as_str())], n);
+        for (cause, n) in Cause::LABELS.iter().zip(&self.failures) {
+            out.sample("_total", &[("cause", cause)], n.load(Ordering::Relaxed));
         }
         out.family(
             "pmcheck_polls",
@@ -189,14 +169,11 @@ impl Metrics {
             Kind::Counter,
             None,
         );
-        for (via, kind) in [(Via::Http, "http"), (Via::Agent, "agent")] {
-            for verdict in Verdict::ALL {
-                let n = self.polls[via as usize][verdict as usize].load(Ordering::Relaxed);
-                out.sample(
-                    "_total",
-                    &[("kind", kind), ("verdict", verdict.as_str())],
-                    n,
-                );
+        // `polls` is indexed by `Via` and `Verdict` in declaration order.
+        for (kind, polls) in ["http", "agent"].into_iter().zip(&self.polls) {
+            for (verdict, n) in Verdict::ALL.iter().zip(polls) {
+                let labels = [("kind", kind), ("verdict", verdict.as_str())];
+                out.sample("_total", &labels, n.load(Ordering::Relaxed));
             }
         }
         out.gauge(
@@ -540,7 +517,7 @@ mod tests {
 
     #[test]
     fn every_verdict_has_a_series_and_only_the_current_one_is_1() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let drain = DrainState::NotDrained;
         let text = metrics.render(
             now(Verdict::NotReady, &drain, None, 0),
@@ -565,7 +542,7 @@ mod tests {
 
     #[test]
     fn polls_and_failures_count_by_fixed_labels() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         metrics.polled(Via::Http, Verdict::Ok);
         metrics.polled(Via::Http, Verdict::Ok);
         metrics.polled(Via::Agent, Verdict::Drained);
@@ -628,7 +605,7 @@ mod tests {
 
     #[test]
     fn the_pool_and_the_drain_are_exported_in_base_units() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let drain = drained(Some(Duration::from_secs(3600)));
         let pool = pool();
         let now = now(Verdict::Drained, &drain, Some(&pool), 1);
@@ -675,7 +652,7 @@ mod tests {
 
     #[test]
     fn an_unreadable_drain_state_has_no_drain_series() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let drain = DrainState::Unknown(crate::drain::record::Unreadable::Hung {
             path: "/var/lib/pmcheck/drain".into(),
             after: Duration::from_secs(1),
@@ -694,7 +671,7 @@ mod tests {
 
     #[test]
     fn openmetrics_and_classic_differ_only_where_the_formats_do() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::default();
         let drain = drained(None);
         let pool = pool();
         let now = now(Verdict::Drained, &drain, Some(&pool), 0);

@@ -24,7 +24,7 @@ use crate::health::weight::Rejoin;
 use crate::protocol::progress::Ask;
 use crate::puppet::client::Address;
 use crate::puppet::readings::Readings;
-use crate::puppet::report::{Latest, ProbeReport};
+use crate::puppet::report::Latest;
 use crate::responder::agent::{self, Sent};
 use crate::responder::agents::Agents;
 use crate::responder::http::{
@@ -34,6 +34,7 @@ use crate::responder::http::{
 use crate::responder::metrics::Metrics;
 use crate::responder::metrics::{self, Current};
 use crate::responder::pollers::{Poll, Pollers, Via};
+use crate::responder::server_line;
 use crate::settings::lb_proof::{self, LbProof, Whose};
 
 /// The moment a decision is made at: the one place the responder reads both clocks for one.
@@ -87,12 +88,8 @@ pub struct Feeds {
 /// rejoin state, all kept up to date in the background, so a poll does no I/O beyond its
 /// socket; and what the polls leave behind (pollers, counters).
 pub struct Node {
-    /// The drain state, kept current by the drain watcher.
-    pub drain: Drains,
-    /// The latest probe report, published by the prober.
-    pub latest: Latest,
-    /// Where the node stands on its way back into the pool, for the weight.
-    pub rejoin: watch::Receiver<Rejoin>,
+    /// The drain state, the latest probe report and the rejoin state, kept current.
+    pub feeds: Feeds,
     /// The daemon's settings that shape an answer.
     pub rules: Rules,
     /// Who polls, and what each was told.
@@ -135,23 +132,16 @@ impl Node {
         metrics: bool,
     ) -> Self {
         Self {
-            drain: feeds.drain,
-            latest: feeds.latest,
-            rejoin: feeds.rejoin,
+            feeds,
             rules,
-            pollers: Pollers::new(),
+            pollers: Pollers::default(),
             proof: RwLock::new(proof),
             agents: Agents::new(puppet),
-            metrics: metrics.then(Metrics::new),
+            metrics: metrics.then(Metrics::default),
             readings: Readings::default(),
             started: Instant::now(),
             drain_file: drain_file.resolved().display().to_string(),
         }
-    }
-
-    /// The latest probe report, without waiting for Puppet Server.
-    pub fn latest(&self) -> Option<Arc<ProbeReport>> {
-        self.latest.borrow().clone()
     }
 
     /// The agent check's line for `peer`, which sent `sent` (HAProxy's `agent-send`: the
@@ -200,12 +190,6 @@ impl Node {
         self.count(poll, told.at, told.quiet);
     }
 
-    /// Whether an agent check from `peer` can prove a load balancer, so that its `agent-send`
-    /// is worth waiting for.
-    pub fn may_prove(&self, peer: IpAddr) -> bool {
-        self.proof().may_prove(peer)
-    }
-
     /// Whether a connection from `peer` is a proven load balancer's until it shows otherwise:
     /// its address proved itself lately, or is one the key file binds a key to (known from
     /// the daemon's first second, so that a restart under a flood keeps every keyed check).
@@ -228,13 +212,13 @@ impl Node {
         then: impl FnOnce(&Decision<'_>, Now, Option<&Kept>) -> R,
     ) -> R {
         let now = now();
-        let published = Arc::clone(&self.drain.borrow());
+        let published = Arc::clone(&self.feeds.drain.borrow());
         // A `--for` that ran out before the watcher published it expired is expired now (a
         // copy, for those few moments only): the answer says so, not a bare OK.
         let aged = published.at(now.wall);
         let drain = aged.as_ref().unwrap_or(&published);
-        let probe = self.latest();
-        let rejoin = *self.rejoin.borrow();
+        let probe = self.feeds.latest.borrow().clone();
+        let rejoin = *self.feeds.rejoin.borrow();
         let decision = Decision::decide(drain, probe.as_deref(), rejoin, now, &self.rules);
         let kept = match (decision.verdict, drain) {
             (Verdict::Drained, DrainState::Drained(d)) => self.kept(d, &decision, asker, now),
@@ -270,11 +254,11 @@ impl Node {
                 let mut lb = None;
                 let held = hold::held(decision.holders(drain, now.wall), || {
                     let lb = lb.insert(lb_state::parse(header).ok()?);
-                    let facts = (self.pollers).line_facts(peer, key_line, header, now.at);
+                    let line = (self.pollers).line_facts(peer, key_line, header, now.at);
                     let drained_at = (decision.holders(drain, now.wall))
                         .filter_map(|h| h.tenure.since.time())
                         .min();
-                    facts.holds(lb, now.at, drained_at, now.wall)
+                    server_line::held_at(line.as_ref(), lb, now.at, drained_at, now.wall)
                 })?;
                 let lb = lb?;
                 Some(Kept {
@@ -412,7 +396,7 @@ impl Node {
                     ),
                 }
             } else {
-                respond_with(decision, method, decision.json(), true)
+                respond_with(decision, method, decision.json())
             }
         })
     }
@@ -520,7 +504,8 @@ mod tests {
     #[test]
     fn only_this_host_sees_the_pollers_and_the_traffic() {
         let (responder, _keep) = responder(Some("127.0.0.1:8140".parse().unwrap()));
-        responder.agents.refresh_here();
+        let rt = tokio::runtime::Builder::new_current_thread().build();
+        rt.unwrap().block_on(responder.agents.refresh());
         let remote = json_from(&responder, "/", "10.0.0.5", "HAProxy");
         assert!(remote.get("pollers").is_none() && remote.get("traffic").is_none());
         let remote = json_from(&responder, STATUS_PATH, "10.0.0.5", "curl/8");

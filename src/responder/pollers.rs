@@ -32,7 +32,8 @@ use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::protocol::UnrecordedAnswer;
 use crate::responder::client_name::ClientName;
-use crate::responder::server_line::{Followed, LineFacts, ServerLine, Told};
+use crate::responder::server_line::{Followed, ServerLine, Told};
+use crate::responder::status::ms;
 
 pub use crate::responder::server_line::SILENCE;
 use crate::settings::lb_proof::Proof;
@@ -103,10 +104,7 @@ impl Poller {
     /// Its agent checks fell silent while its HTTP checks go on: `agent-check` is gone from
     /// its server line, and the weight the agent check sends is no longer read.
     pub(crate) fn agent_stopped(&self, now: Instant) -> bool {
-        match (self.agent, self.http) {
-            (Some(agent), Some(http)) => !agent.polling(now) && http.polling(now),
-            _ => false,
-        }
+        self.agent.is_some_and(|a| !a.polling(now)) && self.http.is_some_and(|h| h.polling(now))
     }
 
     /// Polls at a steady rhythm and has not fallen silent: a load balancer, never pushed out.
@@ -116,10 +114,7 @@ impl Poller {
 
     /// Still polls, by the rhythm of either kind of check ([`polling`](crate::responder::server_line::polling)).
     pub fn polling(&self, now: Instant) -> bool {
-        [self.http, self.agent]
-            .iter()
-            .flatten()
-            .any(|t| t.polling(now))
+        (self.http.iter().chain(&self.agent)).any(|t| t.polling(now))
     }
 
     /// Its server lines that are its word at `now`: read well, and not stopped.
@@ -127,10 +122,38 @@ impl Poller {
         (self.lines.iter().flatten()).filter(move |l| l.well_formed && !self.stopped(l, now))
     }
 
-    /// Its line named `name` in the headers of HAProxy `node`, when its word at `now`.
-    fn line(&self, name: &[u8], node: &[u8], now: Instant) -> Option<&ServerLine> {
-        self.current_lines(now)
-            .find(|l| l.name() == name && l.node() == node)
+    /// Keeps `header`, answered `verdict` (held for `held`): a well-formed header replaces its
+    /// server line's, else takes a free place, else the oldest; a malformed one only another
+    /// malformed one's, else a free place.
+    fn note_state(&mut self, header: &[u8], well_formed: bool, poll: &Poll<'_>, now: Instant) {
+        let (name, node) = (lb_state::name_of(header), lb_state::node_of(header));
+        let lines = &mut self.lines;
+        let same = lines
+            .iter()
+            .position(|l| {
+                l.as_ref()
+                    .is_some_and(|l| l.well_formed && l.name() == name && l.node() == node)
+            })
+            .filter(|_| well_formed);
+        let free = || lines.iter().position(Option::is_none);
+        let slot = if well_formed {
+            same.or_else(free)
+                .or_else(|| (0..STATES).min_by_key(|&i| lines[i].as_ref().map(|l| l.at)))
+        } else {
+            (lines.iter())
+                .position(|l| l.as_ref().is_some_and(|l| !l.well_formed))
+                .or_else(free)
+        };
+        let Some(slot) = slot else { return };
+        let before = same.and_then(|i| lines[i].as_ref());
+        let mut line = ServerLine::new(now, header, well_formed);
+        line.told = poll.verdict;
+        line.held = poll.held;
+        line.held_last = poll.held.map(|held| (held, now));
+        if let Some(before) = before {
+            line.follows(before);
+        }
+        lines[slot] = Some(line);
     }
 }
 
@@ -238,51 +261,6 @@ impl Table {
     }
 }
 
-impl Poller {
-    /// Keeps `header`, answered `verdict` (held for `held`): a well-formed header replaces its
-    /// server line's, else takes a free place, else the oldest; a malformed one only another
-    /// malformed one's, else a free place.
-    fn note_state(&mut self, header: &[u8], well_formed: bool, poll: &Poll<'_>, now: Instant) {
-        let (name, node) = (lb_state::name_of(header), lb_state::node_of(header));
-        let lines = &mut self.lines;
-        let same = lines
-            .iter()
-            .position(|l| {
-                l.as_ref()
-                    .is_some_and(|l| l.well_formed && l.name() == name && l.node() == node)
-            })
-            .filter(|_| well_formed);
-        let free = || lines.iter().position(Option::is_none);
-        let slot = if well_formed {
-            same.or_else(free)
-                .or_else(|| (0..STATES).min_by_key(|&i| lines[i].as_ref().map(|l| l.at)))
-        } else {
-            (lines.iter())
-                .position(|l| l.as_ref().is_some_and(|l| !l.well_formed))
-                .or_else(free)
-        };
-        let Some(slot) = slot else { return };
-        let before = same.and_then(|i| lines[i].as_ref());
-        let mut line = ServerLine::new(now, header, well_formed);
-        line.told = poll.verdict;
-        line.held = poll.held;
-        line.held_last = poll.held.map(|held| (held, now));
-        if let Some(before) = before {
-            line.follows(before);
-        }
-        lines[slot] = Some(line);
-    }
-
-    /// Notes an agent check that named `name` on the lines of that name (an agent check
-    /// names no HAProxy `node`), when they are known.
-    fn note_agent(&mut self, name: &[u8], verdict: Verdict, now: Instant) {
-        let lines = (self.lines.iter_mut().flatten()).filter(|l| l.well_formed && l.name() == name);
-        for line in lines {
-            line.agent = Some(Told::next(line.agent, verdict, now));
-        }
-    }
-}
-
 /// The table of pollers; every poll records itself here.
 #[derive(Debug)]
 pub struct Pollers {
@@ -290,14 +268,8 @@ pub struct Pollers {
 }
 
 impl Default for Pollers {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Pollers {
     /// An empty table, allocated once.
-    pub fn new() -> Self {
+    fn default() -> Self {
         Self {
             table: Mutex::new(Table {
                 pollers: Vec::with_capacity(CAPACITY),
@@ -306,7 +278,9 @@ impl Pollers {
             }),
         }
     }
+}
 
+impl Pollers {
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -327,13 +301,13 @@ impl Pollers {
         key_line: Option<usize>,
         header: &[u8],
         now: Instant,
-    ) -> LineFacts {
+    ) -> Option<ServerLine> {
         let (name, node) = (lb_state::name_of(header), lb_state::node_of(header));
         let table = self.lock();
-        LineFacts {
-            line: (table.view(address.to_canonical(), key_line))
-                .and_then(|p| p.line(name, node, now).copied()),
-        }
+        let poller = table.view(address.to_canonical(), key_line)?;
+        (poller.current_lines(now))
+            .find(|l| l.name() == name && l.node() == node)
+            .copied()
     }
 
     /// What an agent check from `address` follows, which proved itself with `key_line` (`None`
@@ -361,20 +335,15 @@ impl Pollers {
             true => l.held_lately(now),
             false => l.held,
         };
-        let held_here = || {
-            careful(held, || {
-                (table.proven(address))
-                    .flat_map(|p| p.current_lines(now))
-                    .filter(|l| l.polling(now) && held(l).is_some())
-            })
+        let held_lines = || {
+            (table.proven(address).flat_map(|p| p.current_lines(now)))
+                .filter(|l| l.polling(now) && held(l).is_some())
         };
+        let held_here = || careful(held, held_lines);
         // A held line at this address whose agent check is not heard: some agent check names
         // another line, or carries another load balancer's key (a copied `agent-send`).
         let heard = |l: &ServerLine| l.agent.is_some_and(|a| a.polling(now));
-        let unheard = || {
-            (table.proven(address).flat_map(|p| p.current_lines(now)))
-                .any(|l| l.polling(now) && held(l).is_some() && !heard(l))
-        };
+        let unheard = || held_lines().any(|l| !heard(l));
         let poller = key_line.and_then(|k| table.view(address, k));
         let Some(poller) = poller.filter(|_| !unheard()) else {
             return held_here();
@@ -436,8 +405,13 @@ impl Pollers {
         } else if poll.via == Via::Http && poll.client.is_none() {
             poller.headerless = Some(now);
         }
+        // An agent check that names a line is noted on the lines of that name (it names no
+        // HAProxy `node`), when they are known.
         if let (Via::Agent, Some(name)) = (poll.via, poll.line) {
-            poller.note_agent(name, poll.verdict, now);
+            let lines = poller.lines.iter_mut().flatten();
+            for line in lines.filter(|l| l.well_formed && l.name() == name) {
+                line.agent = Some(Told::next(line.agent, poll.verdict, now));
+            }
         }
         let told = match poll.via {
             Via::Http => &mut poller.http,
@@ -494,10 +468,6 @@ fn careful<'a, I: Iterator<Item = &'a ServerLine>>(
     })
 }
 
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,7 +496,7 @@ mod tests {
 
     #[test]
     fn counts_each_kind_in_a_row_and_restarts_on_a_new_verdict() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         for i in 0..3 {
@@ -554,7 +524,7 @@ mod tests {
 
     #[test]
     fn agent_checks_silent_for_three_of_their_intervals_while_http_goes_on_have_stopped() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         for s in 0..=4 {
@@ -580,7 +550,7 @@ mod tests {
 
     #[test]
     fn ipv4_mapped_addresses_are_the_same_poller() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let now = Instant::now();
         record(&pollers, ip(7), Via::Http, Verdict::Ok, now);
         let mapped = IpAddr::V6(Ipv4Addr::new(10, 0, 0, 7).to_ipv6_mapped());
@@ -592,7 +562,7 @@ mod tests {
 
     #[test]
     fn regular_after_three_polls_in_a_row_and_not_after_a_long_gap() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         record(&pollers, ip(1), Via::Http, Verdict::Ok, at(0));
@@ -612,7 +582,7 @@ mod tests {
 
     #[test]
     fn a_flood_of_addresses_never_pushes_out_a_regular_poller_nor_grows_the_table() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         // The load balancer polls every second, then a flood of other addresses comes and goes.
         for s in 0..3 {
@@ -647,7 +617,7 @@ mod tests {
 
     #[test]
     fn when_every_place_is_regular_a_new_address_is_counted_as_unrecorded() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         for round in 0..3 {
             for i in 0..CAPACITY {
@@ -679,7 +649,7 @@ mod tests {
 
     #[test]
     fn the_latest_state_header_of_each_server_line_is_kept_and_read_for_the_operator() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let now = Instant::now();
         let at = |ms: u64| now + Duration::from_millis(ms);
         fn poll(state: Option<&[u8]>) -> Poll<'_> {
@@ -758,7 +728,7 @@ mod tests {
         };
         assert_eq!(states(&pollers.answer(at(510))), states(&before));
         // ...and is kept as such where there is room.
-        let fresh = Pollers::new();
+        let fresh = Pollers::default();
         fresh.record(poll(Some(&[b'x'; 600])), at(500));
         let answer = fresh.answer(at(500));
         let bad = answer[0]
@@ -812,7 +782,7 @@ mod tests {
 
     #[test]
     fn an_unproven_poll_never_changes_what_a_proven_one_said_from_the_same_address() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let up = b"UP; name=bk/m1; node=lb1; weight=100/200; scur=2/5; qcur=0";
@@ -875,7 +845,7 @@ mod tests {
     /// are two pollers, each with its own lines; with one key and a `node` each, two lines.
     #[test]
     fn two_load_balancers_at_one_address_are_two_views_by_key_or_node() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let alone = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
@@ -923,7 +893,7 @@ mod tests {
 
         // One key, a `node` each: two lines of one poller, and an agent check (which names no
         // node) follows the more careful.
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let lb1 = "UP; name=bk/m1; node=lb1; weight=100/100; scur=0/0; qcur=0";
         let lb2 = "UP; name=bk/m1; node=lb2; weight=100/200; scur=0/0; qcur=0";
         for i in 0..4 {
@@ -961,7 +931,7 @@ mod tests {
     /// backend changes once (a server going down) does not.
     #[test]
     fn headers_that_flip_between_two_views_hold_the_line() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let alone = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
@@ -1004,7 +974,13 @@ mod tests {
         let facts = pollers.line_facts(ip(1), Some(1), beside.as_bytes(), at(60_000));
         let lb = lb_state::parse(beside.as_bytes()).unwrap();
         assert_eq!(
-            facts.holds(&lb, at(60_000), None, std::time::SystemTime::now()),
+            crate::responder::server_line::held_at(
+                facts.as_ref(),
+                &lb,
+                at(60_000),
+                None,
+                std::time::SystemTime::now()
+            ),
             Some(Held::TwoViews)
         );
         assert_eq!(
@@ -1019,7 +995,7 @@ mod tests {
     /// two views on HAProxy 3.0, 3.2 and 3.4): not two views. Back and forth once more is.
     #[test]
     fn one_load_balancer_undrained_and_drained_again_at_once_is_one_view() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let out = "NOLB; name=bk/m1; node=lb; weight=100/0; scur=0/0; qcur=0";
@@ -1044,7 +1020,7 @@ mod tests {
     /// that may be held only).
     #[test]
     fn an_agent_check_follows_a_check_held_lately_as_held() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let alone = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
@@ -1077,7 +1053,7 @@ mod tests {
     /// this node is the last server stays the same.
     #[test]
     fn weights_that_move_with_load_are_one_view() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let beside = "UP; name=bk/m1; node=lb; weight=100/200; scur=3/4; qcur=0";
         let lighter = "UP; name=bk/m1; node=lb; weight=100/180; scur=3/4; qcur=0";
@@ -1096,7 +1072,7 @@ mod tests {
     /// careful line now.
     #[test]
     fn an_agent_check_that_cannot_be_placed_follows_a_held_line_at_its_address() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let last = "UP; name=bk/m1; node=lb; weight=100/100; scur=0/0; qcur=0";
@@ -1187,7 +1163,7 @@ mod tests {
     /// first's key (copied), so the agent check of its held line is heard by the first's view.
     #[test]
     fn an_agent_check_with_another_load_balancers_key_never_drains_a_line_held_beside_it() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let spare = "UP; name=bk/m1; node=lb; weight=100/200; scur=0/0; qcur=0";
@@ -1233,7 +1209,7 @@ mod tests {
 
     #[test]
     fn a_flood_of_unproven_pollers_never_leaves_a_proven_poll_unrecorded() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         let poll = |address, proof| Poll {
             address,
@@ -1274,7 +1250,7 @@ mod tests {
 
     #[test]
     fn silent_pollers_are_gone_after_ten_minutes() {
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let t0 = Instant::now();
         record(&pollers, ip(1), Via::Agent, Verdict::Ok, t0);
         record(
@@ -1314,7 +1290,7 @@ mod tests {
         );
         assert_eq!(ClientName::of(b""), None);
         assert_eq!(ClientName::of(b"/1.0"), None);
-        let pollers = Pollers::new();
+        let pollers = Pollers::default();
         let now = Instant::now();
         let poll = |client: Option<&'static [u8]>| Poll {
             address: ip(9),

@@ -17,6 +17,7 @@ use crate::protocol::progress::{Ask, Progress, Stage};
 use crate::protocol::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::puppet::pool::Load;
 use crate::responder::pollers::{REGULAR, SILENCE};
+use crate::responder::status::ms;
 use crate::responder::unproven::{bound, by_time};
 use crate::settings::lb_proof::Proof;
 use crate::text::seconds;
@@ -27,7 +28,7 @@ pub fn progress(status: &Status<'_>, ask: &Ask) -> Progress {
     let undrain = undrain(status, ask);
     Progress {
         polls: ask.polls,
-        lb_interval_ms: u64::try_from(ask.lb_interval.as_millis()).unwrap_or(u64::MAX),
+        lb_interval_ms: ms(ask.lb_interval),
         safe_to_stop: drain.met(),
         in_rotation: undrain.met(),
         healthy: healthy(status, ask),
@@ -73,11 +74,10 @@ const SETTLE: Duration = Duration::from_millis(250);
 /// The agent connections were read [`SETTLE`] after the latest load balancer acted, so that a
 /// connection it opened just before is among them; a read that cannot be dated never is.
 fn settled(a: &Stage, status: &Status<'_>) -> bool {
-    let Some(acted) = a.acted_ms_ago else {
-        return true;
-    };
     let read = status.traffic.as_ref().and_then(|t| t.age_ms);
-    read.is_some_and(|age| Duration::from_millis(age) + SETTLE <= Duration::from_millis(acted))
+    (a.acted_ms_ago).is_none_or(|acted| {
+        read.is_some_and(|age| Duration::from_millis(age) + SETTLE <= Duration::from_millis(acted))
+    })
 }
 
 /// An undrain: pmcheck answers OK and every load balancer took the node back.
@@ -120,9 +120,7 @@ fn healthy(status: &Status<'_>, ask: &Ask) -> Stage {
     } else if !probe.healthy() {
         a.pend(format!("Puppet Server: {}", probe.detail));
     } else if answer.load == Some(Load::Warming) {
-        let pool = answer
-            .pool
-            .as_ref()
+        let pool = (answer.pool.as_ref())
             .map(|p| format!(": {} of {} JRubies ready", p.free + p.borrowed, p.size))
             .unwrap_or_default();
         a.pend(format!("Puppet Server's JRuby pool is warming{pool}"));
@@ -361,11 +359,7 @@ fn by_counts(
         (Verdict::Drained, true) => format!("one agent-check or {polls} HTTP answers"),
         _ => format!("{polls} HTTP answers in a row"),
     };
-    let since = [http, agent]
-        .into_iter()
-        .flatten()
-        .map(|t| t.since_ms_ago)
-        .max();
+    let since = (http.iter().chain(&agent)).map(|t| t.since_ms_ago).max();
     a.pend_of(
         Some(p.address),
         since,
@@ -393,16 +387,13 @@ fn agent_traffic(a: &mut Stage, status: &Status<'_>) {
         }
         Some(t) => {
             a.connections = t.count();
-            let pollers: Vec<IpAddr> = status.pollers.iter().map(|p| p.address).collect();
-            let from: BTreeMap<IpAddr, usize> = t
-                .sources
-                .iter()
+            let from: BTreeMap<IpAddr, usize> = (t.sources.iter())
                 .map(|s| (s.address, s.connections))
                 .collect();
             let mut from: Vec<String> = from
                 .into_iter()
                 .map(|(ip, n)| {
-                    let who = if pollers.contains(&ip) {
+                    let who = if status.pollers.iter().any(|p| p.address == ip) {
                         "through the load balancer"
                     } else {
                         "not a poller: an agent that bypasses the load balancer?"

@@ -231,10 +231,8 @@ fn changes(files: &[PathBuf]) -> watch::Receiver<()> {
     // Written, renamed over, or removed; not created, which comes before its bytes.
     let what =
         AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_DELETE;
-    let names: Vec<_> = files
-        .iter()
-        .filter_map(|f| f.file_name())
-        .map(|n| n.to_owned())
+    let names: Vec<_> = (files.iter())
+        .filter_map(|f| Some(f.file_name()?.to_owned()))
         .collect();
     for dir in files.iter().filter_map(|f| f.parent()) {
         let _ = inotify.add_watch(dir, what);

@@ -98,30 +98,34 @@ pub async fn serve(
         "probing Puppet Server"
     );
     let directory = watcher.directory();
-    follow(&mut tasks, settings, &node, moves, &reload);
+    follow(&mut tasks, settings, daemon, &node, moves, &reload);
     let reread = reload.clone();
     tasks.spawn(|stop| crate::drain::watch::run(watcher, publish_drain, reread, stop));
     if let Some(metrics) = &node.metrics {
         let counts = Arc::clone(&metrics.drain_events);
         tasks.spawn(|stop| audit::run(drain_file, audited, directory, counts, stop));
-        read(&mut tasks, settings, &node, &prober);
+        read(&mut tasks, settings, daemon, &node, &prober);
     }
     let tracked = Arc::clone(&node);
     let state_dir = settings.state_dir.value.clone();
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
-    let observed = observe(Arc::clone(&node));
+    // What the prober's every report goes through: the metrics count it.
+    let counted = Arc::clone(&node);
+    let observed = move |report: &ProbeReport| {
+        if let Some(metrics) = &counted.metrics {
+            metrics.probed(report);
+        }
+    };
     let progress = Progress {
         listeners: beats,
-        latest: node.latest.clone(),
+        latest: node.feeds.latest.clone(),
         since: Instant::now(),
         probe_bound: 2 * rules.stale_after,
     };
     // A test seam (docs/testing.md): a prober that wedges after its first probe, as a bug
     // would leave it, for the watchdog's tests.
-    let interval = match std::env::var_os("TEST_PMCHECK_WEDGE_PROBER") {
-        Some(_) => Duration::from_secs(365 * 86_400),
-        None => interval,
-    };
+    let interval = std::env::var_os("TEST_PMCHECK_WEDGE_PROBER")
+        .map_or(interval, |_| Duration::from_secs(365 * 86_400));
     tasks.spawn(|stop| probe::run(prober, interval, publish, reload, observed, stop));
     ready(progress);
     shutdown.await;
@@ -136,16 +140,15 @@ pub async fn serve(
 fn follow(
     tasks: &mut Tasks,
     settings: &Settings,
+    daemon: &Daemon,
     node: &Arc<Node>,
     moves: watch::Sender<std::net::SocketAddr>,
     reload: &watch::Receiver<()>,
 ) {
-    if let Some(daemon) = &settings.daemon {
-        let (keys, addresses) = (daemon.lb_key_file.value.clone(), &daemon.lb_addresses.value);
-        let (node, reload, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
-        tasks.spawn(|stop| key_reload::follow(node, keys, addresses, reload, stop));
-    }
-    let reports = node.latest.clone();
+    let (keys, addresses) = (daemon.lb_key_file.value.clone(), &daemon.lb_addresses.value);
+    let (keyed, rereads, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
+    tasks.spawn(|stop| key_reload::follow(keyed, keys, addresses, rereads, stop));
+    let reports = node.feeds.latest.clone();
     let followed = puppet_files::Followed::new(settings.clone(), moves, reports, reload.clone());
     tasks.spawn(|stop| puppet_files::follow(followed, stop));
 }
@@ -229,8 +232,8 @@ fn listen(
         // It stops itself, and gives the polls in flight a moment.
         tasks.spawn(|_| listener.run());
     }
-    if !guard.allowed().is_empty() {
-        let nets: Vec<_> = guard.allowed().iter().map(ToString::to_string).collect();
+    if !guard.allow.is_empty() {
+        let nets: Vec<_> = guard.allow.iter().map(ToString::to_string).collect();
         tracing::info!(allow = %nets.join(","), "accepting polls only from these networks");
     }
     tracing::debug!(
@@ -243,7 +246,7 @@ fn listen(
 
 /// The slow readers: the certificates' dates, and the deploy records with file sync (asked
 /// with the prober's client).
-fn read(tasks: &mut Tasks, settings: &Settings, node: &Node, prober: &Prober) {
+fn read(tasks: &mut Tasks, settings: &Settings, daemon: &Daemon, node: &Node, prober: &Prober) {
     let files = expiry::Files::new(
         settings.hostcert.value.clone(),
         settings.localcacert.value.clone(),
@@ -257,9 +260,7 @@ fn read(tasks: &mut Tasks, settings: &Settings, node: &Node, prober: &Prober) {
     tasks.spawn(|stop| reading::refresh(expiry::REFRESH, read_files, expiries, stop));
     let environments = code::Environments {
         environmentpath: settings.environmentpath.value.clone(),
-        names: (settings.daemon.as_ref())
-            .map(|d| d.code_environments.value.clone())
-            .unwrap_or_default(),
+        names: daemon.code_environments.value.clone(),
     };
     let mut code = code::Reader::new(environments, prober.client());
     let latest = Arc::clone(&node.readings.code);
@@ -321,7 +322,7 @@ async fn track_rejoin(
     let mut tracker = match resumed.await.ok().flatten() {
         Some(elapsed) => {
             tracing::info!(
-                began_ms_ago = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+                began_ms_ago = crate::responder::status::ms(elapsed),
                 began_ago = %crate::text::seconds(elapsed),
                 "resuming the slow start a previous pmcheck began"
             );
@@ -331,8 +332,8 @@ async fn track_rejoin(
     };
     let mut ramping = None;
     let mut log = VerdictLog::default();
-    let mut drains = health.drain.clone();
-    let mut latest = health.latest.clone();
+    let mut drains = health.feeds.drain.clone();
+    let mut latest = health.feeds.latest.clone();
     tokio::pin!(shutdown);
     loop {
         let moment = crate::responder::node::now();
@@ -359,11 +360,7 @@ async fn track_rejoin(
             ramp_record::keep(state_dir.clone(), began).await;
             ramping = Some(ramps);
         }
-        publish.send_if_modified(|current| {
-            let changed = *current != state;
-            *current = state;
-            changed
-        });
+        publish.send_if_modified(|current| std::mem::replace(current, state) != state);
         let rest = next_change(probe.as_deref(), state, now, &health.rules);
         tokio::select! {
             Ok(()) = drains.changed() => {}
@@ -390,23 +387,12 @@ fn next_change(
         Rejoin::Since(back) => back.checked_add(rules.slow_start),
         _ => None,
     };
-    [stale, ramped]
-        .into_iter()
-        .flatten()
+    (stale.into_iter().chain(ramped))
         // A report already stale changes nothing more until the next one.
         .filter(|&at| at > now)
         .map(|at| at - now + PAST)
         .min()
         .unwrap_or(IDLE)
-}
-
-/// What the prober's every report goes through: the metrics count it.
-fn observe(health: Arc<Node>) -> impl FnMut(&ProbeReport) {
-    move |report| {
-        if let Some(metrics) = &health.metrics {
-            metrics.probed(report);
-        }
-    }
 }
 
 #[cfg(test)]

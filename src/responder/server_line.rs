@@ -10,6 +10,7 @@ use crate::health::hold::{self, Held};
 use crate::health::lb_state::{self, Malformed};
 use crate::health::verdict::Verdict;
 use crate::protocol::ToldAnswer;
+use crate::responder::status::ms;
 
 /// The silence a poller may keep and still poll: three of its own intervals, within these
 /// bounds (the least also before its second poll gave its rhythm). A load balancer checking
@@ -203,12 +204,6 @@ impl ServerLine {
         self.held.or_else(|| self.held_last.and_then(lately))
     }
 
-    /// Two load balancers answer as one at this line, as its headers showed within
-    /// [`TWO_VIEWS_FOR`].
-    pub fn doubled(&self, now: Instant) -> bool {
-        (self.two_views).is_some_and(|t| now.saturating_duration_since(t) < TWO_VIEWS_FOR)
-    }
-
     /// The header, read.
     pub fn read(&self) -> Result<lb_state::LbState, Malformed> {
         if self.len > lb_state::LIMIT {
@@ -222,11 +217,6 @@ impl ServerLine {
         polling(self.at, self.gap, now)
     }
 
-    /// When this node's drain took effect here: its checks have been answered DRAINED since.
-    fn out_since(&self) -> Option<Instant> {
-        (self.told == Verdict::Drained).then_some(self.since)
-    }
-
     /// The agent checks that name this line had been told `drain` at `at` (and still check):
     /// HAProxy then keeps the server in DRAIN, out of the backend's total weight.
     fn agent_out(&self, at: Instant, now: Instant) -> bool {
@@ -237,21 +227,23 @@ impl ServerLine {
     /// What the drain rule meets at this line for `lb`, its header as read at `at`: the facts
     /// it is decided from are this line's.
     pub fn holds(&self, lb: &lb_state::LbState, at: Instant, now: Instant) -> Option<Held> {
-        let young = self
-            .out_since()
-            .is_none_or(|since| now.saturating_duration_since(since) < hold::YOUNG);
-        hold::holds(lb, self.agent_out(at, now), young, self.doubled(now))
+        // Young until its checks have been answered DRAINED that long.
+        let young = self.told != Verdict::Drained
+            || now.saturating_duration_since(self.since) < hold::YOUNG;
+        // Two load balancers answer as one here, as its headers showed within [`TWO_VIEWS_FOR`].
+        let doubled =
+            (self.two_views).is_some_and(|t| now.saturating_duration_since(t) < TWO_VIEWS_FOR);
+        hold::holds(lb, self.agent_out(at, now), young, doubled)
     }
 }
 
 impl std::fmt::Debug for ServerLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shown = &self.bytes[..self.len.min(lb_state::LIMIT)];
         f.debug_struct("ServerLine")
             .field("at", &self.at)
             .field("told", &self.told)
             .field("held", &self.held)
-            .field("header", &String::from_utf8_lossy(shown))
+            .field("header", &String::from_utf8_lossy(self.kept()))
             .finish()
     }
 }
@@ -268,36 +260,22 @@ pub struct Followed {
     pub placed: bool,
 }
 
-/// What the drain rule needs of a proven load balancer's server line at its HTTP check.
-#[derive(Debug, Clone, Copy)]
-pub struct LineFacts {
-    pub(crate) line: Option<ServerLine>,
-}
-
-impl LineFacts {
-    /// What the rule meets at the line for `lb`, the header of the check under way. Of a line
-    /// it has no record of (the daemon started since, or the line is new), the drain is as
-    /// young as the record says (`drained_at`: since when its holders hold the node, at
-    /// `wall`), and no agent check said `drain` there that the daemon knows of.
-    pub fn holds(
-        &self,
-        lb: &lb_state::LbState,
-        now: Instant,
-        drained_at: Option<SystemTime>,
-        wall: SystemTime,
-    ) -> Option<Held> {
-        match &self.line {
-            Some(line) => line.holds(lb, now, now),
-            None => {
-                let young = drained_at.is_none_or(|since| {
-                    wall.duration_since(since).unwrap_or_default() < hold::YOUNG
-                });
-                hold::holds(lb, false, young, false)
-            }
-        }
+/// What the drain rule meets at a proven load balancer's server `line` for `lb`, the header of
+/// its HTTP check under way. Of a line it has no record of (the daemon started since, or the
+/// line is new), the drain is as young as the record says (`drained_at`: since when its
+/// holders hold the node, at `wall`), and no agent check said `drain` there that the daemon
+/// knows of.
+pub fn held_at(
+    line: Option<&ServerLine>,
+    lb: &lb_state::LbState,
+    now: Instant,
+    drained_at: Option<SystemTime>,
+    wall: SystemTime,
+) -> Option<Held> {
+    if let Some(line) = line {
+        return line.holds(lb, now, now);
     }
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    let young =
+        drained_at.is_none_or(|since| wall.duration_since(since).unwrap_or_default() < hold::YOUNG);
+    hold::holds(lb, false, young, false)
 }

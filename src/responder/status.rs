@@ -33,34 +33,24 @@ impl Node {
             agent_check: self.rules.agent_check,
             pollers: self.pollers.answer(now.at),
             traffic: self.agents.latest(now.at),
-            listening_ms: u64::try_from(now.at.saturating_duration_since(self.started).as_millis())
-                .unwrap_or(u64::MAX),
+            listening_ms: ms(now.at.saturating_duration_since(self.started)),
             drain_file: self.drain_file.clone(),
             unrecorded: self.pollers.unrecorded(now.at),
-            certificates: self.certificates(),
-            code: self.code(),
+            // The slow readings as last read (none in inetd mode).
+            certificates: (self.readings.expiries())
+                .map(|l| CertificatesAnswer::of(&l, expiry::now())),
+            code: (self.readings.code()).map(|l| CodeAnswer::of(&l, expiry::now())),
             lb_key_file: self.proof().answer(),
-            probe_stale_ms: u64::try_from(self.rules.stale_after.as_millis()).unwrap_or(u64::MAX),
+            probe_stale_ms: ms(self.rules.stale_after),
             progress: None,
         };
         status.progress = Some(progress(&status, ask));
-        respond_with(decision, method, status.to_json(), true)
-    }
-
-    /// The certificates' dates as last read, for the operator's JSON (none in inetd mode).
-    fn certificates(&self) -> Option<CertificatesAnswer> {
-        let latest = self.readings.expiries()?;
-        Some(CertificatesAnswer::of(&latest, expiry::now()))
-    }
-
-    /// The deploy records as last read, for the operator's JSON (none in inetd mode).
-    fn code(&self) -> Option<Vec<CodeAnswer>> {
-        let latest = self.readings.code()?;
-        Some(CodeAnswer::of(&latest, expiry::now()))
+        respond_with(decision, method, status.to_json())
     }
 }
 
-fn ms(d: Duration) -> u64 {
+/// Milliseconds, saturating: how the JSON carries a duration.
+pub(crate) fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

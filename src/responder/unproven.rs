@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::health::verdict::Verdict;
 use crate::protocol::progress::{Ask, Stage};
 use crate::protocol::{PollerAnswer, Status};
+use crate::responder::status::ms;
 use crate::text::seconds;
 
 /// A poller that does not prove it is a load balancer ([`crate::settings::lb_proof`]) may be
@@ -23,9 +24,7 @@ pub(crate) fn by_time(
     bound: Option<&Bound>,
 ) {
     let needed = ask.lb_interval * ask.polls;
-    let told = [p.http, p.agent_now()]
-        .into_iter()
-        .flatten()
+    let told = (p.http.iter().chain(&p.agent_now()))
         .filter(|t| t.told == verdict)
         .map(|t| Duration::from_millis(t.since_ms_ago))
         .max();
@@ -40,10 +39,9 @@ pub(crate) fn by_time(
                 seconds(ask.lb_interval)
             ));
             // It may have acted as late as when that long was up.
-            let ago = since.saturating_sub(needed).as_millis();
-            a.acted_by(p.address, u64::try_from(ago).unwrap_or(u64::MAX));
+            a.acted_by(p.address, ms(since.saturating_sub(needed)));
         }
-        told => a.pend_of(Some(p.address), told.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)), format!(
+        told => a.pend_of(Some(p.address), told.map(ms), format!(
             "{what} told {} for {} of the {} that {} checks {} apart take (its own word is not believed){}",
             verdict.as_str(),
             seconds(told.unwrap_or_default()),
@@ -91,29 +89,22 @@ pub(crate) fn bound(status: &Status<'_>) -> Option<Bound> {
     let proving = |ip: IpAddr| {
         (status.pollers.iter()).any(|p| p.polling && p.proof.proven() && p.address == ip)
     };
-    let mut bound = Bound {
-        hosts: Vec::new(),
-        missing: Vec::new(),
-    };
+    let (mut hosts, mut missing) = (Vec::new(), Vec::new());
     for key in &keys.keys {
         if key.from.is_empty() {
-            bound
-                .missing
-                .push(format!("line {} binds no address", key.line));
+            missing.push(format!("line {} binds no address", key.line));
         }
         for net in &key.from {
             match net.parse::<ipnet::IpNet>() {
                 Ok(n) if n.prefix_len() == n.max_prefix_len() => {
                     if !proving(n.addr()) {
-                        bound
-                            .missing
-                            .push(format!("{} (line {})", n.addr(), key.line));
+                        missing.push(format!("{} (line {})", n.addr(), key.line));
                     }
-                    bound.hosts.push(n.addr());
+                    hosts.push(n.addr());
                 }
-                _ => (bound.missing).push(format!("line {} binds the network {net}", key.line)),
+                _ => missing.push(format!("line {} binds the network {net}", key.line)),
             }
         }
     }
-    Some(bound)
+    Some(Bound { hosts, missing })
 }
