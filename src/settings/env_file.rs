@@ -68,16 +68,13 @@ impl EnvFile {
                     None => break,
                 }
             }
-            let Some((name, value)) = line.split_once('=') else {
-                file.ignored.push((at + 1, line));
-                continue;
-            };
-            let name = name.trim();
-            if !is_name(name) {
-                file.ignored.push((at + 1, line.clone()));
-                continue;
+            match line.split_once('=') {
+                Some((name, value)) if is_name(name.trim()) => {
+                    file.vars
+                        .push((name.trim().to_owned(), unquote(value.trim())));
+                }
+                _ => file.ignored.push((at + 1, line)),
             }
-            file.vars.push((name.to_owned(), unquote(value.trim())));
         }
         file
     }

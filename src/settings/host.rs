@@ -58,9 +58,7 @@ impl Webserver {
             path,
         }
     }
-}
 
-impl Webserver {
     /// Where pmcheck probes the Puppet Server this file configures: `ssl-host` unless it is a
     /// wildcard (then 127.0.0.1), and `ssl-port`; `None` without a port.
     pub fn listener(&self) -> Option<SocketAddr> {

@@ -33,11 +33,8 @@ pub(crate) fn wide(net: &IpNet) -> bool {
 pub(crate) fn parse_keys(text: &str) -> Result<Vec<Key>, (usize, String)> {
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let mut words = line
-            .split('#')
-            .next()
-            .unwrap_or_default()
-            .split_whitespace();
+        let (line, _) = line.split_once('#').unwrap_or((line, ""));
+        let mut words = line.split_whitespace();
         let Some(key) = words.next() else {
             continue;
         };

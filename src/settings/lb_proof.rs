@@ -306,23 +306,16 @@ impl LbProof {
         key_file: Option<&Path>,
         addresses: Vec<IpNet>,
     ) -> (Self, Option<LbKeyError>) {
-        match Self::load(key_file, addresses) {
-            Ok(proof) => (proof, None),
-            // Nothing proved before either: the new reason.
-            Err(e) if self.unusable.is_some() => {
-                let unusable = Self {
-                    unusable: Some(e.to_string().into()),
-                    ..Self::default()
-                };
-                (unusable, Some(e))
-            }
-            Err(e) => {
+        match Self::load_or_unusable(key_file, addresses) {
+            (_, Some(e)) if self.unusable.is_none() => {
                 let kept = Self {
                     rejected: Some(e.to_string().into()),
                     ..self.clone()
                 };
                 (kept, Some(e))
             }
+            // Read, or nothing proved before either: the new reason.
+            loaded => loaded,
         }
     }
 
@@ -362,7 +355,9 @@ impl LbProof {
             return proof(Proof::Unusable);
         }
         if self.wants_key() {
-            let Some(sent) = key.map(trim).filter(|k| !k.is_empty()) else {
+            // HAProxy's agent check sends the `agent-send` string verbatim, so a line end (and
+            // any space around) is not part of the key.
+            let Some(sent) = key.map(<[u8]>::trim_ascii).filter(|k| !k.is_empty()) else {
                 return proof(Proof::NoKey);
             };
             let mut lines = self
@@ -381,7 +376,7 @@ impl LbProof {
                 false => proof(Proof::Elsewhere),
             };
         }
-        if allow::permits(&self.addresses, peer) && !self.addresses.is_empty() {
+        if self.may_prove(peer) {
             proof(Proof::Address)
         } else {
             proof(Proof::Unlisted)
@@ -390,18 +385,13 @@ impl LbProof {
 
     /// What the key file holds (never the keys) and what is weak about it, when one is set.
     pub fn answer(&self) -> Option<KeyFileAnswer> {
-        if !self.wants_key() {
-            return None;
-        }
-        let keys = (self.keys.iter())
-            .map(|k| KeyScope {
-                line: k.line,
-                from: k.from.iter().map(ToString::to_string).collect(),
-            })
-            .collect();
-        Some(KeyFileAnswer {
+        let keys = (self.keys.iter()).map(|k| KeyScope {
+            line: k.line,
+            from: k.from.iter().map(ToString::to_string).collect(),
+        });
+        self.wants_key().then(|| KeyFileAnswer {
             problem: self.unusable.as_deref().map(str::to_owned),
-            keys,
+            keys: keys.collect(),
             warnings: self.warnings(),
             rejected: self.rejected.as_deref().map(str::to_owned),
         })
@@ -455,12 +445,6 @@ fn writable_by_others(path: &Path, mode: u32) -> Option<String> {
             dir.display()
         )
     })
-}
-
-/// The key as sent: HAProxy's agent check sends the `agent-send` string verbatim, so a line
-/// end (and any space around) is not part of it.
-fn trim(sent: &[u8]) -> &[u8] {
-    sent.trim_ascii()
 }
 
 /// Equal, in a time that depends only on the lengths.

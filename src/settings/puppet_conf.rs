@@ -323,18 +323,16 @@ impl<'a> Resolver<'a> {
                 rest = after;
                 continue;
             }
-            match self.resolve_depth(var, depth + 1) {
-                Ok((value, _)) => out.push_str(&value),
-                Err(PuppetConfError::UnknownVariable { .. }) => {
-                    return Err(PuppetConfError::UnknownVariable {
-                        setting: setting.to_owned(),
-                        value: raw.to_owned(),
-                        var: var.to_owned(),
-                        source_: source.clone(),
-                    });
-                }
-                Err(e) => return Err(e),
-            }
+            let (value, _) = self.resolve_depth(var, depth + 1).map_err(|e| match e {
+                PuppetConfError::UnknownVariable { .. } => PuppetConfError::UnknownVariable {
+                    setting: setting.to_owned(),
+                    value: raw.to_owned(),
+                    var: var.to_owned(),
+                    source_: source.clone(),
+                },
+                e => e,
+            })?;
+            out.push_str(&value);
             rest = &after[consumed..];
         }
         out.push_str(rest);

@@ -208,9 +208,10 @@ fn default_puppet_addr(
     if let Some(web) = webserver
         && let Some(value) = web.listener()
     {
-        let how = match web.host.filter(|h| !h.is_unspecified()) {
-            Some(_) => "ssl-host and ssl-port",
-            None => "127.0.0.1 and ssl-port",
+        // Its host is ssl-host's unless that is a wildcard (or not set).
+        let how = match web.host == Some(value.ip()) {
+            true => "ssl-host and ssl-port",
+            false => "127.0.0.1 and ssl-port",
         };
         let how = format!("{how} from {}", web.path.display());
         return Ok(Setting::by_default(value, how));
