@@ -95,11 +95,7 @@ fn weak(key: &str) -> Option<String> {
     };
     let symbols = key.trim_end_matches('=').len() as f64;
     let bits = symbols * alphabet.log2();
-    let mut seen = [false; 128];
-    for b in key.bytes() {
-        seen[usize::from(b & 0x7f)] = true;
-    }
-    let distinct = seen.iter().filter(|&&s| s).count();
+    let distinct = key.bytes().collect::<std::collections::HashSet<u8>>().len();
     if distinct < 8 {
         Some(format!(
             "it uses {distinct} different characters: it is not random"

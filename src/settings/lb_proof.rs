@@ -330,12 +330,9 @@ impl LbProof {
     pub fn binds(&self, peer: IpAddr) -> bool {
         let peer = peer.to_canonical();
         let host = |net: &IpNet| net.prefix_len() == net.max_prefix_len() && net.addr() == peer;
-        if self.unusable.is_some() {
-            return false;
-        }
-        (self.keys.iter().flat_map(|k| &k.from))
-            .chain(self.addresses.iter().filter(|_| self.keys.is_empty()))
-            .any(host)
+        let mut listed = (self.keys.iter().flat_map(|k| &k.from))
+            .chain(self.addresses.iter().filter(|_| self.keys.is_empty()));
+        self.unusable.is_none() && listed.any(host)
     }
 
     /// Whether a poll from `peer` can prove itself at all: with a key file, any may (with the

@@ -72,8 +72,8 @@ pub enum SettingsError {
     PuppetAddr {
         /// The value given.
         value: String,
-        /// What went wrong.
-        problem: AddrProblem,
+        /// What the resolver said, or that the name has no address.
+        problem: std::io::Error,
     },
     /// puppet.conf's serverport is not a port number.
     #[error("serverport = {value} ({source_}): not a port number")]
@@ -118,17 +118,6 @@ pub enum SettingsError {
         /// The value found.
         value: String,
     },
-}
-
-/// Why a HOST:PORT has no address.
-#[derive(Debug, Error)]
-pub enum AddrProblem {
-    /// The resolver failed (or the text is not HOST:PORT).
-    #[error("{0}")]
-    Lookup(#[source] std::io::Error),
-    /// The name resolved to nothing.
-    #[error("the name has no address")]
-    NoAddress,
 }
 
 /// What the host says where the configuration files are silent; tests pass their own, so

@@ -9,7 +9,7 @@ use crate::settings::daemon::Daemon;
 use crate::settings::host::Webserver;
 use crate::settings::puppet_conf::{CANDIDATES, PuppetConf, Resolver};
 use crate::settings::{
-    AddrProblem, Given, Host, Setting, Settings, SettingsError, Source, defaults, parse_certname,
+    Given, Host, Setting, Settings, SettingsError, Source, defaults, parse_certname,
 };
 
 impl Settings {
@@ -241,15 +241,12 @@ fn parse_addr(value: &str) -> Result<SocketAddr, SettingsError> {
         value: value.to_owned(),
         problem,
     };
-    let addrs: Vec<SocketAddr> = value
-        .to_socket_addrs()
-        .map_err(|e| fail(AddrProblem::Lookup(e)))?
-        .collect();
+    let addrs: Vec<SocketAddr> = value.to_socket_addrs().map_err(fail)?.collect();
     // Jetty's default listener is IPv4 (ssl-host 0.0.0.0): `localhost` must not become ::1.
     addrs
         .iter()
         .find(|a| a.is_ipv4())
         .or(addrs.first())
         .copied()
-        .ok_or_else(|| fail(AddrProblem::NoAddress))
+        .ok_or_else(|| fail(std::io::Error::other("the name has no address")))
 }
