@@ -125,12 +125,10 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
     if !quiet {
         // A monitoring plugin prints its one line and nothing else on a healthy run: only
         // warnings, unless RUST_LOG asks for more.
-        let level = if matches!(cli.command, Command::Check(_)) {
-            "warn"
-        } else {
-            "info"
-        };
-        crate::logging::init(level);
+        crate::logging::init(match cli.command {
+            Command::Check(_) => "warn",
+            _ => "info",
+        });
     }
     command(cli.command, matches, argv).unwrap_or_else(|e| {
         // Under xinetd stderr is the connection: no stray text there.
@@ -337,9 +335,8 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
         let roll = crate::operator::roll::line(&args.state.state_dir, std::time::SystemTime::now());
         out!("{}", status::describe(&reply, &holders, roll.as_deref()));
     }
-    Ok(if reply.status == 200 {
-        Exit::Ok
-    } else {
-        Exit::Warning
+    Ok(match reply.status {
+        200 => Exit::Ok,
+        _ => Exit::Warning,
     })
 }

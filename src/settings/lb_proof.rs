@@ -129,10 +129,9 @@ pub struct KeyScope {
 impl KeyScope {
     /// Its addresses in words: `10.0.0.5/32, 10.0.0.6/32`, or `any address`.
     pub fn addresses(&self) -> String {
-        if self.from.is_empty() {
-            "any address".to_owned()
-        } else {
-            self.from.join(", ")
+        match self.from.as_slice() {
+            [] => "any address".to_owned(),
+            from => from.join(", "),
         }
     }
 }
