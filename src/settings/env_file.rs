@@ -99,15 +99,14 @@ fn unquote(value: &str) -> String {
     let mut out = String::with_capacity(inner.len());
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
+        out.push(match c {
+            '\\' => match chars.next() {
+                Some('n') => '\n',
+                Some(other) => other,
+                None => '\\',
+            },
+            c => c,
+        });
     }
     out
 }
