@@ -352,3 +352,297 @@ pub fn parse_status_path(text: &str) -> Result<String, String> {
         .then(|| text.to_owned())
         .ok_or_else(|| format!("must start with /, for example {}", defaults::STATUS_PATH))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// A host with no Puppet installed: whatever the machine running the tests has.
+    const HOST: Host = Host {
+        fqdn: &|| Ok("node1.example.com".into()),
+        exists: &|_| false,
+        confd_file: &|_| None,
+    };
+
+    /// A host with Debian's Puppet packages (confdir /etc/puppet).
+    const DEBIAN: Host = Host {
+        exists: &|path| path == Path::new("/etc/puppet"),
+        ..HOST
+    };
+
+    fn flag<T>(value: T) -> Option<Setting<T>> {
+        Some(Setting {
+            value,
+            source: Source::Flag,
+        })
+    }
+
+    fn default<T>(value: T) -> Setting<T> {
+        Setting {
+            value,
+            source: Source::Default("built in".into()),
+        }
+    }
+
+    /// Nothing given: clap's defaults only.
+    fn nothing() -> Given {
+        Given {
+            puppet_conf: None,
+            certname: None,
+            hostcert: None,
+            hostprivkey: None,
+            localcacert: None,
+            hostcrl: None,
+            puppet_addr: None,
+            status_path: default(defaults::STATUS_PATH.into()),
+            timeout: default(Duration::from_millis(1500)),
+            pause_grace: default(Duration::from_secs(60)),
+            wedged_after: default(Duration::from_secs(60)),
+            puppetserver_confd: None,
+            state_dir: default(defaults::STATE_DIR.into()),
+            daemon: None,
+        }
+    }
+
+    #[test]
+    fn puppet_conf_feeds_paths_and_port_and_flags_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(
+            &conf,
+            "[main]\nssldir = /ssl\n[server]\nserverport = 8141\n",
+        )
+        .unwrap();
+        let given = Given {
+            puppet_conf: flag(conf.clone()),
+            certname: flag("puppet01.example.com".into()),
+            ..nothing()
+        };
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert_eq!(
+            s.hostcert.value,
+            Path::new("/ssl/certs/puppet01.example.com.pem")
+        );
+        assert_eq!(s.localcacert.value, Path::new("/ssl/certs/ca.pem"));
+        assert_eq!(s.puppet_addr.value, "127.0.0.1:8141".parse().unwrap());
+        assert_eq!(s.certname.source, Source::Flag);
+        let table = s.to_string();
+        assert!(table.contains("[server]"), "{table}");
+        assert!(table.contains(&conf.display().to_string()), "{table}");
+    }
+
+    #[test]
+    fn puppet_servers_own_listener_beats_the_port_agents_dial() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[server]\nserverport = 8141\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf),
+            ..nothing()
+        };
+        let with_web = Host {
+            confd_file: &|path| {
+                (path == Path::new("/etc/puppet/puppetserver/conf.d/webserver.conf"))
+                    .then(|| "ssl-host: 0.0.0.0\nssl-port: 8150\n".into())
+            },
+            ..DEBIAN
+        };
+        let s = Settings::resolve(&given, &with_web).unwrap();
+        assert_eq!(s.puppet_addr.value, "127.0.0.1:8150".parse().unwrap());
+        assert!(
+            s.puppet_addr
+                .source
+                .to_string()
+                .contains("/etc/puppet/puppetserver/conf.d/webserver.conf"),
+            "{:?}",
+            s.puppet_addr.source
+        );
+        assert!(!s.multithreaded.value);
+    }
+
+    /// The CRL watched is the one Puppet Server checks agents against (webserver.conf's
+    /// `ssl-crl-path`), else puppet.conf's `hostcrl`; `--hostcrl` beats both.
+    #[test]
+    fn the_crl_is_puppet_servers_own_else_puppet_confs() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[main]\nssldir = /ssl\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf),
+            ..nothing()
+        };
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert_eq!(s.hostcrl.value, Path::new("/ssl/crl.pem"));
+        let with_crl = Host {
+            confd_file: &|path| {
+                path.ends_with("webserver.conf").then(|| {
+                    "webserver: {\n    ssl-port: 8140\n    ssl-crl-path: /etc/puppet/ca/crl.pem\n}\n"
+                        .into()
+                })
+            },
+            ..HOST
+        };
+        let s = Settings::resolve(&given, &with_crl).unwrap();
+        assert_eq!(s.hostcrl.value, Path::new("/etc/puppet/ca/crl.pem"));
+        assert!(
+            s.hostcrl.source.to_string().contains("ssl-crl-path in "),
+            "{:?}",
+            s.hostcrl.source
+        );
+        let flagged = Given {
+            hostcrl: flag("/mine/crl.pem".into()),
+            ..given
+        };
+        let s = Settings::resolve(&flagged, &with_crl).unwrap();
+        assert_eq!(s.hostcrl.value, Path::new("/mine/crl.pem"));
+    }
+
+    /// Puppet's default environmentpath is `$codedir/environments`; puppet.conf's wins; one
+    /// that cannot be resolved is shown as such, and the rest still resolves.
+    #[test]
+    fn the_environmentpath_is_puppets() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[main]\ncodedir = /code\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf.clone()),
+            ..nothing()
+        };
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert_eq!(s.environmentpath.value, "/code/environments");
+        std::fs::write(&conf, "[server]\nenvironmentpath = /a:$codedir/b\n").unwrap();
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert_eq!(
+            s.environmentpath.value, "/a:/etc/puppetlabs/code/b",
+            "{s:?}"
+        );
+        let s = Settings::resolve(&given, &DEBIAN).unwrap();
+        assert_eq!(s.environmentpath.value, "/a:/etc/puppet/code/b", "{s:?}");
+        std::fs::write(&conf, "[server]\nenvironmentpath = $nosuchsetting/x\n").unwrap();
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert_eq!(s.environmentpath.value, "");
+        assert!(
+            s.environmentpath
+                .source
+                .to_string()
+                .contains("cannot be resolved"),
+            "{:?}",
+            s.environmentpath.source
+        );
+    }
+
+    #[test]
+    fn puppetserver_conf_says_whether_the_jruby_is_multithreaded() {
+        let given = Given {
+            puppetserver_confd: flag("/srv/confd".into()),
+            ..nothing()
+        };
+        let host = |text: &'static str| -> Host {
+            let file: &'static dyn Fn(&Path) -> Option<String> =
+                Box::leak(Box::new(move |path: &Path| {
+                    (path == Path::new("/srv/confd/puppetserver.conf")).then(|| text.into())
+                }));
+            Host {
+                confd_file: file,
+                ..HOST
+            }
+        };
+        let conf = "jruby-puppet: {\n    ruby-load-path: [/usr/lib/puppetserver/ruby/vendor_ruby]\n    \
+                    # multithreaded: false\n    multithreaded: true\n    max-active-instances: 3\n}\n";
+        let s = Settings::resolve(&given, &host(conf)).unwrap();
+        assert!(s.multithreaded.value);
+        assert!(
+            s.multithreaded
+                .source
+                .to_string()
+                .contains("jruby-puppet.multithreaded in /srv/confd/puppetserver.conf"),
+            "{}",
+            s.multithreaded.source
+        );
+        let s = Settings::resolve(&given, &host("jruby-puppet.multithreaded = false\n")).unwrap();
+        assert!(!s.multithreaded.value);
+        let s =
+            Settings::resolve(&given, &host("http-client: {\n  multithreaded: true\n}\n")).unwrap();
+        assert!(!s.multithreaded.value, "another block's key");
+        let e = Settings::resolve(
+            &given,
+            &host("jruby-puppet: {\n  multithreaded: maybe\n}\n"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("/srv/confd/puppetserver.conf, line 2")
+                && e.contains("multithreaded = maybe")
+                && e.contains("write true or false"),
+            "{e}"
+        );
+        let s = Settings::resolve(&given, &HOST).unwrap();
+        assert!(!s.multithreaded.value);
+        assert!(
+            s.multithreaded
+                .source
+                .to_string()
+                .contains("no readable puppetserver.conf in /srv/confd"),
+            "{}",
+            s.multithreaded.source
+        );
+    }
+
+    #[test]
+    fn a_missing_puppet_conf_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let given = Given {
+            puppet_conf: flag(dir.path().join("missing.conf")),
+            ..nothing()
+        };
+        let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
+        assert!(
+            text.starts_with("--puppet-conf") && text.contains("missing.conf"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_bad_serverport_is_quoted_with_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[main]\nserverport = eighty\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf.clone()),
+            ..nothing()
+        };
+        let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
+        assert!(text.contains("serverport = eighty"), "{text}");
+        assert!(text.contains(&conf.display().to_string()), "{text}");
+    }
+
+    #[test]
+    fn an_unresolvable_puppet_addr_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf),
+            puppet_addr: flag("nowhere".into()),
+            ..nothing()
+        };
+        let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
+        assert!(text.starts_with("--puppet-addr nowhere"), "{text}");
+    }
+
+    #[test]
+    fn a_certname_from_puppet_conf_is_checked_like_the_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let conf = dir.path().join("puppet.conf");
+        std::fs::write(&conf, "[main]\ncertname = bad name\n").unwrap();
+        let given = Given {
+            puppet_conf: flag(conf),
+            ..nothing()
+        };
+        let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
+        assert!(text.starts_with("certname = bad name ("), "{text}");
+        assert!(parse_certname("bad name").is_err());
+        assert!(parse_certname("node-1.example_x.com").is_ok());
+    }
+}
