@@ -215,9 +215,15 @@ impl clap::builder::TypedValueParser for DrainedStatus {
         arg: Option<&clap::Arg>,
         value: &std::ffi::OsStr,
     ) -> Result<u16, clap::Error> {
-        clap::builder::StringValueParser::new()
-            .try_map(|text: String| parse_drained_status(&text))
-            .parse_ref(cmd, arg, value)
+        // 503 or 404: the two statuses a load balancer can read as "take it out".
+        let parse = |text: String| match text.trim() {
+            "503" => Ok(503),
+            "404" => Ok(404),
+            _ => Err(
+                "must be 503 (every load balancer: unhealthy) or 404 (HAProxy with `http-check disable-on-404`: NOLB)",
+            ),
+        };
+        (clap::builder::StringValueParser::new().try_map(parse)).parse_ref(cmd, arg, value)
     }
 
     fn possible_values(
@@ -234,31 +240,17 @@ impl clap::builder::TypedValueParser for DrainedStatus {
     }
 }
 
-/// 503 or 404: the two statuses a load balancer can read as "take it out".
 /// A Puppet environment's name: lowercase letters, digits and underscores, as Puppet allows.
 fn parse_environment(text: &str) -> Result<String, String> {
     let name = text.trim();
-    if !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-    {
-        Ok(name.to_owned())
-    } else {
-        Err(format!(
+    let valid = (1..=64).contains(&name.len())
+        && (name.bytes()).all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    valid.then(|| name.to_owned()).ok_or_else(|| {
+        format!(
             "`{text}` is not a Puppet environment name: lowercase letters, digits and \
              underscores, at most 64 (production, feature_x)"
-        ))
-    }
-}
-
-fn parse_drained_status(text: &str) -> Result<u16, String> {
-    match text.trim() {
-        "503" => Ok(503),
-        "404" => Ok(404),
-        _ => Err("must be 503 (every load balancer: unhealthy) or 404 (HAProxy with `http-check disable-on-404`: NOLB)".into()),
-    }
+        )
+    })
 }
 
 /// `pmcheck inetd`.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::ArgMatches;
 use thiserror::Error;
 
-use crate::cli::{Cli, Command, ConfigArgs, CycleArgs, Generate, StatusArgs};
+use crate::cli::{Cli, Command, CycleArgs, Generate, StatusArgs};
 use crate::console::{errln, out, outln};
 use crate::drain::roll::RollError;
 use crate::exit::Exit;
@@ -125,71 +125,12 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
     if !quiet {
         // A monitoring plugin prints its one line and nothing else on a healthy run: only
         // warnings, unless RUST_LOG asks for more.
-        let level = if matches!(cli.command, Command::Check(_)) {
-            "warn"
-        } else {
-            "info"
-        };
-        crate::logging::init(level);
+        crate::logging::init(match cli.command {
+            Command::Check(_) => "warn",
+            _ => "info",
+        });
     }
-    let given = || Provenance::of(matches).given();
-    let result = match cli.command {
-        Command::Serve(_) => serve(&given()),
-        Command::Inetd(args) => {
-            let given = given();
-            let target = Settings::resolve(&given, &Host::REAL).map(|s| ProbeTarget::of(&s));
-            let answered = inetd::answer_one(
-                &args.state.state_dir,
-                target,
-                given.timeout.value,
-                args.read_timeout,
-                args.drained.drained_status,
-            );
-            run_single_threaded(answered)
-                .and_then(|r| r)
-                .map(|()| Exit::Ok)
-                .map_err(Error::from)
-        }
-        Command::Check(args) => {
-            return check::check(
-                &given(),
-                args.warn_expiry,
-                args.crit_expiry,
-                &args.daemon.url,
-            );
-        }
-        Command::Config(args) => config_command(&args, matches, argv),
-        Command::Drain(args) => Daemon::new(&args.waiting.daemon.url)
-            .map_err(Error::from)
-            .and_then(|daemon| {
-                run_single_threaded(drain::drain(args, &daemon))?.map_err(Error::from)
-            })
-            .map(|()| Exit::Ok),
-        Command::Undrain(args) => Daemon::new(&args.waiting.daemon.url)
-            .map_err(Error::from)
-            .and_then(|daemon| {
-                run_single_threaded(drain::undrain(args, &daemon))?.map_err(Error::from)
-            })
-            .map(|()| Exit::Ok),
-        Command::Cycle(args) => cycle_command(args),
-        Command::Status(args) => status_command(args),
-        Command::Roll(args) => run_single_threaded(crate::operator::roll::roll(args))
-            .map_err(Error::from)
-            .and_then(|r| r.map_err(Error::from))
-            .map(|()| Exit::Ok),
-        Command::OnStop(args) => run_single_threaded(stop::on_stop(&args))
-            .map(|()| Exit::Ok)
-            .map_err(Error::from),
-        Command::OnStart(args) => run_single_threaded(stop::on_start(&args))
-            .map_err(Error::from)
-            .and_then(|r| r.map_err(|e| Error::from(ChangeError::from(e))))
-            .map(|()| Exit::Ok),
-        Command::StopGuard(args) => stop::stop_guard(args)
-            .map(|()| Exit::Ok)
-            .map_err(|stop::GuardError::Signal(e)| Error::from(e)),
-        Command::Generate(args) => generate(args.what),
-    };
-    result.unwrap_or_else(|e| {
+    command(cli.command, matches, argv).unwrap_or_else(|e| {
         // Under xinetd stderr is the connection: no stray text there.
         if !quiet {
             errln!("pmcheck: {e}");
@@ -198,24 +139,71 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
     })
 }
 
-/// `pmcheck config`: the settings with the service's environment file under the process
-/// environment, as the unit gets them.
-fn config_command(
-    args: &ConfigArgs,
-    matches: &ArgMatches,
-    argv: &[OsString],
-) -> Result<Exit, Error> {
-    let file = config::env_file(args.env_file.as_deref())?;
-    let given = match &file {
-        Some(file) => Provenance::with_env_file(argv, matches, file)?,
-        None => Provenance::of(matches).given(),
-    };
-    Ok(config::config(
-        &given,
-        file.as_ref(),
-        args.check,
-        args.unit.as_deref(),
-    )?)
+/// Runs `command`: those that say nothing of how they went end [`Exit::Ok`] unless they fail.
+fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<Exit, Error> {
+    let given = || Provenance::of(matches).given();
+    match command {
+        Command::Serve(_) => return serve(&given()),
+        Command::Inetd(args) => {
+            let given = given();
+            let target = Settings::resolve(&given, &Host::REAL).map(|s| ProbeTarget::of(&s));
+            run_single_threaded(inetd::answer_one(
+                &args.state.state_dir,
+                target,
+                given.timeout.value,
+                args.read_timeout,
+                args.drained.drained_status,
+            ))??;
+        }
+        Command::Check(args) => {
+            let url = &args.daemon.url;
+            return Ok(check::check(
+                &given(),
+                args.warn_expiry,
+                args.crit_expiry,
+                url,
+            ));
+        }
+        Command::Config(args) => {
+            // The service's environment file under the process environment, as the unit gets
+            // them.
+            let file = config::env_file(args.env_file.as_deref())?;
+            let given = match &file {
+                Some(file) => Provenance::with_env_file(argv, matches, file)?,
+                None => given(),
+            };
+            let unit = args.unit.as_deref();
+            return Ok(config::config(&given, file.as_ref(), args.check, unit)?);
+        }
+        Command::Drain(args) => {
+            let daemon = Daemon::new(&args.waiting.daemon.url)?;
+            run_single_threaded(drain::drain(args, &daemon))??;
+        }
+        Command::Undrain(args) => {
+            let daemon = Daemon::new(&args.waiting.daemon.url)?;
+            run_single_threaded(drain::undrain(args, &daemon))??;
+        }
+        Command::Cycle(args) => cycle_command(args)?,
+        Command::Status(args) => return status_command(args),
+        Command::Roll(args) => run_single_threaded(crate::operator::roll::roll(args))??,
+        Command::OnStop(args) => run_single_threaded(stop::on_stop(&args))?,
+        Command::OnStart(args) => {
+            run_single_threaded(stop::on_start(&args))?.map_err(ChangeError::from)?;
+        }
+        Command::StopGuard(args) => {
+            stop::stop_guard(args).map_err(|stop::GuardError::Signal(e)| e)?;
+        }
+        Command::Generate(args) => {
+            // Made whole first, then written as the other commands write ([`crate::console`]).
+            let mut text = Vec::new();
+            match args.what {
+                Generate::Man => manual::man(&mut text)?,
+                Generate::Completions { shell } => manual::completions(shell, &mut text),
+            }
+            out!("{}", String::from_utf8_lossy(&text));
+        }
+    }
+    Ok(Exit::Ok)
 }
 
 fn serve(given: &Given) -> Result<Exit, Error> {
@@ -292,15 +280,11 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     Ok(Exit::Ok)
 }
 
-fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
+fn cycle_command(args: CycleArgs) -> Result<(), Error> {
     let command = crate::operator::command::shown(&args.command);
     let reason = args.reason.unwrap_or_else(|| {
-        let text = format!("pmcheck cycle: {}", command.trim_matches('`'));
-        let text: String = text
-            .chars()
+        (format!("pmcheck cycle: {}", command.trim_matches('`')).chars())
             .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        text.chars()
             .take(crate::drain::record::REASON_LIMIT)
             .collect()
     });
@@ -313,7 +297,7 @@ fn cycle_command(args: CycleArgs) -> Result<Exit, Error> {
         command: args.command,
     };
     run_single_threaded(cycle::run(&cycle, &args.state.state_dir, &daemon))??;
-    Ok(Exit::Ok)
+    Ok(())
 }
 
 fn status_command(args: StatusArgs) -> Result<Exit, Error> {
@@ -351,20 +335,8 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
         let roll = crate::operator::roll::line(&args.state.state_dir, std::time::SystemTime::now());
         out!("{}", status::describe(&reply, &holders, roll.as_deref()));
     }
-    Ok(if reply.status == 200 {
-        Exit::Ok
-    } else {
-        Exit::Warning
+    Ok(match reply.status {
+        200 => Exit::Ok,
+        _ => Exit::Warning,
     })
-}
-
-fn generate(what: Generate) -> Result<Exit, Error> {
-    // Made whole first, then written as the other commands write ([`crate::console`]).
-    let mut text = Vec::new();
-    match what {
-        Generate::Man => manual::man(&mut text)?,
-        Generate::Completions { shell } => manual::completions(shell, &mut text),
-    }
-    out!("{}", String::from_utf8_lossy(&text));
-    Ok(Exit::Ok)
 }

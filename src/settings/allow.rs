@@ -9,10 +9,7 @@ use ipnet::IpNet;
 /// A network for clap: a bare address is that one host, and host bits are cleared
 /// (`10.1.2.3/8` is `10.0.0.0/8`), as HAProxy's ACLs do.
 pub fn parse_network(text: &str) -> Result<IpNet, String> {
-    let (addr, prefix) = match text.split_once('/') {
-        Some((addr, prefix)) => (addr, Some(prefix)),
-        None => (text, None),
-    };
+    let (addr, prefix) = (text.split_once('/')).map_or((text, None), |(a, p)| (a, Some(p)));
     let network = addr
         .trim_matches(['[', ']'])
         .parse::<IpAddr>()

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use super::{Setting, Source, duration};
+use super::{Row, Setting, duration, row};
 
 /// The daemon's own settings, each with where it came from: what nothing but the command line
 /// and the environment sets.
@@ -48,7 +48,7 @@ impl Daemon {
     }
 
     /// `config`'s rows of the daemon's settings.
-    pub(crate) fn rows(&self) -> Vec<(&'static str, String, &Source)> {
+    pub(crate) fn rows(&self) -> Vec<Row<'_>> {
         /// A list as `config` shows it, comma-separated; `none` when empty.
         fn joined<T: ToString>(list: &[T], none: &str) -> String {
             if list.is_empty() {
@@ -57,63 +57,29 @@ impl Daemon {
             let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
             shown.join(",")
         }
-        let slow_start = match self.slow_start.value {
-            Duration::ZERO => "off".to_owned(),
-            d => duration::format_duration(d),
-        };
+        let duration = |d: &Duration| duration::format_duration(*d);
         vec![
-            (
-                "listen",
-                joined(&self.listen.value, "[::]:9200"),
-                &self.listen.source,
-            ),
-            (
-                "agent-listen",
-                joined(&self.agent_listen.value, "(none)"),
-                &self.agent_listen.source,
-            ),
-            (
-                "allow",
-                joined(&self.allow.value, "(anywhere)"),
-                &self.allow.source,
-            ),
-            (
-                "lb-key-file",
-                (self.lb_key_file.value.as_ref())
-                    .map_or_else(|| "(none)".to_owned(), |f| f.display().to_string()),
-                &self.lb_key_file.source,
-            ),
-            (
-                "lb-address",
-                joined(&self.lb_addresses.value, "(none)"),
-                &self.lb_addresses.source,
-            ),
-            (
-                "interval",
-                duration::format_duration(self.interval.value),
-                &self.interval.source,
-            ),
-            (
-                "max-connections",
-                self.max_connections.value.to_string(),
-                &self.max_connections.source,
-            ),
-            (
+            row("listen", &self.listen, |l| joined(l, "[::]:9200")),
+            row("agent-listen", &self.agent_listen, |l| joined(l, "(none)")),
+            row("allow", &self.allow, |l| joined(l, "(anywhere)")),
+            row("lb-key-file", &self.lb_key_file, |f| {
+                f.as_ref()
+                    .map_or_else(|| "(none)".to_owned(), |f| f.display().to_string())
+            }),
+            row("lb-address", &self.lb_addresses, |l| joined(l, "(none)")),
+            row("interval", &self.interval, duration),
+            row("max-connections", &self.max_connections, u32::to_string),
+            row(
                 "max-connections-per-source",
-                self.max_connections_per_source.value.to_string(),
-                &self.max_connections_per_source.source,
+                &self.max_connections_per_source,
+                u32::to_string,
             ),
-            ("slow-start", slow_start, &self.slow_start.source),
-            (
-                "drained-status",
-                self.drained_status.value.to_string(),
-                &self.drained_status.source,
-            ),
-            (
-                "code-environment",
-                self.code_environments.value.join(","),
-                &self.code_environments.source,
-            ),
+            row("slow-start", &self.slow_start, |d| match *d {
+                Duration::ZERO => "off".to_owned(),
+                d => duration::format_duration(d),
+            }),
+            row("drained-status", &self.drained_status, u16::to_string),
+            row("code-environment", &self.code_environments, |l| l.join(",")),
         ]
     }
 }

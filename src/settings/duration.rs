@@ -10,13 +10,11 @@ const LONGEST: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(text)
         .map_err(|e| format!("{e} (write a duration such as 1500ms, 2s, 30m or 1h)"))?;
-    if duration.is_zero() {
-        return Err("must be longer than zero".to_owned());
+    match duration {
+        Duration::ZERO => Err("must be longer than zero".to_owned()),
+        d if d > LONGEST => Err("must be at most ten years".to_owned()),
+        d => Ok(d),
     }
-    if duration > LONGEST {
-        return Err("must be at most ten years".to_owned());
-    }
-    Ok(duration)
 }
 
 /// Reads a duration for clap where `0s` means "off": at most ten years.

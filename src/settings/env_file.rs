@@ -68,16 +68,13 @@ impl EnvFile {
                     None => break,
                 }
             }
-            let Some((name, value)) = line.split_once('=') else {
-                file.ignored.push((at + 1, line));
-                continue;
-            };
-            let name = name.trim();
-            if !is_name(name) {
-                file.ignored.push((at + 1, line.clone()));
-                continue;
+            match line.split_once('=') {
+                Some((name, value)) if is_name(name.trim()) => {
+                    file.vars
+                        .push((name.trim().to_owned(), unquote(value.trim())));
+                }
+                _ => file.ignored.push((at + 1, line)),
             }
-            file.vars.push((name.to_owned(), unquote(value.trim())));
         }
         file
     }
@@ -102,15 +99,14 @@ fn unquote(value: &str) -> String {
     let mut out = String::with_capacity(inner.len());
     let mut chars = inner.chars();
     while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some(other) => out.push(other),
-            None => out.push('\\'),
-        }
+        out.push(match c {
+            '\\' => match chars.next() {
+                Some('n') => '\n',
+                Some(other) => other,
+                None => '\\',
+            },
+            c => c,
+        });
     }
     out
 }

@@ -58,9 +58,7 @@ impl Webserver {
             path,
         }
     }
-}
 
-impl Webserver {
     /// Where pmcheck probes the Puppet Server this file configures: `ssl-host` unless it is a
     /// wildcard (then 127.0.0.1), and `ssl-port`; `None` without a port.
     pub fn listener(&self) -> Option<SocketAddr> {
@@ -91,19 +89,13 @@ pub(crate) fn fqdn_from(
     canonical: Option<&str>,
     resolv: impl FnOnce() -> Option<String>,
 ) -> Result<String, FqdnError> {
-    let (short, own_domain) = match host.split_once('.') {
-        Some((short, domain)) => (short, Some(domain.to_owned())),
-        None => (host, None),
-    };
+    let (short, own_domain) = (host.split_once('.')).map_or((host, None), |(s, d)| (s, Some(d)));
     if short.is_empty() {
         return Err(FqdnError::Empty);
     }
     let domain = own_domain
-        .or_else(|| {
-            canonical
-                .and_then(|c| c.strip_prefix(short)?.strip_prefix('.'))
-                .map(str::to_owned)
-        })
+        .or_else(|| canonical?.strip_prefix(short)?.strip_prefix('.'))
+        .map(str::to_owned)
         .or_else(resolv);
     let name = match domain.as_deref().map(|d| d.trim_end_matches('.')) {
         Some(domain) if !domain.is_empty() => format!("{short}.{domain}"),

@@ -33,11 +33,8 @@ pub(crate) fn wide(net: &IpNet) -> bool {
 pub(crate) fn parse_keys(text: &str) -> Result<Vec<Key>, (usize, String)> {
     let mut keys = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let mut words = line
-            .split('#')
-            .next()
-            .unwrap_or_default()
-            .split_whitespace();
+        let (line, _) = line.split_once('#').unwrap_or((line, ""));
+        let mut words = line.split_whitespace();
         let Some(key) = words.next() else {
             continue;
         };
@@ -98,11 +95,7 @@ fn weak(key: &str) -> Option<String> {
     };
     let symbols = key.trim_end_matches('=').len() as f64;
     let bits = symbols * alphabet.log2();
-    let mut seen = [false; 128];
-    for b in key.bytes() {
-        seen[usize::from(b & 0x7f)] = true;
-    }
-    let distinct = seen.iter().filter(|&&s| s).count();
+    let distinct = key.bytes().collect::<std::collections::HashSet<u8>>().len();
     if distinct < 8 {
         Some(format!(
             "it uses {distinct} different characters: it is not random"

@@ -129,10 +129,9 @@ pub struct KeyScope {
 impl KeyScope {
     /// Its addresses in words: `10.0.0.5/32, 10.0.0.6/32`, or `any address`.
     pub fn addresses(&self) -> String {
-        if self.from.is_empty() {
-            "any address".to_owned()
-        } else {
-            self.from.join(", ")
+        match self.from.as_slice() {
+            [] => "any address".to_owned(),
+            from => from.join(", "),
         }
     }
 }
@@ -306,23 +305,16 @@ impl LbProof {
         key_file: Option<&Path>,
         addresses: Vec<IpNet>,
     ) -> (Self, Option<LbKeyError>) {
-        match Self::load(key_file, addresses) {
-            Ok(proof) => (proof, None),
-            // Nothing proved before either: the new reason.
-            Err(e) if self.unusable.is_some() => {
-                let unusable = Self {
-                    unusable: Some(e.to_string().into()),
-                    ..Self::default()
-                };
-                (unusable, Some(e))
-            }
-            Err(e) => {
+        match Self::load_or_unusable(key_file, addresses) {
+            (_, Some(e)) if self.unusable.is_none() => {
                 let kept = Self {
                     rejected: Some(e.to_string().into()),
                     ..self.clone()
                 };
                 (kept, Some(e))
             }
+            // Read, or nothing proved before either: the new reason.
+            loaded => loaded,
         }
     }
 
@@ -337,12 +329,9 @@ impl LbProof {
     pub fn binds(&self, peer: IpAddr) -> bool {
         let peer = peer.to_canonical();
         let host = |net: &IpNet| net.prefix_len() == net.max_prefix_len() && net.addr() == peer;
-        if self.unusable.is_some() {
-            return false;
-        }
-        (self.keys.iter().flat_map(|k| &k.from))
-            .chain(self.addresses.iter().filter(|_| self.keys.is_empty()))
-            .any(host)
+        let mut listed = (self.keys.iter().flat_map(|k| &k.from))
+            .chain(self.addresses.iter().filter(|_| self.keys.is_empty()));
+        self.unusable.is_none() && listed.any(host)
     }
 
     /// Whether a poll from `peer` can prove itself at all: with a key file, any may (with the
@@ -362,7 +351,9 @@ impl LbProof {
             return proof(Proof::Unusable);
         }
         if self.wants_key() {
-            let Some(sent) = key.map(trim).filter(|k| !k.is_empty()) else {
+            // HAProxy's agent check sends the `agent-send` string verbatim, so a line end (and
+            // any space around) is not part of the key.
+            let Some(sent) = key.map(<[u8]>::trim_ascii).filter(|k| !k.is_empty()) else {
                 return proof(Proof::NoKey);
             };
             let mut lines = self
@@ -381,7 +372,7 @@ impl LbProof {
                 false => proof(Proof::Elsewhere),
             };
         }
-        if allow::permits(&self.addresses, peer) && !self.addresses.is_empty() {
+        if self.may_prove(peer) {
             proof(Proof::Address)
         } else {
             proof(Proof::Unlisted)
@@ -390,18 +381,13 @@ impl LbProof {
 
     /// What the key file holds (never the keys) and what is weak about it, when one is set.
     pub fn answer(&self) -> Option<KeyFileAnswer> {
-        if !self.wants_key() {
-            return None;
-        }
-        let keys = (self.keys.iter())
-            .map(|k| KeyScope {
-                line: k.line,
-                from: k.from.iter().map(ToString::to_string).collect(),
-            })
-            .collect();
-        Some(KeyFileAnswer {
+        let keys = (self.keys.iter()).map(|k| KeyScope {
+            line: k.line,
+            from: k.from.iter().map(ToString::to_string).collect(),
+        });
+        self.wants_key().then(|| KeyFileAnswer {
             problem: self.unusable.as_deref().map(str::to_owned),
-            keys,
+            keys: keys.collect(),
             warnings: self.warnings(),
             rejected: self.rejected.as_deref().map(str::to_owned),
         })
@@ -455,12 +441,6 @@ fn writable_by_others(path: &Path, mode: u32) -> Option<String> {
             dir.display()
         )
     })
-}
-
-/// The key as sent: HAProxy's agent check sends the `agent-send` string verbatim, so a line
-/// end (and any space around) is not part of it.
-fn trim(sent: &[u8]) -> &[u8] {
-    sent.trim_ascii()
 }
 
 /// Equal, in a time that depends only on the lengths.

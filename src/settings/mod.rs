@@ -72,8 +72,8 @@ pub enum SettingsError {
     PuppetAddr {
         /// The value given.
         value: String,
-        /// What went wrong.
-        problem: AddrProblem,
+        /// What the resolver said, or that the name has no address.
+        problem: std::io::Error,
     },
     /// puppet.conf's serverport is not a port number.
     #[error("serverport = {value} ({source_}): not a port number")]
@@ -118,17 +118,6 @@ pub enum SettingsError {
         /// The value found.
         value: String,
     },
-}
-
-/// Why a HOST:PORT has no address.
-#[derive(Debug, Error)]
-pub enum AddrProblem {
-    /// The resolver failed (or the text is not HOST:PORT).
-    #[error("{0}")]
-    Lookup(#[source] std::io::Error),
-    /// The name resolved to nothing.
-    #[error("the name has no address")]
-    NoAddress,
 }
 
 /// What the host says where the configuration files are silent; tests pass their own, so
@@ -191,6 +180,16 @@ pub struct Setting<T> {
     pub value: T,
     /// Where it came from.
     pub source: Source,
+}
+
+impl<T> Setting<T> {
+    /// Nobody said: `value`, worked out as `how` says.
+    fn by_default(value: T, how: String) -> Self {
+        Self {
+            value,
+            source: Source::Default(how),
+        }
+    }
 }
 
 /// What the operator gave, on the command line or in the environment. Settings that
@@ -270,64 +269,38 @@ pub struct Settings {
     pub given: Given,
 }
 
-/// A row of `pmcheck config`'s table for a path.
-fn path_row<'a>(name: &'a str, s: &'a Setting<PathBuf>) -> (&'a str, String, &'a Source) {
-    (name, s.value.display().to_string(), &s.source)
+/// A row of `pmcheck config`'s table: the setting, its value as shown, where it came from.
+type Row<'a> = (&'a str, String, &'a Source);
+
+/// The row of `s`, its value shown by `show`.
+fn row<'a, T>(name: &'a str, s: &'a Setting<T>, show: impl Fn(&T) -> String) -> Row<'a> {
+    (name, show(&s.value), &s.source)
 }
 
 /// `pmcheck config`'s table.
 impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let conf = match &self.puppet_conf.value {
-            Some(p) => p.display().to_string(),
-            None => "(none)".into(),
-        };
-        let timeout = duration::format_duration(self.timeout.value);
-        let mut rows: Vec<(&str, String, &Source)> = vec![
-            ("puppet-conf", conf, &self.puppet_conf.source),
-            (
-                "certname",
-                self.certname.value.clone(),
-                &self.certname.source,
-            ),
-            path_row("ssldir", &self.ssldir),
-            path_row("hostcert", &self.hostcert),
-            path_row("hostprivkey", &self.hostprivkey),
-            path_row("localcacert", &self.localcacert),
-            path_row("hostcrl", &self.hostcrl),
-            (
-                "environmentpath",
-                self.environmentpath.value.clone(),
-                &self.environmentpath.source,
-            ),
-            (
-                "puppet-addr",
-                self.puppet_addr.value.to_string(),
-                &self.puppet_addr.source,
-            ),
-            (
-                "status-path",
-                self.status_path.value.clone(),
-                &self.status_path.source,
-            ),
-            ("timeout", timeout, &self.timeout.source),
-            (
-                "pause-grace",
-                duration::format_duration(self.pause_grace.value),
-                &self.pause_grace.source,
-            ),
-            (
-                "wedged-after",
-                duration::format_duration(self.wedged_after.value),
-                &self.wedged_after.source,
-            ),
-            path_row("puppetserver-confd", &self.puppetserver_confd),
-            (
-                "multithreaded",
-                self.multithreaded.value.to_string(),
-                &self.multithreaded.source,
-            ),
-            path_row("state-dir", &self.state_dir),
+        let path = |p: &PathBuf| p.display().to_string();
+        let duration = |d: &Duration| duration::format_duration(*d);
+        let mut rows = vec![
+            row("puppet-conf", &self.puppet_conf, |p| {
+                p.as_ref().map_or_else(|| "(none)".into(), path)
+            }),
+            row("certname", &self.certname, String::clone),
+            row("ssldir", &self.ssldir, path),
+            row("hostcert", &self.hostcert, path),
+            row("hostprivkey", &self.hostprivkey, path),
+            row("localcacert", &self.localcacert, path),
+            row("hostcrl", &self.hostcrl, path),
+            row("environmentpath", &self.environmentpath, String::clone),
+            row("puppet-addr", &self.puppet_addr, ToString::to_string),
+            row("status-path", &self.status_path, String::clone),
+            row("timeout", &self.timeout, duration),
+            row("pause-grace", &self.pause_grace, duration),
+            row("wedged-after", &self.wedged_after, duration),
+            row("puppetserver-confd", &self.puppetserver_confd, path),
+            row("multithreaded", &self.multithreaded, ToString::to_string),
+            row("state-dir", &self.state_dir, path),
         ];
         if let Some(daemon) = &self.daemon {
             rows.extend(daemon.rows());
@@ -368,23 +341,16 @@ pub fn parse_certname(text: &str) -> Result<String, String> {
         && text
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
-    if valid {
-        Ok(text.to_owned())
-    } else {
-        Err(CERTNAME_RULE.to_owned())
-    }
+    valid
+        .then(|| text.to_owned())
+        .ok_or_else(|| CERTNAME_RULE.to_owned())
 }
 
 /// A status path for clap: an absolute path on Puppet Server.
 pub fn parse_status_path(text: &str) -> Result<String, String> {
-    if text.starts_with('/') {
-        Ok(text.to_owned())
-    } else {
-        Err(format!(
-            "must start with /, for example {}",
-            defaults::STATUS_PATH
-        ))
-    }
+    (text.starts_with('/'))
+        .then(|| text.to_owned())
+        .ok_or_else(|| format!("must start with /, for example {}", defaults::STATUS_PATH))
 }
 
 #[cfg(test)]

@@ -131,21 +131,19 @@ impl PuppetConf {
                 section = name.trim().to_owned();
                 continue;
             }
-            let Some((name, value)) = line.split_once('=') else {
+            let named = |name: &str| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            };
+            let Some((name, value)) = (line.split_once('='))
+                .map(|(name, value)| (name.trim(), value))
+                .filter(|(name, _)| named(name))
+            else {
                 return Err(PuppetConfError::Syntax {
                     path: path.to_owned(),
                     line: index + 1,
                     text: line.to_owned(),
                 });
             };
-            let name = name.trim();
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(PuppetConfError::Syntax {
-                    path: path.to_owned(),
-                    line: index + 1,
-                    text: line.to_owned(),
-                });
-            }
             sections
                 .entry(section.clone())
                 .or_default()
@@ -155,11 +153,6 @@ impl PuppetConf {
             path: Some(path.to_owned()),
             sections,
         })
-    }
-
-    /// The file this came from, if any.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
     }
 
     /// The value of `name` as Puppet Server sees it, and the section it came from.
@@ -241,51 +234,45 @@ impl<'a> Resolver<'a> {
                 setting: name.to_owned(),
             });
         }
-        let (raw, source) = self.raw(name)?;
+        let (raw, source) = match (self.overrides.get(name), self.conf.get(name)) {
+            (Some((value, source)), _) => (value.clone(), source.clone()),
+            (None, Some((value, section))) => {
+                let path = self.conf.path.clone().unwrap_or_default();
+                let section = section.to_owned();
+                (value.to_owned(), Source::File { path, section })
+            }
+            (None, None) => self.default(name)?,
+        };
         let value = self.interpolate(name, &raw, &source, depth)?;
         Ok((value, source))
     }
 
-    fn raw(&self, name: &str) -> Result<(String, Source), PuppetConfError> {
-        if let Some((value, source)) = self.overrides.get(name) {
-            return Ok((value.clone(), source.clone()));
-        }
-        if let Some((value, section)) = self.conf.get(name) {
-            let path = self.conf.path.clone().unwrap_or_default();
-            let section = section.to_owned();
-            return Ok((value.to_owned(), Source::File { path, section }));
-        }
-        self.default(name)
-    }
-
     fn default(&self, name: &str) -> Result<(String, Source), PuppetConfError> {
         let layout = self.layout;
-        let debian = layout == Layout::Debian;
-        let value: String = match name {
-            "confdir" if debian => "/etc/puppet".into(),
-            "confdir" => "/etc/puppetlabs/puppet".into(),
-            "vardir" if debian => "/var/cache/puppet".into(),
-            "vardir" => "/opt/puppetlabs/puppet/cache".into(),
-            "ssldir" if debian => "/var/lib/puppet/ssl".into(),
-            "ssldir" => "$confdir/ssl".into(),
-            "codedir" if debian => "/etc/puppet/code".into(),
-            "codedir" => "/etc/puppetlabs/code".into(),
-            "logdir" if debian => "/var/log/puppet".into(),
-            "logdir" => "/var/log/puppetlabs/puppet".into(),
-            "rundir" if debian => "/run/puppet".into(),
-            "rundir" => "/var/run/puppetlabs".into(),
-            "statedir" => "$vardir/state".into(),
-            "certdir" => "$ssldir/certs".into(),
-            "privatekeydir" => "$ssldir/private_keys".into(),
-            "publickeydir" => "$ssldir/public_keys".into(),
-            "requestdir" => "$ssldir/certificate_requests".into(),
-            "hostcert" => "$certdir/$certname.pem".into(),
-            "hostprivkey" => "$privatekeydir/$certname.pem".into(),
-            "hostpubkey" => "$publickeydir/$certname.pem".into(),
-            "localcacert" => "$certdir/ca.pem".into(),
-            "hostcrl" => "$ssldir/crl.pem".into(),
-            "environmentpath" => "$codedir/environments".into(),
-            "serverport" | "masterport" => "8140".into(),
+        // Only these differ between the layouts; the rest derive from them.
+        let of_layout = |aio: &str, debian: &str| match layout {
+            Layout::Aio => (aio.to_owned(), true),
+            Layout::Debian => (debian.to_owned(), true),
+        };
+        let (value, per_layout) = match name {
+            "confdir" => of_layout("/etc/puppetlabs/puppet", "/etc/puppet"),
+            "vardir" => of_layout("/opt/puppetlabs/puppet/cache", "/var/cache/puppet"),
+            "ssldir" => of_layout("$confdir/ssl", "/var/lib/puppet/ssl"),
+            "codedir" => of_layout("/etc/puppetlabs/code", "/etc/puppet/code"),
+            "logdir" => of_layout("/var/log/puppetlabs/puppet", "/var/log/puppet"),
+            "rundir" => of_layout("/var/run/puppetlabs", "/run/puppet"),
+            "statedir" => ("$vardir/state".into(), false),
+            "certdir" => ("$ssldir/certs".into(), false),
+            "privatekeydir" => ("$ssldir/private_keys".into(), false),
+            "publickeydir" => ("$ssldir/public_keys".into(), false),
+            "requestdir" => ("$ssldir/certificate_requests".into(), false),
+            "hostcert" => ("$certdir/$certname.pem".into(), false),
+            "hostprivkey" => ("$privatekeydir/$certname.pem".into(), false),
+            "hostpubkey" => ("$publickeydir/$certname.pem".into(), false),
+            "localcacert" => ("$certdir/ca.pem".into(), false),
+            "hostcrl" => ("$ssldir/crl.pem".into(), false),
+            "environmentpath" => ("$codedir/environments".into(), false),
+            "serverport" | "masterport" => ("8140".into(), false),
             "certname" => {
                 let fqdn = (self.fqdn)().map_err(PuppetConfError::Certname)?;
                 return Ok((fqdn, Source::Default("the host's FQDN".into())));
@@ -299,11 +286,6 @@ impl<'a> Resolver<'a> {
                 });
             }
         };
-        // Only these differ between the layouts; the rest derive from them.
-        let per_layout = matches!(
-            name,
-            "confdir" | "vardir" | "ssldir" | "codedir" | "logdir" | "rundir"
-        );
         let how = match (per_layout, value.contains('$')) {
             (true, true) => format!("{value}, {layout}"),
             (true, false) => layout.to_string(),
@@ -341,29 +323,21 @@ impl<'a> Resolver<'a> {
                 rest = after;
                 continue;
             }
-            match self.resolve_depth(var, depth + 1) {
-                Ok((value, _)) => out.push_str(&value),
-                Err(PuppetConfError::UnknownVariable { .. }) => {
-                    return Err(PuppetConfError::UnknownVariable {
-                        setting: setting.to_owned(),
-                        value: raw.to_owned(),
-                        var: var.to_owned(),
-                        source_: source.clone(),
-                    });
-                }
-                Err(e) => return Err(e),
-            }
+            let (value, _) = self.resolve_depth(var, depth + 1).map_err(|e| match e {
+                PuppetConfError::UnknownVariable { .. } => PuppetConfError::UnknownVariable {
+                    setting: setting.to_owned(),
+                    value: raw.to_owned(),
+                    var: var.to_owned(),
+                    source_: source.clone(),
+                },
+                e => e,
+            })?;
+            out.push_str(&value);
             rest = &after[consumed..];
         }
         out.push_str(rest);
         Ok(out)
     }
-}
-
-/// The first puppet.conf that `exists` on this host, as Puppet's own packages would have
-/// installed it.
-pub fn find_default(exists: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
-    CANDIDATES.iter().map(PathBuf::from).find(|p| exists(p))
 }
 
 #[cfg(test)]

@@ -3,13 +3,13 @@
 //! CRL it checks and whether it runs one multithreaded JRuby. One function per concern.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::settings::daemon::Daemon;
 use crate::settings::host::Webserver;
-use crate::settings::puppet_conf::{self, PuppetConf, Resolver};
+use crate::settings::puppet_conf::{CANDIDATES, PuppetConf, Resolver};
 use crate::settings::{
-    AddrProblem, Given, Host, Setting, Settings, SettingsError, Source, defaults, parse_certname,
+    Given, Host, Setting, Settings, SettingsError, Source, defaults, parse_certname,
 };
 
 impl Settings {
@@ -19,16 +19,18 @@ impl Settings {
         // Given, else puppet.conf, else Puppet's default: the resolver holds all three.
         let layout = conf.layout(host.exists);
         let mut resolver = Resolver::new(&conf, layout, host.fqdn);
-        let overrides = [
-            ("certname", given.certname.clone()),
-            ("hostcert", path_text(given.hostcert.as_ref())),
-            ("hostprivkey", path_text(given.hostprivkey.as_ref())),
-            ("localcacert", path_text(given.localcacert.as_ref())),
-            ("hostcrl", path_text(given.hostcrl.as_ref())),
+        if let Some(Setting { value, source }) = &given.certname {
+            resolver.set("certname", value.clone(), source.clone());
+        }
+        let paths = [
+            ("hostcert", &given.hostcert),
+            ("hostprivkey", &given.hostprivkey),
+            ("localcacert", &given.localcacert),
+            ("hostcrl", &given.hostcrl),
         ];
-        for (name, setting) in overrides {
+        for (name, setting) in paths {
             if let Some(Setting { value, source }) = setting {
-                resolver.set(name, value, source);
+                resolver.set(name, value.display().to_string(), source.clone());
             }
         }
         let string = |name: &str| -> Result<Setting<String>, SettingsError> {
@@ -36,10 +38,10 @@ impl Settings {
             Ok(Setting { value, source })
         };
         let path = |name: &str| -> Result<Setting<PathBuf>, SettingsError> {
-            let s = string(name)?;
+            let (value, source) = resolver.resolve(name)?;
             Ok(Setting {
-                value: PathBuf::from(s.value),
-                source: s.source,
+                value: value.into(),
+                source,
             })
         };
         let daemon = daemon(given)?;
@@ -50,25 +52,25 @@ impl Settings {
                 source_: certname.source,
             });
         }
-        let puppetserver_confd = given.puppetserver_confd.clone().unwrap_or_else(|| Setting {
-            value: layout.puppetserver_confd().into(),
-            source: Source::Default(format!("Puppet Server's conf.d of the {layout}")),
+        let puppetserver_confd = given.puppetserver_confd.clone().unwrap_or_else(|| {
+            let how = format!("Puppet Server's conf.d of the {layout}");
+            Setting::by_default(layout.puppetserver_confd().into(), how)
         });
-        let confd = Confd {
-            dir: &puppetserver_confd.value,
-            host,
+        // A file of conf.d with its text, when it can be read.
+        let confd_file = |name: &str| {
+            let path = puppetserver_confd.value.join(name);
+            (host.confd_file)(&path).map(|text| (path, text))
         };
-        let webserver = confd
-            .file("webserver.conf")
-            .map(|(path, text)| Webserver::parse(path, &text));
-        let hostcrl = match webserver
-            .as_ref()
-            .and_then(|w| Some((w.crl_path.clone()?, w)))
-        {
-            Some((crl, web)) if given.hostcrl.is_none() => Setting {
-                value: crl,
-                source: Source::Default(format!("ssl-crl-path in {}", web.path.display())),
-            },
+        let webserver =
+            confd_file("webserver.conf").map(|(path, text)| Webserver::parse(path, &text));
+        let hostcrl = match &webserver {
+            Some(Webserver {
+                crl_path: Some(crl),
+                path: web,
+                ..
+            }) if given.hostcrl.is_none() => {
+                Setting::by_default(crl.clone(), format!("ssl-crl-path in {}", web.display()))
+            }
             _ => path("hostcrl")?,
         };
         let puppet_addr = match &given.puppet_addr {
@@ -78,7 +80,8 @@ impl Settings {
             },
             None => default_puppet_addr(webserver, &string("serverport")?)?,
         };
-        let multithreaded = confd.multithreaded()?;
+        let multithreaded =
+            multithreaded(&puppetserver_confd.value, confd_file("puppetserver.conf"))?;
         Ok(Self {
             ssldir: path("ssldir")?,
             hostcert: path("hostcert")?,
@@ -87,9 +90,8 @@ impl Settings {
             hostcrl,
             // Shown, never needed to answer a poll: one that cannot be resolved shows no
             // environment, and `pmcheck config` says why.
-            environmentpath: string("environmentpath").unwrap_or_else(|e| Setting {
-                value: String::new(),
-                source: Source::Default(format!("cannot be resolved: {e}")),
+            environmentpath: string("environmentpath").unwrap_or_else(|e| {
+                Setting::by_default(String::new(), format!("cannot be resolved: {e}"))
             }),
             puppet_conf,
             certname,
@@ -113,41 +115,42 @@ fn load_puppet_conf(
     given: &Given,
     host: &Host,
 ) -> Result<(PuppetConf, Setting<Option<PathBuf>>), SettingsError> {
-    if let Some(Setting {
-        value: path,
-        source,
-    }) = &given.puppet_conf
-    {
-        std::fs::metadata(path).map_err(|source| SettingsError::PuppetConfMissing {
-            path: path.clone(),
+    let setting = match &given.puppet_conf {
+        Some(Setting {
+            value: path,
             source,
-        })?;
-        let setting = Setting {
-            value: Some(path.clone()),
-            source: source.clone(),
-        };
-        return Ok((PuppetConf::load(path)?, setting));
-    }
-    Ok(match puppet_conf::find_default(host.exists) {
-        Some(path) => (
-            PuppetConf::load(&path)?,
+        }) => {
+            std::fs::metadata(path).map_err(|source| SettingsError::PuppetConfMissing {
+                path: path.clone(),
+                source,
+            })?;
             Setting {
-                value: Some(path),
-                source: Source::Default("first existing of the AIO and Debian locations".into()),
-            },
-        ),
-        None => (
-            PuppetConf::default(),
-            Setting {
-                value: None,
-                source: Source::Default(
-                    "neither /etc/puppetlabs/puppet/puppet.conf nor \
-                     /etc/puppet/puppet.conf exists; Puppet's defaults apply"
-                        .into(),
-                ),
-            },
-        ),
-    })
+                value: Some(path.clone()),
+                source: source.clone(),
+            }
+        }
+        None => match CANDIDATES
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| (host.exists)(p))
+        {
+            Some(path) => Setting::by_default(
+                Some(path),
+                "first existing of the AIO and Debian locations".into(),
+            ),
+            None => Setting::by_default(
+                None,
+                "neither /etc/puppetlabs/puppet/puppet.conf nor /etc/puppet/puppet.conf \
+                 exists; Puppet's defaults apply"
+                    .into(),
+            ),
+        },
+    };
+    let conf = match &setting.value {
+        Some(path) => PuppetConf::load(path)?,
+        None => PuppetConf::default(),
+    };
+    Ok((conf, setting))
 }
 
 /// The daemon's settings, when given: each `--code-environment` once, and not too many.
@@ -167,54 +170,32 @@ fn daemon(given: &Given) -> Result<Option<Daemon>, SettingsError> {
     Ok(daemon)
 }
 
-/// Puppet Server's conf.d, as the host reads it.
-struct Confd<'a> {
-    dir: &'a std::path::Path,
-    host: &'a Host,
-}
-
-impl Confd<'_> {
-    /// A file of conf.d with its text, when it can be read.
-    fn file(&self, name: &str) -> Option<(PathBuf, String)> {
-        let path = self.dir.join(name);
-        (self.host.confd_file)(&path).map(|text| (path, text))
-    }
-
-    /// Whether Puppet Server runs one multithreaded JRuby (puppetserver.conf).
-    fn multithreaded(&self) -> Result<Setting<bool>, SettingsError> {
-        let Some((path, text)) = self.file("puppetserver.conf") else {
-            return Ok(Setting {
-                value: false,
-                source: Source::Default(format!(
-                    "Puppet Server's; no readable puppetserver.conf in {}",
-                    self.dir.display()
-                )),
-            });
-        };
-        match crate::settings::host::multithreaded(&text) {
-            Ok(Some(value)) => Ok(Setting {
-                value,
-                source: Source::Default(format!(
-                    "jruby-puppet.multithreaded in {}",
-                    path.display()
-                )),
-            }),
-            Ok(None) => Ok(Setting {
-                value: false,
-                source: Source::Default(format!(
-                    "Puppet Server's; {} does not set jruby-puppet.multithreaded",
-                    path.display()
-                )),
-            }),
-            Err((line, value)) => Err(SettingsError::Multithreaded { path, line, value }),
-        }
-    }
-}
-
-fn path_text(path: Option<&Setting<PathBuf>>) -> Option<Setting<String>> {
-    path.map(|p| Setting {
-        value: p.value.display().to_string(),
-        source: p.source.clone(),
+/// Whether Puppet Server runs one multithreaded JRuby: puppetserver.conf of conf.d `dir`, as
+/// read (`file`).
+fn multithreaded(
+    dir: &Path,
+    file: Option<(PathBuf, String)>,
+) -> Result<Setting<bool>, SettingsError> {
+    let Some((path, text)) = file else {
+        let how = format!(
+            "Puppet Server's; no readable puppetserver.conf in {}",
+            dir.display()
+        );
+        return Ok(Setting::by_default(false, how));
+    };
+    Ok(match crate::settings::host::multithreaded(&text) {
+        Ok(Some(value)) => Setting::by_default(
+            value,
+            format!("jruby-puppet.multithreaded in {}", path.display()),
+        ),
+        Ok(None) => Setting::by_default(
+            false,
+            format!(
+                "Puppet Server's; {} does not set jruby-puppet.multithreaded",
+                path.display()
+            ),
+        ),
+        Err((line, value)) => return Err(SettingsError::Multithreaded { path, line, value }),
     })
 }
 
@@ -224,18 +205,16 @@ fn default_puppet_addr(
     webserver: Option<Webserver>,
     serverport: &Setting<String>,
 ) -> Result<Setting<SocketAddr>, SettingsError> {
-    let loopback = IpAddr::from([127, 0, 0, 1]);
     if let Some(web) = webserver
         && let Some(value) = web.listener()
     {
-        let how = match web.host.filter(|h| !h.is_unspecified()) {
-            Some(_) => "ssl-host and ssl-port",
-            None => "127.0.0.1 and ssl-port",
+        // Its host is ssl-host's unless that is a wildcard (or not set).
+        let how = match web.host == Some(value.ip()) {
+            true => "ssl-host and ssl-port",
+            false => "127.0.0.1 and ssl-port",
         };
-        return Ok(Setting {
-            value,
-            source: Source::Default(format!("{how} from {}", web.path.display())),
-        });
+        let how = format!("{how} from {}", web.path.display());
+        return Ok(Setting::by_default(value, how));
     }
     let number: u16 = serverport
         .value
@@ -249,10 +228,8 @@ fn default_puppet_addr(
         Source::Default(_) => "127.0.0.1 and Puppet's default serverport".to_owned(),
         other => format!("127.0.0.1 and serverport from {other}"),
     };
-    Ok(Setting {
-        value: SocketAddr::new(loopback, number),
-        source: Source::Default(how),
-    })
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    Ok(Setting::by_default(SocketAddr::new(loopback, number), how))
 }
 
 /// HOST:PORT; a name is resolved once, at start.
@@ -264,15 +241,12 @@ fn parse_addr(value: &str) -> Result<SocketAddr, SettingsError> {
         value: value.to_owned(),
         problem,
     };
-    let addrs: Vec<SocketAddr> = value
-        .to_socket_addrs()
-        .map_err(|e| fail(AddrProblem::Lookup(e)))?
-        .collect();
+    let addrs: Vec<SocketAddr> = value.to_socket_addrs().map_err(fail)?.collect();
     // Jetty's default listener is IPv4 (ssl-host 0.0.0.0): `localhost` must not become ::1.
     addrs
         .iter()
         .find(|a| a.is_ipv4())
         .or(addrs.first())
         .copied()
-        .ok_or_else(|| fail(AddrProblem::NoAddress))
+        .ok_or_else(|| fail(std::io::Error::other("the name has no address")))
 }
