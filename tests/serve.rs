@@ -302,8 +302,10 @@ fn a_garbled_drain_file_still_drains_and_a_missing_state_dir_fails_closed() {
             .starts_with("DRAINED - drain file is empty; it still counts as drained"),
         "{a:?}"
     );
-    std::fs::remove_file(s.state.path().join("drain")).unwrap();
-    std::fs::remove_dir(s.state.path()).unwrap();
+    // Moved away whole, not emptied then removed: the daemon, drained no longer, may write its
+    // slow start's record there at any moment.
+    let away = tempfile::tempdir().unwrap();
+    std::fs::rename(s.state.path(), away.path().join("state")).unwrap();
     let a = d.wait_for(SOON, "UNKNOWN", is("UNKNOWN"));
     assert_eq!(a.status, 503);
     assert!(
