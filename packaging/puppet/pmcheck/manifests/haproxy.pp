@@ -23,7 +23,20 @@
 #
 # @param compile_masters
 #   The compile masters: an Array of host names (each is both the server's name and its
-#   address), or a Hash of server name => address (name or IP).
+#   address), or a Hash of server name => address (name or IP). May be empty with `collect`.
+# @param collect
+#   Also the compile masters that joined by themselves (class pmcheck's `export_to` naming
+#   this backend), read from PuppetDB with `puppetdb_query` (puppetdb-termini): only active
+#   nodes' latest catalogs, so a master deactivated in PuppetDB leaves at once. A member
+#   HAProxy would reject (pmcheck::member_problem), one named as a server of
+#   `compile_masters`, or a second of one name is left out with a warning, never a duplicate
+#   that fails this catalog. Each uses the ports it exported, and this backend's other settings.
+# @param keep_state
+#   HAProxy keeps each server's state across a reload or a restart (class
+#   pmcheck::server_state saves it, this backend loads it: `load-server-state-from-file local`):
+#   a drained master stays out, a busy one keeps its weight. On HAProxy 3.1 and later (the fact
+#   haproxy_version), a server it has no state of (a master that just joined) also starts down
+#   (`init-state down`) and enters at its first healthy check. Default: `collect`.
 # @param puppet_port
 #   Puppet Server's port on the compile masters.
 # @param frontend
@@ -68,13 +81,15 @@
 # @param config_file
 #   HAProxy configuration file to write the sections into. Default: the instance's.
 define pmcheck::haproxy (
-  Variant[Array[String[1], 1], Hash[String[1], String[1], 1]] $compile_masters,
+  Variant[Array[String[1]], Hash[String[1], String[1]]] $compile_masters = [],
+  Boolean $collect = false,
+  Boolean $keep_state = $collect,
   Stdlib::Port $puppet_port = 8140,
   Boolean $frontend = true,
   String $bind_address = '',
   Stdlib::Port $frontend_port = 8140,
   String[1] $frontend_name = $title,
-  String[1] $backend_name = "${title}_compilers",
+  Pattern[/\A[A-Za-z0-9_.:-]+\z/] $backend_name = "${title}_compilers",
   Stdlib::Port $check_port = 9200,
   Optional[Stdlib::Port] $agent_port = 9201,
   Pmcheck::Duration $inter = '2s',
@@ -108,6 +123,16 @@ define pmcheck::haproxy (
 
   $key_header = $lb_key.then |$key| { ["send hdr X-Pmcheck-Key \"${key.unwrap}\""] }.lest || { [] }
 
+  if $keep_state {
+    include pmcheck::server_state
+    $state_options = [
+      { 'load-server-state-from-file' => 'local' },
+      { 'server-state-file-name' => "${pmcheck::server_state::dir}/${backend_name}" },
+    ]
+  } else {
+    $state_options = []
+  }
+
   # Resource titles come from this define's title, so that two of them may write sections of
   # the same names into two instances.
   haproxy::backend { "${title} backend":
@@ -125,30 +150,65 @@ define pmcheck::haproxy (
       { 'retries' => '3' },
       { 'option' => 'redispatch 1' },
       { 'timeout' => ["connect ${timeout_connect}", "server ${timeout_server}", "check ${timeout_check}"] },
-    ],
+    ] + $state_options,
   }
 
-  $servers = $compile_masters ? {
+  $static = $compile_masters ? {
     Hash    => $compile_masters,
     default => Hash($compile_masters.map |$host| { [$host, $host] }),
   }
-  $servers.each |$server, $address| {
+  # The members compile masters exported to this backend, first by certname.
+  $exported = $collect ? {
+    true    => puppetdb_query(@("PQL"/L)
+      resources[certname, parameters] { type = 'Pmcheck::Member' and exported = true \
+      and parameters.backend = '${backend_name}' order by certname }
+      | PQL
+    ),
+    default => [],
+  }
+  $collected = $exported.reduce({}) |$kept, $row| {
+    $m = $row['parameters']
+    $why = pmcheck::member_problem($m).lest || {
+      if $m['server'] in $static {
+        'compile_masters has a server of that name'
+      } elsif $m['server'] in $kept {
+        "${kept[$m['server']]['certname']} exported a member of that name first"
+      }
+    }
+    if $why =~ String {
+      warning("pmcheck::haproxy ${title}: left out the member ${m['server']} that ${row['certname']} exported to ${backend_name}: ${why}")
+      $kept
+    } else {
+      $kept + { $m['server'] => $m + { 'certname' => $row['certname'] } }
+    }
+  }
+  if $static.empty and $collected.empty and !$collect {
+    fail("pmcheck::haproxy ${title}: no compile_masters, and collect is false: ${backend_name} would have no server")
+  }
+  $servers = $static.map |$server, $address| {
+    [$server, { 'address' => $address, 'port' => $puppet_port, 'check_port' => $check_port, 'agent_port' => $agent_port }]
+  }.convert_to(Hash) + $collected
+  $init_state = ($keep_state and versioncmp(String($facts['haproxy_version']), '3.1') >= 0) ? {
+    true    => ' init-state down',
+    default => '',
+  }
+  $servers.each |$server, $member| {
     # The agent check names its server line (BACKEND/SERVER) and sends the key: a drain is held
     # or takes effect per server line.
     $agent_send = $lb_key.then |$key| {
       " agent-send \"${backend_name}/${server} ${key.unwrap}\\n\""
     }.lest || { " agent-send \"${backend_name}/${server}\\n\"" }
-    $agent = $agent_port ? {
-      undef   => '',
-      default => " agent-check agent-port ${agent_port} agent-inter ${agent_inter}${agent_send}",
+    $agent = ($agent_port =~ Undef or $member['agent_port'] =~ Undef) ? {
+      true    => '',
+      default => " agent-check agent-port ${member['agent_port']} agent-inter ${agent_inter}${agent_send}",
     }
     # One String: haproxy::balancermember sorts the words of an Array.
-    $server_options = "check port ${check_port} inter ${inter} rise ${rise} fall ${fall}${agent}"
+    $server_options = "check port ${member['check_port']} inter ${inter} rise ${rise} fall ${fall}${agent}${init_state}"
     haproxy::balancermember { "${title} ${server}":
       listening_service => $backend_name,
       server_names      => $server,
-      ipaddresses       => $address,
-      ports             => $puppet_port,
+      ipaddresses       => $member['address'],
+      ports             => $member['port'],
       options           => $server_options,
       weight            => $weight,
       instance          => $instance,

@@ -114,6 +114,26 @@
 # @param stop_max_wait
 #   PMCHECK_MAX_WAIT: how long a stop of Puppet Server waits for the load balancers and the
 #   agents; keep it under the helper's TimeoutStopSec= (150s). Default: 120s.
+# @param export_to
+#   The HAProxy backend (pmcheck::haproxy's `backend_name`, `puppetserver_compilers` by
+#   default) this compile master joins by itself: exported through PuppetDB as a
+#   `pmcheck::member`, which pmcheck::haproxy's `collect => true` reads back. Exported only
+#   once the fact `pmcheck` shows this daemon answering 200 (PuppetDB stores a catalog's exports
+#   when it is compiled, before it is applied, so an unconditional export would announce a
+#   master before Puppet Server or pmcheck is installed); from then on it stays a member
+#   (`/etc/pmcheck/member`) whatever pmcheck answers, drained or failing: HAProxy's checks take
+#   it out, not the next compile. Needs storeconfigs (PuppetDB). Default: undef, nothing exported.
+# @param member_name
+#   Its server name on the load balancer's line. Default: the certname.
+# @param member_address
+#   The IP address the load balancer reaches it at. Default: the fact networking.ip.
+# @param member_port
+#   Puppet Server's port, for the server line. Default: 8140.
+# @param retire
+#   Leave the backend: drain with `pmcheck drain --wait` and keep exporting until the drain is
+#   safe to stop (the fact `pmcheck`, at the next run), then withdraw the export; the load
+#   balancer's next run removes the line. Removing the class instead would withdraw the export
+#   at the next compile, before anything could drain. Default: false.
 # @param log_level
 #   RUST_LOG: error, warn, info or debug (tracing EnvFilter syntax). Default: info.
 class pmcheck (
@@ -152,6 +172,11 @@ class pmcheck (
   Optional[Pattern[/\A[A-Za-z0-9_:=,.\/-]+\z/]] $log_level = undef,
   Boolean $drain_on_stop = true,
   Optional[Pmcheck::Duration] $stop_max_wait = undef,
+  Optional[Pattern[/\A[A-Za-z0-9_.:-]+\z/]] $export_to = undef,
+  String[1] $member_name = $trusted['certname'],
+  String[1] $member_address = String($facts.dig('networking', 'ip')),
+  Stdlib::Port $member_port = 8140,
+  Boolean $retire = false,
 ) {
   case $facts['os']['family'] {
     'Debian': {
@@ -283,6 +308,50 @@ class pmcheck (
           subscribe   => $key_files,
           require     => Service['pmcheck'],
         }
+      }
+    }
+  }
+
+  # Joining and leaving the load balancers' backend through PuppetDB (pmcheck::haproxy's
+  # `collect`): pmcheck::member_problem is the rule the load balancer applies too.
+  if $export_to =~ NotUndef and !$removing {
+    $member = {
+      'backend'    => $export_to,
+      'server'     => $member_name,
+      'address'    => $member_address,
+      'port'       => $member_port,
+      'check_port' => $listen.then |$l| { Integer($l[0].split(':')[-1]) }.lest || { 9200 },
+      'agent_port' => $agent_listen.then |$a| { Integer($a[0].split(':')[-1]) },
+    }
+    $problem = pmcheck::member_problem($member)
+    if $problem =~ String {
+      fail("pmcheck: ${trusted['certname']} cannot join ${export_to}: ${problem}: set member_name, member_address or member_port")
+    }
+    # What this node's pmcheck answered when the run began (the fact pmcheck).
+    $seen = $facts['pmcheck'].lest || { {} }
+    $joined = $seen['member'] == $export_to or $seen['status'] == 200
+    $left = $retire and $seen['drained'] == true and $seen['safe_to_stop'] == true
+    $exporting = $joined and !$left
+    if $exporting {
+      @@pmcheck::member { "${export_to}/${member_name}":
+        * => $member,
+      }
+    }
+    file { '/etc/pmcheck/member':
+      ensure  => if $exporting { 'file' } else { 'absent' },
+      owner   => 'root',
+      group   => 'root',
+      mode    => '0644',
+      content => "${export_to}\n",
+      require => Package['pmcheck'],
+    }
+    if $retire and $exporting {
+      $state_option = $state_dir.then |$d| { " --state-dir ${d}" }.lest || { '' }
+      exec { "pmcheck: drain ${member_name} before it leaves ${export_to}":
+        command => "pmcheck drain --reason 'retiring: class pmcheck, retire => true' --wait${state_option}",
+        path    => ['/usr/bin', '/bin'],
+        timeout => 900,
+        require => Package['pmcheck'],
       }
     }
   }
