@@ -91,8 +91,7 @@ impl Rejoin {
         let weight = pool.min(ramp).max(FLOOR);
         let cause = if ramp < 100 && ramp <= pool {
             WeightCause::Ramp {
-                full_in_ms: u64::try_from(over.saturating_sub(elapsed).as_millis())
-                    .unwrap_or(u64::MAX),
+                full_in_ms: crate::protocol::ms(over.saturating_sub(elapsed)),
             }
         } else if pool < 100 {
             WeightCause::Pool

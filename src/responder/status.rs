@@ -1,7 +1,7 @@
 //! The operator's `/status` from this host ([`crate::protocol::Status`]): the answer, the
 //! poller table, the agents, the slow readings and the progress, all as of one decision.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -10,7 +10,9 @@ use hyper::{Method, Response};
 use crate::health::Now;
 use crate::health::decision::Decision;
 use crate::protocol::progress::Ask;
-use crate::protocol::{CertificatesAnswer, CodeAnswer, PollerAnswer, StateAnswer, Status, VERSION};
+use crate::protocol::{
+    CertificatesAnswer, CodeAnswer, PollerAnswer, StateAnswer, Status, VERSION, ms,
+};
 use crate::puppet::expiry;
 use crate::responder::http::respond_with;
 use crate::responder::node::Node;
@@ -47,11 +49,6 @@ impl Node {
         status.progress = Some(progress(&status, ask));
         respond_with(decision, method, status.to_json())
     }
-}
-
-/// Milliseconds, saturating: how the JSON carries a duration.
-pub(crate) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The poller table as the operator's JSON carries it.
