@@ -133,7 +133,8 @@
 #   Leave the backend: drain with `pmcheck drain --wait` and keep exporting until the drain is
 #   safe to stop (the fact `pmcheck`, at the next run), then withdraw the export; the load
 #   balancer's next run removes the line. Removing the class instead would withdraw the export
-#   at the next compile, before anything could drain. Default: false.
+#   at the next compile, before anything could drain. A retiring master that is not a member
+#   never joins. Default: false.
 # @param log_level
 #   RUST_LOG: error, warn, info or debug (tracing EnvFilter syntax). Default: info.
 class pmcheck (
@@ -329,7 +330,8 @@ class pmcheck (
     }
     # What this node's pmcheck answered when the run began (the fact pmcheck).
     $seen = $facts['pmcheck'].lest || { {} }
-    $joined = $seen['member'] == $export_to or $seen['status'] == 200
+    # A member stays one whatever it answers; a master retiring never joins anew.
+    $joined = $seen['member'] == $export_to or ($seen['status'] == 200 and !$retire)
     $left = $retire and $seen['drained'] == true and $seen['safe_to_stop'] == true
     $exporting = $joined and !$left
     if $exporting {
