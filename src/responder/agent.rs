@@ -23,6 +23,7 @@
 //! the admin drain keeps new agents away until the line that says `ready`, which carries the
 //! ramp's first weight.
 
+use std::fmt::Write;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -85,8 +86,8 @@ fn rendered(decision: &Decision<'_>, words: &str, weighted: bool) -> String {
         line.push(' ');
     }
     if weighted {
-        line.push_str(&decision.weight.to_string());
-        line.push_str("% ");
+        // Into the line itself: no string of its own for the number.
+        let _ = write!(line, "{}% ", decision.weight);
     }
     line.push('#');
     line.push_str(decision.verdict.as_str());
