@@ -198,14 +198,11 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
         signals,
     };
     // Every failure once the hold is written leaves the node drained, and says so in it.
-    let back = match run.drained_steps(started).await {
-        Ok(back) => back,
-        Err(e) => {
-            stopped(&file, &mut run.signals, &e).await;
-            return Err(e);
-        }
-    };
-    if back {
+    let back = run.drained_steps(started).await;
+    if let Err(e) = &back {
+        stopped(&file, &mut run.signals, e).await;
+    }
+    if back? {
         // 6. wait until the load balancers take it back
         run.wait(Step::WaitUndrained, Goal::Undrained).await?;
     }
@@ -260,11 +257,8 @@ impl Run<'_> {
         // yet; another stop since holds.
         let restarted = matches!(release, Release::StillHeld(_))
             && wait::answered(self.daemon, false).await.is_ok();
-        step(
-            Step::Undrain,
-            t,
-            &release_line(&release, self.file, restarted),
-        );
+        let line = release_line(&release, self.file, restarted);
+        step(Step::Undrain, t, &line);
         Ok(restarted || matches!(release, Release::Undrained))
     }
 
@@ -341,10 +335,7 @@ impl Run<'_> {
         if self.cycle.force {
             return Ok(());
         }
-        let empty = match self.daemon.ask().await {
-            Ok(view) => view.empty_backends(),
-            Err(_) => return Ok(()),
-        };
+        let empty = (self.daemon.ask().await).map_or(Vec::new(), |view| view.empty_backends());
         if empty.is_empty() {
             return Ok(());
         }
@@ -357,15 +348,9 @@ impl Run<'_> {
 
     /// Step 3: the command, which must exit 0; when it ended.
     async fn command_step(&mut self) -> Result<Instant, CycleError> {
-        let t = Instant::now();
-        let command = shown(&self.cycle.command);
-        let ran = run_command(
-            &self.cycle.command,
-            &mut self.signals,
-            self.cycle.kill_after,
-        );
-        let ran = ran.await;
-        let ended = Instant::now();
+        let (t, cycle) = (Instant::now(), self.cycle);
+        let ran = run_command(&cycle.command, &mut self.signals, cycle.kill_after).await;
+        let (ended, command) = (Instant::now(), shown(&cycle.command));
         let how = match ran {
             Ok(status) if status.success() => {
                 step(Step::Command, t, &format!("{command} exited 0"));
@@ -374,11 +359,8 @@ impl Run<'_> {
             Ok(status) => exited(status),
             Err(Some(how)) => how,
             Err(None) => {
-                let left = LEFT_DRAINED;
-                return Err(CycleError::Interrupted {
-                    step: Step::Command,
-                    left,
-                });
+                let (step, left) = (Step::Command, LEFT_DRAINED);
+                return Err(CycleError::Interrupted { step, left });
             }
         };
         Err(CycleError::Command { command, how })
