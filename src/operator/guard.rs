@@ -152,9 +152,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     let (Holding { before, others }, lost) =
         (file.locked().await?).hold(&mine, &replaces, action)?;
     warnings.extend(lost.iter().map(ToString::to_string));
-    let replaced = (holders_of(before).into_iter())
-        .filter(|h| replaces(h))
-        .collect();
+    let replaced = holders_of(before).into_iter().filter(&replaces).collect();
     let mut taken = Taken {
         mine,
         others,
@@ -196,11 +194,8 @@ async fn watched(
             let settled = !holdable
                 || (view.heard_all(how.lb_interval) && view.checked_within(written.elapsed()));
             last = Some((view, settled));
-            if settled {
-                return ControlFlow::Break(());
-            }
         }
-        if Instant::now() >= deadline {
+        if matches!(last, Some((_, true))) || Instant::now() >= deadline {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
@@ -321,18 +316,16 @@ fn late(view: &View, how: &Wait, written: Instant) -> String {
 /// Once the record no longer holds the holder `mine` picks (someone let go of it): what it
 /// holds instead. `None` while it does, and while it cannot be read.
 pub fn let_go_of(file: &DrainFile, mine: impl Fn(&Holder) -> bool) -> Option<String> {
+    let path = file.path().display();
     let d = match file.state(SystemTime::now()) {
-        DrainState::NotDrained => {
-            return Some(format!("no drain record at {}", file.path().display()));
-        }
+        DrainState::NotDrained => return Some(format!("no drain record at {path}")),
         DrainState::Unknown(_) => return None,
         DrainState::Drained(d) | DrainState::Expired(d) => d,
     };
     match d.record.as_ref().map(DrainRecord::holders) {
         Some(held) if held.iter().any(mine) => None,
         Some(held) => Some(format!(
-            "the drain record {} held by {}",
-            file.path().display(),
+            "the drain record {path} held by {}",
             described(held)
         )),
         None => Some(d.describe()),
