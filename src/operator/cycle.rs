@@ -262,10 +262,9 @@ impl Run<'_> {
         Ok(restarted || matches!(release, Release::Undrained))
     }
 
-    /// Step 1, where the guard lets it. While a load balancer would hold the drain
-    /// (another master's cycle has the other servers out), the cycle waits its turn, saying so
-    /// every 10 s, within `--max-wait` of its start (`since`); then refuses, and logs it as
-    /// `drain` does (a lost trail is only a warning).
+    /// Step 1, where the guard lets it: waits its turn (see the module), saying so every 10 s,
+    /// within `--max-wait` of its start (`since`); then refuses, and logs it as `drain` does (a
+    /// lost trail is only a warning).
     async fn take_turn(&mut self, since: Instant) -> Result<(), CycleError> {
         let (mut ticker, max_wait, t) = (Ticker::new(), self.cycle.wait.max_wait, Instant::now());
         let step = Step::Drain;

@@ -215,12 +215,9 @@ async fn watched(
         Some((view, true)) if holdable && view.lines().next().is_some() => Outcome::Out {
             lines: (view.lines())
                 .map(|l| {
-                    let (told, age) = (l.state.told.as_str(), seconds(l.age()));
-                    let (lb, who) = (&l.lb, l.who());
-                    format!(
-                        "{who} answered {told} for {}/{} ({age} ago)",
-                        lb.backend, lb.server
-                    )
+                    let (told, age, who) = (l.state.told.as_str(), seconds(l.age()), l.who());
+                    let (backend, server) = (&l.lb.backend, &l.lb.server);
+                    format!("{who} answered {told} for {backend}/{server} ({age} ago)")
                 })
                 .collect(),
             says: view.says(daemon.url()),
@@ -230,10 +227,9 @@ async fn watched(
             late: (!settled).then(|| late(&view, how, written)),
         },
         None => {
+            let (url, path) = (daemon.url(), file.path().display());
             taken.warnings.push(format!(
-                "pmcheck at {} does not answer DRAINED after the drain: is it watching {}?",
-                daemon.url(),
-                file.path().display()
+                "pmcheck at {url} does not answer DRAINED after the drain: is it watching {path}?"
             ));
             Outcome::Unchecked
         }
@@ -248,12 +244,10 @@ fn unproven(view: &View) -> Option<String> {
     } else {
         "set PMCHECK_LB_KEY_FILE and send its key from HAProxy, as packaging/haproxy/pmcheck.cfg does"
     };
-    (!unproven.is_empty()).then(|| {
-        format!(
-            "cannot check whether a load balancer says this node is the last server taking agents: {}; {how}",
-            unproven.join("; ")
-        )
-    })
+    let unproven = (!unproven.is_empty()).then(|| unproven.join("; "))?;
+    Some(format!(
+        "cannot check whether a load balancer says this node is the last server taking agents: {unproven}; {how}"
+    ))
 }
 
 /// What the daemon watching `file` answers; `None`, and why in `warnings`, when the drain is

@@ -171,6 +171,7 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
 /// never wider than the terminal; plain lines otherwise (a line when the state it tells
 /// changes, and every [`REPEAT`] when it does not: the timers in it are not a change).
+#[derive(Default)]
 pub struct Ticker {
     terminal: bool,
     shown: bool,
@@ -183,13 +184,10 @@ const REDRAW: Duration = Duration::from_secs(1);
 
 impl Ticker {
     /// A ticker for this process's stderr.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Self {
             terminal: std::io::stderr().is_terminal(),
-            shown: false,
-            last: String::new(),
-            last_at: None,
+            ..Self::default()
         }
     }
 
@@ -214,9 +212,7 @@ impl Ticker {
     /// What to write now, if anything: on a terminal, a line that fits `width` columns
     /// (one short, so that the cursor does not wrap) once a [`REDRAW`] has passed.
     fn frame(&mut self, now: Instant, line: &str, width: usize) -> Option<String> {
-        let stale = self
-            .last_at
-            .is_none_or(|t| now.duration_since(t) >= self.every());
+        let stale = (self.last_at).is_none_or(|t| now.duration_since(t) >= self.every());
         let said = without_timers(line);
         if !stale && (self.terminal || said == self.last) {
             return None;
@@ -265,17 +261,12 @@ fn without_timers(text: &str) -> String {
             .into_iter()
             .find(|u| after.strip_prefix(u).is_some_and(ends));
         let preceded = out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == ':');
-        match unit {
-            Some(unit) if !preceded => {
-                out.push('#');
-                out.push_str(unit);
-                rest = &after[unit.len()..];
-            }
-            _ => {
-                out.push_str(&from[..number]);
-                rest = after;
-            }
-        }
+        let (shown, skipped) = match unit {
+            Some(unit) if !preceded => (format!("#{unit}"), number + unit.len()),
+            _ => (from[..number].to_owned(), number),
+        };
+        out.push_str(&shown);
+        rest = &from[skipped..];
     }
     out.push_str(rest);
     out
