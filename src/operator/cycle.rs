@@ -234,10 +234,9 @@ impl Run<'_> {
                 done => break done?,
             };
             let release = self.let_go(Step::WaitDrained, None).await?;
+            let (held, left) = (said(&held), release_line(&release, self.file, false));
             errln!(
-                "pmcheck cycle: drain held before the command: {}; this cycle let go ({}) and waits its turn again",
-                said(&held),
-                release_line(&release, self.file, false)
+                "pmcheck cycle: drain held before the command: {held}; this cycle let go ({left}) and waits its turn again"
             );
         };
         for warning in &done.warnings {
@@ -296,11 +295,9 @@ impl Run<'_> {
                 return Err(CycleError::Turn { held, waited });
             }
             let ends = held.first().map(Blocker::ends).unwrap_or_default();
+            let (took, max, held) = (seconds(waited), format_duration(max_wait), said(&held));
             ticker.show_line(&format!(
-                "pmcheck cycle: waiting its turn ({} of --max-wait {}): {}; {ends}",
-                seconds(waited),
-                format_duration(max_wait),
-                said(&held)
+                "pmcheck cycle: waiting its turn ({took} of --max-wait {max}): {held}; {ends}"
             ));
             // Asked again as every loop asks, and in time for the line every 10 s.
             let next = EVERY.min(ticker.due_in()).max(Duration::from_millis(10));
@@ -542,10 +539,8 @@ async fn released(file: Option<&DrainFile>) -> String {
 
 /// `pmcheck cycle: step NAME took 1.2s: DETAIL`, the line scripts may read.
 fn step(name: Step, since: Instant, detail: &str) {
-    outln!(
-        "pmcheck cycle: step {name} took {}: {detail}",
-        seconds(since.elapsed())
-    );
+    let took = seconds(since.elapsed());
+    outln!("pmcheck cycle: step {name} took {took}: {detail}");
 }
 
 #[cfg(test)]

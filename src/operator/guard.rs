@@ -294,16 +294,14 @@ fn late(view: &View, how: &Wait, written: Instant) -> String {
         .map(|l| format!("{}/{} of {}", l.lb.backend, l.lb.server, l.who()))
         .collect();
     if lines.is_empty() {
+        let (listened, needed) = (seconds(view.listened()), seconds(2 * how.lb_interval));
         return format!(
-            "the daemon had listened for only {} of the {} (two --lb-interval) it takes to know its load balancers; whether one holds the drain shows at its next check (`pmcheck status`)",
-            seconds(view.listened()),
-            seconds(2 * how.lb_interval)
+            "the daemon had listened for only {listened} of the {needed} (two --lb-interval) it takes to know its load balancers; whether one holds the drain shows at its next check (`pmcheck status`)"
         );
     }
+    let (within, lines) = (seconds(how.lb_interval * (how.polls + 1)), lines.join(", "));
     format!(
-        "not checked within {} of the drain: {}; whether they hold it shows at their next check (`pmcheck status`; is --lb-interval their `inter`?)",
-        seconds(how.lb_interval * (how.polls + 1)),
-        lines.join(", ")
+        "not checked within {within} of the drain: {lines}; whether they hold it shows at their next check (`pmcheck status`; is --lb-interval their `inter`?)"
     )
 }
 

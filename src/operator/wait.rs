@@ -191,8 +191,7 @@ impl Ticker {
         }
     }
 
-    /// Shows `line`, when due: when what it says changes (its running times are not a
-    /// change), or every [`REPEAT`] elsewhere than on a terminal.
+    /// Shows `line`, when due (see [`Ticker`]).
     pub fn show_line(&mut self, line: &str) {
         let width = terminal_size::terminal_size_of(std::io::stderr())
             .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
