@@ -41,15 +41,11 @@ const TIDY_AGAIN: Duration = Duration::from_secs(10);
 /// `pmcheck on-stop`: holds the node drained for this stop and waits within `--max-wait`;
 /// every failure is said on stderr (the journal) and lets the stop go on.
 pub async fn on_stop(args: &OnStopArgs) {
-    let StopArgs {
-        drain_on_stop,
-        unit,
-        state,
-    } = &args.stop;
+    let (unit, state) = (&args.stop.unit, &args.stop.state);
     let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
     // "Safe after" counts from here, as the stop's own time does.
     let began = Instant::now();
-    if !drain_on_stop {
+    if !args.stop.drain_on_stop {
         outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
         return;
     }
