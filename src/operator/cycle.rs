@@ -198,14 +198,11 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
         signals,
     };
     // Every failure once the hold is written leaves the node drained, and says so in it.
-    let back = match run.drained_steps(started).await {
-        Ok(back) => back,
-        Err(e) => {
-            stopped(&file, &mut run.signals, &e).await;
-            return Err(e);
-        }
-    };
-    if back {
+    let back = run.drained_steps(started).await;
+    if let Err(e) = &back {
+        stopped(&file, &mut run.signals, e).await;
+    }
+    if back? {
         // 6. wait until the load balancers take it back
         run.wait(Step::WaitUndrained, Goal::Undrained).await?;
     }
@@ -237,10 +234,9 @@ impl Run<'_> {
                 done => break done?,
             };
             let release = self.let_go(Step::WaitDrained, None).await?;
+            let (held, left) = (said(&held), release_line(&release, self.file, false));
             errln!(
-                "pmcheck cycle: drain held before the command: {}; this cycle let go ({}) and waits its turn again",
-                said(&held),
-                release_line(&release, self.file, false)
+                "pmcheck cycle: drain held before the command: {held}; this cycle let go ({left}) and waits its turn again"
             );
         };
         for warning in &done.warnings {
@@ -260,18 +256,14 @@ impl Run<'_> {
         // yet; another stop since holds.
         let restarted = matches!(release, Release::StillHeld(_))
             && wait::answered(self.daemon, false).await.is_ok();
-        step(
-            Step::Undrain,
-            t,
-            &release_line(&release, self.file, restarted),
-        );
+        let line = release_line(&release, self.file, restarted);
+        step(Step::Undrain, t, &line);
         Ok(restarted || matches!(release, Release::Undrained))
     }
 
-    /// Step 1, where the guard lets it. While a load balancer would hold the drain
-    /// (another master's cycle has the other servers out), the cycle waits its turn, saying so
-    /// every 10 s, within `--max-wait` of its start (`since`); then refuses, and logs it as
-    /// `drain` does (a lost trail is only a warning).
+    /// Step 1, where the guard lets it: waits its turn (see the module), saying so every 10 s,
+    /// within `--max-wait` of its start (`since`); then refuses, and logs it as `drain` does (a
+    /// lost trail is only a warning).
     async fn take_turn(&mut self, since: Instant) -> Result<(), CycleError> {
         let (mut ticker, max_wait, t) = (Ticker::new(), self.cycle.wait.max_wait, Instant::now());
         let step = Step::Drain;
@@ -303,11 +295,9 @@ impl Run<'_> {
                 return Err(CycleError::Turn { held, waited });
             }
             let ends = held.first().map(Blocker::ends).unwrap_or_default();
+            let (took, max, held) = (seconds(waited), format_duration(max_wait), said(&held));
             ticker.show_line(&format!(
-                "pmcheck cycle: waiting its turn ({} of --max-wait {}): {}; {ends}",
-                seconds(waited),
-                format_duration(max_wait),
-                said(&held)
+                "pmcheck cycle: waiting its turn ({took} of --max-wait {max}): {held}; {ends}"
             ));
             // Asked again as every loop asks, and in time for the line every 10 s.
             let next = EVERY.min(ticker.due_in()).max(Duration::from_millis(10));
@@ -341,10 +331,7 @@ impl Run<'_> {
         if self.cycle.force {
             return Ok(());
         }
-        let empty = match self.daemon.ask().await {
-            Ok(view) => view.empty_backends(),
-            Err(_) => return Ok(()),
-        };
+        let empty = (self.daemon.ask().await).map_or(Vec::new(), |view| view.empty_backends());
         if empty.is_empty() {
             return Ok(());
         }
@@ -357,15 +344,9 @@ impl Run<'_> {
 
     /// Step 3: the command, which must exit 0; when it ended.
     async fn command_step(&mut self) -> Result<Instant, CycleError> {
-        let t = Instant::now();
-        let command = shown(&self.cycle.command);
-        let ran = run_command(
-            &self.cycle.command,
-            &mut self.signals,
-            self.cycle.kill_after,
-        );
-        let ran = ran.await;
-        let ended = Instant::now();
+        let (t, cycle) = (Instant::now(), self.cycle);
+        let ran = run_command(&cycle.command, &mut self.signals, cycle.kill_after).await;
+        let (ended, command) = (Instant::now(), shown(&cycle.command));
         let how = match ran {
             Ok(status) if status.success() => {
                 step(Step::Command, t, &format!("{command} exited 0"));
@@ -374,11 +355,8 @@ impl Run<'_> {
             Ok(status) => exited(status),
             Err(Some(how)) => how,
             Err(None) => {
-                let left = LEFT_DRAINED;
-                return Err(CycleError::Interrupted {
-                    step: Step::Command,
-                    left,
-                });
+                let (step, left) = (Step::Command, LEFT_DRAINED);
+                return Err(CycleError::Interrupted { step, left });
             }
         };
         Err(CycleError::Command { command, how })
@@ -561,10 +539,8 @@ async fn released(file: Option<&DrainFile>) -> String {
 
 /// `pmcheck cycle: step NAME took 1.2s: DETAIL`, the line scripts may read.
 fn step(name: Step, since: Instant, detail: &str) {
-    outln!(
-        "pmcheck cycle: step {name} took {}: {detail}",
-        seconds(since.elapsed())
-    );
+    let took = seconds(since.elapsed());
+    outln!("pmcheck cycle: step {name} took {took}: {detail}");
 }
 
 #[cfg(test)]

@@ -64,21 +64,13 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     };
     warn(&taken.warnings);
     for previous in &taken.replaced {
-        let Tenure { by, since, .. } = &previous.tenure;
-        outln!(
-            "replaced the previous drain: {} (by {by} since {since})",
-            previous.what
-        );
+        let (Tenure { by, since, .. }, what) = (&previous.tenure, &previous.what);
+        outln!("replaced the previous drain: {what} (by {by} since {since})");
     }
     let Tenure { by, since, until } = &taken.mine.tenure;
-    let until = until
-        .as_ref()
-        .map_or(String::new(), |u| format!(" until {u}"));
-    outln!(
-        "drained: {} (by {by} since {since}{until}); wrote {}",
-        taken.mine.what,
-        file.path().display()
-    );
+    let until = (until.as_ref()).map_or(String::new(), |u| format!(" until {u}"));
+    let (what, path) = (&taken.mine.what, file.path().display());
+    outln!("drained: {what} (by {by} since {since}{until}); wrote {path}");
     if let Some(forced) = &taken.mine.forced {
         outln!("forced: {forced}");
     }
@@ -104,25 +96,19 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     let done = wait::wait(Goal::Drained, daemon, &how, std::future::pending())
         .await
         .map_err(|e| stays(e, "the node stays drained"))?;
-    outln!(
-        "safe to stop Puppet Server after {}: {}",
-        seconds(began.elapsed()),
-        done.summary
-    );
+    let after = seconds(began.elapsed());
+    outln!("safe to stop Puppet Server after {after}: {}", done.summary);
     warn(&done.warnings);
     Ok(())
 }
 
 /// A timed-out wait's error, with what became of the node (the line before said what was
 /// written, so a daemon that cannot be reached needs no more).
-fn stays(e: WaitError, left: &str) -> WaitError {
-    match e {
-        WaitError::TimedOut { waited, pending } => WaitError::TimedOut {
-            waited,
-            pending: format!("{pending} ({left})"),
-        },
-        other => other,
+fn stays(mut e: WaitError, left: &str) -> WaitError {
+    if let WaitError::TimedOut { pending, .. } = &mut e {
+        *pending = format!("{pending} ({left})");
     }
+    e
 }
 
 /// `pmcheck undrain`: removes the record unless a running cycle holds the node (then only with
@@ -138,11 +124,8 @@ pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeErr
         let done = wait::wait(Goal::Undrained, daemon, &how, std::future::pending())
             .await
             .map_err(|e| stays(e, "the node is undrained"))?;
-        outln!(
-            "back in rotation after {}: {}",
-            seconds(done.waited),
-            done.summary
-        );
+        let after = seconds(done.waited);
+        outln!("back in rotation after {after}: {}", done.summary);
     } else {
         match wait::answered(daemon, false).await {
             Ok(says) => outln!("{says}"),

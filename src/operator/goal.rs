@@ -37,7 +37,7 @@ pub struct Wait {
     pub lb_interval: Duration,
     /// The drain record the command changed ([`crate::drain::file::DrainFile::resolved`]):
     /// a daemon that watches another one cannot tell anything about it.
-    pub drain_file: Option<PathBuf>,
+    pub drain_file: PathBuf,
 }
 
 impl Wait {
@@ -47,7 +47,7 @@ impl Wait {
             max_wait: args.max_wait,
             polls: args.polls,
             lb_interval: args.lb_interval,
-            drain_file: Some(DrainFile::new(&state.state_dir).resolved()),
+            drain_file: DrainFile::new(&state.state_dir).resolved(),
         }
     }
 

@@ -152,9 +152,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     let (Holding { before, others }, lost) =
         (file.locked().await?).hold(&mine, &replaces, action)?;
     warnings.extend(lost.iter().map(ToString::to_string));
-    let replaced = (holders_of(before).into_iter())
-        .filter(|h| replaces(h))
-        .collect();
+    let replaced = holders_of(before).into_iter().filter(&replaces).collect();
     let mut taken = Taken {
         mine,
         others,
@@ -196,11 +194,8 @@ async fn watched(
             let settled = !holdable
                 || (view.heard_all(how.lb_interval) && view.checked_within(written.elapsed()));
             last = Some((view, settled));
-            if settled {
-                return ControlFlow::Break(());
-            }
         }
-        if Instant::now() >= deadline {
+        if matches!(last, Some((_, true))) || Instant::now() >= deadline {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
@@ -220,12 +215,9 @@ async fn watched(
         Some((view, true)) if holdable && view.lines().next().is_some() => Outcome::Out {
             lines: (view.lines())
                 .map(|l| {
-                    let (told, age) = (l.state.told.as_str(), seconds(l.age()));
-                    let (lb, who) = (&l.lb, l.who());
-                    format!(
-                        "{who} answered {told} for {}/{} ({age} ago)",
-                        lb.backend, lb.server
-                    )
+                    let (told, age, who) = (l.state.told.as_str(), seconds(l.age()), l.who());
+                    let (backend, server) = (&l.lb.backend, &l.lb.server);
+                    format!("{who} answered {told} for {backend}/{server} ({age} ago)")
                 })
                 .collect(),
             says: view.says(daemon.url()),
@@ -235,10 +227,9 @@ async fn watched(
             late: (!settled).then(|| late(&view, how, written)),
         },
         None => {
+            let (url, path) = (daemon.url(), file.path().display());
             taken.warnings.push(format!(
-                "pmcheck at {} does not answer DRAINED after the drain: is it watching {}?",
-                daemon.url(),
-                file.path().display()
+                "pmcheck at {url} does not answer DRAINED after the drain: is it watching {path}?"
             ));
             Outcome::Unchecked
         }
@@ -253,12 +244,10 @@ fn unproven(view: &View) -> Option<String> {
     } else {
         "set PMCHECK_LB_KEY_FILE and send its key from HAProxy, as packaging/haproxy/pmcheck.cfg does"
     };
-    (!unproven.is_empty()).then(|| {
-        format!(
-            "cannot check whether a load balancer says this node is the last server taking agents: {}; {how}",
-            unproven.join("; ")
-        )
-    })
+    let unproven = (!unproven.is_empty()).then(|| unproven.join("; "))?;
+    Some(format!(
+        "cannot check whether a load balancer says this node is the last server taking agents: {unproven}; {how}"
+    ))
 }
 
 /// What the daemon watching `file` answers; `None`, and why in `warnings`, when the drain is
@@ -305,34 +294,30 @@ fn late(view: &View, how: &Wait, written: Instant) -> String {
         .map(|l| format!("{}/{} of {}", l.lb.backend, l.lb.server, l.who()))
         .collect();
     if lines.is_empty() {
+        let (listened, needed) = (seconds(view.listened()), seconds(2 * how.lb_interval));
         return format!(
-            "the daemon had listened for only {} of the {} (two --lb-interval) it takes to know its load balancers; whether one holds the drain shows at its next check (`pmcheck status`)",
-            seconds(view.listened()),
-            seconds(2 * how.lb_interval)
+            "the daemon had listened for only {listened} of the {needed} (two --lb-interval) it takes to know its load balancers; whether one holds the drain shows at its next check (`pmcheck status`)"
         );
     }
+    let (within, lines) = (seconds(how.lb_interval * (how.polls + 1)), lines.join(", "));
     format!(
-        "not checked within {} of the drain: {}; whether they hold it shows at their next check (`pmcheck status`; is --lb-interval their `inter`?)",
-        seconds(how.lb_interval * (how.polls + 1)),
-        lines.join(", ")
+        "not checked within {within} of the drain: {lines}; whether they hold it shows at their next check (`pmcheck status`; is --lb-interval their `inter`?)"
     )
 }
 
 /// Once the record no longer holds the holder `mine` picks (someone let go of it): what it
 /// holds instead. `None` while it does, and while it cannot be read.
 pub fn let_go_of(file: &DrainFile, mine: impl Fn(&Holder) -> bool) -> Option<String> {
+    let path = file.path().display();
     let d = match file.state(SystemTime::now()) {
-        DrainState::NotDrained => {
-            return Some(format!("no drain record at {}", file.path().display()));
-        }
+        DrainState::NotDrained => return Some(format!("no drain record at {path}")),
         DrainState::Unknown(_) => return None,
         DrainState::Drained(d) | DrainState::Expired(d) => d,
     };
     match d.record.as_ref().map(DrainRecord::holders) {
         Some(held) if held.iter().any(mine) => None,
         Some(held) => Some(format!(
-            "the drain record {} held by {}",
-            file.path().display(),
+            "the drain record {path} held by {}",
             described(held)
         )),
         None => Some(d.describe()),

@@ -24,6 +24,7 @@ use crate::drain::log::Action;
 use crate::operator::config;
 use crate::operator::daemon::Daemon;
 use crate::operator::goal::{Goal, Wait};
+use crate::operator::guard::described;
 use crate::operator::wait::{self, WaitError};
 use crate::operator::{run_single_threaded, warn};
 use crate::protocol::lines::said;
@@ -40,15 +41,11 @@ const TIDY_AGAIN: Duration = Duration::from_secs(10);
 /// `pmcheck on-stop`: holds the node drained for this stop and waits within `--max-wait`;
 /// every failure is said on stderr (the journal) and lets the stop go on.
 pub async fn on_stop(args: &OnStopArgs) {
-    let StopArgs {
-        drain_on_stop,
-        unit,
-        state,
-    } = &args.stop;
+    let (unit, state) = (&args.stop.unit, &args.stop.state);
     let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
     // "Safe after" counts from here, as the stop's own time does.
     let began = Instant::now();
-    if !drain_on_stop {
+    if !args.stop.drain_on_stop {
         outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
         return;
     }
@@ -88,15 +85,12 @@ pub async fn on_stop(args: &OnStopArgs) {
         let said = said(&last);
         return errln!("pmcheck on-stop: WARNING: {said}: not waiting; {name} stops now");
     }
-    match daemon {
-        Ok(daemon) => wait_drained(&daemon, &how, began, name).await,
-        Err(e) => errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
-    }
-}
-
-/// The stop's wait: its first question finds out whether the daemon can be asked at all.
-async fn wait_drained(daemon: &Daemon, how: &Wait, began: Instant, name: &str) {
-    match wait::wait(Goal::Drained, daemon, how, std::future::pending()).await {
+    // The wait's first question finds out whether the daemon can be asked at all.
+    let waited = match daemon {
+        Ok(daemon) => wait::wait(Goal::Drained, &daemon, &how, std::future::pending()).await,
+        Err(e) => return errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
+    };
+    match waited {
         Ok(done) => outln!(
             "safe to stop after {}: {}; {name} stops now",
             seconds(began.elapsed()),
@@ -130,13 +124,10 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
         Release::Undrained => outln!(
             "{name} started: let go of the stop's hold, once pmcheck's probe found Puppet Server ready"
         ),
-        Release::NotHeld(rest) | Release::StillHeld(rest) => {
-            let held: Vec<String> = rest.iter().map(Holder::describe).collect();
-            outln!(
-                "{name} started; the node stays drained, held by {}",
-                held.join(", ")
-            );
-        }
+        Release::NotHeld(rest) | Release::StillHeld(rest) => outln!(
+            "{name} started; the node stays drained, held by {}",
+            described(&rest)
+        ),
     }
     Ok(())
 }
@@ -227,8 +218,7 @@ fn env_file(given: Option<&Path>) -> EnvFile {
 /// package upgrade is the new one), else this process's own file, deleted or not (an upgrade
 /// replaced it, a purge removed it: `current_exe()` then names a path that is gone).
 fn program(argv: &[OsString]) -> PathBuf {
-    argv.first()
-        .map(PathBuf::from)
+    (argv.first().map(PathBuf::from))
         .filter(|path| path.is_absolute() && path.is_file())
         .unwrap_or_else(|| PathBuf::from("/proc/self/exe"))
 }
@@ -268,16 +258,10 @@ async fn stopping(unit: &str) -> Result<bool, String> {
         .args(["list-jobs", "--no-legend", "--plain", "--full"])
         .kill_on_drop(true)
         .output();
-    let out = match tokio::time::timeout(ASK_SYSTEMD, asked).await {
-        Err(_) => {
-            let secs = ASK_SYSTEMD.as_secs();
-            return Err(format!(
-                "`systemctl list-jobs` did not answer within {secs}s"
-            ));
-        }
-        Ok(Err(e)) => return Err(format!("cannot run `systemctl list-jobs`: {e}")),
-        Ok(Ok(out)) => out,
-    };
+    let secs = ASK_SYSTEMD.as_secs();
+    let out = (tokio::time::timeout(ASK_SYSTEMD, asked).await)
+        .map_err(|_| format!("`systemctl list-jobs` did not answer within {secs}s"))?
+        .map_err(|e| format!("cannot run `systemctl list-jobs`: {e}"))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let said: Vec<&str> = stderr.trim().lines().collect();
@@ -285,10 +269,8 @@ async fn stopping(unit: &str) -> Result<bool, String> {
             text if text.is_empty() => text,
             text => format!("; it said: {text}"),
         };
-        return Err(format!(
-            "`systemctl list-jobs` ended with {}{said}",
-            out.status
-        ));
+        let status = out.status;
+        return Err(format!("`systemctl list-jobs` ended with {status}{said}"));
     }
     Ok(String::from_utf8_lossy(&out.stdout).lines().any(|line| {
         let fields: Vec<&str> = line.split_whitespace().collect();

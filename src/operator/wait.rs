@@ -89,73 +89,63 @@ pub async fn wait(
     let ask = || how.ask(goal, Instant::now());
     let ended = daemon
         .asking(ask, stop, |answer| {
-            let first = pending.is_empty();
-            let view = match answer {
-                Ok(view) => view,
-                Err(e) if first || e.other_version() => {
-                    return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
+            // What the wait still misses: an answer's, or why there was none.
+            let line = 'line: {
+                let view = match answer {
+                    Ok(view) => view,
+                    Err(e) if pending.is_empty() || e.other_version() => {
+                        return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
+                    }
+                    Err(e) => break 'line e.to_string(),
+                };
+                if let Some(e) = view.other_file(daemon.url(), &how.drain_file) {
+                    return ControlFlow::Break(Err(e.into()));
                 }
-                Err(e) => return pend(&mut ticker, start, how, &mut pending, e.to_string()),
+                let a = goal.of(&view.progress);
+                let waited = start.elapsed();
+                if !a.held.is_empty() {
+                    let held = a.held.clone();
+                    return ControlFlow::Break(Err(WaitError::Held { waited, held }));
+                }
+                if a.connections > 0 {
+                    (most, gone) = (most.max(a.connections), None);
+                } else if most > 0 && gone.is_none() {
+                    gone = Some(waited);
+                }
+                if a.met() {
+                    let mut met = a.met.clone();
+                    if let (n @ 1.., Some(after)) = (most, gone) {
+                        let after = seconds(after);
+                        met.push(format!(
+                            "up to {n} agent connection(s) in flight, the last closed after {after}"
+                        ));
+                    }
+                    let (summary, warnings) = (met.join("; "), a.warnings.clone());
+                    return ControlFlow::Break(Ok(Done {
+                        waited,
+                        summary,
+                        warnings,
+                    }));
+                }
+                let mut line = a.missing();
+                if !a.acted.is_empty() {
+                    let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+                    let _ = write!(line, "; acted: {}", acted.join(", "));
+                }
+                line
             };
-            if let Some(e) =
-                (how.drain_file.as_deref()).and_then(|ours| view.other_file(daemon.url(), ours))
-            {
-                return ControlFlow::Break(Err(e.into()));
+            pending = line;
+            ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
+            if start.elapsed() >= how.max_wait {
+                let (waited, pending) = (how.max_wait, pending.clone());
+                return ControlFlow::Break(Err(WaitError::TimedOut { waited, pending }));
             }
-            let a = goal.of(&view.progress);
-            let waited = start.elapsed();
-            if !a.held.is_empty() {
-                let held = a.held.clone();
-                return ControlFlow::Break(Err(WaitError::Held { waited, held }));
-            }
-            if a.connections > 0 {
-                (most, gone) = (most.max(a.connections), None);
-            } else if most > 0 && gone.is_none() {
-                gone = Some(waited);
-            }
-            if a.met() {
-                let mut met = a.met.clone();
-                if let (n @ 1.., Some(after)) = (most, gone) {
-                    let after = seconds(after);
-                    met.push(format!(
-                        "up to {n} agent connection(s) in flight, the last closed after {after}"
-                    ));
-                }
-                let (summary, warnings) = (met.join("; "), a.warnings.clone());
-                return ControlFlow::Break(Ok(Done {
-                    waited,
-                    summary,
-                    warnings,
-                }));
-            }
-            let mut line = a.missing();
-            if !a.acted.is_empty() {
-                let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-                let _ = write!(line, "; acted: {}", acted.join(", "));
-            }
-            pend(&mut ticker, start, how, &mut pending, line)
+            ControlFlow::Continue(())
         })
         .await;
     ticker.clear();
     let waited = start.elapsed();
     ended.unwrap_or(Err(WaitError::Interrupted { waited, pending }))
-}
-
-/// Shows what a wait begun at `start` still misses, and ends it once `how.max_wait` passed.
-fn pend(
-    ticker: &mut Ticker,
-    start: Instant,
-    how: &Wait,
-    pending: &mut String,
-    line: String,
-) -> ControlFlow<Result<Done, WaitError>> {
-    *pending = line;
-    ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
-    if start.elapsed() >= how.max_wait {
-        let (waited, pending) = (how.max_wait, pending.clone());
-        return ControlFlow::Break(Err(WaitError::TimedOut { waited, pending }));
-    }
-    ControlFlow::Continue(())
 }
 
 /// What the daemon answers right after a drain or an undrain, asked for up to two seconds
@@ -181,6 +171,7 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
 /// never wider than the terminal; plain lines otherwise (a line when the state it tells
 /// changes, and every [`REPEAT`] when it does not: the timers in it are not a change).
+#[derive(Default)]
 pub struct Ticker {
     terminal: bool,
     shown: bool,
@@ -193,18 +184,14 @@ const REDRAW: Duration = Duration::from_secs(1);
 
 impl Ticker {
     /// A ticker for this process's stderr.
-    #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         Self {
             terminal: std::io::stderr().is_terminal(),
-            shown: false,
-            last: String::new(),
-            last_at: None,
+            ..Self::default()
         }
     }
 
-    /// Shows `line`, when due: when what it says changes (its running times are not a
-    /// change), or every [`REPEAT`] elsewhere than on a terminal.
+    /// Shows `line`, when due (see [`Ticker`]).
     pub fn show_line(&mut self, line: &str) {
         let width = terminal_size::terminal_size_of(std::io::stderr())
             .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
@@ -224,9 +211,7 @@ impl Ticker {
     /// What to write now, if anything: on a terminal, a line that fits `width` columns
     /// (one short, so that the cursor does not wrap) once a [`REDRAW`] has passed.
     fn frame(&mut self, now: Instant, line: &str, width: usize) -> Option<String> {
-        let stale = self
-            .last_at
-            .is_none_or(|t| now.duration_since(t) >= self.every());
+        let stale = (self.last_at).is_none_or(|t| now.duration_since(t) >= self.every());
         let said = without_timers(line);
         if !stale && (self.terminal || said == self.last) {
             return None;
@@ -275,17 +260,12 @@ fn without_timers(text: &str) -> String {
             .into_iter()
             .find(|u| after.strip_prefix(u).is_some_and(ends));
         let preceded = out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == ':');
-        match unit {
-            Some(unit) if !preceded => {
-                out.push('#');
-                out.push_str(unit);
-                rest = &after[unit.len()..];
-            }
-            _ => {
-                out.push_str(&from[..number]);
-                rest = after;
-            }
-        }
+        let (shown, skipped) = match unit {
+            Some(unit) if !preceded => (format!("#{unit}"), number + unit.len()),
+            _ => (from[..number].to_owned(), number),
+        };
+        out.push_str(&shown);
+        rest = &from[skipped..];
     }
     out.push_str(rest);
     out
