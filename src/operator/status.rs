@@ -30,26 +30,15 @@ fn names(addrs: impl Iterator<Item = IpAddr>) -> HashMap<IpAddr, String> {
     let (tx, rx) = std::sync::mpsc::channel();
     for ip in addrs {
         let tx = tx.clone();
-        std::thread::spawn(move || {
-            if let Ok(name) = dns_lookup::lookup_addr(&ip) {
-                let _ = tx.send((ip, name));
-            }
-        });
+        std::thread::spawn(move || tx.send((ip, dns_lookup::lookup_addr(&ip).ok()?)).ok());
     }
     drop(tx);
     let deadline = Instant::now() + Duration::from_secs(1);
-    let mut names = HashMap::new();
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            // getnameinfo gives the address back when there is no name.
-            Ok((ip, name)) if name != ip.to_string() => {
-                names.insert(ip, name);
-            }
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    names
+    let left = || deadline.checked_duration_since(Instant::now());
+    std::iter::from_fn(|| rx.recv_timeout(left()?).ok())
+        // getnameinfo gives the address back when there is no name.
+        .filter(|(ip, name)| *name != ip.to_string())
+        .collect()
 }
 
 /// The reply for a person: the verdict line, then the drain (with `holders`, the drain
@@ -86,12 +75,8 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     let code = status.code.as_deref().filter(|c| !c.is_empty());
     rows.extend(code.map(|code| ("code", deployments(code))));
     rows.push(("next", next_step(&status)));
-    let mut out = format!(
-        "{} (HTTP {}) - {}\n",
-        answer.verdict.as_str(),
-        reply.status,
-        answer.reason
-    );
+    let (verdict, reason) = (answer.verdict.as_str(), &answer.reason);
+    let mut out = format!("{verdict} (HTTP {}) - {reason}\n", reply.status);
     for (label, text) in rows {
         let _ = writeln!(out, "{:<8}{text}", format!("{label}: "));
     }
@@ -365,11 +350,9 @@ fn drained_next(status: &Status<'_>) -> String {
     let Some(progress) = &status.progress else {
         return format!(
             "the daemon is {}, this command {}: it sends no progress, so whether it is safe to stop Puppet Server cannot be read; run one version (`systemctl restart pmcheck` after an upgrade)",
-            if status.version.is_empty() {
-                "an older version"
-            } else {
-                &status.version
-            },
+            Some(status.version.as_str())
+                .filter(|v| !v.is_empty())
+                .unwrap_or("an older version"),
             crate::protocol::VERSION
         );
     };
