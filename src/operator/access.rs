@@ -35,13 +35,11 @@ impl Reader {
     pub fn me() -> Self {
         let uid = nix::unistd::getuid().as_raw();
         let groups = nix::unistd::getgroups().unwrap_or_default();
-        let mut gids: Vec<u32> = groups.into_iter().map(Gid::as_raw).collect();
-        gids.push(nix::unistd::getgid().as_raw());
-        let who = format!("you ({})", user_name(uid));
+        let gids = groups.into_iter().chain([nix::unistd::getgid()]);
         Self {
-            who,
+            who: format!("you ({})", user_name(uid)),
             uid,
-            gids,
+            gids: gids.map(Gid::as_raw).collect(),
             open: true,
         }
     }
