@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
-
 use rustls::crypto::ring;
 use thiserror::Error;
 

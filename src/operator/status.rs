@@ -245,24 +245,13 @@ fn named(p: &PollerAnswer, all: &[PollerAnswer], name: Option<&String>) -> Strin
     }
 }
 
+/// What one load balancer did, from its own view when it sends it (`http-check send-state`).
 /// A poller that does not prove it is a load balancer is shown for what it claims, and that
 /// nothing acts on it.
 fn load_balancer(p: &PollerAnswer) -> String {
-    let view = own_view(p);
-    if p.proof.proven() {
-        return view;
-    }
-    format!(
-        "UNVERIFIED, {}: neither the waits nor the last-server guard believe it; it says: {view}",
-        p.proof.describe().trim_start_matches("unverified: ")
-    )
-}
-
-/// What one load balancer did, from its own view when it sends it (`http-check send-state`).
-fn own_view(p: &PollerAnswer) -> String {
     let told = p.describe_told(false);
     let last = ms(p.last_ms_ago);
-    match (p.states.is_empty(), p.states_stopped_ms_ago) {
+    let view = match (p.states.is_empty(), p.states_stopped_ms_ago) {
         (true, Some(stopped)) => format!(
             "{told}, last {last} ago (it stopped sending its own view {} ago: its checks since \
              carry no `http-check send-state`; judged by what they were told)",
@@ -275,7 +264,14 @@ fn own_view(p: &PollerAnswer) -> String {
             let views: Vec<String> = p.states.iter().map(|st| state_view(p, st)).collect();
             format!("{}; {told}", views.join("; "))
         }
+    };
+    if p.proof.proven() {
+        return view;
     }
+    format!(
+        "UNVERIFIED, {}: neither the waits nor the last-server guard believe it; it says: {view}",
+        p.proof.describe().trim_start_matches("unverified: ")
+    )
 }
 
 /// What one load balancer did with one server line, as its header says.
