@@ -67,15 +67,14 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
     // Run as root or as a monitoring agent's user, this check may read what the daemon cannot
     // (a key of mode 0600), and HAProxy follows the daemon: what it answers, when otherwise.
     if let Some(theirs) = (daemon.as_ref()).filter(|d| d.answer.verdict != decision.verdict) {
-        let answer = &theirs.answer;
+        let (verdict, reason) = (theirs.answer.verdict, &theirs.answer.reason);
         text.push_str(&format!(
-            "; but the daemon at {url}, which HAProxy follows, answers {} - {} (it may run as \
-             a user that cannot read what this check read: `sudo pmcheck config --check` names \
-             what the service cannot read)",
-            answer.verdict.as_str(),
-            answer.reason
+            "; but the daemon at {url}, which HAProxy follows, answers {} - {reason} (it may run \
+             as a user that cannot read what this check read: `sudo pmcheck config --check` \
+             names what the service cannot read)",
+            verdict.as_str()
         ));
-        code = match answer.verdict {
+        code = match verdict {
             Verdict::Down | Verdict::NotReady | Verdict::Unknown => Exit::Critical,
             Verdict::Drained if code == Exit::Ok => Exit::Warning,
             _ => code,

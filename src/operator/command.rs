@@ -132,8 +132,7 @@ impl Signals {
 
 /// The command as a person would type it.
 pub fn shown(command: &[OsString]) -> String {
-    let words: Vec<String> = command
-        .iter()
+    let words: Vec<String> = (command.iter())
         .map(|w| {
             let w = w.to_string_lossy();
             if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {

@@ -115,15 +115,13 @@ impl Daemon {
         }
         // reqwest needs a TLS setup even for plain HTTP; this one trusts nothing, so it can
         // never be used for anything but http://.
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map(|tls| {
-                tls.with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth()
-            });
+        let provider = Arc::new(ring::default_provider());
         let mut client = reqwest::Client::builder();
-        if let Ok(tls) = tls {
-            client = client.tls_backend_preconfigured(tls);
+        if let Ok(tls) = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+        {
+            let tls = tls.with_root_certificates(rustls::RootCertStore::empty());
+            client = client.tls_backend_preconfigured(tls.with_no_client_auth());
         }
         let client = client
             .no_proxy()
@@ -203,12 +201,11 @@ impl Daemon {
     /// What the daemon says now, read, with its progress for `ask`.
     async fn ask_for(&self, ask: &Ask) -> Result<View, StatusError> {
         let (reply, url) = (self.reply(ask).await?, self.url.clone());
-        match Status::from_json(&reply.body) {
-            Ok(status) => {
-                View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
-            }
-            Err(source) => Err(StatusError::NotPmcheck { url, source }),
-        }
+        let status = match Status::from_json(&reply.body) {
+            Ok(status) => status,
+            Err(source) => return Err(StatusError::NotPmcheck { url, source }),
+        };
+        View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
     }
 }
 

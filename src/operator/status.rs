@@ -173,10 +173,9 @@ fn traffic(t: &TrafficAnswer) -> String {
     if n == 0 {
         return format!("no connection to {}", t.listener);
     }
+    let shown = t.connections.len();
     let mut from: Vec<String> = t.connections.iter().map(ToString::to_string).collect();
-    if n > t.connections.len() {
-        from.push(format!("and {} more", n - t.connections.len()));
-    }
+    from.extend((n > shown).then(|| format!("and {} more", n - shown)));
     let from = from.join(", ");
     format!("{n} connection(s) to {} from {from}", t.listener)
 }
@@ -290,7 +289,7 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
     // weight, which the header's weights show only when the others weigh less: the agent
     // check's own answer tells.
     let agent_drained = p.agent_now().is_some_and(|a| a.told == Verdict::Drained);
-    let mut did = match seen.health {
+    let did = match seen.health {
         Health::Up if agent_drained => {
             "holds it in DRAIN (its agent check said `drain`): no new agents"
         }
@@ -299,20 +298,17 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
         Health::Nolb => "took it out (NOLB): no new agents",
         Health::Down => "took it out (DOWN)",
         Health::NoCheck => "does not check it",
-    }
-    .to_owned();
+    };
     // `UP 2/3`: failing its checks, DOWN after 2 more; `DOWN 1/3`: passing them, UP after 2
     // more (HAProxy's fall and rise).
-    match (seen.health, seen.transition) {
-        (Health::Up, Some((n, _))) => {
-            let _ = write!(did, ", and it fails its checks: DOWN after {n} more");
-        }
+    let turning = match (seen.health, seen.transition) {
+        (Health::Up, Some((n, _))) => format!(", and it fails its checks: DOWN after {n} more"),
         (Health::Down, Some((n, m))) => {
             let left = m.saturating_sub(n);
-            let _ = write!(did, ", and it passes its checks: UP after {left} more");
+            format!(", and it passes its checks: UP after {left} more")
         }
-        _ => {}
-    }
+        _ => String::new(),
+    };
     let sessions = match seen.scur {
         0 => "no session left".to_owned(),
         n => format!("still {n} session(s)"),
@@ -320,7 +316,8 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
     let (backend, server, told) = (&seen.backend, &seen.server, st.told.as_str());
     let (since, last) = (ms(st.since_ms_ago), ms(st.last_ms_ago));
     format!(
-        "{backend}/{server}{node} {did}, {sessions}; told {told} for {since} (as of {last} ago)"
+        "{backend}/{server}{node} {did}{turning}, {sessions}; told {told} for {since} (as of \
+         {last} ago)"
     )
 }
 
