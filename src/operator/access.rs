@@ -115,14 +115,9 @@ impl Reader {
         if (mode >> shift) & bit != 0 {
             return Ok(());
         }
-        let group = group_name(meta.gid());
-        let mut why = format!(
-            "{} ({:04o} {}:{group}) does not let {} {what} it",
-            path.display(),
-            mode & 0o7777,
-            user_name(meta.uid()),
-            self.who
-        );
+        let (owner, group) = (user_name(meta.uid()), group_name(meta.gid()));
+        let (shown, bits, who) = (path.display(), mode & 0o7777, &self.who);
+        let mut why = format!("{shown} ({bits:04o} {owner}:{group}) does not let {who} {what} it");
         if (mode >> 3) & bit != 0 {
             let _ = write!(
                 why,

@@ -214,7 +214,13 @@ impl Daemon {
 /// dead daemon never does; the service's environment file, when it can be read, tells which.
 fn said(e: &reqwest::Error) -> String {
     if !closed_unanswered(e) {
-        return format!("{} (is `pmcheck serve` running there?)", cause(e));
+        // The innermost cause reqwest saw, or that it timed out.
+        let cause = if e.is_timeout() {
+            format!("no answer within {}", format_duration(DEADLINE))
+        } else {
+            chain(e).last().map(ToString::to_string).unwrap_or_default()
+        };
+        return format!("{cause} (is `pmcheck serve` running there?)");
     }
     let given = std::env::var_os("PMCHECK_ENV_FILE").map(PathBuf::from);
     refused(env_file(given.as_deref()).ok().flatten().as_ref())
@@ -258,14 +264,6 @@ fn closed_unanswered(e: &reqwest::Error) -> bool {
             || (err.downcast_ref::<std::io::Error>())
                 .is_some_and(|io| matches!(io.kind(), ConnectionReset | UnexpectedEof))
     })
-}
-
-/// The innermost cause reqwest saw, or that it timed out.
-fn cause(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        return format!("no answer within {}", format_duration(DEADLINE));
-    }
-    chain(e).last().map(ToString::to_string).unwrap_or_default()
 }
 
 #[cfg(test)]

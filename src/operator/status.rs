@@ -123,16 +123,12 @@ fn drain_line(answer: &Answer<'_>) -> String {
     let mut line = (drain.reason.as_deref().unwrap_or("(no valid record)")).to_owned();
     let values = [&drain.by, &drain.since, &drain.until];
     for (label, value) in ["by", "since", "until"].into_iter().zip(values) {
-        if let Some(value) = value {
-            let _ = write!(line, ", {label} {value}");
-        }
+        line.extend(value.as_ref().map(|value| format!(", {label} {value}")));
     }
     if drain.expired {
         line.push_str(" - EXPIRED, no longer counts; `pmcheck undrain` removes it");
     }
-    if let Some(problem) = &drain.problem {
-        let _ = write!(line, " ({problem})");
-    }
+    line.extend((drain.problem.as_ref()).map(|problem| format!(" ({problem})")));
     line
 }
 
@@ -383,9 +379,7 @@ fn key_file(k: &KeyFileAnswer) -> String {
             "\n        REJECTED at the latest reload, the keys above kept: {rejected}"
         );
     }
-    for w in &k.warnings {
-        let _ = write!(line, "\n        warning: {w}");
-    }
+    line.extend(k.warnings.iter().map(|w| format!("\n        warning: {w}")));
     line
 }
 
