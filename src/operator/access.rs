@@ -189,10 +189,9 @@ pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
         let whys = match missing {
             true if n.required => vec!["no such file".to_owned()],
             true => {
-                let _ = writeln!(
-                    out,
-                    "note: {name} {path} does not exist: its defaults apply"
-                );
+                out.push_str(&format!(
+                    "note: {name} {path} does not exist: its defaults apply\n"
+                ));
                 continue;
             }
             false => (readers.iter())

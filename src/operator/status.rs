@@ -70,8 +70,7 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     rows.extend(pollers(&status.pollers));
     rows.extend(status.lb_key_file.as_ref().map(|k| ("keys", key_file(k))));
     rows.extend(status.traffic.as_ref().map(|t| ("agents", traffic(t))));
-    let certs = status.certificates.as_ref();
-    rows.extend(certs.map(|c| ("certs", certificates(c))));
+    rows.extend((status.certificates.as_ref()).map(|c| ("certs", certificates(c))));
     let code = status.code.as_deref().filter(|c| !c.is_empty());
     rows.extend(code.map(|code| ("code", deployments(code))));
     rows.push(("next", next_step(&status)));
@@ -213,10 +212,8 @@ fn unread(status: &Status<'_>) -> String {
         .filter_map(|p| Some((p.address, p.agent_stopped_ms_ago?)))
         .map(|(address, ago)| format!("{address}'s {} ago", ms(ago)))
         .collect();
-    format!(
-        ", but no load balancer reads it now: their agent checks stopped ({})",
-        stopped.join(", ")
-    )
+    let stopped = stopped.join(", ");
+    format!(", but no load balancer reads it now: their agent checks stopped ({stopped})")
 }
 
 /// A load balancer is listed while it checks, and for a minute after its last check (said
