@@ -68,10 +68,8 @@ impl Reader {
         if !out.status.success() || !text.lines().any(|l| l == "LoadState=loaded") {
             return None;
         }
-        Some(service(
-            &text,
-            "as systemd runs pmcheck.service, drop-ins included",
-        ))
+        let source = "as systemd runs pmcheck.service, drop-ins included";
+        Some(service(&text, source))
     }
 
     /// Whether this reader may read `path`: `Err` names what blocks it and how to fix it.

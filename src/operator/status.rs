@@ -334,11 +334,10 @@ fn next_step(status: &Status<'_>) -> String {
 /// What to do next on a drained node.
 fn drained_next(status: &Status<'_>) -> String {
     let Some(progress) = &status.progress else {
+        let theirs = Some(status.version.as_str()).filter(|v| !v.is_empty());
         return format!(
             "the daemon is {}, this command {}: it sends no progress, so whether it is safe to stop Puppet Server cannot be read; run one version (`systemctl restart pmcheck` after an upgrade)",
-            Some(status.version.as_str())
-                .filter(|v| !v.is_empty())
-                .unwrap_or("an older version"),
+            theirs.unwrap_or("an older version"),
             crate::protocol::VERSION
         );
     };
