@@ -306,7 +306,7 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
         return Ok(Exit::Ok);
     }
     let reply = match Daemon::new(&args.daemon.url) {
-        Ok(daemon) => run_single_threaded(async { daemon.reply().await })?,
+        Ok(daemon) => run_single_threaded(daemon.reply(&Default::default()))?,
         Err(e) => Err(e),
     };
     let reply = match reply {

@@ -35,13 +35,11 @@ impl Reader {
     pub fn me() -> Self {
         let uid = nix::unistd::getuid().as_raw();
         let groups = nix::unistd::getgroups().unwrap_or_default();
-        let mut gids: Vec<u32> = groups.into_iter().map(Gid::as_raw).collect();
-        gids.push(nix::unistd::getgid().as_raw());
-        let who = format!("you ({})", user_name(uid));
+        let gids = groups.into_iter().chain([nix::unistd::getgid()]);
         Self {
-            who,
+            who: format!("you ({})", user_name(uid)),
             uid,
-            gids,
+            gids: gids.map(Gid::as_raw).collect(),
             open: true,
         }
     }
@@ -51,7 +49,7 @@ impl Reader {
     pub fn unit(unit: &Path) -> Result<Self, String> {
         let text = crate::safe_file::read_to_string(unit, crate::safe_file::CONFIG_LIMIT)
             .map_err(|e| format!("cannot read the unit {}: {e}", unit.display()))?;
-        Identity::read(&text).reader(&unit.display().to_string())
+        service(&text, &unit.display().to_string())
     }
 
     /// The daemon as systemd runs `pmcheck.service`, drop-ins included (`systemctl edit`):
@@ -70,7 +68,8 @@ impl Reader {
         if !out.status.success() || !text.lines().any(|l| l == "LoadState=loaded") {
             return None;
         }
-        Some(Identity::read(&text).reader("as systemd runs pmcheck.service, drop-ins included"))
+        let source = "as systemd runs pmcheck.service, drop-ins included";
+        Some(service(&text, source))
     }
 
     /// Whether this reader may read `path`: `Err` names what blocks it and how to fix it.
@@ -114,14 +113,9 @@ impl Reader {
         if (mode >> shift) & bit != 0 {
             return Ok(());
         }
-        let group = group_name(meta.gid());
-        let mut why = format!(
-            "{} ({:04o} {}:{group}) does not let {} {what} it",
-            path.display(),
-            mode & 0o7777,
-            user_name(meta.uid()),
-            self.who
-        );
+        let (owner, group) = (user_name(meta.uid()), group_name(meta.gid()));
+        let (shown, bits, who) = (path.display(), mode & 0o7777, &self.who);
+        let mut why = format!("{shown} ({bits:04o} {owner}:{group}) does not let {who} {what} it");
         if (mode >> 3) & bit != 0 {
             let _ = write!(
                 why,
@@ -137,69 +131,49 @@ impl Reader {
 pub struct Needed {
     /// The setting's name (`hostcert`, `webserver.conf`).
     pub name: String,
-    /// The path.
     pub path: PathBuf,
     /// The daemon cannot work without it (a Puppet Server conf file may be absent: defaults).
     pub required: bool,
 }
 
-/// `User=`, `Group=` and `SupplementaryGroups=` as a unit file or `systemctl show` gives them
-/// (an empty assignment clears the groups before it, as systemd reads it).
-#[derive(Debug, Default)]
-struct Identity {
-    user: Option<String>,
-    group: Option<String>,
-    groups: Vec<String>,
-}
-
-impl Identity {
-    /// The assignments of `text`, in order.
-    fn read(text: &str) -> Self {
-        let mut identity = Identity::default();
-        text.lines().for_each(|line| identity.assign(line.trim()));
-        identity
-    }
-
-    fn assign(&mut self, line: &str) {
-        let nonempty = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
+/// The daemon as `User=`, `Group=` and `SupplementaryGroups=` in `text` make it, read in
+/// order as a unit file or `systemctl show` gives them; `source` says where it was read.
+fn service(text: &str, source: &str) -> Result<Reader, String> {
+    let (mut user, mut group, mut groups) = (None, None, Vec::new());
+    let nonempty = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
+    for line in text.lines().map(str::trim) {
         if let Some(v) = line.strip_prefix("User=") {
-            self.user = nonempty(v);
+            user = nonempty(v);
         } else if let Some(v) = line.strip_prefix("Group=") {
-            self.group = nonempty(v);
+            group = nonempty(v);
         } else if let Some(v) = line.strip_prefix("SupplementaryGroups=") {
-            // An empty assignment clears the groups before it.
+            // An empty assignment clears the groups before it, as systemd reads it.
             match v.trim() {
-                "" => self.groups.clear(),
-                v => self.groups.extend(v.split_whitespace().map(str::to_owned)),
+                "" => groups.clear(),
+                v => groups.extend(v.split_whitespace().map(str::to_owned)),
             }
         }
     }
-
-    /// The reader this identity makes; `source` says where it was read.
-    fn reader(self, source: &str) -> Result<Reader, String> {
-        let user = self.user.ok_or_else(|| format!("{source}: no User="))?;
-        let account = (User::from_name(&user).ok().flatten())
-            .ok_or_else(|| format!("user {user} ({source}) does not exist"))?;
-        let gid = |name: &String| match Group::from_name(name) {
-            Ok(Some(group)) => Ok((group.gid.as_raw(), name.clone())),
-            _ => Err(format!("group {name} ({source}) does not exist")),
-        };
-        let primary = match &self.group {
-            Some(name) => gid(name)?,
-            None => (account.gid.as_raw(), group_name(account.gid.as_raw())),
-        };
-        let others = self.groups.iter().map(gid).collect::<Result<Vec<_>, _>>()?;
-        let (gids, names): (Vec<u32>, Vec<String>) = std::iter::once(primary).chain(others).unzip();
-        Ok(Reader {
-            who: format!(
-                "the service (user {user}, groups {}; {source})",
-                names.join(", ")
-            ),
-            uid: account.uid.as_raw(),
-            gids,
-            open: false,
-        })
-    }
+    let user = user.ok_or_else(|| format!("{source}: no User="))?;
+    let account = (User::from_name(&user).ok().flatten())
+        .ok_or_else(|| format!("user {user} ({source}) does not exist"))?;
+    let gid = |name: &String| match Group::from_name(name) {
+        Ok(Some(group)) => Ok((group.gid.as_raw(), name.clone())),
+        _ => Err(format!("group {name} ({source}) does not exist")),
+    };
+    let primary = match &group {
+        Some(name) => gid(name)?,
+        None => (account.gid.as_raw(), group_name(account.gid.as_raw())),
+    };
+    let others = groups.iter().map(gid).collect::<Result<Vec<_>, _>>()?;
+    let (gids, names): (Vec<u32>, Vec<String>) = std::iter::once(primary).chain(others).unzip();
+    let names = names.join(", ");
+    Ok(Reader {
+        who: format!("the service (user {user}, groups {names}; {source})"),
+        uid: account.uid.as_raw(),
+        gids,
+        open: false,
+    })
 }
 
 /// Checks every needed file for every reader; prints one line per problem and a summary, and
@@ -213,10 +187,9 @@ pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
         let whys = match missing {
             true if n.required => vec!["no such file".to_owned()],
             true => {
-                let _ = writeln!(
-                    out,
-                    "note: {name} {path} does not exist: its defaults apply"
-                );
+                out.push_str(&format!(
+                    "note: {name} {path} does not exist: its defaults apply\n"
+                ));
                 continue;
             }
             false => (readers.iter())
@@ -229,12 +202,9 @@ pub fn check(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool {
         }
     }
     let who: Vec<&str> = readers.iter().map(|r| r.who.as_str()).collect();
+    let who = who.join(" and by ");
     let _ = match problems {
-        0 => writeln!(
-            out,
-            "check: every file can be read by {}",
-            who.join(" and by ")
-        ),
+        0 => writeln!(out, "check: every file can be read by {who}"),
         n => writeln!(out, "check: {n} problem(s)"),
     };
     problems == 0
@@ -258,20 +228,11 @@ mod tests {
     /// before it, and `Group=` replaces the user's own group.
     #[test]
     fn a_drop_in_that_clears_the_groups_or_sets_the_group_is_read_as_systemd_reads_it() {
-        let mut identity = Identity::default();
-        for line in [
-            "User=root",
-            "SupplementaryGroups=daemon bin",
-            "SupplementaryGroups=",
-        ] {
-            identity.assign(line);
-        }
-        identity.assign("Group=daemon");
-        let reader = identity.reader("a test").unwrap();
+        let text =
+            "User=root\nSupplementaryGroups=daemon bin\nSupplementaryGroups=\nGroup=daemon\n";
+        let reader = service(text, "a test").unwrap();
         assert_eq!(reader.who, "the service (user root, groups daemon; a test)");
-        let mut nobody = Identity::default();
-        nobody.assign("User=");
-        assert_eq!(nobody.reader("a test").unwrap_err(), "a test: no User=");
+        assert_eq!(service("User=", "a test").unwrap_err(), "a test: no User=");
     }
 
     #[test]

@@ -59,29 +59,22 @@ pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
         (Exit::Ok, Severity::Warning) => Exit::Warning,
         _ => code,
     };
-    let mut perfdata = format!("time={:.3}s;;;0", report.latency.as_secs_f64());
-    if let Some(pool) = &report.pool {
-        perfdata.push(' ');
-        perfdata.push_str(&pool_perfdata(pool, decision.weight));
-    }
-    perfdata.push_str(&expiry.perfdata);
+    let pool = (report.pool.as_ref()).map_or(String::new(), |p| pool_perfdata(p, decision.weight));
+    let latency = report.latency.as_secs_f64();
+    let perfdata = format!("time={latency:.3}s;;;0{pool}{}", expiry.perfdata);
     let mut text = decision.reason.to_string();
-    for problem in &expiry.problems {
-        text.push_str("; ");
-        text.push_str(problem);
-    }
+    text.extend(expiry.problems.iter().map(|problem| format!("; {problem}")));
     // Run as root or as a monitoring agent's user, this check may read what the daemon cannot
     // (a key of mode 0600), and HAProxy follows the daemon: what it answers, when otherwise.
     if let Some(theirs) = (daemon.as_ref()).filter(|d| d.answer.verdict != decision.verdict) {
-        let answer = &theirs.answer;
+        let (verdict, reason) = (theirs.answer.verdict, &theirs.answer.reason);
         text.push_str(&format!(
-            "; but the daemon at {url}, which HAProxy follows, answers {} - {} (it may run as \
-             a user that cannot read what this check read: `sudo pmcheck config --check` names \
-             what the service cannot read)",
-            answer.verdict.as_str(),
-            answer.reason
+            "; but the daemon at {url}, which HAProxy follows, answers {} - {reason} (it may run \
+             as a user that cannot read what this check read: `sudo pmcheck config --check` \
+             names what the service cannot read)",
+            verdict.as_str()
         ));
-        code = match answer.verdict {
+        code = match verdict {
             Verdict::Down | Verdict::NotReady | Verdict::Unknown => Exit::Critical,
             Verdict::Drained if code == Exit::Ok => Exit::Warning,
             _ => code,
@@ -103,11 +96,12 @@ fn unknown(why: &dyn std::fmt::Display) -> Exit {
     Exit::Unknown
 }
 
-/// The pool as monitoring-plugin performance data: gauges with their bounds, counters as `c`.
+/// The pool as monitoring-plugin performance data (after a space): gauges with their bounds,
+/// counters as `c`.
 fn pool_perfdata(pool: &crate::puppet::pool::Pool, weight: u8) -> String {
     let size = pool.size;
     format!(
-        "jrubies_free={};;;0;{size} jrubies_borrowed={};;;0;{size} jrubies_waiting={};;;0 \
+        " jrubies_free={};;;0;{size} jrubies_borrowed={};;;0;{size} jrubies_waiting={};;;0 \
          average_wait={}ms;;;0 average_borrow={}ms;;;0 queue_limit_hits={}c borrow_timeouts={}c \
          weight={weight}%;;;0;100",
         pool.free,

@@ -62,16 +62,15 @@ pub async fn run_command(
         let _ = killpg(group, Signal::SIGTERM);
     }
     // Said at once: the operator who pressed Ctrl-C learns that a second one kills.
+    let after = format_duration(kill_after);
     errln!(
-        "pmcheck cycle: {first}: stopping the command's processes; SIGKILL after {} or at a second signal",
-        format_duration(kill_after)
+        "pmcheck cycle: {first}: stopping the command's processes; SIGKILL after {after} or at a second signal"
     );
     tokio::select! {
         () = group_gone(group, &mut child) => return Err(None),
         () = tokio::time::sleep(kill_after) => {
             errln!(
-                "pmcheck cycle: the command's processes are still running {} after {first}: SIGKILL",
-                format_duration(kill_after)
+                "pmcheck cycle: the command's processes are still running {after} after {first}: SIGKILL"
             );
         }
         second = signals.next() => {
@@ -132,8 +131,7 @@ impl Signals {
 
 /// The command as a person would type it.
 pub fn shown(command: &[OsString]) -> String {
-    let words: Vec<String> = command
-        .iter()
+    let words: Vec<String> = (command.iter())
         .map(|w| {
             let w = w.to_string_lossy();
             if w.is_empty() || w.contains(|c: char| c.is_whitespace() || c == '\'' || c == '"') {

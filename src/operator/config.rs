@@ -67,9 +67,7 @@ pub fn config(
     let mut out = String::new();
     let readers = readers(unit, &mut out);
     let mut ok = access::check(&needed(&settings), &readers, &mut out) && !misspelt;
-    if let Some(daemon) = &settings.daemon {
-        ok &= key_file(daemon, &mut out);
-    }
+    ok &= (settings.daemon.as_ref()).is_none_or(|daemon| key_file(daemon, &mut out));
     out!("{out}");
     Ok(if ok { Exit::Ok } else { Exit::Config })
 }

@@ -4,16 +4,15 @@
 
 use std::future::Future;
 use std::ops::ControlFlow;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
-
 use rustls::crypto::ring;
 use thiserror::Error;
 
-use crate::operator::config::shuts_out_loopback;
+use crate::operator::config::{env_file, shuts_out_loopback};
 use crate::operator::view::View;
 use crate::protocol::Status;
 use crate::protocol::progress::Ask;
@@ -32,33 +31,20 @@ const BODY_LIMIT: usize = 64 * 1024;
 pub enum StatusError {
     /// `--url` is not an http:// URL.
     #[error("--url {url}: {problem}; write it as http://HOST:PORT/")]
-    Url {
-        /// The URL given.
-        url: String,
-        /// What is wrong with it.
-        problem: &'static str,
-    },
+    Url { url: String, problem: &'static str },
     /// The client cannot be made.
     #[error("cannot make an HTTP client: {0}")]
     Client(reqwest::Error),
     /// Nothing answered, or the exchange broke.
     #[error("cannot reach pmcheck at {url}: {}", said(.source))]
-    Unreachable {
-        /// The URL asked.
-        url: String,
-        /// What reqwest saw.
-        source: reqwest::Error,
-    },
+    Unreachable { url: String, source: reqwest::Error },
     /// An answer larger than pmcheck ever sends.
     #[error(
         "cannot reach pmcheck at {url}: the answer is larger than {} KiB, which pmcheck never \
          sends: is this pmcheck?",
         BODY_LIMIT / 1024
     )]
-    TooLarge {
-        /// The URL asked.
-        url: String,
-    },
+    TooLarge { url: String },
     /// A daemon of another version, whose `/status` has no progress answer: never read as
     /// "nothing pending".
     #[error(
@@ -69,7 +55,6 @@ pub enum StatusError {
         crate::protocol::VERSION
     )]
     OtherVersion {
-        /// The URL asked.
         url: String,
         /// The version it says, empty when it says none.
         theirs: String,
@@ -77,9 +62,7 @@ pub enum StatusError {
     /// An answer that is not pmcheck's JSON.
     #[error("{url} does not answer like pmcheck ({source})")]
     NotPmcheck {
-        /// The URL asked.
         url: String,
-        /// Why it does not read.
         source: serde_json::Error,
     },
 }
@@ -132,15 +115,13 @@ impl Daemon {
         }
         // reqwest needs a TLS setup even for plain HTTP; this one trusts nothing, so it can
         // never be used for anything but http://.
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map(|tls| {
-                tls.with_root_certificates(rustls::RootCertStore::empty())
-                    .with_no_client_auth()
-            });
+        let provider = Arc::new(ring::default_provider());
         let mut client = reqwest::Client::builder();
-        if let Ok(tls) = tls {
-            client = client.tls_backend_preconfigured(tls);
+        if let Ok(tls) = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+        {
+            let tls = tls.with_root_certificates(rustls::RootCertStore::empty());
+            client = client.tls_backend_preconfigured(tls.with_no_client_auth());
         }
         let client = client
             .no_proxy()
@@ -162,13 +143,9 @@ impl Daemon {
         &self.url
     }
 
-    /// One GET of `/status`, within five seconds: the reply as it came.
-    pub async fn reply(&self) -> Result<Reply, StatusError> {
-        self.reply_for(&Ask::default()).await
-    }
-
-    /// One GET of `/status` asking with `ask` (its query), within five seconds.
-    async fn reply_for(&self, ask: &Ask) -> Result<Reply, StatusError> {
+    /// One GET of `/status` asking with `ask` (its query), within five seconds: the reply as it
+    /// came.
+    pub async fn reply(&self, ask: &Ask) -> Result<Reply, StatusError> {
         let unreachable = |source| StatusError::Unreachable {
             url: self.url.clone(),
             source,
@@ -184,8 +161,9 @@ impl Daemon {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
             if body.len() + chunk.len() > BODY_LIMIT {
-                let url = self.url.clone();
-                return Err(StatusError::TooLarge { url });
+                return Err(StatusError::TooLarge {
+                    url: self.url.clone(),
+                });
             }
             body.extend_from_slice(&chunk);
         }
@@ -222,13 +200,12 @@ impl Daemon {
 
     /// What the daemon says now, read, with its progress for `ask`.
     async fn ask_for(&self, ask: &Ask) -> Result<View, StatusError> {
-        let (reply, url) = (self.reply_for(ask).await?, self.url.clone());
-        match Status::from_json(&reply.body) {
-            Ok(status) => {
-                View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
-            }
-            Err(source) => Err(StatusError::NotPmcheck { url, source }),
-        }
+        let (reply, url) = (self.reply(ask).await?, self.url.clone());
+        let status = match Status::from_json(&reply.body) {
+            Ok(status) => status,
+            Err(source) => return Err(StatusError::NotPmcheck { url, source }),
+        };
+        View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
     }
 }
 
@@ -237,14 +214,16 @@ impl Daemon {
 /// dead daemon never does; the service's environment file, when it can be read, tells which.
 fn said(e: &reqwest::Error) -> String {
     if !closed_unanswered(e) {
-        return format!("{} (is `pmcheck serve` running there?)", cause(e));
+        // The innermost cause reqwest saw, or that it timed out.
+        let cause = if e.is_timeout() {
+            format!("no answer within {}", format_duration(DEADLINE))
+        } else {
+            chain(e).last().map(ToString::to_string).unwrap_or_default()
+        };
+        return format!("{cause} (is `pmcheck serve` running there?)");
     }
-    let file = match std::env::var_os("PMCHECK_ENV_FILE") {
-        Some(path) if path == "none" => None,
-        Some(path) => Some(EnvFile::load(Path::new(&path))),
-        None => EnvFile::find(),
-    };
-    refused(file.and_then(Result::ok).as_ref())
+    let given = std::env::var_os("PMCHECK_ENV_FILE").map(PathBuf::from);
+    refused(env_file(given.as_deref()).ok().flatten().as_ref())
 }
 
 /// Why a daemon closed this host's connection unanswered, by the `PMCHECK_ALLOW` of its
@@ -287,17 +266,10 @@ fn closed_unanswered(e: &reqwest::Error) -> bool {
     })
 }
 
-/// The innermost cause reqwest saw, or that it timed out.
-fn cause(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        return format!("no answer within {}", format_duration(DEADLINE));
-    }
-    chain(e).last().map(ToString::to_string).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn a_refusal_names_the_cause_the_service_file_shows() {

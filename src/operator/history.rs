@@ -13,9 +13,7 @@ use crate::drain::log::DrainLog;
 #[derive(Debug, Error)]
 #[error("cannot read the drain event log {path}: {source}{hint}", hint = hint(source))]
 pub struct HistoryError {
-    /// The log.
     pub path: PathBuf,
-    /// What the system said.
     pub source: io::Error,
 }
 

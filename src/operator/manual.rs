@@ -1,6 +1,7 @@
 //! The manual: pmcheck(1) and shell completions, generated from the clap definitions so that
 //! they never drift from `--help`.
 
+use std::collections::BTreeSet;
 use std::io::{self, Write};
 
 use clap::CommandFactory;
@@ -105,16 +106,12 @@ pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
 }
 
 /// Every option's environment variable and long name, across the subcommands, sorted by variable.
-fn environment(cli: &clap::Command) -> Vec<(String, String)> {
-    let mut vars: Vec<(String, String)> = cli
-        .get_subcommands()
+fn environment(cli: &clap::Command) -> BTreeSet<(String, String)> {
+    cli.get_subcommands()
         .flat_map(clap::Command::get_arguments)
         .filter_map(|arg| {
             let var = arg.get_env()?.to_string_lossy().into_owned();
             Some((var, arg.get_long()?.to_owned()))
         })
-        .collect();
-    vars.sort();
-    vars.dedup();
-    vars
+        .collect()
 }

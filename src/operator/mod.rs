@@ -21,9 +21,6 @@ pub mod stop;
 pub mod view;
 pub mod wait;
 
-use std::fmt::Display;
-use std::time::Duration;
-
 use crate::console::errln;
 
 /// Runs one command on one thread, and does not wait for a blocking task left behind (the
@@ -33,12 +30,12 @@ pub(crate) fn run_single_threaded<F: std::future::Future>(future: F) -> std::io:
         .enable_all()
         .build()?;
     let output = rt.block_on(future);
-    rt.shutdown_timeout(Duration::from_millis(100));
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
     Ok(output)
 }
 
 /// Says each warning on stderr, as `pmcheck: warning: ...`.
-pub(crate) fn warn<W: Display>(warnings: impl IntoIterator<Item = W>) {
+pub(crate) fn warn(warnings: impl IntoIterator<Item = impl std::fmt::Display>) {
     for w in warnings {
         errln!("pmcheck: warning: {w}");
     }

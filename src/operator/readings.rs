@@ -30,8 +30,7 @@ pub fn certificates(c: &CertificatesAnswer) -> String {
 
 /// Each environment's deploy: commit, when, and whether it succeeded; or why none is shown.
 pub fn deployments(code: &[CodeAnswer]) -> String {
-    let parts: Vec<String> = code.iter().map(deployment).collect();
-    parts.join("; ")
+    code.iter().map(deployment).collect::<Vec<_>>().join("; ")
 }
 
 /// One environment's deploy, by the state the daemon read (`deployed`, `failed`, ...).

@@ -30,26 +30,15 @@ fn names(addrs: impl Iterator<Item = IpAddr>) -> HashMap<IpAddr, String> {
     let (tx, rx) = std::sync::mpsc::channel();
     for ip in addrs {
         let tx = tx.clone();
-        std::thread::spawn(move || {
-            if let Ok(name) = dns_lookup::lookup_addr(&ip) {
-                let _ = tx.send((ip, name));
-            }
-        });
+        std::thread::spawn(move || tx.send((ip, dns_lookup::lookup_addr(&ip).ok()?)).ok());
     }
     drop(tx);
     let deadline = Instant::now() + Duration::from_secs(1);
-    let mut names = HashMap::new();
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            // getnameinfo gives the address back when there is no name.
-            Ok((ip, name)) if name != ip.to_string() => {
-                names.insert(ip, name);
-            }
-            Ok(_) => {}
-            Err(_) => break,
-        }
-    }
-    names
+    let left = || deadline.checked_duration_since(Instant::now());
+    std::iter::from_fn(|| rx.recv_timeout(left()?).ok())
+        // getnameinfo gives the address back when there is no name.
+        .filter(|(ip, name)| *name != ip.to_string())
+        .collect()
 }
 
 /// The reply for a person: the verdict line, then the drain (with `holders`, the drain
@@ -81,17 +70,12 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     rows.extend(pollers(&status.pollers));
     rows.extend(status.lb_key_file.as_ref().map(|k| ("keys", key_file(k))));
     rows.extend(status.traffic.as_ref().map(|t| ("agents", traffic(t))));
-    let certs = status.certificates.as_ref();
-    rows.extend(certs.map(|c| ("certs", certificates(c))));
+    rows.extend((status.certificates.as_ref()).map(|c| ("certs", certificates(c))));
     let code = status.code.as_deref().filter(|c| !c.is_empty());
     rows.extend(code.map(|code| ("code", deployments(code))));
     rows.push(("next", next_step(&status)));
-    let mut out = format!(
-        "{} (HTTP {}) - {}\n",
-        answer.verdict.as_str(),
-        reply.status,
-        answer.reason
-    );
+    let (verdict, reason) = (answer.verdict.as_str(), &answer.reason);
+    let mut out = format!("{verdict} (HTTP {}) - {reason}\n", reply.status);
     for (label, text) in rows {
         let _ = writeln!(out, "{:<8}{text}", format!("{label}: "));
     }
@@ -138,16 +122,12 @@ fn drain_line(answer: &Answer<'_>) -> String {
     let mut line = (drain.reason.as_deref().unwrap_or("(no valid record)")).to_owned();
     let values = [&drain.by, &drain.since, &drain.until];
     for (label, value) in ["by", "since", "until"].into_iter().zip(values) {
-        if let Some(value) = value {
-            let _ = write!(line, ", {label} {value}");
-        }
+        line.extend(value.as_ref().map(|value| format!(", {label} {value}")));
     }
     if drain.expired {
         line.push_str(" - EXPIRED, no longer counts; `pmcheck undrain` removes it");
     }
-    if let Some(problem) = &drain.problem {
-        let _ = write!(line, " ({problem})");
-    }
+    line.extend((drain.problem.as_ref()).map(|problem| format!(" ({problem})")));
     line
 }
 
@@ -188,10 +168,9 @@ fn traffic(t: &TrafficAnswer) -> String {
     if n == 0 {
         return format!("no connection to {}", t.listener);
     }
+    let shown = t.connections.len();
     let mut from: Vec<String> = t.connections.iter().map(ToString::to_string).collect();
-    if n > t.connections.len() {
-        from.push(format!("and {} more", n - t.connections.len()));
-    }
+    from.extend((n > shown).then(|| format!("and {} more", n - shown)));
     let from = from.join(", ");
     format!("{n} connection(s) to {} from {from}", t.listener)
 }
@@ -233,10 +212,8 @@ fn unread(status: &Status<'_>) -> String {
         .filter_map(|p| Some((p.address, p.agent_stopped_ms_ago?)))
         .map(|(address, ago)| format!("{address}'s {} ago", ms(ago)))
         .collect();
-    format!(
-        ", but no load balancer reads it now: their agent checks stopped ({})",
-        stopped.join(", ")
-    )
+    let stopped = stopped.join(", ");
+    format!(", but no load balancer reads it now: their agent checks stopped ({stopped})")
 }
 
 /// A load balancer is listed while it checks, and for a minute after its last check (said
@@ -260,24 +237,13 @@ fn named(p: &PollerAnswer, all: &[PollerAnswer], name: Option<&String>) -> Strin
     }
 }
 
+/// What one load balancer did, from its own view when it sends it (`http-check send-state`).
 /// A poller that does not prove it is a load balancer is shown for what it claims, and that
 /// nothing acts on it.
 fn load_balancer(p: &PollerAnswer) -> String {
-    let view = own_view(p);
-    if p.proof.proven() {
-        return view;
-    }
-    format!(
-        "UNVERIFIED, {}: neither the waits nor the last-server guard believe it; it says: {view}",
-        p.proof.describe().trim_start_matches("unverified: ")
-    )
-}
-
-/// What one load balancer did, from its own view when it sends it (`http-check send-state`).
-fn own_view(p: &PollerAnswer) -> String {
     let told = p.describe_told(false);
     let last = ms(p.last_ms_ago);
-    match (p.states.is_empty(), p.states_stopped_ms_ago) {
+    let view = match (p.states.is_empty(), p.states_stopped_ms_ago) {
         (true, Some(stopped)) => format!(
             "{told}, last {last} ago (it stopped sending its own view {} ago: its checks since \
              carry no `http-check send-state`; judged by what they were told)",
@@ -290,7 +256,14 @@ fn own_view(p: &PollerAnswer) -> String {
             let views: Vec<String> = p.states.iter().map(|st| state_view(p, st)).collect();
             format!("{}; {told}", views.join("; "))
         }
+    };
+    if p.proof.proven() {
+        return view;
     }
+    format!(
+        "UNVERIFIED, {}: neither the waits nor the last-server guard believe it; it says: {view}",
+        p.proof.describe().trim_start_matches("unverified: ")
+    )
 }
 
 /// What one load balancer did with one server line, as its header says.
@@ -309,7 +282,7 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
     // weight, which the header's weights show only when the others weigh less: the agent
     // check's own answer tells.
     let agent_drained = p.agent_now().is_some_and(|a| a.told == Verdict::Drained);
-    let mut did = match seen.health {
+    let did = match seen.health {
         Health::Up if agent_drained => {
             "holds it in DRAIN (its agent check said `drain`): no new agents"
         }
@@ -318,20 +291,17 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
         Health::Nolb => "took it out (NOLB): no new agents",
         Health::Down => "took it out (DOWN)",
         Health::NoCheck => "does not check it",
-    }
-    .to_owned();
+    };
     // `UP 2/3`: failing its checks, DOWN after 2 more; `DOWN 1/3`: passing them, UP after 2
     // more (HAProxy's fall and rise).
-    match (seen.health, seen.transition) {
-        (Health::Up, Some((n, _))) => {
-            let _ = write!(did, ", and it fails its checks: DOWN after {n} more");
-        }
+    let turning = match (seen.health, seen.transition) {
+        (Health::Up, Some((n, _))) => format!(", and it fails its checks: DOWN after {n} more"),
         (Health::Down, Some((n, m))) => {
             let left = m.saturating_sub(n);
-            let _ = write!(did, ", and it passes its checks: UP after {left} more");
+            format!(", and it passes its checks: UP after {left} more")
         }
-        _ => {}
-    }
+        _ => String::new(),
+    };
     let sessions = match seen.scur {
         0 => "no session left".to_owned(),
         n => format!("still {n} session(s)"),
@@ -339,7 +309,8 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
     let (backend, server, told) = (&seen.backend, &seen.server, st.told.as_str());
     let (since, last) = (ms(st.since_ms_ago), ms(st.last_ms_ago));
     format!(
-        "{backend}/{server}{node} {did}, {sessions}; told {told} for {since} (as of {last} ago)"
+        "{backend}/{server}{node} {did}{turning}, {sessions}; told {told} for {since} (as of \
+         {last} ago)"
     )
 }
 
@@ -363,13 +334,10 @@ fn next_step(status: &Status<'_>) -> String {
 /// What to do next on a drained node.
 fn drained_next(status: &Status<'_>) -> String {
     let Some(progress) = &status.progress else {
+        let theirs = Some(status.version.as_str()).filter(|v| !v.is_empty());
         return format!(
             "the daemon is {}, this command {}: it sends no progress, so whether it is safe to stop Puppet Server cannot be read; run one version (`systemctl restart pmcheck` after an upgrade)",
-            if status.version.is_empty() {
-                "an older version"
-            } else {
-                &status.version
-            },
+            theirs.unwrap_or("an older version"),
             crate::protocol::VERSION
         );
     };
@@ -407,9 +375,7 @@ fn key_file(k: &KeyFileAnswer) -> String {
             "\n        REJECTED at the latest reload, the keys above kept: {rejected}"
         );
     }
-    for w in &k.warnings {
-        let _ = write!(line, "\n        warning: {w}");
-    }
+    line.extend(k.warnings.iter().map(|w| format!("\n        warning: {w}")));
     line
 }
 

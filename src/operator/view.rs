@@ -32,7 +32,6 @@ impl Deref for View {
     "the daemon at {url} watches the drain record {theirs}, not {ours}: it does not see this drain; pass the daemon's --state-dir, or the --url of the daemon that watches {ours}"
 )]
 pub struct OtherFile {
-    /// The daemon asked.
     pub url: String,
     /// The record the command changed.
     pub ours: String,
