@@ -218,6 +218,11 @@ fn the_guard_starts_when_it_cannot_write_and_lets_go_once_it_can() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The daemon has read the record's end too: a DRAINED still answered from the old record
+    // would be taken for the stop's below (seen under load: no holder yet when it was read).
+    d.wait_for(SOON, "no longer DRAINED", |a| {
+        !a.body.starts_with("DRAINED")
+    });
     guard.signal(nix::sys::signal::Signal::SIGTERM);
     let stdout = held_up_until_nolb(&s, &d, &lb, guard);
     assert_contains!(stdout, "drained for this stop of puppetserver.service");
