@@ -5,45 +5,36 @@
 //! Nagios, Icinga and Sensu read it as it is; `status` reuses 0 and 1; everything else that can
 //! fail uses sysexits(3), so scripts can tell a typo from a taken port.
 
-/// One exit code and what it means.
+/// One exit code; what it means is said once, by [`Exit::meaning`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Success; `check`: OK; `status`: the daemon answers 200.
+    /// 0: success; `check`: OK.
     Ok,
-    /// `check`: WARNING, drained while Puppet Server is healthy; `status`: the daemon does not
-    /// answer 200, or cannot be reached; `cycle`: the command failed.
+    /// 1: `check`: WARNING.
     Warning,
-    /// `check`: CRITICAL, Puppet Server is unhealthy; `cycle`: Puppet Server did not come back
-    /// healthy in time.
+    /// 2: `check`: CRITICAL.
     Critical,
-    /// `check`: UNKNOWN, bad arguments or settings, unreadable drain state or certificate files.
+    /// 3: `check`: UNKNOWN.
     Unknown,
-    /// EX_USAGE: the command line is wrong.
+    /// 64, EX_USAGE.
     Usage,
-    /// EX_UNAVAILABLE: the listen address is taken or absent; `--wait` and `cycle`: the daemon
-    /// cannot be reached.
+    /// 69, EX_UNAVAILABLE.
     Unavailable,
-    /// EX_OSERR: any other system error (sockets, systemd, writing output).
+    /// 71, EX_OSERR.
     OsErr,
-    /// EX_CANTCREAT: the drain record cannot be written or removed.
+    /// 73, EX_CANTCREAT.
     CantCreate,
-    /// EX_TEMPFAIL: `--wait` or a wait of `cycle` timed out.
+    /// 75, EX_TEMPFAIL.
     TempFail,
-    /// EX_PROTOCOL: the daemon is of another version, whose `/status` lacks what the command
-    /// reads (its progress): never read as "nothing pending".
+    /// 76, EX_PROTOCOL.
     Protocol,
-    /// EX_NOPERM: `drain` or `cycle` refused: a load balancer says this node is the last
-    /// server taking traffic in its backend (or, for a drained cycle, that none is left);
-    /// `undrain` refused: a running cycle holds the node (`--force` overrides); `roll begin`
-    /// refused: another roll's mark is here.
+    /// 77, EX_NOPERM.
     Refused,
-    /// EX_CONFIG: a setting is wrong (puppet.conf, a value).
+    /// 78, EX_CONFIG.
     Config,
-    /// `drain --wait`: the drain is written and held: a load balancer says this node is the
-    /// last server taking agents in its backend (another master left after the drain took
-    /// effect); it takes effect once another server takes agents there.
+    /// 79: `drain --wait`: the drain is written and held.
     Held,
-    /// 128 + SIGINT: `cycle` was interrupted by a signal.
+    /// 130, 128 + SIGINT: `cycle` was interrupted by a signal.
     Interrupted,
 }
 

@@ -36,18 +36,15 @@ pub struct Provenance<'a> {
 impl<'a> Provenance<'a> {
     /// The subcommand's matches and definition.
     pub fn of(matches: &'a ArgMatches) -> Self {
-        let cli = <Cli as clap::CommandFactory>::command();
-        match matches.subcommand() {
-            Some((name, sub)) => Self {
-                command: cli.find_subcommand(name).cloned().unwrap_or(cli),
-                matches: sub,
-                from_file: HashMap::new(),
-            },
-            None => Self {
-                matches,
-                command: cli,
-                from_file: HashMap::new(),
-            },
+        let cli = Cli::command();
+        let (command, matches) = match matches.subcommand() {
+            Some((name, sub)) => (cli.find_subcommand(name).cloned().unwrap_or(cli), sub),
+            None => (cli, matches),
+        };
+        Self {
+            matches,
+            command,
+            from_file: HashMap::new(),
         }
     }
 
@@ -222,11 +219,7 @@ pub enum ProvenanceError {
 pub fn unread_names<'a>(
     names: impl IntoIterator<Item = &'a str>,
 ) -> Vec<(&'a str, Option<String>)> {
-    let cli = Cli::command();
-    let known: Vec<String> = cli
-        .get_subcommands()
-        .flat_map(clap::Command::get_arguments)
-        .chain(cli.get_arguments())
+    let known: Vec<String> = every_argument(&Cli::command())
         .filter_map(|a| a.get_env())
         .map(|v| v.to_string_lossy().into_owned())
         .collect();
@@ -268,14 +261,17 @@ pub fn unread_name_said(name: &str, meant: Option<&str>, set: impl Fn(&str) -> b
     }
 }
 
+/// The options of every subcommand, then the top level's.
+fn every_argument(cli: &clap::Command) -> impl Iterator<Item = &clap::Arg> {
+    (cli.get_subcommands())
+        .flat_map(clap::Command::get_arguments)
+        .chain(cli.get_arguments())
+}
+
 /// The default of the option the variable `env` sets, as `pmcheck config` shows it.
 fn default_of(env: &str) -> Option<String> {
     let cli = Cli::command();
-    let arg = cli
-        .get_subcommands()
-        .flat_map(clap::Command::get_arguments)
-        .chain(cli.get_arguments())
-        .find(|a| a.get_env().is_some_and(|e| e == env))?;
+    let arg = every_argument(&cli).find(|a| a.get_env().is_some_and(|e| e == env))?;
     let values: Vec<String> = (arg.get_default_values().iter())
         .map(|v| v.to_string_lossy().into_owned())
         .collect();

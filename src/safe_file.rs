@@ -17,8 +17,6 @@ use std::path::Path;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 
-use crate::file_stamp::FileStamp;
-
 /// Puppet's and pmcheck's own settings files: puppet.conf, conf.d, the environment file, a unit.
 pub const CONFIG_LIMIT: u64 = 1024 * 1024;
 /// A PEM file of certificates or a key: a CA bundle with a long chain is a few hundred KiB.
@@ -29,7 +27,7 @@ pub const CRL_LIMIT: u64 = 16 * 1024 * 1024;
 
 /// Reads `path` whole, if it is a regular file of at most `limit` bytes.
 pub fn read(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    read_stamped(path, limit).map(|(_, bytes)| bytes)
+    read_linked(path, limit, Links::Follow)
 }
 
 /// [`read`] as text (invalid UTF-8 is an error, as `std::fs::read_to_string` has it).
@@ -37,19 +35,13 @@ pub fn read_to_string(path: &Path, limit: u64) -> io::Result<String> {
     String::from_utf8(read(path, limit)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
-/// [`read`], with the stamp of what was read: a caller that keeps it reads again only when
-/// the file changed ([`FileStamp::of`]).
-pub fn read_stamped(path: &Path, limit: u64) -> io::Result<(FileStamp, Vec<u8>)> {
-    read_linked(path, limit, Links::Follow)
-}
-
 /// [`read`] for pmcheck's own state (a roll's mark, the ramp under way): a link there was
 /// planted, and is refused (`ELOOP`).
 pub fn read_state(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    read_linked(path, limit, Links::Refuse).map(|(_, bytes)| bytes)
+    read_linked(path, limit, Links::Refuse)
 }
 
-fn read_linked(path: &Path, limit: u64, links: Links) -> io::Result<(FileStamp, Vec<u8>)> {
+fn read_linked(path: &Path, limit: u64, links: Links) -> io::Result<Vec<u8>> {
     let examined = Examined::at(path, links)?;
     if let Some(kind) = not_regular(&examined.meta) {
         return Err(io::Error::new(
@@ -68,7 +60,7 @@ fn read_linked(path: &Path, limit: u64, links: Links) -> io::Result<(FileStamp, 
     if bytes.len() as u64 > limit {
         return Err(too_large(bytes.len() as u64, limit));
     }
-    Ok((FileStamp::from_metadata(&meta), bytes))
+    Ok(bytes)
 }
 
 /// Whether a link at the path itself is followed, or refused as `ELOOP` (`O_NOFOLLOW`).
@@ -391,7 +383,5 @@ mod tests {
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert_eq!(read_to_string(&link, CONFIG_LIMIT).unwrap(), "x = 1\n");
-        let (stamp, _) = read_stamped(&link, CONFIG_LIMIT).unwrap();
-        assert_eq!(Some(stamp), FileStamp::of(&target));
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::protocol::ms;
 use crate::text;
 
 /// The most of a hand-written time (or name) kept: an RFC 3339 time is 30 characters at most.
@@ -113,9 +114,7 @@ impl<'de> Deserialize<'de> for Stamp {
 
 fn ceil_milli(t: SystemTime) -> SystemTime {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) if d.subsec_nanos() % 1_000_000 > 0 => {
-            UNIX_EPOCH + Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX) + 1)
-        }
+        Ok(d) if d.subsec_nanos() % 1_000_000 > 0 => UNIX_EPOCH + Duration::from_millis(ms(d) + 1),
         _ => t,
     }
 }

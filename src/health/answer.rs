@@ -120,11 +120,6 @@ pub fn json_line(body: &impl Serialize) -> String {
 }
 
 impl Answer<'_> {
-    /// The JSON body, one line and a newline.
-    pub fn to_json(&self) -> String {
-        json_line(self)
-    }
-
     /// Reads a JSON body back.
     pub fn from_json(text: &str) -> serde_json::Result<Answer<'static>> {
         serde_json::from_str(text)

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use crate::drain::holders::Holder;
 use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::Now;
-use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState};
+use crate::health::answer::{Answer, DrainAnswer, ProbeAnswer, ProbeState, json_line};
 use crate::health::hold;
 use crate::health::verdict::Verdict;
 use crate::health::weight::{FLOOR, Rejoin, WeightCause};
@@ -270,7 +270,7 @@ impl<'a> Decision<'a> {
 
     /// The JSON body for `Accept: application/json` and `pmcheck status`.
     pub fn json(&self) -> String {
-        self.answer().to_json()
+        json_line(&self.answer())
     }
 }
 

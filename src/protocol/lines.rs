@@ -119,30 +119,13 @@ impl Status<'_> {
     /// Where the drain rule would hold a drain of `holders` now: each line whose latest header
     /// holds ([`hold::held`]). What `drain` and `cycle` refuse by before they write.
     pub fn would_hold(&self, holders: &[Holder]) -> Vec<Blocker> {
-        self.lines()
-            .filter_map(|l| {
-                let held = hold::held(holders.iter(), || l.state.holds)?;
-                Some(Blocker {
-                    who: l.who(),
-                    lb: l.lb.clone(),
-                    held,
-                })
-            })
-            .collect()
+        self.blockers(|l| hold::held(holders.iter(), || l.state.holds))
     }
 
     /// Where the drain rule would hold any drain that may be held: the lines whose header
     /// says this node is its backend's last server, or that the backend has none left.
     pub fn holding(&self) -> Vec<Blocker> {
-        self.lines()
-            .filter_map(|l| {
-                Some(Blocker {
-                    who: l.who(),
-                    lb: l.lb.clone(),
-                    held: l.state.holds?,
-                })
-            })
-            .collect()
+        self.blockers(|l| l.state.holds)
     }
 
     /// Where the drain is held now: the lines whose latest check was answered as not drained
@@ -151,12 +134,17 @@ impl Status<'_> {
         if !self.drained() {
             return Vec::new();
         }
+        self.blockers(|l| l.state.held)
+    }
+
+    /// Each line where `held` says why a drain is held there.
+    fn blockers(&self, held: impl Fn(&Line<'_>) -> Option<Held>) -> Vec<Blocker> {
         self.lines()
             .filter_map(|l| {
                 Some(Blocker {
+                    held: held(&l)?,
                     who: l.who(),
                     lb: l.lb.clone(),
-                    held: l.state.held?,
                 })
             })
             .collect()

@@ -86,11 +86,6 @@ pub struct Status<'a> {
 }
 
 impl Status<'_> {
-    /// The JSON body, one line and a newline.
-    pub fn to_json(&self) -> String {
-        crate::health::answer::json_line(self)
-    }
-
     /// Reads a JSON body back.
     pub fn from_json(text: &str) -> serde_json::Result<Status<'static>> {
         serde_json::from_str(text)

@@ -79,12 +79,6 @@ impl ProbeReport {
         report
     }
 
-    /// A probe that could not be made at all, for `cause`: inetd's answer when the settings
-    /// themselves are bad.
-    pub fn not_made(cause: CannotProbe) -> Self {
-        Self::new(ProbeOutcome::CannotTell(cause), Duration::ZERO, None)
-    }
-
     /// `running` (with the pool's numbers when known), or what went wrong, in plain words.
     pub fn detail(&self) -> &str {
         &self.detail

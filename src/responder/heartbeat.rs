@@ -65,7 +65,7 @@ impl Beat {
     }
 
     fn ms(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+        crate::protocol::ms(now.saturating_duration_since(self.epoch))
     }
 }
 

@@ -19,7 +19,7 @@ use crate::health::decision::Rules;
 use crate::health::weight::Rejoin;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::probe_error::CannotProbe;
-use crate::puppet::report::ProbeReport;
+use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::responder::http::{Rendered, operator_view};
 use crate::responder::node::{Feeds, Node};
 use crate::settings::SettingsError;
@@ -49,7 +49,9 @@ pub async fn answer_one(
             });
         }
         Err(bad) => {
-            let report = ProbeReport::not_made(CannotProbe::Settings(bad));
+            // A probe that could not be made at all: the settings themselves are bad.
+            let outcome = ProbeOutcome::CannotTell(CannotProbe::Settings(bad));
+            let report = ProbeReport::new(outcome, Duration::ZERO, None);
             publish.send_replace(Some(Arc::new(report)));
         }
     }
@@ -68,7 +70,7 @@ pub async fn answer_one(
             ..Rules::ONCE
         },
         // One poll per process: nobody waits on what it is told.
-        LbProof::none(),
+        LbProof::default(),
         &DrainFile::new(state_dir),
         puppet,
         false,

@@ -346,7 +346,7 @@ mod tests {
                 stale_after: Duration::from_secs(3600),
                 ..Rules::ONCE
             },
-            crate::settings::lb_proof::LbProof::none(),
+            crate::settings::lb_proof::LbProof::default(),
             &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
             None,
             true,

@@ -461,7 +461,7 @@ mod tests {
                 rejoin,
             },
             Rules::ONCE,
-            crate::settings::lb_proof::LbProof::none(),
+            crate::settings::lb_proof::LbProof::default(),
             &DrainFile::new(std::path::Path::new("/var/lib/pmcheck")),
             puppet.map(crate::puppet::client::fixed),
             true,

@@ -8,6 +8,7 @@ use http_body_util::Full;
 use hyper::{Method, Response};
 
 use crate::health::Now;
+use crate::health::answer::json_line;
 use crate::health::decision::Decision;
 use crate::protocol::progress::Ask;
 use crate::protocol::{
@@ -47,7 +48,7 @@ impl Node {
             progress: None,
         };
         status.progress = Some(progress(&status, ask));
-        respond_with(decision, method, status.to_json())
+        respond_with(decision, method, json_line(&status))
     }
 }
 

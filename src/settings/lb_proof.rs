@@ -220,11 +220,6 @@ pub enum LbKeyError {
 }
 
 impl LbProof {
-    /// Polls prove nothing: every poll is [`Proof::Unlisted`].
-    pub fn none() -> Self {
-        Self::default()
-    }
-
     /// Keys from `key_file` (if any), else the `addresses` of the load balancers.
     pub fn load(key_file: Option<&Path>, addresses: Vec<IpNet>) -> Result<Self, LbKeyError> {
         let Some(path) = key_file else {
@@ -502,7 +497,7 @@ mod tests {
             proof.judge(ip(9), Some(KEY.as_bytes())).proof,
             Proof::Unlisted
         );
-        assert_eq!(LbProof::none().judge(ip(2), None).proof, Proof::Unlisted);
+        assert_eq!(LbProof::default().judge(ip(2), None).proof, Proof::Unlisted);
         assert!(Proof::Address.proven() && !Proof::Unlisted.proven());
     }
 
