@@ -191,7 +191,7 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
             run_single_threaded(stop::on_start(&args))?.map_err(ChangeError::from)?;
         }
         Command::StopGuard(args) => {
-            stop::stop_guard(args).map_err(|stop::GuardError::Signal(e)| e)?;
+            stop::stop_guard(args)?;
         }
         Command::Generate(args) => {
             // Made whole first, then written as the other commands write ([`crate::console`]).

@@ -87,62 +87,64 @@ pub async fn wait(
     let (mut most, mut gone) = (0, None);
     let mut pending = String::new();
     let ask = || how.ask(goal, Instant::now());
-    let ended = daemon
-        .asking(ask, stop, |answer| {
-            // What the wait still misses: an answer's, or why there was none.
-            let line = 'line: {
-                let view = match answer {
-                    Ok(view) => view,
-                    Err(e) if pending.is_empty() || e.other_version() => {
-                        return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
-                    }
-                    Err(e) => break 'line e.to_string(),
-                };
-                if let Some(e) = view.other_file(daemon.url(), &how.drain_file) {
-                    return ControlFlow::Break(Err(e.into()));
+    let asking = daemon.asking(ask, |answer| {
+        // What the wait still misses: an answer's, or why there was none.
+        let line = 'line: {
+            let view = match answer {
+                Ok(view) => view,
+                Err(e) if pending.is_empty() || e.other_version() => {
+                    return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
                 }
-                let a = goal.of(&view.progress);
-                let waited = start.elapsed();
-                if !a.held.is_empty() {
-                    let held = a.held.clone();
-                    return ControlFlow::Break(Err(WaitError::Held { waited, held }));
-                }
-                if a.connections > 0 {
-                    (most, gone) = (most.max(a.connections), None);
-                } else if most > 0 && gone.is_none() {
-                    gone = Some(waited);
-                }
-                if a.met() {
-                    let mut met = a.met.clone();
-                    if let (n @ 1.., Some(after)) = (most, gone) {
-                        let after = seconds(after);
-                        met.push(format!(
-                            "up to {n} agent connection(s) in flight, the last closed after {after}"
-                        ));
-                    }
-                    let (summary, warnings) = (met.join("; "), a.warnings.clone());
-                    return ControlFlow::Break(Ok(Done {
-                        waited,
-                        summary,
-                        warnings,
-                    }));
-                }
-                let mut line = a.missing();
-                if !a.acted.is_empty() {
-                    let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-                    let _ = write!(line, "; acted: {}", acted.join(", "));
-                }
-                line
+                Err(e) => break 'line e.to_string(),
             };
-            pending = line;
-            ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
-            if start.elapsed() >= how.max_wait {
-                let (waited, pending) = (how.max_wait, pending.clone());
-                return ControlFlow::Break(Err(WaitError::TimedOut { waited, pending }));
+            if let Some(e) = view.other_file(daemon.url(), &how.drain_file) {
+                return ControlFlow::Break(Err(e.into()));
             }
-            ControlFlow::Continue(())
-        })
-        .await;
+            let a = goal.of(&view.progress);
+            let waited = start.elapsed();
+            if !a.held.is_empty() {
+                let held = a.held.clone();
+                return ControlFlow::Break(Err(WaitError::Held { waited, held }));
+            }
+            if a.connections > 0 {
+                (most, gone) = (most.max(a.connections), None);
+            } else if most > 0 && gone.is_none() {
+                gone = Some(waited);
+            }
+            if a.met() {
+                let mut met = a.met.clone();
+                if let (n @ 1.., Some(after)) = (most, gone) {
+                    let after = seconds(after);
+                    met.push(format!(
+                        "up to {n} agent connection(s) in flight, the last closed after {after}"
+                    ));
+                }
+                let (summary, warnings) = (met.join("; "), a.warnings.clone());
+                return ControlFlow::Break(Ok(Done {
+                    waited,
+                    summary,
+                    warnings,
+                }));
+            }
+            let mut line = a.missing();
+            if !a.acted.is_empty() {
+                let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+                let _ = write!(line, "; acted: {}", acted.join(", "));
+            }
+            line
+        };
+        pending = line;
+        ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
+        if start.elapsed() >= how.max_wait {
+            let (waited, pending) = (how.max_wait, pending.clone());
+            return ControlFlow::Break(Err(WaitError::TimedOut { waited, pending }));
+        }
+        ControlFlow::Continue(())
+    });
+    let ended = tokio::select! {
+        done = asking => Some(done),
+        () = stop => None,
+    };
     ticker.clear();
     let waited = start.elapsed();
     ended.unwrap_or(Err(WaitError::Interrupted { waited, pending }))
@@ -153,7 +155,7 @@ pub async fn wait(
 /// (`drained`) or not; `Err` with a warning when it cannot be asked or still answers otherwise.
 pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(2);
-    let answered = daemon.asking(Ask::default, std::future::pending(), |answer| {
+    let answered = daemon.asking(Ask::default, |answer| {
         ControlFlow::Break(match answer {
             Err(e) => Err(format!(
                 "{e}; the record is written, and a daemon watching it answers accordingly from its start"
@@ -165,7 +167,7 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
             Ok(_) => return ControlFlow::Continue(()),
         })
     });
-    (answered.await).unwrap_or_else(|| Err("not asked".to_owned()))
+    answered.await
 }
 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
