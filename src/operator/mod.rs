@@ -3,7 +3,6 @@
 //! through one client ([`daemon::Daemon`]) and reads its answer through one view
 //! ([`view::View`]); the commands do not call each other.
 
-pub mod access;
 pub mod check;
 pub mod command;
 pub mod config;
@@ -14,7 +13,6 @@ pub mod goal;
 pub mod guard;
 pub mod history;
 pub mod manual;
-pub mod readings;
 pub mod roll;
 pub mod status;
 pub mod stop;
