@@ -9,7 +9,6 @@ pub mod config;
 pub mod cycle;
 pub mod daemon;
 pub mod drain;
-pub mod goal;
 pub mod guard;
 pub mod history;
 pub mod manual;
