@@ -17,7 +17,7 @@ use crate::operator::drain::{self, ChangeError};
 use crate::operator::guard::GuardError;
 use crate::operator::wait::Wait;
 use crate::operator::wait::WaitError;
-use crate::operator::{check, config, history, manual, run_single_threaded, status, stop};
+use crate::operator::{check, config, manual, run_single_threaded, status, stop};
 use crate::provenance::{Provenance, ProvenanceError};
 use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
@@ -52,7 +52,7 @@ pub enum Error {
     EnvFile(#[from] ProvenanceError),
     /// `status --history`: the event log cannot be read.
     #[error(transparent)]
-    History(#[from] history::HistoryError),
+    History(#[from] drain::HistoryError),
     /// `roll`: another roll's mark, or the mark cannot be read or changed.
     #[error(transparent)]
     Roll(#[from] RollError),
@@ -302,7 +302,7 @@ fn cycle_command(args: CycleArgs) -> Result<(), Error> {
 
 fn status_command(args: StatusArgs) -> Result<Exit, Error> {
     if let Some(n) = args.history {
-        history::show(&args.state.state_dir, n.into(), args.json)?;
+        drain::history(&args.state.state_dir, n.into(), args.json)?;
         return Ok(Exit::Ok);
     }
     let reply = match Daemon::new(&args.daemon.url) {

@@ -10,7 +10,6 @@ pub mod cycle;
 pub mod daemon;
 pub mod drain;
 pub mod guard;
-pub mod history;
 pub mod manual;
 pub mod roll;
 pub mod status;
