@@ -14,10 +14,10 @@ use crate::exit::Exit;
 use crate::operator::cycle::{self, Cycle, CycleError};
 use crate::operator::daemon::{self, Daemon};
 use crate::operator::drain::{self, ChangeError};
-use crate::operator::goal::Wait;
 use crate::operator::guard::GuardError;
+use crate::operator::wait::Wait;
 use crate::operator::wait::WaitError;
-use crate::operator::{check, config, history, manual, run_single_threaded, status, stop};
+use crate::operator::{check, config, manual, run_single_threaded, status, stop};
 use crate::provenance::{Provenance, ProvenanceError};
 use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
@@ -52,7 +52,7 @@ pub enum Error {
     EnvFile(#[from] ProvenanceError),
     /// `status --history`: the event log cannot be read.
     #[error(transparent)]
-    History(#[from] history::HistoryError),
+    History(#[from] drain::HistoryError),
     /// `roll`: another roll's mark, or the mark cannot be read or changed.
     #[error(transparent)]
     Roll(#[from] RollError),
@@ -191,7 +191,7 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
             run_single_threaded(stop::on_start(&args))?.map_err(ChangeError::from)?;
         }
         Command::StopGuard(args) => {
-            stop::stop_guard(args).map_err(|stop::GuardError::Signal(e)| e)?;
+            stop::stop_guard(args)?;
         }
         Command::Generate(args) => {
             // Made whole first, then written as the other commands write ([`crate::console`]).
@@ -302,7 +302,7 @@ fn cycle_command(args: CycleArgs) -> Result<(), Error> {
 
 fn status_command(args: StatusArgs) -> Result<Exit, Error> {
     if let Some(n) = args.history {
-        history::show(&args.state.state_dir, n.into(), args.json)?;
+        drain::history(&args.state.state_dir, n.into(), args.json)?;
         return Ok(Exit::Ok);
     }
     let reply = match Daemon::new(&args.daemon.url) {

@@ -2,7 +2,6 @@
 //! that GETs the daemon's `/status` over plain HTTP on this host, bounded in time and size, and
 //! reads it into a [`View`].
 
-use std::future::Future;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -172,24 +171,17 @@ impl Daemon {
     }
 
     /// The one loop of the operator's commands: asks with `ask()` every [`EVERY`] until `step`
-    /// breaks with its result; `None` once `stop` resolves first.
+    /// breaks with its result.
     pub async fn asking<T>(
         &self,
         ask: impl Fn() -> Ask,
-        stop: impl Future<Output = ()>,
         mut step: impl FnMut(Result<View, StatusError>) -> ControlFlow<T>,
-    ) -> Option<T> {
-        let asking = async {
-            loop {
-                if let ControlFlow::Break(done) = step(self.ask_for(&ask()).await) {
-                    return done;
-                }
-                tokio::time::sleep(EVERY).await;
+    ) -> T {
+        loop {
+            if let ControlFlow::Break(done) = step(self.ask_for(&ask()).await) {
+                return done;
             }
-        };
-        tokio::select! {
-            done = asking => Some(done),
-            () = stop => None,
+            tokio::time::sleep(EVERY).await;
         }
     }
 

@@ -2,7 +2,12 @@
 //! directory's lock (a drain only where the last-server guard lets it:
 //! [`crate::operator::guard`]), say what was decided, and with `--wait` wait for the load
 //! balancers.
+//!
+//! And `pmcheck status --history N`: the last drain events, read from the state directory's
+//! event log (its tail only), for a person or as JSON. Needs no daemon: the log is the record.
 
+use std::io;
+use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime};
 
 use thiserror::Error;
@@ -11,13 +16,12 @@ use crate::cli::{DrainArgs, UndrainArgs};
 use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
-use crate::drain::log::{Action, Event};
+use crate::drain::log::{Action, DrainLog, Event};
 use crate::drain::record::{Drain, DrainState};
 use crate::drain::tenure::Tenure;
 use crate::operator::daemon::Daemon;
-use crate::operator::goal::{Goal, Wait};
 use crate::operator::guard::{self, GuardError, Outcome, Request, described};
-use crate::operator::wait::{self, WaitError};
+use crate::operator::wait::{self, Goal, Wait, WaitError};
 use crate::operator::warn;
 use crate::protocol::lines::said;
 use crate::text::seconds;
@@ -177,4 +181,42 @@ fn undrained(
         said.push_str(&format!("\nlet go of {}", h.describe()));
     }
     (Change::Remove, vec![event], Ok(said))
+}
+
+/// Why the event log cannot be shown.
+#[derive(Debug, Error)]
+#[error("cannot read the drain event log {path}: {source}{hint}", hint = hint(source))]
+pub struct HistoryError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+fn hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::PermissionDenied => {
+            "; only root and the group pmcheck read it: run the command with sudo, or as a member of pmcheck"
+        }
+        _ => "; check --state-dir (PMCHECK_STATE_DIR)",
+    }
+}
+
+/// Prints the last `n` events, oldest first: one line each, or one JSON array.
+pub fn history(state_dir: &Path, n: usize, json: bool) -> Result<(), HistoryError> {
+    let log = DrainLog::new(state_dir);
+    let fail = |source| HistoryError {
+        path: log.path().to_owned(),
+        source,
+    };
+    let events = log.tail(n).map_err(fail)?;
+    if json {
+        let text = serde_json::to_string_pretty(&events).map_err(|e| fail(e.into()))?;
+        outln!("{text}");
+    } else if events.is_empty() {
+        outln!("no drain events in {}", log.path().display());
+    } else {
+        for event in &events {
+            outln!("{}", event.describe());
+        }
+    }
+    Ok(())
 }

@@ -19,8 +19,8 @@ use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::hold;
 use crate::operator::daemon::{Daemon, StatusError};
-use crate::operator::goal::Wait;
 use crate::operator::view::View;
+use crate::operator::wait::Wait;
 use crate::protocol::lines::{Blocker, said};
 use crate::protocol::progress::Ask;
 use crate::text::seconds;
@@ -184,7 +184,7 @@ async fn watched(
     // + 1 check intervals, or until the drain is let go of; then the last DRAINED answer.
     let deadline = written + how.lb_interval * (how.polls + 1);
     let mut last = None;
-    let watched = daemon.asking(Ask::default, std::future::pending(), |answer| {
+    let watched = daemon.asking(Ask::default, |answer| {
         if gone().is_some() {
             return ControlFlow::Break(());
         }
@@ -239,7 +239,7 @@ async fn watched(
 /// The pollers whose word the guard could not use, and how to make them prove it.
 fn unproven(view: &View) -> Option<String> {
     let unproven = view.unproven_views();
-    let how = if view.status().lb_key_file.is_some() {
+    let how = if view.lb_key_file.is_some() {
         "send the key of the daemon's key file from those load balancers, from an address its line names, as packaging/haproxy/pmcheck.cfg does"
     } else {
         "set PMCHECK_LB_KEY_FILE and send its key from HAProxy, as packaging/haproxy/pmcheck.cfg does"
@@ -259,7 +259,7 @@ async fn view_of(
     warnings: &mut Vec<String>,
 ) -> Result<Option<View>, GuardError> {
     let mut asked = 0;
-    let found = daemon.asking(Ask::default, std::future::pending(), |answer| {
+    let found = daemon.asking(Ask::default, |answer| {
         asked += 1;
         let why = match answer {
             Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
@@ -278,7 +278,7 @@ async fn view_of(
         ));
         ControlFlow::Break(Ok(None))
     });
-    found.await.unwrap_or(Ok(None))
+    found.await
 }
 
 /// How many times the guard asks a daemon that runs but fails to answer: for two seconds, in

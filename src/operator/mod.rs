@@ -3,18 +3,14 @@
 //! through one client ([`daemon::Daemon`]) and reads its answer through one view
 //! ([`view::View`]); the commands do not call each other.
 
-pub mod access;
 pub mod check;
 pub mod command;
 pub mod config;
 pub mod cycle;
 pub mod daemon;
 pub mod drain;
-pub mod goal;
 pub mod guard;
-pub mod history;
 pub mod manual;
-pub mod readings;
 pub mod roll;
 pub mod status;
 pub mod stop;

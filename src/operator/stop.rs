@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant, SystemTime};
 
-use thiserror::Error;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::{GuardArgs, OnStopArgs, StopArgs};
@@ -23,9 +22,8 @@ use crate::drain::holding::Release;
 use crate::drain::log::Action;
 use crate::operator::config;
 use crate::operator::daemon::Daemon;
-use crate::operator::goal::{Goal, Wait};
 use crate::operator::guard::described;
-use crate::operator::wait::{self, WaitError};
+use crate::operator::wait::{self, Goal, Wait, WaitError};
 use crate::operator::{run_single_threaded, warn};
 use crate::protocol::lines::said;
 use crate::protocol::progress::Ask;
@@ -137,7 +135,7 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
 /// still be warming), the daemon cannot be asked, or `how.max_wait` passed.
 async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
     let begun = Instant::now();
-    let asking = daemon.asking(Ask::default, std::future::pending(), |answer| {
+    let asking = daemon.asking(Ask::default, |answer| {
         let Ok(view) = answer else {
             return ControlFlow::Break(());
         };
@@ -152,25 +150,18 @@ async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
     asking.await;
 }
 
-/// Why `stop-guard` cannot guard the stops.
-#[derive(Debug, Error)]
-pub enum GuardError {
-    /// The stop's signal cannot be caught: the next stop would not drain.
-    #[error("cannot catch SIGTERM, the signal systemd stops this unit with: {0}")]
-    Signal(std::io::Error),
-}
-
 /// `pmcheck stop-guard`: READY at once, `on-start` in the background (again every 10 s while
 /// it cannot write, so a read-only state directory does not fail the helper), then `on-stop` on
 /// SIGTERM. A signal, not an `ExecStop=`: systemd 257 at times cannot spawn a stop task for a
 /// oneshot helper ("Failed to spawn 'stop' task", once in about 30 stops) and then stops Puppet
 /// Server undrained. `on-stop` replaces this process (exec) with the environment file read
 /// again: `PMCHECK_DRAIN_ON_STOP=no` written after the start counts at the next stop.
-pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
+pub fn stop_guard(args: GuardArgs) -> std::io::Result<()> {
     let at_start = env_file(args.env_file.as_deref());
     let guarded = run_single_threaded(async {
-        // Caught before anything else: a stop that comes at once drains too.
-        let mut term = signal(SignalKind::terminate()).map_err(GuardError::Signal)?;
+        // Caught before anything else: a stop that comes at once drains too; the next stop
+        // would not drain if it cannot be.
+        let mut term = signal(SignalKind::terminate())?;
         // Started now (`Type=notify`): a stop queued after the start finds SIGTERM caught.
         if let Some(systemd) = Notifier::from_env() {
             systemd.notify("READY=1\nSTATUS=draining before the unit's stop");
@@ -179,9 +170,9 @@ pub fn stop_guard(args: GuardArgs) -> Result<(), GuardError> {
             _ = term.recv() => {}
             () = tidy(&args.on_stop) => { term.recv().await; }
         }
-        Ok(())
+        Ok::<_, std::io::Error>(())
     });
-    guarded.map_err(GuardError::Signal)??;
+    guarded??;
     let now = env_file(args.env_file.as_deref());
     let argv: Vec<OsString> = std::env::args_os().collect();
     let e = on_stop_command(&argv, &at_start, &now).exec();

@@ -49,11 +49,6 @@ impl View {
         }
     }
 
-    /// The whole answer.
-    pub fn status(&self) -> &Status<'static> {
-        &self.status
-    }
-
     /// The daemon watches another drain record than `ours` (the command's, resolved), asked
     /// at `url`.
     pub fn other_file(&self, url: &str, ours: &Path) -> Option<OtherFile> {

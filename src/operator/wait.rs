@@ -1,22 +1,92 @@
 //! `drain --wait`, `undrain --wait` and the waits of `cycle` and `on-stop`: ask the running
 //! daemon a few times a second until its progress ([`crate::protocol::progress`]) says the goal
-//! is reached. The daemon decides; this only renders, so it needs no privileges or settings.
+//! ([`Goal`]) is reached, as the command line says to wait ([`Wait`]). The daemon decides; this
+//! only renders, so it needs no privileges or settings.
 
 use std::fmt::Write as _;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::cli::{StateArgs, WaitArgs};
+use crate::drain::file::DrainFile;
 use crate::operator::daemon::{Daemon, StatusError};
-use crate::operator::goal::{Goal, Wait};
 use crate::operator::view::OtherFile;
 use crate::protocol::lines::{Blocker, said};
-use crate::protocol::progress::Ask;
+use crate::protocol::progress::{Ask, Progress, Stage};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
+
+/// What to wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Goal {
+    /// Safe to stop Puppet Server: every recent poller has acted on DRAINED, no agent
+    /// connection is left and no JRuby instance is borrowed.
+    Drained,
+    /// Back in rotation: every recent poller has been told OK often enough to act on it.
+    Undrained,
+    /// Puppet Server can compile again: a probe made after `since` found it running with its
+    /// pool full (warm or busy, not warming).
+    Healthy {
+        /// When the command that restarted it ended.
+        since: Instant,
+    },
+}
+
+/// How to wait.
+#[derive(Debug, Clone)]
+pub struct Wait {
+    /// Give up after this long.
+    pub max_wait: Duration,
+    /// How many answers in a row an HTTP-checking poller needs (HAProxy's `fall`/`rise`),
+    /// for load balancers that do not say what they did (`http-check send-state`).
+    pub polls: u32,
+    /// The longest check interval (`inter`, `agent-inter`) of the load balancers: a wait
+    /// believes that nobody polls only after the daemon has listened for two of them.
+    pub lb_interval: Duration,
+    /// The drain record the command changed ([`crate::drain::file::DrainFile::resolved`]):
+    /// a daemon that watches another one cannot tell anything about it.
+    pub drain_file: PathBuf,
+}
+
+impl Wait {
+    /// How the waits of a command ask about the drain record in `state`, from its command line.
+    pub fn of(args: &WaitArgs, state: &StateArgs) -> Self {
+        Self {
+            max_wait: args.max_wait,
+            polls: args.polls,
+            lb_interval: args.lb_interval,
+            drain_file: DrainFile::new(&state.state_dir).resolved(),
+        }
+    }
+
+    /// What the daemon is asked with for `goal`, asked at `asked`.
+    pub fn ask(&self, goal: Goal, asked: Instant) -> Ask {
+        Ask {
+            polls: self.polls,
+            lb_interval: self.lb_interval,
+            ended: match goal {
+                Goal::Healthy { since } => Some(asked.saturating_duration_since(since)),
+                _ => None,
+            },
+        }
+    }
+}
+
+impl Goal {
+    /// Its stage in the daemon's `progress`.
+    pub fn of(self, progress: &Progress) -> &Stage {
+        match self {
+            Goal::Drained => &progress.drain,
+            Goal::Undrained => &progress.undrain,
+            Goal::Healthy { .. } => &progress.healthy,
+        }
+    }
+}
 
 /// How often a line is repeated when nothing changes and the output is not a terminal.
 pub const REPEAT: Duration = Duration::from_secs(10);
@@ -87,62 +157,64 @@ pub async fn wait(
     let (mut most, mut gone) = (0, None);
     let mut pending = String::new();
     let ask = || how.ask(goal, Instant::now());
-    let ended = daemon
-        .asking(ask, stop, |answer| {
-            // What the wait still misses: an answer's, or why there was none.
-            let line = 'line: {
-                let view = match answer {
-                    Ok(view) => view,
-                    Err(e) if pending.is_empty() || e.other_version() => {
-                        return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
-                    }
-                    Err(e) => break 'line e.to_string(),
-                };
-                if let Some(e) = view.other_file(daemon.url(), &how.drain_file) {
-                    return ControlFlow::Break(Err(e.into()));
+    let asking = daemon.asking(ask, |answer| {
+        // What the wait still misses: an answer's, or why there was none.
+        let line = 'line: {
+            let view = match answer {
+                Ok(view) => view,
+                Err(e) if pending.is_empty() || e.other_version() => {
+                    return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
                 }
-                let a = goal.of(&view.progress);
-                let waited = start.elapsed();
-                if !a.held.is_empty() {
-                    let held = a.held.clone();
-                    return ControlFlow::Break(Err(WaitError::Held { waited, held }));
-                }
-                if a.connections > 0 {
-                    (most, gone) = (most.max(a.connections), None);
-                } else if most > 0 && gone.is_none() {
-                    gone = Some(waited);
-                }
-                if a.met() {
-                    let mut met = a.met.clone();
-                    if let (n @ 1.., Some(after)) = (most, gone) {
-                        let after = seconds(after);
-                        met.push(format!(
-                            "up to {n} agent connection(s) in flight, the last closed after {after}"
-                        ));
-                    }
-                    let (summary, warnings) = (met.join("; "), a.warnings.clone());
-                    return ControlFlow::Break(Ok(Done {
-                        waited,
-                        summary,
-                        warnings,
-                    }));
-                }
-                let mut line = a.missing();
-                if !a.acted.is_empty() {
-                    let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-                    let _ = write!(line, "; acted: {}", acted.join(", "));
-                }
-                line
+                Err(e) => break 'line e.to_string(),
             };
-            pending = line;
-            ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
-            if start.elapsed() >= how.max_wait {
-                let (waited, pending) = (how.max_wait, pending.clone());
-                return ControlFlow::Break(Err(WaitError::TimedOut { waited, pending }));
+            if let Some(e) = view.other_file(daemon.url(), &how.drain_file) {
+                return ControlFlow::Break(Err(e.into()));
             }
-            ControlFlow::Continue(())
-        })
-        .await;
+            let a = goal.of(&view.progress);
+            let waited = start.elapsed();
+            if !a.held.is_empty() {
+                let held = a.held.clone();
+                return ControlFlow::Break(Err(WaitError::Held { waited, held }));
+            }
+            if a.connections > 0 {
+                (most, gone) = (most.max(a.connections), None);
+            } else if most > 0 && gone.is_none() {
+                gone = Some(waited);
+            }
+            if a.met() {
+                let mut met = a.met.clone();
+                if let (n @ 1.., Some(after)) = (most, gone) {
+                    let after = seconds(after);
+                    met.push(format!(
+                        "up to {n} agent connection(s) in flight, the last closed after {after}"
+                    ));
+                }
+                let (summary, warnings) = (met.join("; "), a.warnings.clone());
+                return ControlFlow::Break(Ok(Done {
+                    waited,
+                    summary,
+                    warnings,
+                }));
+            }
+            let mut line = a.missing();
+            if !a.acted.is_empty() {
+                let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+                let _ = write!(line, "; acted: {}", acted.join(", "));
+            }
+            line
+        };
+        pending = line;
+        ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
+        if start.elapsed() >= how.max_wait {
+            let (waited, pending) = (how.max_wait, pending.clone());
+            return ControlFlow::Break(Err(WaitError::TimedOut { waited, pending }));
+        }
+        ControlFlow::Continue(())
+    });
+    let ended = tokio::select! {
+        done = asking => Some(done),
+        () = stop => None,
+    };
     ticker.clear();
     let waited = start.elapsed();
     ended.unwrap_or(Err(WaitError::Interrupted { waited, pending }))
@@ -153,7 +225,7 @@ pub async fn wait(
 /// (`drained`) or not; `Err` with a warning when it cannot be asked or still answers otherwise.
 pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(2);
-    let answered = daemon.asking(Ask::default, std::future::pending(), |answer| {
+    let answered = daemon.asking(Ask::default, |answer| {
         ControlFlow::Break(match answer {
             Err(e) => Err(format!(
                 "{e}; the record is written, and a daemon watching it answers accordingly from its start"
@@ -165,7 +237,7 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
             Ok(_) => return ControlFlow::Continue(()),
         })
     });
-    (answered.await).unwrap_or_else(|| Err("not asked".to_owned()))
+    answered.await
 }
 
 /// Progress on stderr: one line rewritten in place on a terminal, at most once a second and
