@@ -50,6 +50,13 @@ pub fn seconds(d: std::time::Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
 
+/// Milliseconds, saturating: how `/status`'s JSON and the logs carry a duration. Here, in a
+/// module that imports nothing of the crate, so that drain/ and health/ can use it without
+/// importing the protocol that is built on them.
+pub fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

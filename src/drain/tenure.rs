@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::protocol::ms;
 use crate::text;
+use crate::text::ms;
 
 /// The most of a hand-written time (or name) kept: an RFC 3339 time is 30 characters at most.
 pub const STAMP_LIMIT: usize = 64;

@@ -91,7 +91,7 @@ impl Rejoin {
         let weight = pool.min(ramp).max(FLOOR);
         let cause = if ramp < 100 && ramp <= pool {
             WeightCause::Ramp {
-                full_in_ms: crate::protocol::ms(over.saturating_sub(elapsed)),
+                full_in_ms: crate::text::ms(over.saturating_sub(elapsed)),
             }
         } else if pool < 100 {
             WeightCause::Pool

@@ -32,11 +32,6 @@ pub const USER_AGENT: &str = concat!("pmcheck/", env!("CARGO_PKG_VERSION"));
 /// This build's version, as `/status` says it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Milliseconds, saturating: how the JSON carries a duration.
-pub fn ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The operator's JSON: the poll's answer, and what only the operator reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Status<'a> {

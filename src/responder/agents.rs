@@ -12,10 +12,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::protocol::ms;
 use crate::protocol::{SourceAnswer, TrafficAnswer};
 use crate::puppet::client::Address;
 use crate::puppet::traffic;
+use crate::text::ms;
 
 /// How long one read of the TCP tables is reused.
 pub const FRESH: Duration = Duration::from_millis(500);

@@ -65,7 +65,7 @@ impl Beat {
     }
 
     fn ms(&self, now: Instant) -> u64 {
-        crate::protocol::ms(now.saturating_duration_since(self.epoch))
+        crate::text::ms(now.saturating_duration_since(self.epoch))
     }
 }
 

@@ -31,9 +31,9 @@ use crate::health::hold::Held;
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::protocol::UnrecordedAnswer;
-use crate::protocol::ms;
 use crate::responder::client_name::ClientName;
 use crate::responder::server_line::{Followed, ServerLine, Told};
+use crate::text::ms;
 
 pub use crate::responder::server_line::SILENCE;
 use crate::settings::lb_proof::Proof;

@@ -13,13 +13,13 @@ use std::time::Duration;
 use crate::health::lb_state::{Health, LbState};
 use crate::health::verdict::Verdict;
 use crate::protocol::lines::{Blocker, who, who_with};
-use crate::protocol::ms;
 use crate::protocol::progress::{Ask, Progress, Stage};
 use crate::protocol::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::puppet::pool::Load;
 use crate::responder::pollers::{REGULAR, SILENCE};
 use crate::responder::unproven::{bound, by_time};
 use crate::settings::lb_proof::Proof;
+use crate::text::ms;
 use crate::text::seconds;
 
 /// Where a drain, an undrain and a restart stand in `status`, for `ask`.

@@ -322,7 +322,7 @@ async fn track_rejoin(
     let mut tracker = match resumed.await.ok().flatten() {
         Some(elapsed) => {
             tracing::info!(
-                began_ms_ago = crate::protocol::ms(elapsed),
+                began_ms_ago = crate::text::ms(elapsed),
                 began_ago = %crate::text::seconds(elapsed),
                 "resuming the slow start a previous pmcheck began"
             );

@@ -10,7 +10,7 @@ use crate::health::hold::{self, Held};
 use crate::health::lb_state::{self, Malformed};
 use crate::health::verdict::Verdict;
 use crate::protocol::ToldAnswer;
-use crate::protocol::ms;
+use crate::text::ms;
 
 /// The silence a poller may keep and still poll: three of its own intervals, within these
 /// bounds (the least also before its second poll gave its rhythm). A load balancer checking

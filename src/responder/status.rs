@@ -11,14 +11,13 @@ use crate::health::Now;
 use crate::health::answer::json_line;
 use crate::health::decision::Decision;
 use crate::protocol::progress::Ask;
-use crate::protocol::{
-    CertificatesAnswer, CodeAnswer, PollerAnswer, StateAnswer, Status, VERSION, ms,
-};
+use crate::protocol::{CertificatesAnswer, CodeAnswer, PollerAnswer, StateAnswer, Status, VERSION};
 use crate::puppet::expiry;
 use crate::responder::http::respond_with;
 use crate::responder::node::Node;
 use crate::responder::pollers::Pollers;
 use crate::responder::progress::progress;
+use crate::text::ms;
 
 impl Node {
     /// The operator's JSON: the answer, the pollers, the agents and the slow readings, all as

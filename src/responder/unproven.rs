@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::health::verdict::Verdict;
-use crate::protocol::ms;
 use crate::protocol::progress::{Ask, Stage};
 use crate::protocol::{PollerAnswer, Status};
+use crate::text::ms;
 use crate::text::seconds;
 
 /// A poller that does not prove it is a load balancer ([`crate::settings::lb_proof`]) may be
