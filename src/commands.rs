@@ -7,15 +7,14 @@ use std::time::Duration;
 use clap::ArgMatches;
 use thiserror::Error;
 
-use crate::cli::{Cli, Command, CycleArgs, Generate, StatusArgs};
+use crate::cli::{Cli, Command, Generate, StatusArgs};
 use crate::console::{errln, out, outln};
 use crate::drain::roll::RollError;
 use crate::exit::Exit;
-use crate::operator::cycle::{self, Cycle, CycleError};
+use crate::operator::cycle::{self, CycleError};
 use crate::operator::daemon::{self, Daemon};
 use crate::operator::drain::{self, ChangeError};
 use crate::operator::guard::GuardError;
-use crate::operator::wait::Wait;
 use crate::operator::wait::WaitError;
 use crate::operator::{check, config, manual, run_single_threaded, status, stop};
 use crate::provenance::{Provenance, ProvenanceError};
@@ -183,7 +182,10 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
             let daemon = Daemon::new(&args.waiting.daemon.url)?;
             run_single_threaded(drain::undrain(args, &daemon))??;
         }
-        Command::Cycle(args) => cycle_command(args)?,
+        Command::Cycle(args) => {
+            let daemon = Daemon::new(&args.waiting.daemon.url)?;
+            run_single_threaded(cycle::run(&args, &daemon))??;
+        }
         Command::Status(args) => return status_command(args),
         Command::Roll(args) => run_single_threaded(crate::operator::roll::roll(args))??,
         Command::OnStop(args) => run_single_threaded(stop::on_stop(&args))?,
@@ -278,26 +280,6 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     })?;
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(Exit::Ok)
-}
-
-fn cycle_command(args: CycleArgs) -> Result<(), Error> {
-    let command = crate::operator::command::shown(&args.command);
-    let reason = args.reason.unwrap_or_else(|| {
-        (format!("pmcheck cycle: {}", command.trim_matches('`')).chars())
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .take(crate::drain::record::REASON_LIMIT)
-            .collect()
-    });
-    let daemon = Daemon::new(&args.waiting.daemon.url)?;
-    let cycle = Cycle {
-        reason,
-        wait: Wait::of(&args.waiting, &args.state),
-        force: args.force,
-        kill_after: args.kill_after,
-        command: args.command,
-    };
-    run_single_threaded(cycle::run(&cycle, &args.state.state_dir, &daemon))??;
-    Ok(())
 }
 
 fn status_command(args: StatusArgs) -> Result<Exit, Error> {

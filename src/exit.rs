@@ -5,37 +5,39 @@
 //! Nagios, Icinga and Sensu read it as it is; `status` reuses 0 and 1; everything else that can
 //! fail uses sysexits(3), so scripts can tell a typo from a taken port.
 
-/// One exit code; what it means is said once, by [`Exit::meaning`].
+/// One exit code, its number the discriminant; what it means is said once, by
+/// [`Exit::meaning`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub enum Exit {
     /// 0: success; `check`: OK.
-    Ok,
+    Ok = 0,
     /// 1: `check`: WARNING.
-    Warning,
+    Warning = 1,
     /// 2: `check`: CRITICAL.
-    Critical,
+    Critical = 2,
     /// 3: `check`: UNKNOWN.
-    Unknown,
+    Unknown = 3,
     /// 64, EX_USAGE.
-    Usage,
+    Usage = 64,
     /// 69, EX_UNAVAILABLE.
-    Unavailable,
+    Unavailable = 69,
     /// 71, EX_OSERR.
-    OsErr,
+    OsErr = 71,
     /// 73, EX_CANTCREAT.
-    CantCreate,
+    CantCreate = 73,
     /// 75, EX_TEMPFAIL.
-    TempFail,
+    TempFail = 75,
     /// 76, EX_PROTOCOL.
-    Protocol,
+    Protocol = 76,
     /// 77, EX_NOPERM.
-    Refused,
+    Refused = 77,
     /// 78, EX_CONFIG.
-    Config,
+    Config = 78,
     /// 79: `drain --wait`: the drain is written and held.
-    Held,
+    Held = 79,
     /// 130, 128 + SIGINT: `cycle` was interrupted by a signal.
-    Interrupted,
+    Interrupted = 130,
 }
 
 impl Exit {
@@ -59,22 +61,7 @@ impl Exit {
 
     /// The number the process exits with.
     pub fn code(self) -> u8 {
-        match self {
-            Exit::Ok => 0,
-            Exit::Warning => 1,
-            Exit::Critical => 2,
-            Exit::Unknown => 3,
-            Exit::Usage => 64,
-            Exit::Unavailable => 69,
-            Exit::OsErr => 71,
-            Exit::CantCreate => 73,
-            Exit::TempFail => 75,
-            Exit::Protocol => 76,
-            Exit::Refused => 77,
-            Exit::Config => 78,
-            Exit::Held => 79,
-            Exit::Interrupted => 130,
-        }
+        self as u8
     }
 
     /// What it means, for the man page.

@@ -15,12 +15,11 @@
 //! Over 500 lines on purpose: the six steps, their one error type and the cycle's hold in the
 //! record (taking it, letting go, marking it stopped) are one story, read top to bottom.
 
-use std::ffi::OsString;
-use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use thiserror::Error;
 
+use crate::cli::CycleArgs;
 use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
@@ -31,26 +30,11 @@ use crate::drain::tenure::Tenure;
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::guard::{self, GuardError, Outcome, Request, described};
-use crate::operator::wait::{self, Goal, Ticker, Wait, WaitError};
+use crate::operator::wait::{self, Goal, Ticker, WaitError};
 use crate::operator::warn;
 use crate::protocol::lines::{Blocker, said};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
-
-/// What the cycle does.
-#[derive(Debug, Clone)]
-pub struct Cycle {
-    /// Why, for the drain record.
-    pub reason: String,
-    /// The daemon, and how long each wait may take.
-    pub wait: Wait,
-    /// Drain and run the command even where a load balancer would be left without servers.
-    pub force: bool,
-    /// How long the command's processes get after a signal is passed on, before SIGKILL.
-    pub kill_after: Duration,
-    /// The command to run while drained.
-    pub command: Vec<OsString>,
-}
 
 /// A step of the cycle, as its progress lines name it (`pmcheck cycle: step wait-drained ...`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,22 +160,30 @@ impl CycleError {
 const LEFT_DRAINED: &str = "; the node stays drained";
 const NOTHING_CHANGED: &str = "; nothing was changed";
 
-/// Runs the cycle with the drain record in `state_dir`, asking `daemon`.
-pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(), CycleError> {
+/// Runs the cycle `args` says, asking `daemon`.
+pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
     let started = Instant::now();
+    let command = shown(&args.command);
     let signals = Signals::new().map_err(|e| CycleError::Command {
-        command: shown(&cycle.command),
+        command: command.clone(),
         how: format!("was not run: cannot catch signals: {e}"),
     })?;
     // Nothing is touched unless the daemon answers, about this drain record: without it
     // nobody can tell when it is safe.
-    let file = DrainFile::new(state_dir);
+    let file = DrainFile::new(&args.state.state_dir);
     let view = (daemon.ask().await).map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
     if let Some(e) = view.other_file(daemon.url(), &file.resolved()) {
         return Err(CycleError::NoDaemon(e.into()));
     }
+    let reason = args.reason.clone().unwrap_or_else(|| {
+        (format!("pmcheck cycle: {}", command.trim_matches('`')).chars())
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(REASON_LIMIT)
+            .collect()
+    });
     let mut run = Run {
-        cycle,
+        args,
+        reason,
         daemon,
         file: &file,
         signals,
@@ -211,7 +203,9 @@ pub async fn run(cycle: &Cycle, state_dir: &Path, daemon: &Daemon) -> Result<(),
 
 /// What every step uses; the signals are caught for the whole run, so none kills it half-way.
 struct Run<'a> {
-    cycle: &'a Cycle,
+    args: &'a CycleArgs,
+    /// Why, for the drain record: `--reason`, else the command.
+    reason: String,
     daemon: &'a Daemon,
     file: &'a DrainFile,
     signals: Signals,
@@ -264,18 +258,18 @@ impl Run<'_> {
     /// within `--max-wait` of its start (`since`); then refuses, and logs it as `drain` does (a
     /// lost trail is only a warning).
     async fn take_turn(&mut self, since: Instant) -> Result<(), CycleError> {
-        let (mut ticker, max_wait, t) = (Ticker::new(), self.cycle.wait.max_wait, Instant::now());
+        let (mut ticker, max_wait, t) = (Ticker::new(), self.args.waiting.max_wait, Instant::now());
         let step = Step::Drain;
         // A signal (`None`) ends the step wherever it is: the lock's wait, the daemon's answer,
         // the load balancers' checks. Once the hold is written, the node stays drained, marked.
         let taken = loop {
             let request = Request {
-                mine: Holder::cycle(self.cycle.reason.clone(), SystemTime::now()),
+                mine: Holder::cycle(self.reason.clone(), SystemTime::now()),
                 replaces: |_: &Holder| false,
-                force: self.cycle.force,
+                force: self.args.force,
                 action: Action::CycleDrain,
             };
-            let taking = guard::take(self.daemon, self.file, &self.cycle.wait, request);
+            let taking = guard::take(self.daemon, self.file, &self.args.waiting, request);
             let held = match self.signals.unless(taking).await {
                 Some(Err(GuardError::Refused(held) | GuardError::BackedOff(held))) => held,
                 taken => break taken,
@@ -284,7 +278,7 @@ impl Run<'_> {
             if waited >= max_wait {
                 ticker.clear();
                 let why = said(&held);
-                let logged = guard::log_refused(self.file, &self.cycle.reason, &why);
+                let logged = guard::log_refused(self.file, &self.reason, &why);
                 let Some(lost) = self.signals.unless(logged).await else {
                     let left = NOTHING_CHANGED;
                     return Err(CycleError::Interrupted { step, left });
@@ -327,7 +321,7 @@ impl Run<'_> {
     /// The point of no return. The guard looked before the drain; if another master fell out
     /// since, this node is the one agents could still have: give it back.
     async fn give_back_if_needed(&mut self) -> Result<(), CycleError> {
-        if self.cycle.force {
+        if self.args.force {
             return Ok(());
         }
         let empty = (self.daemon.ask().await).map_or(Vec::new(), |view| view.empty_backends());
@@ -343,9 +337,9 @@ impl Run<'_> {
 
     /// Step 3: the command, which must exit 0; when it ended.
     async fn command_step(&mut self) -> Result<Instant, CycleError> {
-        let (t, cycle) = (Instant::now(), self.cycle);
-        let ran = run_command(&cycle.command, &mut self.signals, cycle.kill_after).await;
-        let (ended, command) = (Instant::now(), shown(&cycle.command));
+        let (t, args) = (Instant::now(), self.args);
+        let ran = run_command(&args.command, &mut self.signals, args.kill_after).await;
+        let (ended, command) = (Instant::now(), shown(&args.command));
         let how = match ran {
             Ok(status) if status.success() => {
                 step(Step::Command, t, &format!("{command} exited 0"));
@@ -368,7 +362,7 @@ impl Run<'_> {
         let locked = (self.signals.unless(self.file.locked()).await)
             .ok_or(CycleError::Interrupted { step, left })??;
         if let Some(why) = refused {
-            let event = Event::refused(&self.cycle.reason, why, SystemTime::now());
+            let event = Event::refused(&self.reason, why, SystemTime::now());
             warn(locked.log(&[event]));
         }
         let (release, lost) = locked.release(Holder::is_me, Action::CycleUndrain)?;
@@ -391,7 +385,7 @@ impl Run<'_> {
                 _ = signals.next() => {}
             }
         };
-        let waited = wait::wait(goal, self.daemon, &self.cycle.wait, stop).await;
+        let waited = wait::wait(goal, self.daemon, &self.args.waiting, self.file, stop).await;
         // After the undrain, the node is undrained already.
         let (late, left) = match step {
             Step::WaitUndrained => (
@@ -545,6 +539,7 @@ fn step(name: Step, since: Instant, detail: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsString;
 
     #[test]
     fn commands_are_shown_as_typed() {

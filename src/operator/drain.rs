@@ -21,7 +21,7 @@ use crate::drain::record::{Drain, DrainState};
 use crate::drain::tenure::Tenure;
 use crate::operator::daemon::Daemon;
 use crate::operator::guard::{self, GuardError, Outcome, Request, described};
-use crate::operator::wait::{self, Goal, Wait, WaitError};
+use crate::operator::wait::{self, Goal, WaitError};
 use crate::operator::warn;
 use crate::protocol::lines::said;
 use crate::text::seconds;
@@ -51,15 +51,14 @@ pub enum ChangeError {
 pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
     // "Safe after" counts from here: the guard's checks after the write are part of the wait.
     let began = Instant::now();
-    let how = Wait::of(&args.waiting, &args.state);
-    let file = DrainFile::new(&args.state.state_dir);
+    let (how, file) = (&args.waiting, DrainFile::new(&args.state.state_dir));
     let request = Request {
         mine: Holder::drain(args.reason.clone(), args.for_, SystemTime::now()),
         replaces: |h: &Holder| h.kind == Kind::Drain,
         force: args.force,
         action: Action::Drain,
     };
-    let taken = match guard::take(daemon, &file, &how, request).await {
+    let taken = match guard::take(daemon, &file, how, request).await {
         Err(GuardError::Refused(held)) => {
             warn(guard::log_refused(&file, &args.reason, &said(&held)).await);
             return Err(GuardError::Refused(held).into());
@@ -97,7 +96,7 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
         );
         return Ok(());
     }
-    let done = wait::wait(Goal::Drained, daemon, &how, std::future::pending())
+    let done = wait::wait(Goal::Drained, daemon, how, &file, std::future::pending())
         .await
         .map_err(|e| stays(e, "the node stays drained"))?;
     let after = seconds(began.elapsed());
@@ -124,8 +123,8 @@ pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeErr
     warn(&lost);
     outln!("{}", said.map_err(ChangeError::Held)?);
     if args.wait {
-        let how = Wait::of(&args.waiting, &args.state);
-        let done = wait::wait(Goal::Undrained, daemon, &how, std::future::pending())
+        let how = &args.waiting;
+        let done = wait::wait(Goal::Undrained, daemon, how, &file, std::future::pending())
             .await
             .map_err(|e| stays(e, "the node is undrained"))?;
         let after = seconds(done.waited);

@@ -12,6 +12,7 @@ use std::time::{Instant, SystemTime};
 
 use thiserror::Error;
 
+use crate::cli::WaitArgs;
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::Holder;
 use crate::drain::holding::Held as Holding;
@@ -20,7 +21,6 @@ use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::hold;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::view::View;
-use crate::operator::wait::Wait;
 use crate::protocol::lines::{Blocker, said};
 use crate::protocol::progress::Ask;
 use crate::text::seconds;
@@ -109,7 +109,7 @@ pub struct Request<R: Fn(&Holder) -> bool> {
 pub async fn take<R: Fn(&Holder) -> bool>(
     daemon: &Daemon,
     file: &DrainFile,
-    how: &Wait,
+    how: &WaitArgs,
     request: Request<R>,
 ) -> Result<Taken, GuardError> {
     let Request {
@@ -171,7 +171,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
 async fn watched(
     daemon: &Daemon,
     file: &DrainFile,
-    how: &Wait,
+    how: &WaitArgs,
     taken: &mut Taken,
     (written, started): (Instant, Option<SystemTime>),
 ) -> Result<Outcome, GuardError> {
@@ -287,7 +287,7 @@ const ASKS: u32 = 8;
 
 /// What a watch that ran out did not see: the lines not checked since `written`, or a daemon
 /// too new to know its load balancers.
-fn late(view: &View, how: &Wait, written: Instant) -> String {
+fn late(view: &View, how: &WaitArgs, written: Instant) -> String {
     let since = written.elapsed();
     let lines: Vec<String> = (view.lines())
         .filter(|l| !l.checked_since(since))

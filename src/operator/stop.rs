@@ -23,7 +23,7 @@ use crate::drain::log::Action;
 use crate::operator::config;
 use crate::operator::daemon::Daemon;
 use crate::operator::guard::described;
-use crate::operator::wait::{self, Goal, Wait, WaitError};
+use crate::operator::wait::{self, Goal, WaitError};
 use crate::operator::{run_single_threaded, warn};
 use crate::protocol::lines::said;
 use crate::protocol::progress::Ask;
@@ -62,7 +62,6 @@ pub async fn on_stop(args: &OnStopArgs) {
             ),
         }
     }
-    let how = Wait::of(&args.waiting, state);
     let file = DrainFile::new(&state.state_dir);
     let daemon = Daemon::new(&args.waiting.daemon.url);
     // Where the rule would hold a drain (this node is a backend's last server), Puppet Server
@@ -85,7 +84,16 @@ pub async fn on_stop(args: &OnStopArgs) {
     }
     // The wait's first question finds out whether the daemon can be asked at all.
     let waited = match daemon {
-        Ok(daemon) => wait::wait(Goal::Drained, &daemon, &how, std::future::pending()).await,
+        Ok(daemon) => {
+            wait::wait(
+                Goal::Drained,
+                &daemon,
+                &args.waiting,
+                &file,
+                std::future::pending(),
+            )
+            .await
+        }
         Err(e) => return errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
     };
     match waited {
@@ -112,7 +120,7 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
     if record.is_some_and(|r| r.holders().iter().any(|h| h.kind == Kind::Stop))
         && let Ok(daemon) = Daemon::new(&args.waiting.daemon.url)
     {
-        fresh_and_healthy(&daemon, &Wait::of(&args.waiting, state)).await;
+        fresh_and_healthy(&daemon, args.waiting.max_wait).await;
     }
     let (left, lost) =
         (file.locked().await?).release(|h| h.kind == Kind::Stop, Action::StopUndrain)?;
@@ -132,8 +140,8 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
 
 /// Returns once the daemon's latest probe was made after this began and found Puppet Server
 /// healthy (as the daemon lets go of a stop's hold: [`crate::health::hold::live`]; its pool may
-/// still be warming), the daemon cannot be asked, or `how.max_wait` passed.
-async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
+/// still be warming), the daemon cannot be asked, or `max_wait` passed.
+async fn fresh_and_healthy(daemon: &Daemon, max_wait: Duration) {
     let begun = Instant::now();
     let asking = daemon.asking(Ask::default, |answer| {
         let Ok(view) = answer else {
@@ -142,7 +150,7 @@ async fn fresh_and_healthy(daemon: &Daemon, how: &Wait) {
         let probe = &view.answer.probe;
         let age = probe.age_ms.map(Duration::from_millis);
         let made_since = age.is_some_and(|age| age < begun.elapsed());
-        if (made_since && probe.healthy()) || begun.elapsed() >= how.max_wait {
+        if (made_since && probe.healthy()) || begun.elapsed() >= max_wait {
             return ControlFlow::Break(());
         }
         ControlFlow::Continue(())

@@ -1,18 +1,17 @@
 //! `drain --wait`, `undrain --wait` and the waits of `cycle` and `on-stop`: ask the running
 //! daemon a few times a second until its progress ([`crate::protocol::progress`]) says the goal
-//! ([`Goal`]) is reached, as the command line says to wait ([`Wait`]). The daemon decides; this
+//! ([`Goal`]) is reached, as the command line says to wait ([`WaitArgs`]). The daemon decides; this
 //! only renders, so it needs no privileges or settings.
 
 use std::fmt::Write as _;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::ops::ControlFlow;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::cli::{StateArgs, WaitArgs};
+use crate::cli::WaitArgs;
 use crate::drain::file::DrainFile;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::view::OtherFile;
@@ -35,46 +34,6 @@ pub enum Goal {
         /// When the command that restarted it ended.
         since: Instant,
     },
-}
-
-/// How to wait.
-#[derive(Debug, Clone)]
-pub struct Wait {
-    /// Give up after this long.
-    pub max_wait: Duration,
-    /// How many answers in a row an HTTP-checking poller needs (HAProxy's `fall`/`rise`),
-    /// for load balancers that do not say what they did (`http-check send-state`).
-    pub polls: u32,
-    /// The longest check interval (`inter`, `agent-inter`) of the load balancers: a wait
-    /// believes that nobody polls only after the daemon has listened for two of them.
-    pub lb_interval: Duration,
-    /// The drain record the command changed ([`crate::drain::file::DrainFile::resolved`]):
-    /// a daemon that watches another one cannot tell anything about it.
-    pub drain_file: PathBuf,
-}
-
-impl Wait {
-    /// How the waits of a command ask about the drain record in `state`, from its command line.
-    pub fn of(args: &WaitArgs, state: &StateArgs) -> Self {
-        Self {
-            max_wait: args.max_wait,
-            polls: args.polls,
-            lb_interval: args.lb_interval,
-            drain_file: DrainFile::new(&state.state_dir).resolved(),
-        }
-    }
-
-    /// What the daemon is asked with for `goal`, asked at `asked`.
-    pub fn ask(&self, goal: Goal, asked: Instant) -> Ask {
-        Ask {
-            polls: self.polls,
-            lb_interval: self.lb_interval,
-            ended: match goal {
-                Goal::Healthy { since } => Some(asked.saturating_duration_since(since)),
-                _ => None,
-            },
-        }
-    }
 }
 
 impl Goal {
@@ -142,21 +101,32 @@ pub struct Done {
     pub warnings: Vec<String>,
 }
 
-/// Asks `daemon` until `goal` is reached, `timeout` passes or `stop` resolves, showing
-/// progress on stderr (one updating line on a terminal, a line per change otherwise). A drain
-/// held by a load balancer ends a wait for [`Goal::Drained`] at once.
+/// Asks `daemon` about the drain record `file` until `goal` is reached, `--max-wait` passes or
+/// `stop` resolves, showing progress on stderr (one updating line on a terminal, a line per
+/// change otherwise). A drain held by a load balancer ends a wait for [`Goal::Drained`] at once.
 pub async fn wait(
     goal: Goal,
     daemon: &Daemon,
-    how: &Wait,
+    how: &WaitArgs,
+    file: &DrainFile,
     stop: impl Future<Output = ()>,
 ) -> Result<Done, WaitError> {
     let start = Instant::now();
+    // A daemon that watches another record than the command changed cannot tell anything
+    // about it.
+    let drain_file = file.resolved();
     let mut ticker = Ticker::new();
     // The agent connections: the most seen at once, and when the last one went.
     let (mut most, mut gone) = (0, None);
     let mut pending = String::new();
-    let ask = || how.ask(goal, Instant::now());
+    let ask = || Ask {
+        polls: how.polls,
+        lb_interval: how.lb_interval,
+        ended: match goal {
+            Goal::Healthy { since } => Some(since.elapsed()),
+            _ => None,
+        },
+    };
     let asking = daemon.asking(ask, |answer| {
         // What the wait still misses: an answer's, or why there was none.
         let line = 'line: {
@@ -167,7 +137,7 @@ pub async fn wait(
                 }
                 Err(e) => break 'line e.to_string(),
             };
-            if let Some(e) = view.other_file(daemon.url(), &how.drain_file) {
+            if let Some(e) = view.other_file(daemon.url(), &drain_file) {
                 return ControlFlow::Break(Err(e.into()));
             }
             let a = goal.of(&view.progress);
