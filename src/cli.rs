@@ -399,9 +399,9 @@ pub struct CycleArgs {
     pub(crate) command: Vec<std::ffi::OsString>,
 }
 
-/// How `pmcheck on-stop` and `on-start` know their unit, and whether they are on.
+/// `pmcheck on-stop` and `on-start`: their unit, whether they are on, and how they wait.
 #[derive(Debug, Clone, Args)]
-pub struct StopArgs {
+pub struct OnStopArgs {
     /// `no` turns draining on Puppet Server's stops off: `on-stop` then holds nothing (`on-start` still lets go of an earlier stop's hold)
     #[arg(long, env = "PMCHECK_DRAIN_ON_STOP", value_name = "yes|no", default_value = "yes", value_parser = parse_yes_no, action = clap::ArgAction::Set)]
     pub(crate) drain_on_stop: bool,
@@ -410,13 +410,6 @@ pub struct StopArgs {
     pub(crate) unit: Option<String>,
     #[command(flatten)]
     pub(crate) state: StateArgs,
-}
-
-/// `pmcheck on-stop`.
-#[derive(Debug, Clone, Args)]
-pub struct OnStopArgs {
-    #[command(flatten)]
-    pub(crate) stop: StopArgs,
     #[command(flatten)]
     pub(crate) waiting: WaitArgs,
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::{GuardArgs, OnStopArgs, StopArgs};
+use crate::cli::{GuardArgs, OnStopArgs};
 use crate::console::{errln, outln};
 use crate::drain::file::{DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind};
@@ -39,11 +39,11 @@ const TIDY_AGAIN: Duration = Duration::from_secs(10);
 /// `pmcheck on-stop`: holds the node drained for this stop and waits within `--max-wait`;
 /// every failure is said on stderr (the journal) and lets the stop go on.
 pub async fn on_stop(args: &OnStopArgs) {
-    let (unit, state) = (&args.stop.unit, &args.stop.state);
+    let (unit, state) = (&args.unit, &args.state);
     let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
     // "Safe after" counts from here, as the stop's own time does.
     let began = Instant::now();
-    if !args.stop.drain_on_stop {
+    if !args.drain_on_stop {
         outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
         return;
     }
@@ -113,7 +113,7 @@ pub async fn on_stop(args: &OnStopArgs) {
 /// made since finds Puppet Server healthy ([`crate::health::hold::live`]), at once when no
 /// daemon can be asked (none answers the load balancers), after `--max-wait` at the latest.
 pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
-    let StopArgs { unit, state, .. } = &args.stop;
+    let OnStopArgs { unit, state, .. } = args;
     let file = DrainFile::new(&state.state_dir);
     let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
     let record = file.current().and_then(|d| d.record);

@@ -154,69 +154,57 @@ pub struct KeyFileAnswer {
     pub rejected: Option<String>,
 }
 
-/// Why the key file cannot be used.
+/// Why the key file cannot be used: the file and what is wrong with it.
 #[derive(Debug, Error)]
-pub enum LbKeyError {
+#[error("{}", problem.said(path))]
+pub struct LbKeyError {
+    /// The file: as given when it cannot be read, else the one a link points to.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub problem: KeyFileProblem,
+}
+
+/// What is wrong with the key file.
+#[derive(Debug)]
+pub enum KeyFileProblem {
     /// It cannot be read.
-    #[error("cannot read the load balancer key file {path} (--lb-key-file): {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: io::Error,
-    },
-    /// Everybody can read it, so it proves nothing.
-    #[error(
-        "the load balancer key file {path} (--lb-key-file) is readable by every user (mode {mode:o}): `chmod 0640 {path}` and keep it owned by root and pmcheck's group"
-    )]
-    WorldReadable {
-        /// The file.
-        path: PathBuf,
-        /// Its mode.
-        mode: u32,
-    },
-    /// Owned by somebody else than root or the daemon's user, who may then change it.
-    #[error(
-        "the load balancer key file {path} (--lb-key-file) is owned by {owner}: its owner chooses the key; `chown root {path}`"
-    )]
-    Owner {
-        /// The file (the one a link points to).
-        path: PathBuf,
-        /// Who owns it, in words.
-        owner: String,
-    },
-    /// Others than its owner may write it, or replace it in its directory.
-    #[error(
-        "the load balancer key file {path} (--lb-key-file) {who}: anyone who can write it chooses the key; `chmod 0640 {path}` and keep it and its directory owned by root"
-    )]
-    Writable {
-        /// The file.
-        path: PathBuf,
-        /// Who may write it, in words.
-        who: String,
-    },
-    /// A line is not a key.
-    #[error(
-        "the load balancer key file {path} (--lb-key-file), line {line}: {why}; a line is a key of {SHORTEST} to {LONGEST} characters of A-Z a-z 0-9 . _ ~ + / = - holding at least 128 random bits (make one with `openssl rand -hex 32`), then the addresses allowed to send it (`KEY 10.0.0.5 10.0.0.6`)"
-    )]
-    BadKey {
-        /// The file.
-        path: PathBuf,
-        /// The line, from 1.
-        line: usize,
-        /// What is wrong with it.
-        why: String,
-    },
-    /// No key, or too many.
-    #[error(
-        "the load balancer key file {path} (--lb-key-file) holds {found} key lines: give 1 to {MOST}, one key per line (# starts a comment)"
-    )]
-    Count {
-        /// The file.
-        path: PathBuf,
-        /// How many it holds.
-        found: usize,
-    },
+    Read(io::Error),
+    /// Everybody can read it (its mode), so it proves nothing.
+    WorldReadable(u32),
+    /// Owned by somebody (in words) else than root or the daemon's user, who may change it.
+    Owner(String),
+    /// Others than its owner (who, in words) may write it, or replace it in its directory.
+    Writable(String),
+    /// A line (from 1) is not a key, and why.
+    BadKey(usize, String),
+    /// No key, or too many: how many it holds.
+    Count(usize),
+}
+
+impl KeyFileProblem {
+    /// The problem of the key file `path`, in words.
+    fn said(&self, path: &Path) -> String {
+        let path = path.display();
+        let file = format!("the load balancer key file {path} (--lb-key-file)");
+        match self {
+            Self::Read(e) => format!("cannot read {file}: {e}"),
+            Self::WorldReadable(mode) => format!(
+                "{file} is readable by every user (mode {mode:o}): `chmod 0640 {path}` and keep it owned by root and pmcheck's group"
+            ),
+            Self::Owner(owner) => format!(
+                "{file} is owned by {owner}: its owner chooses the key; `chown root {path}`"
+            ),
+            Self::Writable(who) => format!(
+                "{file} {who}: anyone who can write it chooses the key; `chmod 0640 {path}` and keep it and its directory owned by root"
+            ),
+            Self::BadKey(line, why) => format!(
+                "{file}, line {line}: {why}; a line is a key of {SHORTEST} to {LONGEST} characters of A-Z a-z 0-9 . _ ~ + / = - holding at least 128 random bits (make one with `openssl rand -hex 32`), then the addresses allowed to send it (`KEY 10.0.0.5 10.0.0.6`)"
+            ),
+            Self::Count(found) => format!(
+                "{file} holds {found} key lines: give 1 to {MOST}, one key per line (# starts a comment)"
+            ),
+        }
+    }
 }
 
 impl LbProof {
@@ -228,46 +216,33 @@ impl LbProof {
                 ..Self::default()
             });
         };
-        let read = |source| LbKeyError::Read {
+        let fail = |path: &Path, problem| LbKeyError {
             path: path.to_owned(),
-            source,
+            problem,
         };
+        let read = |e| fail(path, KeyFileProblem::Read(e));
         // The checks are of the file a link points to, in its own directory.
         let path = &std::fs::canonicalize(path).map_err(read)?;
         let meta = std::fs::metadata(path).map_err(read)?;
         let (owner, me) = (meta.uid(), nix::unistd::geteuid().as_raw());
         if owner != 0 && owner != me {
-            return Err(LbKeyError::Owner {
-                path: path.to_owned(),
-                owner: crate::accounts::user_name(owner),
-            });
+            let owner = crate::accounts::user_name(owner);
+            return Err(fail(path, KeyFileProblem::Owner(owner)));
         }
         let mode = meta.permissions().mode() & 0o7777;
         // Readable by every user only if they may also enter its directory: 0644 inside the
         // packaged 0750 /etc/pmcheck is private.
         if mode & 0o004 != 0 && others_enter(path) {
-            return Err(LbKeyError::WorldReadable {
-                path: path.to_owned(),
-                mode,
-            });
+            return Err(fail(path, KeyFileProblem::WorldReadable(mode)));
         }
         if let Some(who) = writable_by_others(path, mode) {
-            return Err(LbKeyError::Writable {
-                path: path.to_owned(),
-                who,
-            });
+            return Err(fail(path, KeyFileProblem::Writable(who)));
         }
         let text = safe_file::read_to_string(path, safe_file::CONFIG_LIMIT).map_err(read)?;
-        let keys = parse_keys(&text).map_err(|(line, why)| LbKeyError::BadKey {
-            path: path.to_owned(),
-            line,
-            why,
-        })?;
+        let keys = parse_keys(&text)
+            .map_err(|(line, why)| fail(path, KeyFileProblem::BadKey(line, why)))?;
         if keys.is_empty() || keys.len() > MOST {
-            return Err(LbKeyError::Count {
-                path: path.to_owned(),
-                found: keys.len(),
-            });
+            return Err(fail(path, KeyFileProblem::Count(keys.len())));
         }
         Ok(Self {
             keys,
@@ -513,7 +488,7 @@ mod tests {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let e = LbProof::load(Some(&path), Vec::new()).unwrap_err();
         assert!(
-            matches!(e, LbKeyError::WorldReadable { mode: 0o644, .. }),
+            matches!(e.problem, KeyFileProblem::WorldReadable(0o644)),
             "{e}"
         );
         assert!(e.to_string().contains("chmod 0640"), "{e}");
@@ -527,7 +502,7 @@ mod tests {
         );
         std::fs::write(&path, "# nothing yet\n").unwrap();
         let e = LbProof::load(Some(&path), Vec::new()).unwrap_err();
-        assert!(matches!(e, LbKeyError::Count { found: 0, .. }), "{e}");
+        assert!(matches!(e.problem, KeyFileProblem::Count(0)), "{e}");
         let e = LbProof::load(Some(&dir.path().join("missing")), Vec::new()).unwrap_err();
         assert!(e.to_string().contains("missing (--lb-key-file)"), "{e}");
     }
@@ -643,7 +618,7 @@ mod tests {
         let link = dir.path().join("lb-key");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         let e = LbProof::load(Some(&link), Vec::new()).unwrap_err();
-        assert!(matches!(e, LbKeyError::Writable { .. }), "{e}");
+        assert!(matches!(e.problem, KeyFileProblem::Writable(_)), "{e}");
         assert!(
             e.to_string().contains("open"),
             "names the target's directory: {e}"
@@ -660,7 +635,7 @@ mod tests {
         }
         std::os::unix::fs::chown(&target, Some(4242), None).unwrap();
         let e = LbProof::load(Some(&link), Vec::new()).unwrap_err();
-        assert!(matches!(e, LbKeyError::Owner { .. }), "{e}");
+        assert!(matches!(e.problem, KeyFileProblem::Owner(_)), "{e}");
         assert!(e.to_string().contains("chown root"), "{e}");
     }
 
@@ -672,7 +647,10 @@ mod tests {
         for mode in [0o602, 0o620] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
             let e = LbProof::load(Some(&path), Vec::new()).unwrap_err();
-            assert!(matches!(e, LbKeyError::Writable { .. }), "{mode:o}: {e}");
+            assert!(
+                matches!(e.problem, KeyFileProblem::Writable(_)),
+                "{mode:o}: {e}"
+            );
         }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
