@@ -154,15 +154,7 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
                 args.drained.drained_status,
             ))??;
         }
-        Command::Check(args) => {
-            let url = &args.daemon.url;
-            return Ok(check::check(
-                &given(),
-                args.warn_expiry,
-                args.crit_expiry,
-                url,
-            ));
-        }
+        Command::Check(args) => return Ok(check::check(&given(), &args)),
         Command::Config(args) => {
             // The service's environment file under the process environment, as the unit gets
             // them.
@@ -171,8 +163,7 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
                 Some(file) => Provenance::with_env_file(argv, matches, file)?,
                 None => given(),
             };
-            let unit = args.unit.as_deref();
-            return Ok(config::config(&given, file.as_ref(), args.check, unit)?);
+            return Ok(config::config(&given, file.as_ref(), &args)?);
         }
         Command::Drain(args) => {
             let daemon = Daemon::new(&args.waiting.daemon.url)?;

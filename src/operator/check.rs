@@ -1,7 +1,6 @@
 //! `pmcheck check`: one probe and the drain record, as a monitoring plugin's line and exit code.
 
-use std::time::Duration;
-
+use crate::cli::CheckArgs;
 use crate::console::outln;
 use crate::drain::file::DrainFile;
 use crate::exit::Exit;
@@ -20,8 +19,9 @@ use crate::settings::{Given, Host, Settings};
 /// while Puppet Server is healthy, or a certificate or the CRL due within `warn`), 2 CRITICAL
 /// (Puppet unhealthy, or one due within `crit` or past), 3 UNKNOWN (bad settings, unreadable
 /// drain state). The worst wins, and the line names each problem, and where the daemon at
-/// `url` answers otherwise, what it answers.
-pub fn check(given: &Given, warn: Duration, crit: Duration, url: &str) -> Exit {
+/// `--url` answers otherwise, what it answers.
+pub fn check(given: &Given, args: &CheckArgs) -> Exit {
+    let (warn, crit, url) = (args.warn_expiry, args.crit_expiry, &args.daemon.url);
     let settings = match Settings::resolve(given, &Host::REAL) {
         Ok(s) => s,
         Err(e) => return unknown(&e),

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use nix::unistd::{Gid, Group, User};
 
 use crate::accounts::{group_name, user_name};
+use crate::cli::ConfigArgs;
 use crate::console::{out, outln};
 use crate::exit::Exit;
 use crate::settings::env_file::EnvFile;
@@ -34,9 +35,9 @@ pub fn env_file(given: Option<&Path>) -> std::io::Result<Option<EnvFile>> {
 pub fn config(
     given: &Given,
     file: Option<&EnvFile>,
-    check: bool,
-    unit: Option<&Path>,
+    args: &ConfigArgs,
 ) -> Result<Exit, SettingsError> {
+    let (check, unit) = (args.check, args.unit.as_deref());
     let settings = Settings::resolve(given, &Host::REAL)?;
     out!("{settings}");
     // A misspelt name changes nothing: before a restart (`--check`) that is an error.
