@@ -24,18 +24,15 @@
 //! ramp's first weight.
 
 use std::fmt::Write;
-use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::drain::record::DrainState;
 use crate::health::decision::Decision;
-use crate::health::hold::Held;
 use crate::health::verdict::Verdict;
 use crate::responder::connections::Activity;
-use crate::responder::node::{Kept, Node};
 
 /// How long the line may wait for the client to take it.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -239,76 +236,6 @@ pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) -> bo
     })
     .await;
     true
-}
-
-impl Node {
-    /// HAProxy applies an agent line as it reads it, with no header to decide by: the
-    /// agent check follows what its server line's HTTP check was answered last, so it
-    /// never takes the node out before that check did. With nothing to follow yet (the
-    /// daemon just started, or the line's HTTP check has not come since), a drain the
-    /// rule may hold is neither put in force nor lifted: no admin word.
-    pub(crate) fn agent_kept(
-        &self,
-        peer: IpAddr,
-        key_line: Option<Option<usize>>,
-        line: Option<&[u8]>,
-        may_hold: bool,
-        now: Instant,
-    ) -> Option<Kept> {
-        let name = line.map_or_else(
-            || "the server lines it checks".to_owned(),
-            |l| String::from_utf8_lossy(l).into_owned(),
-        );
-        let who = peer.to_canonical();
-        let Some(followed) = self.pollers.followed(peer, key_line, line, may_hold, now) else {
-            // Unproven, and nothing held at its address: it proves nothing. Where load
-            // balancers prove themselves (a key file) it never says `drain`: HAProxy's DRAIN
-            // leaves the header's word UP and only the total drops, so the line would read as
-            // the backend's last server; the HTTP check takes the node out. Elsewhere it is
-            // answered as anyone is.
-            let why = if key_line.is_none() && self.proof().wants_key() {
-                format!(
-                    "this agent check sent no key and cannot be told to its server line: it leaves the server as it is, and the HTTP check of {name} takes the node out"
-                )
-            } else {
-                key_line.filter(|_| may_hold)?;
-                format!(
-                    "no HTTP check of {name} by load balancer {who} seen yet: the agent check leaves the server as it is until it follows one"
-                )
-            };
-            return Some(Kept {
-                held: None,
-                quiet: true,
-                why,
-            });
-        };
-        if followed.told == Verdict::Drained {
-            return None;
-        }
-        let why = match followed.held {
-            Some(_) if !followed.placed => format!(
-                "drain held at load balancer {who}, and this agent check cannot be told from that line's (it sent no key, names no line or one checked elsewhere, or a held line's own agent check is not heard): it keeps the node in; send `agent-send \"BACKEND/SERVER KEY\"` on every server line"
-            ),
-            Some(Held::LastServer) => format!(
-                "drain held: load balancer {who} says this node is the only server taking new agents for {name}"
-            ),
-            Some(Held::EmptyBackend) => format!(
-                "drain held: load balancer {who} says no server takes new agents for {name}"
-            ),
-            Some(Held::TwoViews) => format!(
-                "drain held: two load balancers at {who} answer as one for {name}: give each its own key"
-            ),
-            None => format!(
-                "drain not yet taken out by load balancer {who}'s HTTP check of {name} (answered {} last): the agent check follows it",
-                followed.told.as_str()
-            ),
-        };
-        Some(Kept {
-            held: followed.held,
-            quiet: false,
-            why,
-        })
-    }
 }
 
 #[cfg(test)]
