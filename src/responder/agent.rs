@@ -56,10 +56,12 @@ const DESCRIPTION: usize = 100;
 /// | UNKNOWN | `fail ready 10% #UNKNOWN - ...`; `fail #...` when the drain state is unknown |
 /// | STARTING | `#STARTING - ...`: no state word, HAProxy keeps what it had until the first probe |
 ///
-/// ([`quiet_line`] is the drained line without its words.)
-pub fn line(decision: &Decision<'_>) -> String {
+/// `quiet`: no word of state at all, so that HAProxy keeps the server as it was (a drained
+/// node's agent check that has no HTTP check of its server line to follow yet).
+pub fn line(decision: &Decision<'_>, quiet: bool) -> String {
     // (words, whether the weight goes with them)
     let (words, weighted) = match decision.verdict {
+        _ if quiet => ("", false),
         Verdict::Ok => ("up ready", true),
         Verdict::Drained => ("up drain", false),
         Verdict::Down | Verdict::NotReady => ("down ready", true),
@@ -67,16 +69,6 @@ pub fn line(decision: &Decision<'_>) -> String {
         Verdict::Unknown => ("fail ready", true),
         Verdict::Starting => ("", false),
     };
-    rendered(decision, words, weighted)
-}
-
-/// The line for `decision` without a word of state: HAProxy keeps the server as it was (a
-/// drained node's agent check that has no HTTP check of its server line to follow yet).
-pub fn quiet_line(decision: &Decision<'_>) -> String {
-    rendered(decision, "", false)
-}
-
-fn rendered(decision: &Decision<'_>, words: &str, weighted: bool) -> String {
     let mut line = String::with_capacity(words.len() + DESCRIPTION + 16);
     if !words.is_empty() {
         line.push_str(words);
@@ -278,7 +270,7 @@ mod tests {
             crate::responder::node::now(),
             &Rules::ONCE,
         );
-        line(&decision)
+        line(&decision, false)
     }
 
     fn refused() -> ProbeReport {
@@ -404,7 +396,7 @@ mod tests {
             &Rules::ONCE,
         );
         decision.reason = "a\nup ready 100%\r\u{e9}".into();
-        let line = line(&decision);
+        let line = line(&decision, false);
         assert_eq!(line, "#STARTING - a?up ready 100%??\n");
     }
 }

@@ -163,12 +163,7 @@ impl Node {
                 whose,
                 at: now.at,
             };
-            let line = if quiet {
-                agent::quiet_line(decision)
-            } else {
-                agent::line(decision)
-            };
-            (line, told)
+            (agent::line(decision, quiet), told)
         })
     }
 
