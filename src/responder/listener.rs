@@ -99,7 +99,7 @@ impl Listener {
             () = &mut stop => return,
         }
         loop {
-            self.beat.mark();
+            self.beat.mark(Instant::now());
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(accepted) => accepted,
