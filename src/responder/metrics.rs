@@ -36,61 +36,38 @@ const PROBE_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// Why a probe failed: the `cause` label of `pmcheck_probe_failures_total`. A Puppet Server
-/// that answers "not ready" (starting, pool locked) is not a failure: the verdict says NOTREADY.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// Nothing listens on Puppet Server's port.
-    Refused,
-    /// The TCP connection failed otherwise.
-    Connect,
-    /// The TLS handshake failed (either side's certificate).
-    Tls,
-    /// No answer within `--timeout`.
-    Timeout,
-    /// An HTTP status pmcheck does not expect.
-    HttpStatus,
-    /// The status service reports a failed state.
-    NotRunning,
-    /// The answer is not a service status.
-    Unreadable,
-    /// The HTTP exchange broke after connecting.
-    Exchange,
-    /// No probe could be made: this host's certificate, key, CA or settings.
-    CannotProbe,
-}
+/// The `cause` labels of `pmcheck_probe_failures_total`, each exported from the start.
+const CAUSES: [&str; 9] = [
+    "refused",
+    "connect",
+    "tls",
+    "timeout",
+    "http_status",
+    "not_running",
+    "unreadable",
+    "exchange",
+    "cannot_probe",
+];
 
-impl Cause {
-    /// The label values, in declaration order: a cause's is at `cause as usize`.
-    pub const LABELS: [&str; 9] = [
-        "refused",
-        "connect",
-        "tls",
-        "timeout",
-        "http_status",
-        "not_running",
-        "unreadable",
-        "exchange",
-        "cannot_probe",
-    ];
-
-    /// Why `outcome` is a failure, if it is one.
-    pub fn of(outcome: &ProbeOutcome) -> Option<Cause> {
-        Some(match outcome {
-            ProbeOutcome::Healthy(_) | ProbeOutcome::NotReady(_) => return None,
-            ProbeOutcome::CannotTell(_) => Cause::CannotProbe,
-            ProbeOutcome::Unhealthy(e) => match e {
-                ProbeError::Refused { .. } => Cause::Refused,
-                ProbeError::Connect { .. } => Cause::Connect,
-                ProbeError::Tls { .. } => Cause::Tls,
-                ProbeError::Timeout { .. } => Cause::Timeout,
-                ProbeError::Status { .. } => Cause::HttpStatus,
-                ProbeError::NotRunning(_) => Cause::NotRunning,
-                ProbeError::Unreadable { .. } => Cause::Unreadable,
-                ProbeError::Http { .. } => Cause::Exchange,
-            },
-        })
-    }
+/// Why `outcome` is a failure (its label in [`CAUSES`]), if it is one. A Puppet Server that
+/// answers "not ready" (starting, pool locked) is not a failure: the verdict says NOTREADY.
+fn cause(outcome: &ProbeOutcome) -> Option<&'static str> {
+    Some(match outcome {
+        ProbeOutcome::Healthy(_) | ProbeOutcome::NotReady(_) => return None,
+        // No probe could be made: this host's certificate, key, CA or settings.
+        ProbeOutcome::CannotTell(_) => "cannot_probe",
+        ProbeOutcome::Unhealthy(e) => match e {
+            ProbeError::Refused { .. } => "refused",
+            ProbeError::Connect { .. } => "connect",
+            ProbeError::Tls { .. } => "tls",
+            ProbeError::Timeout { .. } => "timeout",
+            ProbeError::Status { .. } => "http_status",
+            ProbeError::NotRunning(_) => "not_running",
+            ProbeError::Unreadable { .. } => "unreadable",
+            // The HTTP exchange broke after connecting.
+            ProbeError::Http { .. } => "exchange",
+        },
+    })
 }
 
 /// The daemon's counters: polls and probes, counted as they happen.
@@ -99,7 +76,7 @@ pub struct Metrics {
     /// Polls answered, by how they came and by verdict: `[via][verdict]`.
     polls: [[AtomicU64; Verdict::ALL.len()]; 2],
     /// Failed probes, by cause.
-    failures: [AtomicU64; Cause::LABELS.len()],
+    failures: [AtomicU64; CAUSES.len()],
     /// How long each probe that reached the network took.
     probe_seconds: Histogram,
     /// Drain events read from the event log, by action (counted by the log's reader).
@@ -129,8 +106,9 @@ impl Metrics {
         if report.endpoint.is_some() {
             self.probe_seconds.observe(report.latency.as_secs_f64());
         }
-        if let Some(cause) = Cause::of(&report.outcome) {
-            self.failures[cause as usize].fetch_add(1, Ordering::Relaxed);
+        let failed = cause(&report.outcome).and_then(|c| CAUSES.iter().position(|l| *l == c));
+        if let Some(i) = failed {
+            self.failures[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -168,7 +146,7 @@ impl Metrics {
             Kind::Counter,
             None,
         );
-        for (cause, n) in Cause::LABELS.iter().zip(&self.failures) {
+        for (cause, n) in CAUSES.iter().zip(&self.failures) {
             out.sample("_total", &[("cause", cause)], n.load(Ordering::Relaxed));
         }
         out.family(
