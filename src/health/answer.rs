@@ -57,8 +57,8 @@ pub struct DrainAnswer<'a> {
     pub problem: Option<Cow<'a, str>>,
 }
 
-/// The latest probe, as the verdict used it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// The latest probe, as the verdict used it (by default, none).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbeAnswer<'a> {
     /// Puppet Server answered `running` and can compile: `outcome` is `healthy`.
     pub ok: bool,
@@ -94,7 +94,7 @@ impl ProbeAnswer<'_> {
 
 /// What a probe found, in the JSON answer: [`crate::puppet::report::ProbeOutcome`] without
 /// its details, which `detail` says in words.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProbeState {
     /// Puppet Server runs and can compile.
@@ -106,6 +106,7 @@ pub enum ProbeState {
     /// The probe could not be made.
     CannotTell,
     /// No probe has finished yet.
+    #[default]
     None,
 }
 

@@ -256,13 +256,8 @@ impl<'a> Decision<'a> {
                     }),
                 },
                 None => ProbeAnswer {
-                    ok: false,
-                    outcome: ProbeState::None,
                     detail: "no probe has finished yet".into(),
-                    latency_ms: None,
-                    age_ms: None,
-                    endpoint: None,
-                    started: None,
+                    ..ProbeAnswer::default()
                 },
             },
         }

@@ -50,20 +50,21 @@ impl Health {
     }
 }
 
-/// One `X-Haproxy-Server-State` header, read.
+/// One `X-Haproxy-Server-State` header, read: its names as `S` (`String`; `()` when a poll
+/// only checks that it reads, allocating nothing).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LbState {
+pub struct LbState<S = String> {
     /// The state word.
     pub health: Health,
     /// `n/m` after the word: n of the m checks of a transition under way (`UP 2/3`: one
     /// failed check on the way down).
     pub transition: Option<(u32, u32)>,
     /// The backend (HAProxy's `name=BACKEND/SERVER`).
-    pub backend: String,
+    pub backend: S,
     /// The server line's name.
-    pub server: String,
+    pub server: S,
     /// HAProxy's `node` (its host name unless `global node` says otherwise); empty if absent.
-    pub node: String,
+    pub node: S,
     /// This server's effective weight.
     pub weight: u32,
     /// The backend's total weight over the servers that take new traffic.
@@ -171,43 +172,16 @@ pub fn hold_view(bytes: &[u8]) -> Option<(bool, bool)> {
 
 /// Reads one header value.
 pub fn parse(bytes: &[u8]) -> Result<LbState, Malformed> {
-    let f = fields(bytes)?;
-    Ok(LbState {
-        health: f.health,
-        transition: f.transition,
-        backend: f.backend.to_owned(),
-        server: f.server.to_owned(),
-        node: f.node.to_owned(),
-        weight: f.weight,
-        total_weight: f.total_weight,
-        scur: f.scur,
-        backend_scur: f.backend_scur,
-        qcur: f.qcur,
-        throttle: f.throttle,
-    })
+    fields(bytes, str::to_owned)
 }
 
 /// Whether a header value reads, without allocating (a poll records it this way).
 pub fn well_formed(bytes: &[u8]) -> bool {
-    fields(bytes).is_ok()
+    fields(bytes, |_| ()).is_ok()
 }
 
-/// [`LbState`], borrowing its names from the header.
-struct Fields<'a> {
-    health: Health,
-    transition: Option<(u32, u32)>,
-    backend: &'a str,
-    server: &'a str,
-    node: &'a str,
-    weight: u32,
-    total_weight: u32,
-    scur: u32,
-    backend_scur: u32,
-    qcur: u32,
-    throttle: Option<u32>,
-}
-
-fn fields(bytes: &[u8]) -> Result<Fields<'_>, Malformed> {
+/// The header read, its names made `S` by `own`.
+fn fields<S>(bytes: &[u8], own: impl Fn(&str) -> S) -> Result<LbState<S>, Malformed> {
     if bytes.len() > LIMIT {
         return Err(Malformed::TooLong);
     }
@@ -257,12 +231,12 @@ fn fields(bytes: &[u8]) -> Result<Fields<'_>, Malformed> {
     let (backend, server) = name.ok_or(Malformed::Missing("name"))?;
     let (weight, total_weight) = weight.ok_or(Malformed::Missing("weight"))?;
     let (scur, backend_scur) = scur.ok_or(Malformed::Missing("scur"))?;
-    Ok(Fields {
+    Ok(LbState {
         health,
         transition,
-        backend,
-        server,
-        node: node.unwrap_or_default(),
+        backend: own(backend),
+        server: own(server),
+        node: own(node.unwrap_or_default()),
         weight,
         total_weight,
         scur,

@@ -24,18 +24,15 @@
 //! ramp's first weight.
 
 use std::fmt::Write;
-use std::net::IpAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::drain::record::DrainState;
 use crate::health::decision::Decision;
-use crate::health::hold::Held;
 use crate::health::verdict::Verdict;
 use crate::responder::connections::Activity;
-use crate::responder::node::{Kept, Node};
 
 /// How long the line may wait for the client to take it.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -59,10 +56,12 @@ const DESCRIPTION: usize = 100;
 /// | UNKNOWN | `fail ready 10% #UNKNOWN - ...`; `fail #...` when the drain state is unknown |
 /// | STARTING | `#STARTING - ...`: no state word, HAProxy keeps what it had until the first probe |
 ///
-/// ([`quiet_line`] is the drained line without its words.)
-pub fn line(decision: &Decision<'_>) -> String {
+/// `quiet`: no word of state at all, so that HAProxy keeps the server as it was (a drained
+/// node's agent check that has no HTTP check of its server line to follow yet).
+pub fn line(decision: &Decision<'_>, quiet: bool) -> String {
     // (words, whether the weight goes with them)
     let (words, weighted) = match decision.verdict {
+        _ if quiet => ("", false),
         Verdict::Ok => ("up ready", true),
         Verdict::Drained => ("up drain", false),
         Verdict::Down | Verdict::NotReady => ("down ready", true),
@@ -70,16 +69,6 @@ pub fn line(decision: &Decision<'_>) -> String {
         Verdict::Unknown => ("fail ready", true),
         Verdict::Starting => ("", false),
     };
-    rendered(decision, words, weighted)
-}
-
-/// The line for `decision` without a word of state: HAProxy keeps the server as it was (a
-/// drained node's agent check that has no HTTP check of its server line to follow yet).
-pub fn quiet_line(decision: &Decision<'_>) -> String {
-    rendered(decision, "", false)
-}
-
-fn rendered(decision: &Decision<'_>, words: &str, weighted: bool) -> String {
     let mut line = String::with_capacity(words.len() + DESCRIPTION + 16);
     if !words.is_empty() {
         line.push_str(words);
@@ -241,76 +230,6 @@ pub async fn answer(mut stream: TcpStream, line: String, taken: &Activity) -> bo
     true
 }
 
-impl Node {
-    /// HAProxy applies an agent line as it reads it, with no header to decide by: the
-    /// agent check follows what its server line's HTTP check was answered last, so it
-    /// never takes the node out before that check did. With nothing to follow yet (the
-    /// daemon just started, or the line's HTTP check has not come since), a drain the
-    /// rule may hold is neither put in force nor lifted: no admin word.
-    pub(crate) fn agent_kept(
-        &self,
-        peer: IpAddr,
-        key_line: Option<Option<usize>>,
-        line: Option<&[u8]>,
-        may_hold: bool,
-        now: Instant,
-    ) -> Option<Kept> {
-        let name = line.map_or_else(
-            || "the server lines it checks".to_owned(),
-            |l| String::from_utf8_lossy(l).into_owned(),
-        );
-        let who = peer.to_canonical();
-        let Some(followed) = self.pollers.followed(peer, key_line, line, may_hold, now) else {
-            // Unproven, and nothing held at its address: it proves nothing. Where load
-            // balancers prove themselves (a key file) it never says `drain`: HAProxy's DRAIN
-            // leaves the header's word UP and only the total drops, so the line would read as
-            // the backend's last server; the HTTP check takes the node out. Elsewhere it is
-            // answered as anyone is.
-            let why = if key_line.is_none() && self.proof().wants_key() {
-                format!(
-                    "this agent check sent no key and cannot be told to its server line: it leaves the server as it is, and the HTTP check of {name} takes the node out"
-                )
-            } else {
-                key_line.filter(|_| may_hold)?;
-                format!(
-                    "no HTTP check of {name} by load balancer {who} seen yet: the agent check leaves the server as it is until it follows one"
-                )
-            };
-            return Some(Kept {
-                held: None,
-                quiet: true,
-                why,
-            });
-        };
-        if followed.told == Verdict::Drained {
-            return None;
-        }
-        let why = match followed.held {
-            Some(_) if !followed.placed => format!(
-                "drain held at load balancer {who}, and this agent check cannot be told from that line's (it sent no key, names no line or one checked elsewhere, or a held line's own agent check is not heard): it keeps the node in; send `agent-send \"BACKEND/SERVER KEY\"` on every server line"
-            ),
-            Some(Held::LastServer) => format!(
-                "drain held: load balancer {who} says this node is the only server taking new agents for {name}"
-            ),
-            Some(Held::EmptyBackend) => format!(
-                "drain held: load balancer {who} says no server takes new agents for {name}"
-            ),
-            Some(Held::TwoViews) => format!(
-                "drain held: two load balancers at {who} answer as one for {name}: give each its own key"
-            ),
-            None => format!(
-                "drain not yet taken out by load balancer {who}'s HTTP check of {name} (answered {} last): the agent check follows it",
-                followed.told.as_str()
-            ),
-        };
-        Some(Kept {
-            held: followed.held,
-            quiet: false,
-            why,
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,7 +270,7 @@ mod tests {
             crate::responder::node::now(),
             &Rules::ONCE,
         );
-        line(&decision)
+        line(&decision, false)
     }
 
     fn refused() -> ProbeReport {
@@ -477,7 +396,7 @@ mod tests {
             &Rules::ONCE,
         );
         decision.reason = "a\nup ready 100%\r\u{e9}".into();
-        let line = line(&decision);
+        let line = line(&decision, false);
         assert_eq!(line, "#STARTING - a?up ready 100%??\n");
     }
 }

@@ -22,13 +22,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use crate::responder::throttle::EVERY as LOG_EVERY;
 pub use crate::responder::throttle::Throttle;
 pub use crate::settings::Limits;
 
 /// Descriptors kept for everything but polls: listeners, the probe, the journal, blocking reads.
 const RESERVED_FDS: u64 = 64;
-/// How often a repeating event (shedding, refusals, accept errors) is logged at most.
-const LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl Limits {
     /// Raises the soft descriptor limit to the hard one, then shrinks the limits to fit under
@@ -150,6 +149,7 @@ impl Activity {
     }
 }
 
+#[derive(Default)]
 struct Table {
     next: u64,
     /// By id, and ids only grow: the first entry is the oldest connection.
@@ -245,17 +245,7 @@ impl Connections {
     pub fn new(limits: Limits) -> Arc<Self> {
         Arc::new(Self {
             limits,
-            table: Mutex::new(Table {
-                next: 0,
-                live: BTreeMap::new(),
-                sources: HashMap::new(),
-                heaviest: BTreeSet::new(),
-                fresh: BTreeSet::new(),
-                unproven: 0,
-                proven: BTreeSet::new(),
-                shed: Throttle::new(LOG_EVERY),
-                refused: Throttle::new(LOG_EVERY),
-            }),
+            table: Mutex::default(),
             epoch: Instant::now(),
         })
     }
@@ -766,7 +756,7 @@ mod tests {
 
     #[test]
     fn the_throttle_speaks_once_per_period_with_the_count() {
-        let mut t = Throttle::new(Duration::from_secs(10));
+        let t = Throttle::default();
         let start = Instant::now();
         assert_eq!(t.hit(start), Some(1));
         for i in 1..1000 {

@@ -134,6 +134,27 @@ impl Exposition {
         self.sample("_total", &[], value);
     }
 
+    /// The histogram family `name`: its sum, its count, its cumulative buckets.
+    pub fn histogram(&mut self, name: &str, help: &str, unit: Option<&str>, h: &Histogram) {
+        let counts = h
+            .counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        self.family(name, help, Kind::Histogram, unit);
+        self.sample("_sum", &[], counts.sum);
+        self.sample("_count", &[], counts.count);
+        let mut below = 0;
+        let mut le = String::new();
+        for (bound, n) in h.bounds.iter().zip(counts.buckets) {
+            below += n;
+            le.clear();
+            bound.write(&mut le);
+            self.sample("_bucket", &[("le", &le)], below);
+        }
+        self.sample("_bucket", &[("le", "+Inf")], counts.count);
+    }
+
     /// The scrape's text.
     pub fn finish(mut self) -> String {
         if self.openmetrics {
@@ -180,29 +201,6 @@ impl Histogram {
         }
         counts.count += 1;
         counts.sum += value;
-    }
-}
-
-impl Exposition {
-    /// The histogram family `name`: its sum, its count, its cumulative buckets.
-    pub fn histogram(&mut self, name: &str, help: &str, unit: Option<&str>, h: &Histogram) {
-        let counts = h
-            .counts
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        self.family(name, help, Kind::Histogram, unit);
-        self.sample("_sum", &[], counts.sum);
-        self.sample("_count", &[], counts.count);
-        let mut below = 0;
-        let mut le = String::new();
-        for (bound, n) in h.bounds.iter().zip(counts.buckets) {
-            below += n;
-            le.clear();
-            bound.write(&mut le);
-            self.sample("_bucket", &[("le", &le)], below);
-        }
-        self.sample("_bucket", &[("le", "+Inf")], counts.count);
     }
 }
 

@@ -39,11 +39,8 @@ impl Beat {
         })
     }
 
-    pub(crate) fn mark(&self) {
-        self.turned(Instant::now());
-    }
-
-    fn turned(&self, now: Instant) {
+    /// The loop turned at `now`.
+    pub(crate) fn mark(&self, now: Instant) {
         self.last.store(self.ms(now), Ordering::Relaxed);
     }
 
@@ -176,7 +173,7 @@ mod tests {
         let start = Instant::now();
         let (publish, latest) = watch::channel(None);
         let beat = Beat::new();
-        beat.mark();
+        beat.mark(Instant::now());
         let progress = Progress {
             listeners: vec![("127.0.0.1:9200".into(), Arc::clone(&beat))],
             latest,
@@ -204,7 +201,7 @@ mod tests {
             stuck.contains("listener on 127.0.0.1:9200 has not turned for 11s since asked"),
             "{stuck}"
         );
-        beat.turned(at(25));
+        beat.mark(at(25));
         assert_eq!(progress.stalled(at(31)), None, "turned since");
     }
 }

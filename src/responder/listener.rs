@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::server::conn::http1::Builder;
@@ -48,8 +48,8 @@ pub struct Guard {
     /// The networks allowed (everyone when empty).
     pub allow: Vec<IpNet>,
     connections: Arc<Connections>,
-    refused: Mutex<Throttle>,
-    failed: Mutex<Throttle>,
+    refused: Throttle,
+    failed: Throttle,
 }
 
 impl Guard {
@@ -58,16 +58,9 @@ impl Guard {
         Self {
             allow,
             connections: Connections::new(limits),
-            refused: Mutex::new(Throttle::new(Duration::from_secs(10))),
-            failed: Mutex::new(Throttle::new(Duration::from_secs(10))),
+            refused: Throttle::default(),
+            failed: Throttle::default(),
         }
-    }
-
-    fn note(throttle: &Mutex<Throttle>) -> Option<u64> {
-        throttle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .hit(Instant::now())
     }
 }
 
@@ -106,12 +99,12 @@ impl Listener {
             () = &mut stop => return,
         }
         loop {
-            self.beat.mark();
+            self.beat.mark(Instant::now());
             let (stream, peer) = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
-                        if let Some(n) = Guard::note(&self.guard.failed) {
+                        if let Some(n) = self.guard.failed.hit(Instant::now()) {
                             tracing::warn!(count = n, error = %e, "accept failed in the last 10s");
                         }
                         // Out of descriptors: shed connections are closing, give them a moment
@@ -130,7 +123,7 @@ impl Listener {
             if !permits(&self.guard.allow, peer) {
                 // Closed before a byte is read.
                 drop(stream);
-                if let Some(n) = Guard::note(&self.guard.refused) {
+                if let Some(n) = self.guard.refused.hit(Instant::now()) {
                     tracing::warn!(
                         count = n,
                         peer = %peer,

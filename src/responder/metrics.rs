@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::drain::audit::EventCounts;
 use crate::drain::record::DrainState;
+use crate::health::decision::Decision;
 use crate::health::verdict::Verdict;
 use crate::puppet::code::{Deployment, Found, Record};
 use crate::puppet::expiry::Expiries;
@@ -35,61 +36,38 @@ const PROBE_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
 
-/// Why a probe failed: the `cause` label of `pmcheck_probe_failures_total`. A Puppet Server
-/// that answers "not ready" (starting, pool locked) is not a failure: the verdict says NOTREADY.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// Nothing listens on Puppet Server's port.
-    Refused,
-    /// The TCP connection failed otherwise.
-    Connect,
-    /// The TLS handshake failed (either side's certificate).
-    Tls,
-    /// No answer within `--timeout`.
-    Timeout,
-    /// An HTTP status pmcheck does not expect.
-    HttpStatus,
-    /// The status service reports a failed state.
-    NotRunning,
-    /// The answer is not a service status.
-    Unreadable,
-    /// The HTTP exchange broke after connecting.
-    Exchange,
-    /// No probe could be made: this host's certificate, key, CA or settings.
-    CannotProbe,
-}
+/// The `cause` labels of `pmcheck_probe_failures_total`, each exported from the start.
+const CAUSES: [&str; 9] = [
+    "refused",
+    "connect",
+    "tls",
+    "timeout",
+    "http_status",
+    "not_running",
+    "unreadable",
+    "exchange",
+    "cannot_probe",
+];
 
-impl Cause {
-    /// The label values, in declaration order: a cause's is at `cause as usize`.
-    pub const LABELS: [&str; 9] = [
-        "refused",
-        "connect",
-        "tls",
-        "timeout",
-        "http_status",
-        "not_running",
-        "unreadable",
-        "exchange",
-        "cannot_probe",
-    ];
-
-    /// Why `outcome` is a failure, if it is one.
-    pub fn of(outcome: &ProbeOutcome) -> Option<Cause> {
-        Some(match outcome {
-            ProbeOutcome::Healthy(_) | ProbeOutcome::NotReady(_) => return None,
-            ProbeOutcome::CannotTell(_) => Cause::CannotProbe,
-            ProbeOutcome::Unhealthy(e) => match e {
-                ProbeError::Refused { .. } => Cause::Refused,
-                ProbeError::Connect { .. } => Cause::Connect,
-                ProbeError::Tls { .. } => Cause::Tls,
-                ProbeError::Timeout { .. } => Cause::Timeout,
-                ProbeError::Status { .. } => Cause::HttpStatus,
-                ProbeError::NotRunning(_) => Cause::NotRunning,
-                ProbeError::Unreadable { .. } => Cause::Unreadable,
-                ProbeError::Http { .. } => Cause::Exchange,
-            },
-        })
-    }
+/// Why `outcome` is a failure (its label in [`CAUSES`]), if it is one. A Puppet Server that
+/// answers "not ready" (starting, pool locked) is not a failure: the verdict says NOTREADY.
+fn cause(outcome: &ProbeOutcome) -> Option<&'static str> {
+    Some(match outcome {
+        ProbeOutcome::Healthy(_) | ProbeOutcome::NotReady(_) => return None,
+        // No probe could be made: this host's certificate, key, CA or settings.
+        ProbeOutcome::CannotTell(_) => "cannot_probe",
+        ProbeOutcome::Unhealthy(e) => match e {
+            ProbeError::Refused { .. } => "refused",
+            ProbeError::Connect { .. } => "connect",
+            ProbeError::Tls { .. } => "tls",
+            ProbeError::Timeout { .. } => "timeout",
+            ProbeError::Status { .. } => "http_status",
+            ProbeError::NotRunning(_) => "not_running",
+            ProbeError::Unreadable { .. } => "unreadable",
+            // The HTTP exchange broke after connecting.
+            ProbeError::Http { .. } => "exchange",
+        },
+    })
 }
 
 /// The daemon's counters: polls and probes, counted as they happen.
@@ -98,7 +76,7 @@ pub struct Metrics {
     /// Polls answered, by how they came and by verdict: `[via][verdict]`.
     polls: [[AtomicU64; Verdict::ALL.len()]; 2],
     /// Failed probes, by cause.
-    failures: [AtomicU64; Cause::LABELS.len()],
+    failures: [AtomicU64; CAUSES.len()],
     /// How long each probe that reached the network took.
     probe_seconds: Histogram,
     /// Drain events read from the event log, by action (counted by the log's reader).
@@ -128,13 +106,21 @@ impl Metrics {
         if report.endpoint.is_some() {
             self.probe_seconds.observe(report.latency.as_secs_f64());
         }
-        if let Some(cause) = Cause::of(&report.outcome) {
-            self.failures[cause as usize].fetch_add(1, Ordering::Relaxed);
+        let failed = cause(&report.outcome).and_then(|c| CAUSES.iter().position(|l| *l == c));
+        if let Some(i) = failed {
+            self.failures[i].fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// The scrape's body: OpenMetrics, or the classic text format.
-    pub fn render(&self, now: Current<'_>, readings: &Readings, openmetrics: bool) -> String {
+    /// The scrape's body: OpenMetrics, or the classic text format. `decision` is the one a
+    /// poll would get now, decided at the scrape; `pollers` were heard from recently.
+    pub fn render(
+        &self,
+        decision: &Decision<'_>,
+        pollers: usize,
+        readings: &Readings,
+        openmetrics: bool,
+    ) -> String {
         let mut out = Exposition::new(openmetrics, 8 * 1024);
         out.family("pmcheck_build", "pmcheck's version", Kind::Info, None);
         out.sample("_info", &[("version", env!("CARGO_PKG_VERSION"))], 1u8);
@@ -147,7 +133,7 @@ impl Metrics {
         for (action, n) in self.drain_events.each() {
             out.sample("_total", &[("action", action.as_str())], n);
         }
-        now.encode(&mut out);
+        encode_decision(&mut out, decision);
         out.histogram(
             "pmcheck_probe_duration",
             "How long each probe of Puppet Server's status API took",
@@ -160,7 +146,7 @@ impl Metrics {
             Kind::Counter,
             None,
         );
-        for (cause, n) in Cause::LABELS.iter().zip(&self.failures) {
+        for (cause, n) in CAUSES.iter().zip(&self.failures) {
             out.sample("_total", &[("cause", cause)], n.load(Ordering::Relaxed));
         }
         out.family(
@@ -180,9 +166,9 @@ impl Metrics {
             "pmcheck_pollers",
             "Hosts that polled in the last 10 minutes",
             None,
-            now.pollers,
+            pollers,
         );
-        if let Some(pool) = now.pool {
+        if let Some(pool) = decision.probe.and_then(|p| p.pool.as_ref()) {
             encode_pool(&mut out, pool);
         }
         if let Some(expiries) = readings.expiries() {
@@ -195,84 +181,66 @@ impl Metrics {
     }
 }
 
-/// What a scrape reports besides the counters, decided at the scrape like a poll.
-#[derive(Debug, Clone, Copy)]
-pub struct Current<'a> {
-    /// The verdict a poll would get now.
-    pub verdict: Verdict,
-    /// The agent-check weight a poll would get now, in percent.
-    pub weight: u8,
-    /// The drain state.
-    pub drain: &'a DrainState,
-    /// The pool from the latest probe, when it read one.
-    pub pool: Option<&'a Pool>,
-    /// When the pause in force began, while the pool is paused.
-    pub paused_since: Option<SystemTime>,
-    /// How many pollers were heard from recently.
-    pub pollers: usize,
-}
-
-impl Current<'_> {
-    /// The verdict, the weight, a pause and the drain.
-    fn encode(&self, out: &mut Exposition) {
-        out.family(
-            "pmcheck_verdict",
-            "1 for the verdict a poll gets now (only OK answers 200), 0 for the others",
-            Kind::Gauge,
-            None,
-        );
-        for verdict in Verdict::ALL {
-            let now = u8::from(verdict == self.verdict);
-            out.sample("", &[("verdict", verdict.as_str())], now);
-        }
+/// The verdict, the weight, a pause and the drain of `decision`.
+fn encode_decision(out: &mut Exposition, decision: &Decision<'_>) {
+    out.family(
+        "pmcheck_verdict",
+        "1 for the verdict a poll gets now (only OK answers 200), 0 for the others",
+        Kind::Gauge,
+        None,
+    );
+    for verdict in Verdict::ALL {
+        let now = u8::from(verdict == decision.verdict);
+        out.sample("", &[("verdict", verdict.as_str())], now);
+    }
+    out.gauge(
+        "pmcheck_agent_weight_ratio",
+        "The weight the agent check reports now, as a ratio of the configured weight (its floor while not OK)",
+        None,
+        f64::from(decision.weight) / 100.0,
+    );
+    let paused_since = (decision.probe.and_then(|p| p.pause.as_ref())).map(|p| p.since);
+    out.gauge(
+        "pmcheck_paused",
+        "1 while Puppet Server's JRuby pool is paused (locked or refilling after being ready): answered OK at the floor weight for at most --pause-grace",
+        None,
+        u8::from(paused_since.is_some()),
+    );
+    if let Some(since) = paused_since {
         out.gauge(
-            "pmcheck_agent_weight_ratio",
-            "The weight the agent check reports now, as a ratio of the configured weight (its floor while not OK)",
-            None,
-            f64::from(self.weight) / 100.0,
+            "pmcheck_pause_started_timestamp",
+            "When the pause in force began",
+            Some("seconds"),
+            epoch_seconds(since),
         );
+    }
+    let (drained, since, until) = match decision.drain {
+        DrainState::NotDrained | DrainState::Expired(_) => (false, None, None),
+        DrainState::Drained(d) => (true, d.since(), d.until()),
+        // Absent: pmcheck cannot tell.
+        DrainState::Unknown(_) => return,
+    };
+    out.gauge(
+        "pmcheck_drained",
+        "1 while an operator's drain is in force (absent when pmcheck cannot tell)",
+        None,
+        u8::from(drained),
+    );
+    if let Some(since) = since {
         out.gauge(
-            "pmcheck_paused",
-            "1 while Puppet Server's JRuby pool is paused (locked or refilling after being ready): answered OK at the floor weight for at most --pause-grace",
-            None,
-            u8::from(self.paused_since.is_some()),
+            "pmcheck_drain_started_timestamp",
+            "When the drain in force began",
+            Some("seconds"),
+            epoch_seconds(since),
         );
-        if let Some(since) = self.paused_since {
-            out.gauge(
-                "pmcheck_pause_started_timestamp",
-                "When the pause in force began",
-                Some("seconds"),
-                epoch_seconds(since),
-            );
-        }
-        let (drained, since, until) = match self.drain {
-            DrainState::NotDrained | DrainState::Expired(_) => (false, None, None),
-            DrainState::Drained(d) => (true, d.since(), d.until()),
-            // Absent: pmcheck cannot tell.
-            DrainState::Unknown(_) => return,
-        };
+    }
+    if let Some(until) = until {
         out.gauge(
-            "pmcheck_drained",
-            "1 while an operator's drain is in force (absent when pmcheck cannot tell)",
-            None,
-            u8::from(drained),
+            "pmcheck_drain_expires_timestamp",
+            "When the drain in force lapses by itself (drain --for)",
+            Some("seconds"),
+            epoch_seconds(until),
         );
-        if let Some(since) = since {
-            out.gauge(
-                "pmcheck_drain_started_timestamp",
-                "When the drain in force began",
-                Some("seconds"),
-                epoch_seconds(since),
-            );
-        }
-        if let Some(until) = until {
-            out.gauge(
-                "pmcheck_drain_expires_timestamp",
-                "When the drain in force lapses by itself (drain --for)",
-                Some("seconds"),
-                epoch_seconds(until),
-            );
-        }
     }
 }
 
@@ -468,7 +436,7 @@ pub fn wants_openmetrics(accept: impl Iterator<Item = impl AsRef<[u8]>>) -> bool
 mod tests {
     use super::*;
     use crate::drain::record::{Drain, DrainRecord};
-    use crate::puppet::report::ProbeReport;
+    use crate::health::weight::WeightCause;
     use std::time::Duration;
 
     fn pool() -> Pool {
@@ -494,20 +462,33 @@ mod tests {
         DrainState::Drained(Drain::parse(&serde_json::to_vec(&record).unwrap()))
     }
 
+    type Now<'a> = (Verdict, &'a DrainState, Option<&'a Pool>, usize);
+
     fn now<'a>(
         verdict: Verdict,
         drain: &'a DrainState,
         pool: Option<&'a Pool>,
         pollers: usize,
-    ) -> Current<'a> {
-        Current {
+    ) -> Now<'a> {
+        (verdict, drain, pool, pollers)
+    }
+
+    fn render(metrics: &Metrics, (verdict, drain, pool, pollers): Now<'_>, open: bool) -> String {
+        let probe = pool.map(|pool| {
+            let healthy = ProbeOutcome::Healthy(None);
+            ProbeReport::with_pool(healthy, Some(pool.clone()), Duration::ZERO, None)
+        });
+        let decision = Decision {
             verdict,
+            status: verdict.status(),
             weight: 0,
+            weight_cause: WeightCause::NotOk,
+            reason: "".into(),
             drain,
-            pool,
-            paused_since: None,
-            pollers,
-        }
+            probe: probe.as_ref(),
+            age: None,
+        };
+        metrics.render(&decision, pollers, &Readings::default(), open)
     }
 
     fn sample<'t>(text: &'t str, series: &str) -> Option<&'t str> {
@@ -519,11 +500,7 @@ mod tests {
     fn every_verdict_has_a_series_and_only_the_current_one_is_1() {
         let metrics = Metrics::default();
         let drain = DrainState::NotDrained;
-        let text = metrics.render(
-            now(Verdict::NotReady, &drain, None, 0),
-            &Readings::default(),
-            false,
-        );
+        let text = render(&metrics, now(Verdict::NotReady, &drain, None, 0), false);
         for verdict in Verdict::ALL {
             let want = if verdict == Verdict::NotReady {
                 "1"
@@ -561,7 +538,7 @@ mod tests {
         ));
         let drain = DrainState::NotDrained;
         let now = now(Verdict::Down, &drain, None, 2);
-        let text = metrics.render(now, &Readings::default(), false);
+        let text = render(&metrics, now, false);
         let get = |s: &str| sample(&text, s).unwrap_or_else(|| panic!("no {s} in\n{text}"));
         assert_eq!(get(r#"pmcheck_polls_total{kind="http",verdict="OK"}"#), "2");
         assert_eq!(
@@ -609,7 +586,7 @@ mod tests {
         let drain = drained(Some(Duration::from_secs(3600)));
         let pool = pool();
         let now = now(Verdict::Drained, &drain, Some(&pool), 1);
-        let text = metrics.render(now, &Readings::default(), false);
+        let text = render(&metrics, now, false);
         let get = |s: &str| sample(&text, s).unwrap_or_else(|| panic!("no {s} in\n{text}"));
         assert_eq!(get("pmcheck_puppetserver_jruby_pool_size"), "4");
         assert_eq!(get("pmcheck_puppetserver_jruby_free"), "1");
@@ -657,11 +634,7 @@ mod tests {
             path: "/var/lib/pmcheck/drain".into(),
             after: Duration::from_secs(1),
         });
-        let text = metrics.render(
-            now(Verdict::Unknown, &drain, None, 0),
-            &Readings::default(),
-            true,
-        );
+        let text = render(&metrics, now(Verdict::Unknown, &drain, None, 0), true);
         assert!(!text.contains("pmcheck_drained"), "{text}");
         assert_eq!(
             sample(&text, r#"pmcheck_verdict{verdict="UNKNOWN"}"#),
@@ -675,8 +648,8 @@ mod tests {
         let drain = drained(None);
         let pool = pool();
         let now = now(Verdict::Drained, &drain, Some(&pool), 0);
-        let open = metrics.render(now, &Readings::default(), true);
-        let text = metrics.render(now, &Readings::default(), false);
+        let open = render(&metrics, now, true);
+        let text = render(&metrics, now, false);
         assert!(open.ends_with("# EOF\n"), "{open}");
         assert!(open.contains("# TYPE pmcheck_polls counter\n"), "{open}");
         assert!(open.contains("# TYPE pmcheck_build info\n"), "{open}");

@@ -31,8 +31,7 @@ use crate::responder::http::{
     METRICS_PATH, Rendered, STATUS_PATH, from_pmcheck, method_not_allowed, plain, respond,
     respond_with, with_body,
 };
-use crate::responder::metrics::Metrics;
-use crate::responder::metrics::{self, Current};
+use crate::responder::metrics::{self, Metrics};
 use crate::responder::pollers::{Poll, Pollers, Via};
 use crate::responder::server_line;
 use crate::settings::lb_proof::{self, LbProof, Whose};
@@ -164,12 +163,7 @@ impl Node {
                 whose,
                 at: now.at,
             };
-            let line = if quiet {
-                agent::quiet_line(decision)
-            } else {
-                agent::line(decision)
-            };
-            (line, told)
+            (agent::line(decision, quiet), told)
         })
     }
 
@@ -278,6 +272,74 @@ impl Node {
         }
     }
 
+    /// HAProxy applies an agent line as it reads it, with no header to decide by: the
+    /// agent check follows what its server line's HTTP check was answered last, so it
+    /// never takes the node out before that check did. With nothing to follow yet (the
+    /// daemon just started, or the line's HTTP check has not come since), a drain the
+    /// rule may hold is neither put in force nor lifted: no admin word.
+    pub(crate) fn agent_kept(
+        &self,
+        peer: IpAddr,
+        key_line: Option<Option<usize>>,
+        line: Option<&[u8]>,
+        may_hold: bool,
+        now: Instant,
+    ) -> Option<Kept> {
+        let name = line.map_or_else(
+            || "the server lines it checks".to_owned(),
+            |l| String::from_utf8_lossy(l).into_owned(),
+        );
+        let who = peer.to_canonical();
+        let Some(followed) = self.pollers.followed(peer, key_line, line, may_hold, now) else {
+            // Unproven, and nothing held at its address: it proves nothing. Where load
+            // balancers prove themselves (a key file) it never says `drain`: HAProxy's DRAIN
+            // leaves the header's word UP and only the total drops, so the line would read as
+            // the backend's last server; the HTTP check takes the node out. Elsewhere it is
+            // answered as anyone is.
+            let why = if key_line.is_none() && self.proof().wants_key() {
+                format!(
+                    "this agent check sent no key and cannot be told to its server line: it leaves the server as it is, and the HTTP check of {name} takes the node out"
+                )
+            } else {
+                key_line.filter(|_| may_hold)?;
+                format!(
+                    "no HTTP check of {name} by load balancer {who} seen yet: the agent check leaves the server as it is until it follows one"
+                )
+            };
+            return Some(Kept {
+                held: None,
+                quiet: true,
+                why,
+            });
+        };
+        if followed.told == Verdict::Drained {
+            return None;
+        }
+        let why = match followed.held {
+            Some(_) if !followed.placed => format!(
+                "drain held at load balancer {who}, and this agent check cannot be told from that line's (it sent no key, names no line or one checked elsewhere, or a held line's own agent check is not heard): it keeps the node in; send `agent-send \"BACKEND/SERVER KEY\"` on every server line"
+            ),
+            Some(Held::LastServer) => format!(
+                "drain held: load balancer {who} says this node is the only server taking new agents for {name}"
+            ),
+            Some(Held::EmptyBackend) => format!(
+                "drain held: load balancer {who} says no server takes new agents for {name}"
+            ),
+            Some(Held::TwoViews) => format!(
+                "drain held: two load balancers at {who} answer as one for {name}: give each its own key"
+            ),
+            None => format!(
+                "drain not yet taken out by load balancer {who}'s HTTP check of {name} (answered {} last): the agent check follows it",
+                followed.told.as_str()
+            ),
+        };
+        Some(Kept {
+            held: followed.held,
+            quiet: false,
+            why,
+        })
+    }
+
     /// Counts a poll, and notes its poller unless it is pmcheck's own tool (`own`).
     pub(crate) fn count(&self, poll: Poll<'_>, now: Instant, own: bool) {
         if let Some(metrics) = &self.metrics {
@@ -325,7 +387,7 @@ impl Node {
         let headers = request.headers();
         match request.uri().path() {
             METRICS_PATH => return self.scrape(method, headers),
-            STATUS_PATH => return self.status(method, headers, peer, request.uri().query()),
+            STATUS_PATH => return self.status(method, peer, request.uri().query()),
             _ => {}
         }
         // pmcheck's own tool runs on this host: the header is only looked at from here.
@@ -365,26 +427,11 @@ impl Node {
 
     /// `/status`: the verdict in JSON with its HTTP status, whatever the `Accept`; from this
     /// host with the pollers, the agents and the readings. Not a poll: no poller is recorded.
-    fn status(
-        &self,
-        method: &Method,
-        headers: &HeaderMap,
-        peer: IpAddr,
-        query: Option<&str>,
-    ) -> Response<Full<Bytes>> {
+    fn status(&self, method: &Method, peer: IpAddr, query: Option<&str>) -> Response<Full<Bytes>> {
         self.decide(|decision, now| {
-            let poll = Poll {
-                address: peer,
-                via: Via::Http,
-                verdict: decision.verdict,
-                state: None,
-                held: None,
-                line: None,
-                client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
-                proof: lb_proof::Proof::Unlisted,
-                key_line: None,
-            };
-            self.count(poll, now.at, true);
+            if let Some(metrics) = &self.metrics {
+                metrics.polled(Via::Http, decision.verdict);
+            }
             if peer.to_canonical().is_loopback() {
                 match Ask::from_query(query) {
                     Ok(ask) => self.operator_json(decision, now, method, &ask),
@@ -413,21 +460,8 @@ impl Node {
         };
         let openmetrics = metrics::wants_openmetrics(headers.get_all(header::ACCEPT).iter());
         let body = self.decide(|decision, now| {
-            metrics.render(
-                Current {
-                    verdict: decision.verdict,
-                    weight: decision.weight,
-                    drain: decision.drain,
-                    pool: decision.probe.and_then(|p| p.pool.as_ref()),
-                    paused_since: decision
-                        .probe
-                        .and_then(|p| p.pause.as_ref())
-                        .map(|p| p.since),
-                    pollers: self.pollers.count(now.at),
-                },
-                &self.readings,
-                openmetrics,
-            )
+            let pollers = self.pollers.count(now.at);
+            metrics.render(decision, pollers, &self.readings, openmetrics)
         });
         let content_type = if openmetrics {
             metrics::OPENMETRICS

@@ -51,9 +51,8 @@ impl Node {
     }
 }
 
-/// The poller table as the operator's JSON carries it.
 impl Pollers {
-    /// The list as the operator's JSON carries it.
+    /// The poller table as the operator's JSON carries it.
     pub fn answer(&self, now: Instant) -> Vec<PollerAnswer> {
         let ago = |t: Instant| ms(now.saturating_duration_since(t));
         self.list(now)

@@ -1,36 +1,27 @@
 //! A log line for an event that may repeat thousands of times a second (a shed connection, a
 //! refused one, a failed accept): the first at once, then at most one per period with the count.
 
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+/// How often a repeating event is logged at most.
+pub const EVERY: Duration = Duration::from_secs(10);
+
 /// Counts an event that may repeat thousands of times a second, and says when it is time to
-/// log it again: at the first occurrence, then at most once per period, with the count since.
-#[derive(Debug)]
-pub struct Throttle {
-    every: Duration,
-    last: Option<Instant>,
-    count: u64,
-}
+/// log it again: at the first occurrence, then at most once per [`EVERY`], with the count since.
+#[derive(Debug, Default)]
+pub struct Throttle(Mutex<(Option<Instant>, u64)>);
 
 impl Throttle {
-    pub fn new(every: Duration) -> Self {
-        Self {
-            every,
-            last: None,
-            count: 0,
-        }
-    }
-
     /// Records one event; `Some(n)` when it should be logged, `n` counting this one.
-    pub fn hit(&mut self, now: Instant) -> Option<u64> {
-        self.count += 1;
-        if self
-            .last
-            .is_some_and(|last| now.saturating_duration_since(last) < self.every)
-        {
+    pub fn hit(&self, now: Instant) -> Option<u64> {
+        let mut guard = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (last, count) = &mut *guard;
+        *count += 1;
+        if last.is_some_and(|last| now.saturating_duration_since(last) < EVERY) {
             return None;
         }
-        self.last = Some(now);
-        Some(std::mem::take(&mut self.count))
+        *last = Some(now);
+        Some(std::mem::take(count))
     }
 }
