@@ -107,12 +107,7 @@ impl Prober {
             path: target.status_path.clone(),
             pauses: PauseWatch::new(target.pause_grace),
             wedge: WedgeWatch::new(target.wedged_after),
-            client: Arc::new(PuppetClient::new(
-                target.identity.clone(),
-                (target.certname.clone(), target.certname_from.clone()),
-                target.addr.clone(),
-                target.timeout,
-            )),
+            client: Arc::new(PuppetClient::new(target.clone())),
             target,
             queue_limit_hits: None,
             on_fallback: 0,
