@@ -28,17 +28,13 @@ pub struct EventCounts([AtomicU64; Action::ALL.len()]);
 impl EventCounts {
     /// Counts one event.
     pub fn count(&self, action: Action) {
-        self.0[index(action)].fetch_add(1, Ordering::Relaxed);
+        self.0[action as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Each action with its count, in [`Action::ALL`]'s order.
     pub fn each(&self) -> [(Action, u64); Action::ALL.len()] {
-        Action::ALL.map(|a| (a, self.0[index(a)].load(Ordering::Relaxed)))
+        Action::ALL.map(|a| (a, self.0[a as usize].load(Ordering::Relaxed)))
     }
-}
-
-fn index(action: Action) -> usize {
-    Action::ALL.iter().position(|&a| a == action).unwrap_or(0)
 }
 
 /// What the reader keeps between looks.

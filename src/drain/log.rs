@@ -58,7 +58,8 @@ pub enum Action {
 }
 
 impl Action {
-    /// Every action: the metric's fixed label values.
+    /// Every action, in declaration order (an action's place is its number): the metric's
+    /// fixed label values.
     pub const ALL: [Action; 9] = [
         Action::Drain,
         Action::Undrain,
@@ -436,6 +437,13 @@ mod tests {
     use super::*;
     use crate::drain::audit::Follower;
     use std::time::Duration;
+
+    #[test]
+    fn an_action_is_its_place_in_all() {
+        for (i, action) in Action::ALL.into_iter().enumerate() {
+            assert_eq!(action as usize, i, "{action:?}");
+        }
+    }
 
     /// A file that takes at most `per_write` bytes a write, and fails once it holds `room`.
     struct Short {
