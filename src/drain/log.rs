@@ -8,19 +8,18 @@
 //! mode 0660 with the state directory's group (`pmcheck`): the root-run commands and the
 //! daemon both append, nobody else reads.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::tenure::Stamp;
-use crate::safe_file::{Access, Examined, Links, not_regular};
+use crate::safe_file::{Access, Examined, Links, not_regular, open_shared};
 
 /// The log's name in the state directory.
 pub const LOG_NAME: &str = "drain-events.log";
@@ -301,25 +300,11 @@ impl DrainLog {
         }
     }
 
-    /// Opens for appending without following links or opening anything but a regular file,
-    /// creating it 0660 with the state directory's group (whoever creates it, the other side
-    /// can still append).
+    /// Opens for appending ([`open_shared`]), mode 0660 with the state directory's group
+    /// (whoever creates it, the other side can still append).
     fn open(&self) -> io::Result<File> {
-        let open = || {
-            let examined = Examined::at(&self.path, Links::Refuse)?;
-            if examined.meta.is_file() {
-                examined.open(&self.path, Access::Append)
-            } else {
-                Err(io::Error::other("not a regular file: remove it"))
-            }
-        };
-        let file = match open() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                self.create()?;
-                open()?
-            }
-            opened => opened?,
-        };
+        let refused = |_| io::Error::other("not a regular file: remove it");
+        let file = open_shared(&self.dir, &self.path, Access::Append, MODE, refused)?;
         let meta = file.metadata()?;
         let dir_gid = fs::metadata(&self.dir)?.gid();
         if meta.gid() != dir_gid && meta.uid() == nix::unistd::geteuid().as_raw() {
@@ -331,30 +316,6 @@ impl DrainLog {
             file.set_permissions(fs::Permissions::from_mode(MODE))?;
         }
         Ok(file)
-    }
-
-    /// Makes the log with the state directory's group and its mode before it has its name: a
-    /// log that appeared with its creator's group (root) refused the daemon until the creator
-    /// changed it. When another process made it first, theirs stays.
-    fn create(&self) -> io::Result<()> {
-        let aside = self.dir.join(format!(".{LOG_NAME}.{}", std::process::id()));
-        let _ = fs::remove_file(&aside);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(MODE)
-            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
-            .open(&aside)?;
-        let dir_gid = fs::metadata(&self.dir)?.gid();
-        let _ = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
-        // The umask took bits off.
-        file.set_permissions(fs::Permissions::from_mode(MODE))?;
-        let linked = fs::hard_link(&aside, &self.path);
-        let _ = fs::remove_file(&aside);
-        match linked {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-            linked => linked,
-        }
     }
 
     /// The last `n` events, oldest first, from the log and the old log after it. Reads only the
@@ -594,7 +555,10 @@ mod tests {
         let mut follower = Follower::new(log.clone());
         assert!(follower.read().unwrap().events.is_empty(), "old news");
         log.append(&event("a")).unwrap();
-        let mut f = OpenOptions::new().append(true).open(log.path()).unwrap();
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(log.path())
+            .unwrap();
         f.write_all(b"not json\n{\"half").unwrap();
         let news = follower.read().unwrap();
         assert_eq!(news.events.len(), 1);
