@@ -97,7 +97,7 @@ impl Audit {
                 if news.unreadable > 0 {
                     tracing::warn!(
                         lines = news.unreadable,
-                        drain_log = %DrainLog::new(self.file.dir()).path().display(),
+                        drain_log = %self.follower.log.path().display(),
                         "lines of the drain event log are not drain events (written by hand, or damaged); left out"
                     );
                 }
@@ -110,7 +110,7 @@ impl Audit {
                 let said = e.to_string();
                 if self.failing.as_deref() != Some(&said) {
                     tracing::warn!(
-                        drain_log = %DrainLog::new(self.file.dir()).path().display(),
+                        drain_log = %self.follower.log.path().display(),
                         error = %said,
                         "cannot read the drain event log; drain events are not counted meanwhile"
                     );
@@ -153,8 +153,7 @@ impl Audit {
     }
 
     fn logged_before(&self, (since, until): &(Stamp, Stamp)) -> bool {
-        let log = DrainLog::new(self.file.dir());
-        log.tail(32).is_ok_and(|events| {
+        (self.follower.log.tail(32)).is_ok_and(|events| {
             events.iter().any(|e| {
                 e.action == Action::Expire
                     && e.since.as_ref() == Some(since)
