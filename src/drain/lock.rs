@@ -86,13 +86,7 @@ struct Trying {
 impl Trying {
     fn open(dir: &Path, wait: Duration) -> Result<Self, LockError> {
         let path = dir.join(NAME);
-        let file = open(dir, &path).map_err(|e| match e.kind() {
-            io::ErrorKind::IsADirectory => LockError::Open(io::Error::other(format!(
-                "{} is a directory, not the lock: remove it (rmdir)",
-                path.display()
-            ))),
-            _ => LockError::Open(e),
-        })?;
+        let file = open(dir, &path).map_err(LockError::Open)?;
         Ok(Self {
             file: Some(file),
             path,
@@ -134,7 +128,10 @@ fn open(dir: &Path, path: &Path) -> io::Result<File> {
         ))
     };
     let refused = |kind| match kind {
-        "a directory" => io::ErrorKind::IsADirectory.into(),
+        "a directory" => io::Error::other(format!(
+            "{} is a directory, not the lock: remove it (rmdir)",
+            path.display()
+        )),
         kind => not_regular(kind),
     };
     let file = match open_shared(dir, path, Access::ReadWrite, MODE, refused) {
