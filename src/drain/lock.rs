@@ -6,7 +6,7 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -134,22 +134,12 @@ fn open(dir: &Path, path: &Path) -> io::Result<File> {
         )),
         kind => not_regular(kind),
     };
-    let file = match open_shared(dir, path, Access::ReadWrite, MODE, refused) {
+    match open_shared(dir, path, Access::ReadWrite, MODE, true, refused) {
         Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
-            return Err(not_regular("a symbolic link"));
+            Err(not_regular("a symbolic link"))
         }
-        opened => opened?,
-    };
-    let meta = file.metadata()?;
-    let mine = meta.uid() == nix::unistd::geteuid().as_raw();
-    let dir_gid = fs::metadata(dir)?.gid();
-    if mine && meta.gid() != dir_gid {
-        std::os::unix::fs::fchown(&file, None, Some(dir_gid))?;
+        opened => opened,
     }
-    if mine && meta.mode() & 0o777 != MODE {
-        file.set_permissions(fs::Permissions::from_mode(MODE))?;
-    }
-    Ok(file)
 }
 
 /// `PID 1234 (sleep, user nobody)`, from /proc/locks; `another process` when the system does

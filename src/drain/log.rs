@@ -10,7 +10,6 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -304,18 +303,7 @@ impl DrainLog {
     /// (whoever creates it, the other side can still append).
     fn open(&self) -> io::Result<File> {
         let refused = |_| io::Error::other("not a regular file: remove it");
-        let file = open_shared(&self.dir, &self.path, Access::Append, MODE, refused)?;
-        let meta = file.metadata()?;
-        let dir_gid = fs::metadata(&self.dir)?.gid();
-        if meta.gid() != dir_gid && meta.uid() == nix::unistd::geteuid().as_raw() {
-            // Best effort: only the owner (or root) may; the other side then still appends
-            // through the group when it made the file.
-            let _ = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
-        }
-        if meta.mode() & 0o777 != MODE && meta.uid() == nix::unistd::geteuid().as_raw() {
-            file.set_permissions(fs::Permissions::from_mode(MODE))?;
-        }
-        Ok(file)
+        open_shared(&self.dir, &self.path, Access::Append, MODE, false, refused)
     }
 
     /// The last `n` events, oldest first, from the log and the old log after it. Reads only the
@@ -397,6 +385,7 @@ fn write_whole(out: &mut impl Tail, start: u64, line: &[u8]) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::drain::audit::Follower;
+    use std::os::unix::fs::MetadataExt as _;
     use std::time::Duration;
 
     #[test]
