@@ -267,7 +267,11 @@ impl DrainLog {
         };
         let line = event.line();
         let unrotated = self.rotate(line.len() as u64).map_err(fail)?;
-        let mut file = self.open().map_err(fail)?;
+        // Mode 0660 with the state directory's group: whoever creates it, the other side
+        // can still append.
+        let refused = |_| io::Error::other("not a regular file: remove it");
+        let opened = open_shared(&self.dir, &self.path, Access::Append, MODE, false, refused);
+        let mut file = opened.map_err(fail)?;
         let start = file.metadata().map_err(fail)?.len();
         write_whole(&mut file, start, &line).map_err(fail)?;
         match unrotated {
@@ -297,13 +301,6 @@ impl DrainLog {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(None),
         }
-    }
-
-    /// Opens for appending ([`open_shared`]), mode 0660 with the state directory's group
-    /// (whoever creates it, the other side can still append).
-    fn open(&self) -> io::Result<File> {
-        let refused = |_| io::Error::other("not a regular file: remove it");
-        open_shared(&self.dir, &self.path, Access::Append, MODE, false, refused)
     }
 
     /// The last `n` events, oldest first, from the log and the old log after it. Reads only the
