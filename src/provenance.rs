@@ -143,9 +143,7 @@ impl<'a> Provenance<'a> {
             .map(|var| var.to_string_lossy().into_owned())
             .unwrap_or_default()
     }
-}
 
-impl Provenance<'_> {
     /// The settings of `argv` (parsed into `matches`) with what the service's environment
     /// `file` sets for options nobody gave on the command line or in the environment: parsed
     /// again with those values as flags, so that clap checks them as it checks flags.
@@ -155,8 +153,6 @@ impl Provenance<'_> {
         file: &EnvFile,
     ) -> Result<Given, ProvenanceError> {
         let sub = Provenance::of(matches);
-        // What the file sets, for options nobody gave on the command line or in the environment:
-        // parsed again with those values as flags, so that clap checks them as it checks flags.
         let mut argv = argv.to_vec();
         let mut from_file = HashMap::new();
         for arg in sub.command.get_arguments() {

@@ -12,7 +12,9 @@
 use std::fs::{File, Metadata, OpenOptions};
 use std::io::{self, Read};
 use std::os::fd::AsRawFd as _;
-use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{
+    FileTypeExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
+};
 use std::path::Path;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -175,6 +177,73 @@ fn nofollow(links: Links) -> OFlag {
     match links {
         Links::Follow => OFlag::empty(),
         Links::Refuse => OFlag::O_NOFOLLOW,
+    }
+}
+
+/// Opens `path`, a file of the state directory `dir` that root's commands and the daemon both
+/// open (the lock, the event log), for `access`: without following a link at it or opening
+/// anything but a regular file (what else stands there is `refused` by what it is). A missing
+/// file is made first ([`create_shared`]); one of this user's gets `mode` and the directory's
+/// group back, whoever made it. Only the owner (or root) may change its group: when
+/// `regroup_or_fail` is false that is best effort, and the other side still opens it through
+/// the group when it made the file.
+pub(crate) fn open_shared(
+    dir: &Path,
+    path: &Path,
+    access: Access,
+    mode: u32,
+    regroup_or_fail: bool,
+    refused: impl Fn(&'static str) -> io::Error,
+) -> io::Result<File> {
+    let open = || {
+        let examined = Examined::at(path, Links::Refuse)?;
+        match not_regular(&examined.meta) {
+            Some(kind) => Err(refused(kind)),
+            None => examined.open(path, access),
+        }
+    };
+    let file = match open() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            create_shared(dir, path, mode).and_then(|()| open())?
+        }
+        opened => opened?,
+    };
+    let meta = file.metadata()?;
+    let mine = meta.uid() == nix::unistd::geteuid().as_raw();
+    let dir_gid = std::fs::metadata(dir)?.gid();
+    if mine && meta.gid() != dir_gid {
+        let regrouped = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
+        if regroup_or_fail {
+            regrouped?;
+        }
+    }
+    if mine && meta.mode() & 0o777 != mode {
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    }
+    Ok(file)
+}
+
+/// Makes `path` with `mode` and the directory's group before it has its name: one that
+/// appeared with its creator's group (root) refused the daemon until the creator changed it.
+/// When another process made it first, theirs stays.
+fn create_shared(dir: &Path, path: &Path, mode: u32) -> io::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let aside = dir.join(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&aside);
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
+        .open(&aside)?;
+    let _ = std::os::unix::fs::fchown(&file, None, Some(std::fs::metadata(dir)?.gid()));
+    // The umask took bits off.
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    let linked = std::fs::hard_link(&aside, path);
+    let _ = std::fs::remove_file(&aside);
+    match linked {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        linked => linked,
     }
 }
 

@@ -28,17 +28,13 @@ pub struct EventCounts([AtomicU64; Action::ALL.len()]);
 impl EventCounts {
     /// Counts one event.
     pub fn count(&self, action: Action) {
-        self.0[index(action)].fetch_add(1, Ordering::Relaxed);
+        self.0[action as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Each action with its count, in [`Action::ALL`]'s order.
     pub fn each(&self) -> [(Action, u64); Action::ALL.len()] {
-        Action::ALL.map(|a| (a, self.0[index(a)].load(Ordering::Relaxed)))
+        Action::ALL.map(|a| (a, self.0[a as usize].load(Ordering::Relaxed)))
     }
-}
-
-fn index(action: Action) -> usize {
-    Action::ALL.iter().position(|&a| a == action).unwrap_or(0)
 }
 
 /// What the reader keeps between looks.
@@ -101,7 +97,7 @@ impl Audit {
                 if news.unreadable > 0 {
                     tracing::warn!(
                         lines = news.unreadable,
-                        drain_log = %DrainLog::new(self.file.dir()).path().display(),
+                        drain_log = %self.follower.log.path().display(),
                         "lines of the drain event log are not drain events (written by hand, or damaged); left out"
                     );
                 }
@@ -114,7 +110,7 @@ impl Audit {
                 let said = e.to_string();
                 if self.failing.as_deref() != Some(&said) {
                     tracing::warn!(
-                        drain_log = %DrainLog::new(self.file.dir()).path().display(),
+                        drain_log = %self.follower.log.path().display(),
                         error = %said,
                         "cannot read the drain event log; drain events are not counted meanwhile"
                     );
@@ -157,8 +153,7 @@ impl Audit {
     }
 
     fn logged_before(&self, (since, until): &(Stamp, Stamp)) -> bool {
-        let log = DrainLog::new(self.file.dir());
-        log.tail(32).is_ok_and(|events| {
+        (self.follower.log.tail(32)).is_ok_and(|events| {
             events.iter().any(|e| {
                 e.action == Action::Expire
                     && e.since.as_ref() == Some(since)

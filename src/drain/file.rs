@@ -363,27 +363,7 @@ impl DrainFile {
             }
         }
     }
-}
 
-/// What an update does with the record.
-#[derive(Debug)]
-pub enum Change {
-    /// Leave it as it is.
-    Keep,
-    /// Write this record.
-    Write(DrainRecord),
-    /// Remove the record: the node is undrained.
-    Remove,
-}
-
-/// The state directory's lock, held: the record and the event log change only through it,
-/// and it is released when this is dropped.
-pub struct Locked<'a> {
-    file: &'a DrainFile,
-    _lock: Flock<File>,
-}
-
-impl DrainFile {
     /// Takes the state directory's lock, waiting at most [`lock::WAIT`] on this thread: for
     /// the daemon's blocking pool. Commands use [`DrainFile::locked`].
     pub fn lock(&self) -> Result<Locked<'_>, DrainError> {
@@ -421,6 +401,24 @@ impl DrainFile {
     }
 }
 
+/// What an update does with the record.
+#[derive(Debug)]
+pub enum Change {
+    /// Leave it as it is.
+    Keep,
+    /// Write this record.
+    Write(DrainRecord),
+    /// Remove the record: the node is undrained.
+    Remove,
+}
+
+/// The state directory's lock, held: the record and the event log change only through it,
+/// and it is released when this is dropped.
+pub struct Locked<'a> {
+    file: &'a DrainFile,
+    _lock: Flock<File>,
+}
+
 impl<'a> Locked<'a> {
     /// The drain record this lock guards.
     pub fn file(&self) -> &'a DrainFile {
@@ -428,19 +426,7 @@ impl<'a> Locked<'a> {
     }
 
     /// Reads the record, decides and applies `change`, so that no other pmcheck command
-    /// changes it in between.
-    pub fn update<T>(
-        self,
-        change: impl FnOnce(Option<Drain>) -> (Change, T),
-    ) -> Result<T, DrainError> {
-        self.update_logged(|current| {
-            let (change, result) = change(current);
-            (change, Vec::new(), result)
-        })
-        .map(|(result, _)| result)
-    }
-
-    /// [`Locked::update`], appending the events `change` returns to the event log in the
+    /// changes it in between, and appends the events `change` returns to the event log in the
     /// same critical section once the change is made. A failed append does not undo the
     /// change (the record is what keeps agents away): it comes back for the caller to say.
     pub fn update_logged<T>(

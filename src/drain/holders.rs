@@ -95,16 +95,21 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// The operator's drain, written now by whoever runs the command.
-    pub fn drain(reason: String, lasting: Option<Duration>, now: SystemTime) -> Self {
+    /// `kind` held by `tenure` for `what`, of no process, that no guard checked.
+    pub fn of(kind: Kind, tenure: Tenure, what: String) -> Self {
         Self {
-            kind: Kind::Drain,
-            tenure: Tenure::from(operator(), now, lasting),
-            what: reason,
+            kind,
+            tenure,
+            what,
             process: None,
             checked: false,
             forced: None,
         }
+    }
+
+    /// The operator's drain, written now by whoever runs the command.
+    pub fn drain(reason: String, lasting: Option<Duration>, now: SystemTime) -> Self {
+        Self::of(Kind::Drain, Tenure::from(operator(), now, lasting), reason)
     }
 
     /// This process's cycle, from now.

@@ -4,17 +4,17 @@
 //! directory: on e5ddf73 a shared `flock` by user nobody blocked every drain, the emergency one
 //! too. The wait for it is bounded and names who holds it.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg, OFlag};
+use nix::fcntl::{Flock, FlockArg};
 use thiserror::Error;
 
-use crate::safe_file::{Access, Examined, Links};
+use crate::safe_file::{Access, open_shared};
 use crate::settings::duration::format_duration;
 
 /// The lock file's name in the state directory.
@@ -86,13 +86,7 @@ struct Trying {
 impl Trying {
     fn open(dir: &Path, wait: Duration) -> Result<Self, LockError> {
         let path = dir.join(NAME);
-        let file = open(dir, &path).map_err(|e| match e.kind() {
-            io::ErrorKind::IsADirectory => LockError::Open(io::Error::other(format!(
-                "{} is a directory, not the lock: remove it (rmdir)",
-                path.display()
-            ))),
-            _ => LockError::Open(e),
-        })?;
+        let file = open(dir, &path).map_err(LockError::Open)?;
         Ok(Self {
             file: Some(file),
             path,
@@ -123,9 +117,9 @@ impl Trying {
     }
 }
 
-/// Opens the lock without following links, blocking or opening anything but a regular file
-/// (a FIFO or a device planted there is examined, never opened), creating it 0660 with the
-/// directory's group (whoever creates it, the other side can still open it).
+/// Opens the lock ([`open_shared`]: a FIFO or a device planted there is examined, never
+/// opened), mode 0660 with the directory's group (whoever creates it, the other side can still
+/// open it).
 fn open(dir: &Path, path: &Path) -> io::Result<File> {
     let not_regular = |kind: &str| {
         io::Error::other(format!(
@@ -133,44 +127,19 @@ fn open(dir: &Path, path: &Path) -> io::Result<File> {
             path.display()
         ))
     };
-    // Made by another process between the look and the creation: look again.
-    let mut tries = 3;
-    let file = loop {
-        match Examined::at(path, Links::Refuse) {
-            Ok(examined) => match crate::safe_file::not_regular(&examined.meta) {
-                Some("a directory") => return Err(io::ErrorKind::IsADirectory.into()),
-                Some(kind) => return Err(not_regular(kind)),
-                None => break examined.open(path, Access::ReadWrite)?,
-            },
-            Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
-                return Err(not_regular("a symbolic link"));
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let created = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .mode(MODE)
-                    .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).bits())
-                    .open(path);
-                match created {
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries > 1 => tries -= 1,
-                    created => break created?,
-                }
-            }
-            Err(e) => return Err(e),
-        }
+    let refused = |kind| match kind {
+        "a directory" => io::Error::other(format!(
+            "{} is a directory, not the lock: remove it (rmdir)",
+            path.display()
+        )),
+        kind => not_regular(kind),
     };
-    let meta = file.metadata()?;
-    let mine = meta.uid() == nix::unistd::geteuid().as_raw();
-    let dir_gid = fs::metadata(dir)?.gid();
-    if mine && meta.gid() != dir_gid {
-        std::os::unix::fs::fchown(&file, None, Some(dir_gid))?;
+    match open_shared(dir, path, Access::ReadWrite, MODE, true, refused) {
+        Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
+            Err(not_regular("a symbolic link"))
+        }
+        opened => opened,
     }
-    if mine && meta.mode() & 0o777 != MODE {
-        file.set_permissions(fs::Permissions::from_mode(MODE))?;
-    }
-    Ok(file)
 }
 
 /// `PID 1234 (sleep, user nobody)`, from /proc/locks; `another process` when the system does

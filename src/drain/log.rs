@@ -8,19 +8,17 @@
 //! mode 0660 with the state directory's group (`pmcheck`): the root-run commands and the
 //! daemon both append, nobody else reads.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use nix::fcntl::OFlag;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::drain::holders::{Holder, Kind};
 use crate::drain::tenure::Stamp;
-use crate::safe_file::{Access, Examined, Links, not_regular};
+use crate::safe_file::{Access, Examined, Links, not_regular, open_shared};
 
 /// The log's name in the state directory.
 pub const LOG_NAME: &str = "drain-events.log";
@@ -58,7 +56,8 @@ pub enum Action {
 }
 
 impl Action {
-    /// Every action: the metric's fixed label values.
+    /// Every action, in declaration order (an action's place is its number): the metric's
+    /// fixed label values.
     pub const ALL: [Action; 9] = [
         Action::Drain,
         Action::Undrain,
@@ -268,7 +267,11 @@ impl DrainLog {
         };
         let line = event.line();
         let unrotated = self.rotate(line.len() as u64).map_err(fail)?;
-        let mut file = self.open().map_err(fail)?;
+        // Mode 0660 with the state directory's group: whoever creates it, the other side
+        // can still append.
+        let refused = |_| io::Error::other("not a regular file: remove it");
+        let opened = open_shared(&self.dir, &self.path, Access::Append, MODE, false, refused);
+        let mut file = opened.map_err(fail)?;
         let start = file.metadata().map_err(fail)?.len();
         write_whole(&mut file, start, &line).map_err(fail)?;
         match unrotated {
@@ -297,62 +300,6 @@ impl DrainLog {
             }
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(None),
-        }
-    }
-
-    /// Opens for appending without following links or opening anything but a regular file,
-    /// creating it 0660 with the state directory's group (whoever creates it, the other side
-    /// can still append).
-    fn open(&self) -> io::Result<File> {
-        let open = || {
-            let examined = Examined::at(&self.path, Links::Refuse)?;
-            if examined.meta.is_file() {
-                examined.open(&self.path, Access::Append)
-            } else {
-                Err(io::Error::other("not a regular file: remove it"))
-            }
-        };
-        let file = match open() {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                self.create()?;
-                open()?
-            }
-            opened => opened?,
-        };
-        let meta = file.metadata()?;
-        let dir_gid = fs::metadata(&self.dir)?.gid();
-        if meta.gid() != dir_gid && meta.uid() == nix::unistd::geteuid().as_raw() {
-            // Best effort: only the owner (or root) may; the other side then still appends
-            // through the group when it made the file.
-            let _ = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
-        }
-        if meta.mode() & 0o777 != MODE && meta.uid() == nix::unistd::geteuid().as_raw() {
-            file.set_permissions(fs::Permissions::from_mode(MODE))?;
-        }
-        Ok(file)
-    }
-
-    /// Makes the log with the state directory's group and its mode before it has its name: a
-    /// log that appeared with its creator's group (root) refused the daemon until the creator
-    /// changed it. When another process made it first, theirs stays.
-    fn create(&self) -> io::Result<()> {
-        let aside = self.dir.join(format!(".{LOG_NAME}.{}", std::process::id()));
-        let _ = fs::remove_file(&aside);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(MODE)
-            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
-            .open(&aside)?;
-        let dir_gid = fs::metadata(&self.dir)?.gid();
-        let _ = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
-        // The umask took bits off.
-        file.set_permissions(fs::Permissions::from_mode(MODE))?;
-        let linked = fs::hard_link(&aside, &self.path);
-        let _ = fs::remove_file(&aside);
-        match linked {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-            linked => linked,
         }
     }
 
@@ -435,7 +382,15 @@ fn write_whole(out: &mut impl Tail, start: u64, line: &[u8]) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::drain::audit::Follower;
+    use std::os::unix::fs::MetadataExt as _;
     use std::time::Duration;
+
+    #[test]
+    fn an_action_is_its_place_in_all() {
+        for (i, action) in Action::ALL.into_iter().enumerate() {
+            assert_eq!(action as usize, i, "{action:?}");
+        }
+    }
 
     /// A file that takes at most `per_write` bytes a write, and fails once it holds `room`.
     struct Short {
@@ -586,7 +541,10 @@ mod tests {
         let mut follower = Follower::new(log.clone());
         assert!(follower.read().unwrap().events.is_empty(), "old news");
         log.append(&event("a")).unwrap();
-        let mut f = OpenOptions::new().append(true).open(log.path()).unwrap();
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(log.path())
+            .unwrap();
         f.write_all(b"not json\n{\"half").unwrap();
         let news = follower.read().unwrap();
         assert_eq!(news.events.len(), 1);

@@ -58,19 +58,13 @@ impl TryFrom<Stored> for DrainRecord {
         let (Some(reason), Some(by), Some(since)) = (stored.reason, stored.by, stored.since) else {
             return Err("it names no holders, nor a drain's `reason`, `by` and `since`");
         };
+        let tenure = Tenure {
+            by,
+            since,
+            until: stored.until,
+        };
         Ok(Self {
-            holders: vec![Holder {
-                kind: Kind::Drain,
-                tenure: Tenure {
-                    by,
-                    since,
-                    until: stored.until,
-                },
-                what: reason,
-                process: None,
-                checked: false,
-                forced: None,
-            }],
+            holders: vec![Holder::of(Kind::Drain, tenure, reason)],
         })
     }
 }

@@ -7,7 +7,7 @@ use crate::puppet::expiry::{self, Expiries};
 use crate::puppet::file_sync::FileSync;
 
 /// One environment's deploy record ([`crate::puppet::code`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CodeAnswer {
     /// The environment.
     pub environment: String,
@@ -51,15 +51,7 @@ impl CodeAnswer {
             .map(|d| {
                 let mut answer = CodeAnswer {
                     environment: d.environment.clone(),
-                    state: String::new(),
-                    path: None,
-                    commit: None,
-                    started_at: None,
-                    finished_at: None,
-                    age_seconds: None,
-                    why: None,
-                    file_sync_status: None,
-                    file_sync_commit: None,
+                    ..CodeAnswer::default()
                 };
                 match &reading.file_sync {
                     FileSync::Unreadable(why) => {

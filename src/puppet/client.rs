@@ -14,18 +14,15 @@ use rustls::{AlertDescription, CertificateError};
 use tokio::sync::{Mutex, watch};
 
 use crate::file_stamp::FileStamp;
-use crate::puppet::identity::IdentityFiles;
+use crate::puppet::probe::ProbeTarget;
 use crate::puppet::probe_error::{CannotProbe, ProbeError, TlsProblem, causes, plain_name};
 use crate::puppet::status_api::{JVM_STATUS_PATH, jvm_start_time, server_timeout};
 
 /// Puppet Server over HTTPS, as this host.
 #[derive(Debug)]
 pub struct PuppetClient {
-    identity: IdentityFiles,
-    certname: String,
-    certname_from: String,
-    addr: Address,
-    timeout: Duration,
+    /// Who to ask, where, as whom, and how long to wait.
+    target: ProbeTarget,
     /// The client built from the identity files as they were (their stamps), for the listener
     /// then. Held while one is built, so two readers starting together load the identity once.
     built: Mutex<Option<Built>>,
@@ -43,21 +40,11 @@ pub fn fixed(addr: SocketAddr) -> Address {
 }
 
 impl PuppetClient {
-    /// A client of the Puppet Server at `addr` (where it listens now), whose certificate must be for `certname` (set
-    /// by `certname_from`, for the error when it is not), with this host's `identity` and a
-    /// deadline of `timeout` per request; the TLS client is built at the first request.
-    pub fn new(
-        identity: IdentityFiles,
-        (certname, certname_from): (String, String),
-        addr: Address,
-        timeout: Duration,
-    ) -> Self {
+    /// A client of the Puppet Server `target` names; the TLS client is built at the first
+    /// request.
+    pub fn new(target: ProbeTarget) -> Self {
         Self {
-            identity,
-            certname,
-            certname_from,
-            addr,
-            timeout,
+            target,
             built: Mutex::new(None),
         }
     }
@@ -69,12 +56,16 @@ impl PuppetClient {
 
     /// Where Puppet Server listens now.
     pub fn addr(&self) -> SocketAddr {
-        *self.addr.borrow()
+        *self.target.addr.borrow()
     }
 
     /// `path` on Puppet Server, without a query.
     pub fn url(&self, path: &str) -> String {
-        format!("https://{}:{}{path}", self.certname, self.addr().port())
+        format!(
+            "https://{}:{}{path}",
+            self.target.certname,
+            self.addr().port()
+        )
     }
 
     /// A status service's URL at `?level=debug`, with Puppet Server's own deadline below ours.
@@ -82,7 +73,7 @@ impl PuppetClient {
         format!(
             "{}?level=debug&timeout={}",
             self.url(path),
-            server_timeout(self.timeout)
+            server_timeout(self.target.timeout)
         )
     }
 
@@ -96,7 +87,7 @@ impl PuppetClient {
             .map(|(was, _, client)| (*was, client.clone()));
         // One trip off the runtime's workers, so a slow disk cannot stall polls: three stats
         // before every probe, and the files read only when one changed.
-        let identity = self.identity.clone();
+        let identity = self.target.identity.clone();
         let read = tokio::task::spawn_blocking(move || {
             let stamps = identity.stamps();
             match known {
@@ -112,20 +103,20 @@ impl PuppetClient {
         };
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
-            .resolve(&self.certname, addr)
+            .resolve(&self.target.certname, addr)
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .http1_only()
-            .timeout(self.timeout)
+            .timeout(self.target.timeout)
             // Reuse one connection between probes (Jetty keeps idle connections for 30 s), so
             // Puppet Server is not asked for a full handshake every interval.
             .pool_max_idle_per_host(1)
             .pool_idle_timeout(Duration::from_secs(20))
-            .user_agent(concat!("pmcheck/", env!("CARGO_PKG_VERSION")))
+            .user_agent(crate::protocol::USER_AGENT)
             .build()
             .map_err(CannotProbe::Client)?;
         // Once at start and once per renewal: worth a line.
-        let identity = &self.identity;
+        let identity = &self.target.identity;
         tracing::info!(
             hostcert = %identity.hostcert.display(),
             hostprivkey = %identity.hostprivkey.display(),
@@ -189,7 +180,7 @@ impl PuppetClient {
         if e.is_timeout() {
             return ProbeError::Timeout {
                 addr,
-                after: self.timeout,
+                after: self.target.timeout,
             };
         }
         for cause in causes(&e) {
@@ -214,11 +205,11 @@ impl PuppetClient {
     }
 
     fn tls_problem(&self, e: &rustls::Error) -> TlsProblem {
-        let certname = || self.certname.clone();
+        let certname = || self.target.certname.clone();
         match e {
             rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
                 TlsProblem::UnknownIssuer {
-                    ca: self.identity.localcacert.clone(),
+                    ca: self.target.identity.localcacert.clone(),
                 }
             }
             rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
@@ -233,7 +224,7 @@ impl PuppetClient {
             }) => TlsProblem::WrongName {
                 presented: presented.iter().map(|p| plain_name(p)).collect(),
                 certname: certname(),
-                certname_from: self.certname_from.clone(),
+                certname_from: self.target.certname_from.clone(),
             },
             rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
                 TlsProblem::NotValidForName {
@@ -254,7 +245,7 @@ impl PuppetClient {
                 | AlertDescription::AccessDenied),
             ) => TlsProblem::Rejected {
                 alert: *alert,
-                hostcert: self.identity.hostcert.clone(),
+                hostcert: self.target.identity.hostcert.clone(),
             },
             other => TlsProblem::Other(other.clone()),
         }

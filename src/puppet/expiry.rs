@@ -374,9 +374,6 @@ impl Files {
     }
 }
 
-/// The latest dates, shared with the scrape.
-pub type Latest = crate::reading::Latest<Expiries>;
-
 /// How often the daemon re-reads the files: they change a few times a year (renewal, a new
 /// CRL), and a scrape then shows the new dates within this.
 pub const REFRESH: Duration = Duration::from_secs(60);

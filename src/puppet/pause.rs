@@ -171,17 +171,12 @@ impl PauseWatch {
         self.judge(under, now, false)
     }
 
-    /// The pool's status is missing while a pause is under way: the pause goes on, within
-    /// the same grace (the time does not start again). `None` when no pause is under way.
-    pub fn continued(&mut self, now: Instant) -> Option<Result<Pause, Unready>> {
-        Some(self.judge(self.paused?, now, false))
-    }
-
-    /// No answer within the probe's deadline while a pause is under way: the pause goes on
-    /// (Puppet Server is busy making JRubies), within the same grace. `None` when no pause is
-    /// under way: then a timeout is what it always was.
-    pub fn unanswered(&mut self, now: Instant) -> Option<Result<Pause, Unready>> {
-        Some(self.judge(self.paused?, now, true))
+    /// A pause under way goes on, within the same grace (the time does not start again),
+    /// while the pool's status is missing, or while no answer comes within the probe's deadline
+    /// (`unanswered`: Puppet Server is busy making JRubies). `None` when no pause is under way:
+    /// then a timeout is what it always was.
+    pub fn goes_on(&self, now: Instant, unanswered: bool) -> Option<Result<Pause, Unready>> {
+        Some(self.judge(self.paused?, now, unanswered))
     }
 
     fn judge(
@@ -347,21 +342,24 @@ mod tests {
         let mut w = PauseWatch::new(GRACE);
         let t0 = Instant::now();
         assert_eq!(
-            w.unanswered(t0),
+            w.goes_on(t0, true),
             None,
             "no pause: a timeout stays a timeout"
         );
         w.ready(None);
         let wall = SystemTime::UNIX_EPOCH + Duration::from_secs(43201);
         w.unready(empty(), None, t0, wall).unwrap();
-        let p = w.unanswered(t0 + Duration::from_secs(2)).unwrap().unwrap();
+        let p = w
+            .goes_on(t0 + Duration::from_secs(2), true)
+            .unwrap()
+            .unwrap();
         assert_eq!(
             p.describe(),
             "paused: JRuby pool refilling after a flush since 12:00:01Z (2s); Puppet Server's \
              status API is slow to answer meanwhile"
         );
         assert!(matches!(
-            w.unanswered(t0 + GRACE + Duration::from_secs(1)),
+            w.goes_on(t0 + GRACE + Duration::from_secs(1), true),
             Some(Err(Unready::PausedTooLong { .. }))
         ));
     }

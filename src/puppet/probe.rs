@@ -107,12 +107,7 @@ impl Prober {
             path: target.status_path.clone(),
             pauses: PauseWatch::new(target.pause_grace),
             wedge: WedgeWatch::new(target.wedged_after),
-            client: Arc::new(PuppetClient::new(
-                target.identity.clone(),
-                (target.certname.clone(), target.certname_from.clone()),
-                target.addr.clone(),
-                target.timeout,
-            )),
+            client: Arc::new(PuppetClient::new(target.clone())),
             target,
             queue_limit_hits: None,
             on_fallback: 0,
@@ -154,7 +149,7 @@ impl Prober {
         // may fire first, and both mean the same.
         let found = match tokio::time::timeout(self.target.timeout, self.attempt()).await {
             Ok(Found::Outcome(ProbeOutcome::Unhealthy(ProbeError::Timeout { .. }), _)) | Err(_) => {
-                match self.pauses.unanswered(Instant::now()) {
+                match self.pauses.goes_on(Instant::now(), true) {
                     // A refill can keep the status API from answering for seconds.
                     Some(Ok(pause)) => Found::Paused(None, pause),
                     Some(Err(why)) => Found::Outcome(ProbeOutcome::NotReady(why), None),
@@ -275,7 +270,7 @@ impl Prober {
     /// The pool's status service is gone: a pause under way goes on within its grace, else
     /// the node cannot compile as far as anyone can tell.
     fn unreported(&mut self) -> Found {
-        let why = match self.pauses.continued(Instant::now()) {
+        let why = match self.pauses.goes_on(Instant::now(), false) {
             Some(Ok(pause)) => return Found::Paused(None, pause),
             Some(Err(too_long)) => too_long,
             None => Unready::Unreported {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::puppet::code;
-use crate::puppet::expiry::{self, Expiries};
+use crate::puppet::expiry::Expiries;
 use crate::reading;
 
 /// The daemon's slow readings ([`crate::reading`]), as their readers last published them:
@@ -12,7 +12,7 @@ use crate::reading;
 #[derive(Debug, Default)]
 pub struct Readings {
     /// The certificates' and the CRL's dates.
-    pub expiries: Arc<expiry::Latest>,
+    pub expiries: Arc<reading::Latest<Expiries>>,
     /// The deploy records of `--code-environment`, and file sync.
     pub code: Arc<reading::Latest<code::Reading>>,
 }

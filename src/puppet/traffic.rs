@@ -23,17 +23,15 @@ const ESTABLISHED: u8 = 0x01;
 /// `TCP_LISTEN`.
 const LISTEN: u8 = 0x0a;
 
-/// Why the connections cannot be read.
+/// Why the connections cannot be read: a table or this process's descriptor list is
+/// unreadable (not Linux, no /proc).
 #[derive(Debug, Error)]
-pub enum TrafficError {
-    /// A table or this process's descriptor list is unreadable (not Linux, no /proc).
-    #[error("cannot read {path}: {source} (pmcheck reads TCP connections from /proc on Linux)")]
-    Read {
-        /// The file or directory.
-        path: String,
-        /// Why.
-        source: io::Error,
-    },
+#[error("cannot read {path}: {source} (pmcheck reads TCP connections from /proc on Linux)")]
+pub struct TrafficError {
+    /// The file or directory.
+    path: String,
+    /// Why.
+    source: io::Error,
 }
 
 /// One row of a socket table.
@@ -65,7 +63,7 @@ pub fn connections(puppet: SocketAddr) -> Result<Vec<SocketAddr>, TrafficError> 
             // A kernel without IPv6 has no tcp6.
             Err(e) if v6 && e.kind() == io::ErrorKind::NotFound => {}
             Err(source) => {
-                return Err(TrafficError::Read {
+                return Err(TrafficError {
                     path: path.to_owned(),
                     source,
                 });
@@ -111,7 +109,7 @@ pub fn agent_connections(
 
 /// The inodes of this process's sockets: `socket:[INODE]` links in `fd_dir`.
 fn own_inodes(fd_dir: &Path) -> Result<HashSet<u64>, TrafficError> {
-    let fail = |source| TrafficError::Read {
+    let fail = |source| TrafficError {
         path: fd_dir.display().to_string(),
         source,
     };
