@@ -151,6 +151,11 @@ class Fleet:
             Master(name, os.environ[f"PMCHECK_FLEET_ADDR_{name}"], f"compile{i:02d}")
             for i, name in enumerate(os.environ["PMCHECK_FLEET_MASTERS"].split(), start=1)
         ]
+        # The master that joins the backend by itself through PuppetDB (test_members.py).
+        joiner = os.environ["PMCHECK_FLEET_JOINER"]
+        self.joiner = Master(
+            joiner, os.environ[f"PMCHECK_FLEET_ADDR_{joiner}"], f"compile{len(self.masters) + 1:02d}"
+        )
         self.agent_names = [f"{a}.{domain}" for a in os.environ["PMCHECK_FLEET_AGENTS"].split()]
         self.net = os.environ["PMCHECK_FLEET_LB_ADDR"].rsplit(".", 1)[0]
         self.key = Path("/root/lb-key").read_text().strip()
@@ -187,7 +192,10 @@ class Fleet:
         )  # fmt: skip
         if names != [m.server for m in self.masters]:
             raise st.StackError(f"server lines {names}, expected {[m.server for m in self.masters]}")
-        self.h = st.HAProxy(self.dir, "fleet", body, "packaging/haproxy/pmcheck.cfg, three masters")
+        # As Debian's unit runs it (master-worker), so that test_members.py reloads it.
+        self.h = st.HAProxy(
+            self.dir, "fleet", body, "packaging/haproxy/pmcheck.cfg, three masters", master_worker=True
+        )
         self.h.start()
         for m in self.masters:
             self.h.wait_server(self.backend, m.server, st.is_up_checked, "UP", 120)
@@ -288,6 +296,11 @@ class Fleet:
     def in_pool(self) -> int:
         assert self.h is not None
         return sum(st.fleet.serving(s) for s in self.h.servers(self.backend))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """test_members.py last: it reloads the load balancer with the backend Puppet wrote."""
+    items.sort(key=lambda item: item.path.name == "test_members.py")
 
 
 def fleet_here() -> str | None:
