@@ -17,6 +17,10 @@ Puppet Server, compile02 a master that is down (nothing answers its ports).
    saying it came from the file, with that weight; through one without the file it starts UP,
    its first check takes it out again, with the configuration's weight, and the down master is
    counted UP until its first check (measured, recorded).
+3. compile02 exported anew at another address with other ports: the reloaded worker takes its
+   address from the configuration but its ports from the state file (measured, recorded); with
+   the ports list pmcheck::haproxy writes beside the state, the save step leaves its row out and
+   it gets the configuration's ports, while compile01 stays NOLB from the file.
 """
 
 from __future__ import annotations
@@ -193,5 +197,44 @@ def test_a_reload_with_the_saved_state_keeps_what_haproxy_knew(
             f"the drained master UP at the start, NOLB after its first check, weight 100; "
             f"the down master {up_for(watch.after(old, m2), at)}",
         )
+
+        # 3. compile02 exported anew: another loopback address, other ports.
+        save(h, saved)
+        port, check = st.free_port(), st.free_port()
+        text = h.cfg.read_text()
+        line = re.search(rf"(?m)^\s*server {m2} .*$", text)[0]
+        moved = line.replace(f"{st.LOOPBACK}:{dead} ", f"127.0.0.2:{port} ").replace(
+            f" port {dead} ", f" port {check} "
+        )
+        assert moved.count(f" port {check} ") == 1 and f"127.0.0.2:{port} " in moved, moved
+        h.cfg.write_text(text.replace(line, moved))
+
+        def row(server: str) -> tuple[str, str, str, str]:
+            r = next(r for r in h.servers_state(backend) if r["srv_name"] == server)
+            return r["srv_addr"], r["srv_port"], r["srv_check_port"], r["srv_op_state"]
+
+        with Watch(h, backend) as watch:
+            watch.reload(h)
+        addr, svc, chk, _ = row(m2)
+        assert (addr, svc, chk) == ("127.0.0.2", str(dead), str(dead)), (
+            f"{h.label} took {m2}'s address and ports otherwise than measured: {addr}:{svc}, check port {chk}"
+        )
+        record(
+            f"{h.label}: a server at another address and ports, through a reload with its old state",
+            "the configuration's address, the state file's ports",
+        )
+        agent1, agent2 = (
+            re.search(rf"(?m)^\s*server {m} .*agent-port (\d+)", h.cfg.read_text())[1] for m in (m1, m2)
+        )
+        (saved / f"{backend}.ports").write_text(
+            f"{m1} {st.PUPPET_PORT} {d.port} {agent1}\n{m2} {port} {check} {agent2}\n"
+        )
+        save(h, saved)
+        assert f" {m2} " not in (saved / backend).read_text() and f" {m1} " in (saved / backend).read_text()
+        with Watch(h, backend) as watch:
+            old, _ = watch.reload(h)
+        assert row(m2)[:3] == ("127.0.0.2", str(port), str(check)), row(m2)
+        kept = watch.after(old, m1)
+        assert kept and all(op == NOLB for _, (op, _) in kept), f"{m1} left NOLB: {kept[:20]}"
     finally:
         h.stop()

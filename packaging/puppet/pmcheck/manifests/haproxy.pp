@@ -192,6 +192,32 @@ define pmcheck::haproxy (
     true    => ' init-state down',
     default => '',
   }
+  # (Two instances writing a backend of one name share its state file and this list: the first
+  # declared writes it.)
+  $ports_list = $keep_state ? {
+    true    => "${pmcheck::server_state::dir}/${backend_name}.ports",
+    default => undef,
+  }
+  if $ports_list =~ String and !defined(File[$ports_list]) {
+    # The ports of each server line, which the save step compares with the state it saves:
+    # HAProxy restores a server's ports from its state file over the configuration (its address
+    # it takes from the configuration), so a master exported anew with other ports would keep
+    # its old ones. Written before the backend, whose change reloads HAProxy.
+    file { $ports_list:
+      ensure  => file,
+      owner   => 'root',
+      group   => 'root',
+      mode    => '0600',
+      content => $servers.map |$server, $member| {
+        $agent_at = ($agent_port =~ Undef or $member['agent_port'] =~ Undef) ? {
+          true    => 0,
+          default => $member['agent_port'],
+        }
+        "${server} ${member['port']} ${member['check_port']} ${agent_at}\n"
+      }.join(''),
+      before  => Haproxy::Backend["${title} backend"],
+    }
+  }
   $servers.each |$server, $member| {
     # The agent check names its server line (BACKEND/SERVER) and sends the key: a drain is held
     # or takes effect per server line.
