@@ -14,8 +14,7 @@ use thiserror::Error;
 
 use crate::cli::WaitArgs;
 use crate::drain::file::{Change, DrainError, DrainFile};
-use crate::drain::holders::Holder;
-use crate::drain::holding::Held as Holding;
+use crate::drain::holders::{Held as Holding, Holder};
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::hold;

@@ -166,7 +166,7 @@ fn traffic(t: &TrafficAnswer) -> String {
     if let Some(problem) = &t.problem {
         return format!("cannot tell: {problem}");
     }
-    let n = t.count();
+    let n = t.total;
     if n == 0 {
         return format!("no connection to {}", t.listener);
     }

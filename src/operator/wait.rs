@@ -16,7 +16,7 @@ use crate::drain::file::DrainFile;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::view::OtherFile;
 use crate::protocol::lines::{Blocker, said};
-use crate::protocol::progress::{Ask, Progress, Stage};
+use crate::protocol::progress::Ask;
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
@@ -34,17 +34,6 @@ pub enum Goal {
         /// When the command that restarted it ended.
         since: Instant,
     },
-}
-
-impl Goal {
-    /// Its stage in the daemon's `progress`.
-    pub fn of(self, progress: &Progress) -> &Stage {
-        match self {
-            Goal::Drained => &progress.drain,
-            Goal::Undrained => &progress.undrain,
-            Goal::Healthy { .. } => &progress.healthy,
-        }
-    }
 }
 
 /// How often a line is repeated when nothing changes and the output is not a terminal.
@@ -140,7 +129,11 @@ pub async fn wait(
             if let Some(e) = view.other_file(daemon.url(), &drain_file) {
                 return ControlFlow::Break(Err(e.into()));
             }
-            let a = goal.of(&view.progress);
+            let a = match goal {
+                Goal::Drained => &view.progress.drain,
+                Goal::Undrained => &view.progress.undrain,
+                Goal::Healthy { .. } => &view.progress.healthy,
+            };
             let waited = start.elapsed();
             if !a.held.is_empty() {
                 let held = a.held.clone();
