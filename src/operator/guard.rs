@@ -111,12 +111,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     how: &WaitArgs,
     request: Request<R>,
 ) -> Result<Taken, GuardError> {
-    let Request {
-        mut mine,
-        replaces,
-        force,
-        action,
-    } = request;
+    let (mut mine, replaces, force) = (request.mine, request.replaces, request.force);
     let mut warnings = Vec::new();
     let view = view_of(daemon, file, force, &mut warnings).await?;
     let started = view.as_ref().and_then(|v| v.started());
@@ -149,7 +144,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     }
     let written = Instant::now();
     let (Holding { before, others }, lost) =
-        (file.locked().await?).hold(&mine, &replaces, action)?;
+        (file.locked().await?).hold(&mine, &replaces, request.action)?;
     warnings.extend(lost.iter().map(ToString::to_string));
     let replaced = holders_of(before).into_iter().filter(&replaces).collect();
     let mut taken = Taken {
