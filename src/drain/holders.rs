@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::drain::file::{Change, DrainError, Locked};
 use crate::drain::log::{Action, Event, LogError};
-use crate::drain::record::{Drain, DrainRecord};
+use crate::drain::record::DrainRecord;
 use crate::drain::tenure::Tenure;
 
 /// What kind of holder.
@@ -194,8 +194,8 @@ pub(crate) fn operator() -> String {
 /// What a hold found.
 #[derive(Debug)]
 pub struct Held {
-    /// The drain as it was before.
-    pub before: Option<Drain>,
+    /// The holders it replaced, expired or not.
+    pub replaced: Vec<Holder>,
     /// The live holders beside the new one.
     pub others: Vec<Holder>,
 }
@@ -224,18 +224,16 @@ impl Locked<'_> {
     ) -> Result<(Held, Vec<LogError>), DrainError> {
         self.update_logged(|before| {
             let now = SystemTime::now();
-            let record = before.as_ref().and_then(|d| d.record.as_ref());
-            let mut held: Vec<Holder> = (record.map(DrainRecord::holders).unwrap_or_default())
-                .iter()
-                .filter(|h| !replaces(h) && !h.expired_at(now))
-                .cloned()
-                .collect();
+            let all = before.and_then(|d| d.record).map(|r| r.holders().to_vec());
+            let (replaced, mut held): (Vec<_>, Vec<_>) =
+                (all.unwrap_or_default().into_iter()).partition(|h| replaces(h));
+            held.retain(|h| !h.expired_at(now));
             let others = held.clone();
             held.push(mine.clone());
             // Never empty: `mine` is in it.
             let change = DrainRecord::held_by(held).map_or(Change::Keep, Change::Write);
             let events = vec![Event::of(action, mine, now)];
-            (change, events, Held { before, others })
+            (change, events, Held { replaced, others })
         })
     }
 
@@ -302,7 +300,7 @@ mod tests {
         };
 
         let held = hold(&drain);
-        assert!(held.before.is_none() && held.others.is_empty());
+        assert!(held.replaced.is_empty() && held.others.is_empty());
         let forced_drain = Holder {
             forced: Some("--force".to_owned()),
             ..drain.clone()

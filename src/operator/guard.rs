@@ -143,10 +143,9 @@ pub async fn take<R: Fn(&Holder) -> bool>(
         }
     }
     let written = Instant::now();
-    let (Holding { before, others }, lost) =
+    let (Holding { replaced, others }, lost) =
         (file.locked().await?).hold(&mine, &replaces, request.action)?;
     warnings.extend(lost.iter().map(ToString::to_string));
-    let replaced = holders_of(before).into_iter().filter(&replaces).collect();
     let mut taken = Taken {
         mine,
         others,
