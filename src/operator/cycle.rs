@@ -171,7 +171,7 @@ pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
     // nobody can tell when it is safe.
     let file = DrainFile::new(&args.state.state_dir);
     let view = (daemon.ask().await).map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
-    if let Some(e) = view.other_file(daemon.url(), &file.resolved()) {
+    if let Some(e) = view.other_file(&daemon.url, &file.resolved()) {
         return Err(CycleError::NoDaemon(e.into()));
     }
     let reason = args.reason.clone().unwrap_or_else(|| {

@@ -213,14 +213,14 @@ async fn watched(
                     format!("{who} answered {told} for {backend}/{server} ({age} ago)")
                 })
                 .collect(),
-            says: view.says(daemon.url()),
+            says: view.says(&daemon.url),
         },
         Some((view, settled)) => Outcome::Unwatched {
-            says: view.says(daemon.url()),
+            says: view.says(&daemon.url),
             late: (!settled).then(|| late(&view, how, written)),
         },
         None => {
-            let (url, path) = (daemon.url(), file.path().display());
+            let (url, path) = (&daemon.url, file.path().display());
             taken.warnings.push(format!(
                 "pmcheck at {url} does not answer DRAINED after the drain: is it watching {path}?"
             ));
@@ -255,7 +255,7 @@ async fn view_of(
     let found = daemon.asking(Ask::default, |answer| {
         asked += 1;
         let why = match answer {
-            Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
+            Ok(view) => match view.other_file(&daemon.url, &file.resolved()) {
                 None => return ControlFlow::Break(Ok(Some(view))),
                 Some(other) => other.to_string(),
             },

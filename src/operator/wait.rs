@@ -126,7 +126,7 @@ pub async fn wait(
                 }
                 Err(e) => break 'line e.to_string(),
             };
-            if let Some(e) = view.other_file(daemon.url(), &drain_file) {
+            if let Some(e) = view.other_file(&daemon.url, &drain_file) {
                 return ControlFlow::Break(Err(e.into()));
             }
             let a = match goal {
@@ -193,9 +193,9 @@ pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> 
             Err(e) => Err(format!(
                 "{e}; the record is written, and a daemon watching it answers accordingly from its start"
             )),
-            Ok(view) if view.drained() == drained => Ok(view.says(daemon.url())),
+            Ok(view) if view.drained() == drained => Ok(view.says(&daemon.url)),
             Ok(view) if Instant::now() >= deadline => {
-                Err(format!("after 2s, {}", view.says(daemon.url())))
+                Err(format!("after 2s, {}", view.says(&daemon.url)))
             }
             Ok(_) => return ControlFlow::Continue(()),
         })
