@@ -325,31 +325,17 @@ mod tests {
             "each drain says for itself whether it was forced"
         );
 
-        let (left, _) = file
-            .lock()
-            .unwrap()
-            .release(is(Kind::Stop), Action::StopUndrain)
-            .unwrap();
+        let release = |kind: Kind, action| {
+            let (left, _) = file.lock().unwrap().release(is(kind), action).unwrap();
+            left
+        };
+        let left = release(Kind::Stop, Action::StopUndrain);
         assert_eq!(left, Release::StillHeld(vec![drain.clone()]));
-        let (left, _) = file
-            .lock()
-            .unwrap()
-            .release(is(Kind::Stop), Action::StopUndrain)
-            .unwrap();
+        let left = release(Kind::Stop, Action::StopUndrain);
         assert_eq!(left, Release::NotHeld(vec![drain]));
-        let (left, _) = file
-            .lock()
-            .unwrap()
-            .release(is(Kind::Drain), Action::Undrain)
-            .unwrap();
-        assert_eq!(left, Release::Undrained);
+        assert_eq!(release(Kind::Drain, Action::Undrain), Release::Undrained);
         assert!(file.current().is_none());
-        let (left, _) = file
-            .lock()
-            .unwrap()
-            .release(is(Kind::Drain), Action::Undrain)
-            .unwrap();
-        assert_eq!(left, Release::NotDrained);
+        assert_eq!(release(Kind::Drain, Action::Undrain), Release::NotDrained);
     }
 
     #[test]
