@@ -246,8 +246,8 @@ impl Run<'_> {
         // this restart's own stop holds nothing once Puppet Server is back
         // ([`crate::health::hold`]), though `on-start` may not have taken it out of the record
         // yet; another stop since holds.
-        let restarted = matches!(release, Release::StillHeld(_))
-            && wait::answered(self.daemon, false).await.is_ok();
+        let restarted =
+            matches!(release, Release::StillHeld(_)) && wait::undrained(self.daemon).await.is_ok();
         let line = release_line(&release, self.file, restarted);
         step(Step::Undrain, t, &line);
         Ok(restarted || matches!(release, Release::Undrained))

@@ -183,17 +183,17 @@ pub async fn wait(
     ended.unwrap_or(Err(WaitError::Interrupted { waited, pending }))
 }
 
-/// What the daemon answers right after a drain or an undrain, asked for up to two seconds
-/// (it sees the record within milliseconds): `Ok` with its words once it answers DRAINED
-/// (`drained`) or not; `Err` with a warning when it cannot be asked or still answers otherwise.
-pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> {
+/// What the daemon answers right after an undrain, asked for up to two seconds (it sees the
+/// record within milliseconds): `Ok` with its words once it no longer answers DRAINED; `Err`
+/// with a warning when it cannot be asked or still answers DRAINED.
+pub async fn undrained(daemon: &Daemon) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(2);
     let answered = daemon.asking(Ask::default, |answer| {
         ControlFlow::Break(match answer {
             Err(e) => Err(format!(
                 "{e}; the record is written, and a daemon watching it answers accordingly from its start"
             )),
-            Ok(view) if view.drained() == drained => Ok(view.says(&daemon.url)),
+            Ok(view) if !view.drained() => Ok(view.says(&daemon.url)),
             Ok(view) if Instant::now() >= deadline => {
                 Err(format!("after 2s, {}", view.says(&daemon.url)))
             }
