@@ -22,8 +22,7 @@ use thiserror::Error;
 use crate::cli::CycleArgs;
 use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
-use crate::drain::holders::{Holder, Kind};
-use crate::drain::holding::Release;
+use crate::drain::holders::{Holder, Kind, Release};
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
 use crate::drain::tenure::Tenure;
@@ -172,7 +171,7 @@ pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
     // nobody can tell when it is safe.
     let file = DrainFile::new(&args.state.state_dir);
     let view = (daemon.ask().await).map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
-    if let Some(e) = view.other_file(daemon.url(), &file.resolved()) {
+    if let Some(e) = view.other_file(&daemon.url, &file.resolved()) {
         return Err(CycleError::NoDaemon(e.into()));
     }
     let reason = args.reason.clone().unwrap_or_else(|| {
@@ -247,8 +246,8 @@ impl Run<'_> {
         // this restart's own stop holds nothing once Puppet Server is back
         // ([`crate::health::hold`]), though `on-start` may not have taken it out of the record
         // yet; another stop since holds.
-        let restarted = matches!(release, Release::StillHeld(_))
-            && wait::answered(self.daemon, false).await.is_ok();
+        let restarted =
+            matches!(release, Release::StillHeld(_)) && wait::undrained(self.daemon).await.is_ok();
         let line = release_line(&release, self.file, restarted);
         step(Step::Undrain, t, &line);
         Ok(restarted || matches!(release, Release::Undrained))

@@ -92,7 +92,7 @@ pub struct Reply {
 #[derive(Debug, Clone)]
 pub struct Daemon {
     /// The URL as given, for messages.
-    url: String,
+    pub url: String,
     /// Its `/status`.
     status: reqwest::Url,
     client: reqwest::Client,
@@ -135,11 +135,6 @@ impl Daemon {
             status,
             client,
         })
-    }
-
-    /// The URL as given.
-    pub fn url(&self) -> &str {
-        &self.url
     }
 
     /// One GET of `/status` asking with `ask` (its query), within five seconds: the reply as it

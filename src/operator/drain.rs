@@ -130,7 +130,7 @@ pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeErr
         let after = seconds(done.waited);
         outln!("back in rotation after {after}: {}", done.summary);
     } else {
-        match wait::answered(daemon, false).await {
+        match wait::undrained(daemon).await {
             Ok(says) => outln!("{says}"),
             Err(warning) => errln!("pmcheck: warning: {warning}"),
         }

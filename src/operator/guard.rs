@@ -14,8 +14,7 @@ use thiserror::Error;
 
 use crate::cli::WaitArgs;
 use crate::drain::file::{Change, DrainError, DrainFile};
-use crate::drain::holders::Holder;
-use crate::drain::holding::Held as Holding;
+use crate::drain::holders::{Held as Holding, Holder};
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::hold;
@@ -112,12 +111,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     how: &WaitArgs,
     request: Request<R>,
 ) -> Result<Taken, GuardError> {
-    let Request {
-        mut mine,
-        replaces,
-        force,
-        action,
-    } = request;
+    let (mut mine, replaces, force) = (request.mine, request.replaces, request.force);
     let mut warnings = Vec::new();
     let view = view_of(daemon, file, force, &mut warnings).await?;
     let started = view.as_ref().and_then(|v| v.started());
@@ -149,10 +143,9 @@ pub async fn take<R: Fn(&Holder) -> bool>(
         }
     }
     let written = Instant::now();
-    let (Holding { before, others }, lost) =
-        (file.locked().await?).hold(&mine, &replaces, action)?;
+    let (Holding { replaced, others }, lost) =
+        (file.locked().await?).hold(&mine, &replaces, request.action)?;
     warnings.extend(lost.iter().map(ToString::to_string));
-    let replaced = holders_of(before).into_iter().filter(&replaces).collect();
     let mut taken = Taken {
         mine,
         others,
@@ -220,14 +213,14 @@ async fn watched(
                     format!("{who} answered {told} for {backend}/{server} ({age} ago)")
                 })
                 .collect(),
-            says: view.says(daemon.url()),
+            says: view.says(&daemon.url),
         },
         Some((view, settled)) => Outcome::Unwatched {
-            says: view.says(daemon.url()),
+            says: view.says(&daemon.url),
             late: (!settled).then(|| late(&view, how, written)),
         },
         None => {
-            let (url, path) = (daemon.url(), file.path().display());
+            let (url, path) = (&daemon.url, file.path().display());
             taken.warnings.push(format!(
                 "pmcheck at {url} does not answer DRAINED after the drain: is it watching {path}?"
             ));
@@ -262,7 +255,7 @@ async fn view_of(
     let found = daemon.asking(Ask::default, |answer| {
         asked += 1;
         let why = match answer {
-            Ok(view) => match view.other_file(daemon.url(), &file.resolved()) {
+            Ok(view) => match view.other_file(&daemon.url, &file.resolved()) {
                 None => return ControlFlow::Break(Ok(Some(view))),
                 Some(other) => other.to_string(),
             },

@@ -74,7 +74,8 @@ pub fn describe(reply: &Reply, holders: &[Holder], roll: Option<&str>) -> String
     rows.extend(status.traffic.as_ref().map(|t| ("agents", traffic(t))));
     rows.extend((status.certificates.as_ref()).map(|c| ("certs", certificates(c))));
     let code = status.code.as_deref().filter(|c| !c.is_empty());
-    rows.extend(code.map(|code| ("code", deployments(code))));
+    let code = code.map(|c| c.iter().map(deployment).collect::<Vec<_>>().join("; "));
+    rows.extend(code.map(|code| ("code", code)));
     rows.push(("next", next_step(&status)));
     let (verdict, reason) = (answer.verdict.as_str(), &answer.reason);
     let mut out = format!("{verdict} (HTTP {}) - {reason}\n", reply.status);
@@ -166,7 +167,7 @@ fn traffic(t: &TrafficAnswer) -> String {
     if let Some(problem) = &t.problem {
         return format!("cannot tell: {problem}");
     }
-    let n = t.count();
+    let n = t.total;
     if n == 0 {
         return format!("no connection to {}", t.listener);
     }
@@ -402,11 +403,6 @@ fn certificates(c: &CertificatesAnswer) -> String {
     }
     parts.extend(c.unreadable.iter().cloned());
     parts.join("; ")
-}
-
-/// Each environment's deploy: commit, when, and whether it succeeded; or why none is shown.
-fn deployments(code: &[CodeAnswer]) -> String {
-    code.iter().map(deployment).collect::<Vec<_>>().join("; ")
 }
 
 /// One environment's deploy, by the state the daemon read (`deployed`, `failed`, ...).

@@ -17,8 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::cli::{GuardArgs, OnStopArgs};
 use crate::console::{errln, outln};
 use crate::drain::file::{DrainError, DrainFile};
-use crate::drain::holders::{Holder, Kind};
-use crate::drain::holding::Release;
+use crate::drain::holders::{Holder, Kind, Release};
 use crate::drain::log::Action;
 use crate::operator::config;
 use crate::operator::daemon::Daemon;
@@ -82,21 +81,13 @@ pub async fn on_stop(args: &OnStopArgs) {
         let said = said(&last);
         return errln!("pmcheck on-stop: WARNING: {said}: not waiting; {name} stops now");
     }
-    // The wait's first question finds out whether the daemon can be asked at all.
-    let waited = match daemon {
-        Ok(daemon) => {
-            wait::wait(
-                Goal::Drained,
-                &daemon,
-                &args.waiting,
-                &file,
-                std::future::pending(),
-            )
-            .await
-        }
+    let daemon = match daemon {
+        Ok(daemon) => daemon,
         Err(e) => return errln!("pmcheck on-stop: WARNING: {e}; {name} stops now"),
     };
-    match waited {
+    // The wait's first question finds out whether the daemon can be asked at all.
+    let never = std::future::pending();
+    match wait::wait(Goal::Drained, &daemon, &args.waiting, &file, never).await {
         Ok(done) => outln!(
             "safe to stop after {}: {}; {name} stops now",
             seconds(began.elapsed()),

@@ -16,7 +16,7 @@ use crate::drain::file::DrainFile;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::view::OtherFile;
 use crate::protocol::lines::{Blocker, said};
-use crate::protocol::progress::{Ask, Progress, Stage};
+use crate::protocol::progress::Ask;
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
@@ -34,17 +34,6 @@ pub enum Goal {
         /// When the command that restarted it ended.
         since: Instant,
     },
-}
-
-impl Goal {
-    /// Its stage in the daemon's `progress`.
-    pub fn of(self, progress: &Progress) -> &Stage {
-        match self {
-            Goal::Drained => &progress.drain,
-            Goal::Undrained => &progress.undrain,
-            Goal::Healthy { .. } => &progress.healthy,
-        }
-    }
 }
 
 /// How often a line is repeated when nothing changes and the output is not a terminal.
@@ -137,10 +126,14 @@ pub async fn wait(
                 }
                 Err(e) => break 'line e.to_string(),
             };
-            if let Some(e) = view.other_file(daemon.url(), &drain_file) {
+            if let Some(e) = view.other_file(&daemon.url, &drain_file) {
                 return ControlFlow::Break(Err(e.into()));
             }
-            let a = goal.of(&view.progress);
+            let a = match goal {
+                Goal::Drained => &view.progress.drain,
+                Goal::Undrained => &view.progress.undrain,
+                Goal::Healthy { .. } => &view.progress.healthy,
+            };
             let waited = start.elapsed();
             if !a.held.is_empty() {
                 let held = a.held.clone();
@@ -190,19 +183,19 @@ pub async fn wait(
     ended.unwrap_or(Err(WaitError::Interrupted { waited, pending }))
 }
 
-/// What the daemon answers right after a drain or an undrain, asked for up to two seconds
-/// (it sees the record within milliseconds): `Ok` with its words once it answers DRAINED
-/// (`drained`) or not; `Err` with a warning when it cannot be asked or still answers otherwise.
-pub async fn answered(daemon: &Daemon, drained: bool) -> Result<String, String> {
+/// What the daemon answers right after an undrain, asked for up to two seconds (it sees the
+/// record within milliseconds): `Ok` with its words once it no longer answers DRAINED; `Err`
+/// with a warning when it cannot be asked or still answers DRAINED.
+pub async fn undrained(daemon: &Daemon) -> Result<String, String> {
     let deadline = Instant::now() + Duration::from_secs(2);
     let answered = daemon.asking(Ask::default, |answer| {
         ControlFlow::Break(match answer {
             Err(e) => Err(format!(
                 "{e}; the record is written, and a daemon watching it answers accordingly from its start"
             )),
-            Ok(view) if view.drained() == drained => Ok(view.says(daemon.url())),
+            Ok(view) if !view.drained() => Ok(view.says(&daemon.url)),
             Ok(view) if Instant::now() >= deadline => {
-                Err(format!("after 2s, {}", view.says(daemon.url())))
+                Err(format!("after 2s, {}", view.says(&daemon.url)))
             }
             Ok(_) => return ControlFlow::Continue(()),
         })

@@ -240,9 +240,4 @@ impl TrafficAnswer {
             age_ms: None,
         }
     }
-
-    /// How many connections there are.
-    pub fn count(&self) -> usize {
-        self.total
-    }
 }

@@ -382,11 +382,11 @@ fn agent_traffic(a: &mut Stage, status: &Status<'_>) {
             "cannot see the agent connections: {}",
             t.problem.as_deref().unwrap_or_default()
         )),
-        Some(t) if t.count() == 0 => {
+        Some(t) if t.total == 0 => {
             a.met.push(format!("no agent connection to {}", t.listener));
         }
         Some(t) => {
-            a.connections = t.count();
+            a.connections = t.total;
             let from: BTreeMap<IpAddr, usize> = (t.sources.iter())
                 .map(|s| (s.address, s.connections))
                 .collect();
