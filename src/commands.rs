@@ -212,7 +212,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
         });
         tracing::warn!(variable = name, warning = %said, "a variable no option reads");
     }
-    let Some(daemon) = &settings.daemon else {
+    let Some(daemon) = &settings.given.daemon else {
         unreachable!("`serve` takes the daemon's options, so its settings have them");
     };
     // A key file that cannot be used never stops the daemon: pushed to every master at once,

@@ -57,7 +57,7 @@ pub fn config(
     }
     // The commands on this host ask the daemon over loopback: an --allow without it shuts
     // out `status`, the waits and `cycle`, which then cannot tell a refusal from a dead daemon.
-    if let Some(daemon) = &settings.daemon
+    if let Some(daemon) = &settings.given.daemon
         && shuts_out_loopback(&daemon.allow.value)
     {
         let allow: Vec<String> = daemon.allow.value.iter().map(ToString::to_string).collect();
@@ -74,7 +74,7 @@ pub fn config(
     let mut out = String::new();
     let readers = readers(unit, &mut out);
     let mut ok = readable(&needed(&settings), &readers, &mut out) && !misspelt;
-    ok &= (settings.daemon.as_ref()).is_none_or(|daemon| key_file(daemon, &mut out));
+    ok &= (settings.given.daemon.as_ref()).is_none_or(|daemon| key_file(daemon, &mut out));
     out!("{out}");
     Ok(if ok { Exit::Ok } else { Exit::Config })
 }
@@ -149,7 +149,11 @@ fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool 
 /// files may be absent: their defaults apply).
 fn needed(s: &Settings) -> Vec<Needed> {
     let conf = |name: &str| Some(s.puppetserver_confd.value.join(name));
-    let key_file = s.daemon.as_ref().and_then(|d| d.lb_key_file.clone().value);
+    let key_file = s
+        .given
+        .daemon
+        .as_ref()
+        .and_then(|d| d.lb_key_file.clone().value);
     let files = [
         ("puppet.conf", s.puppet_conf.value.clone(), true),
         ("hostcert", Some(s.hostcert.value.clone()), true),

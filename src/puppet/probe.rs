@@ -65,10 +65,10 @@ impl ProbeTarget {
             certname: settings.certname.value.clone(),
             certname_from: settings.certname.source.to_string(),
             addr: fixed(settings.puppet_addr.value),
-            status_path: settings.status_path.value.clone(),
-            timeout: settings.timeout.value,
-            pause_grace: settings.pause_grace.value,
-            wedged_after: settings.wedged_after.value,
+            status_path: settings.given.status_path.value.clone(),
+            timeout: settings.given.timeout.value,
+            pause_grace: settings.given.pause_grace.value,
+            wedged_after: settings.given.wedged_after.value,
             multithreaded: settings.multithreaded.value,
         }
     }

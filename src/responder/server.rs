@@ -50,20 +50,20 @@ pub async fn serve(
     ready: impl FnOnce(Progress),
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let Some(daemon) = &settings.daemon else {
+    let Some(daemon) = &settings.given.daemon else {
         return Err(io::Error::other(
             "pmcheck bug: the daemon was started without its settings",
         ));
     };
     let interval = daemon.interval.value;
-    let timeout = settings.timeout.value;
+    let timeout = settings.given.timeout.value;
     let (stop, stopped) = watch::channel(());
     let mut tasks = Tasks {
         set: JoinSet::new(),
         stopped: stopped.clone(),
     };
     let (publish, latest) = watch::channel(None);
-    let drain_file = DrainFile::new(&settings.state_dir.value);
+    let drain_file = DrainFile::new(&settings.given.state_dir.value);
     let (watcher, publish_drain, drains) = first_look(&drain_file).await;
     let rules = Rules {
         // A probe lands at least every interval + timeout; allow one missed round.
@@ -107,7 +107,7 @@ pub async fn serve(
         read(&mut tasks, settings, daemon, &node, &prober);
     }
     let tracked = Arc::clone(&node);
-    let state_dir = settings.state_dir.value.clone();
+    let state_dir = settings.given.state_dir.value.clone();
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
     // What the prober's every report goes through: the metrics count it.
     let counted = Arc::clone(&node);
