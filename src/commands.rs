@@ -217,10 +217,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     };
     // A key file that cannot be used never stops the daemon: pushed to every master at once,
     // that would empty the backends. Said loudly; nothing proves a poll until it is fixed.
-    let (proof, unusable) = LbProof::load_or_unusable(
-        daemon.lb_key_file.value.as_deref(),
-        daemon.lb_addresses.value.clone(),
-    );
+    let (proof, unusable) = LbProof::of(daemon);
     if let Some(e) = unusable {
         tracing::error!(
             error = %e,

@@ -126,9 +126,8 @@ fn readers(unit: Option<&Path>, out: &mut String) -> Vec<Reader> {
 /// The load balancer key file as the daemon will read it: each key's addresses and what is
 /// weak, or why it cannot be used (`false`).
 fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool {
-    let addresses = daemon.lb_addresses.value.clone();
-    match LbProof::load(daemon.lb_key_file.value.as_deref(), addresses) {
-        Ok(proof) => {
+    match LbProof::of(daemon) {
+        (proof, None) => {
             for key in proof.answer().map(|a| a.keys).unwrap_or_default() {
                 let from = key.addresses();
                 let _ = writeln!(out, "load balancer key, line {}: for {from}", key.line);
@@ -138,7 +137,7 @@ fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool 
             }
             true
         }
-        Err(e) => {
+        (_, Some(e)) => {
             let _ = writeln!(out, "error: {e}");
             false
         }

@@ -145,9 +145,8 @@ fn follow(
     moves: watch::Sender<std::net::SocketAddr>,
     reload: &watch::Receiver<()>,
 ) {
-    let (keys, addresses) = (daemon.lb_key_file.value.clone(), &daemon.lb_addresses.value);
-    let (keyed, rereads, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
-    tasks.spawn(|stop| key_reload::follow(keyed, keys, addresses, rereads, stop));
+    let (keyed, rereads, daemon) = (Arc::clone(node), reload.clone(), daemon.clone());
+    tasks.spawn(|stop| key_reload::follow(keyed, daemon, rereads, stop));
     let reports = node.feeds.latest.clone();
     let followed = puppet_files::Followed::new(settings.clone(), moves, reports, reload.clone());
     tasks.spawn(|stop| puppet_files::follow(followed, stop));
