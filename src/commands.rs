@@ -18,7 +18,6 @@ use crate::operator::guard::GuardError;
 use crate::operator::wait::WaitError;
 use crate::operator::{check, config, manual, run_single_threaded, status, stop};
 use crate::provenance::{Provenance, ProvenanceError};
-use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
 use crate::responder::{heartbeat, inetd, server, signals};
 use crate::settings::lb_proof::LbProof;
@@ -143,17 +142,7 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
     let given = || Provenance::of(matches).given();
     match command {
         Command::Serve(_) => return serve(&given()),
-        Command::Inetd(args) => {
-            let given = given();
-            let target = Settings::resolve(&given, &Host::REAL).map(|s| ProbeTarget::of(&s));
-            run_single_threaded(inetd::answer_one(
-                &args.state.state_dir,
-                target,
-                given.timeout.value,
-                args.read_timeout,
-                args.drained.drained_status,
-            ))??;
-        }
+        Command::Inetd(args) => run_single_threaded(inetd::answer_one(&given(), &args))??,
         Command::Check(args) => return Ok(check::check(&given(), &args)),
         Command::Config(args) => {
             // The service's environment file under the process environment, as the unit gets

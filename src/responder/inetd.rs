@@ -4,7 +4,6 @@
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::AsFd;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -13,6 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
+use crate::cli::InetdArgs;
 use crate::drain::file::DrainFile;
 use crate::drain::watch::read_once;
 use crate::health::decision::Rules;
@@ -22,23 +22,20 @@ use crate::puppet::probe_error::CannotProbe;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::responder::http::{Rendered, operator_view};
 use crate::responder::node::{Feeds, Node};
-use crate::settings::SettingsError;
 use crate::settings::lb_proof::LbProof;
+use crate::settings::{Given, Host, Settings};
 
 /// The largest request head accepted; a health check is a few dozen bytes.
 const REQUEST_LIMIT: usize = 8 * 1024;
 
-/// Reads one request within `read_timeout`, probes Puppet Server meanwhile (within
-/// `probe_deadline`), answers, and closes.
+/// Reads one request within `--read-timeout`, probes Puppet Server meanwhile (within
+/// `--timeout`), answers, and closes.
 /// Settings that cannot be resolved still get an answer: 503 UNKNOWN with the reason, because
 /// under xinetd nobody reads stderr (it is the connection).
-pub async fn answer_one(
-    state_dir: &Path,
-    target: Result<ProbeTarget, SettingsError>,
-    probe_deadline: Duration,
-    read_timeout: Duration,
-    drained_status: u16,
-) -> io::Result<()> {
+pub async fn answer_one(given: &Given, args: &InetdArgs) -> io::Result<()> {
+    let (probe_deadline, read_timeout) = (given.timeout.value, args.read_timeout);
+    let state_dir = &given.state_dir.value;
+    let target = Settings::resolve(given, &Host::REAL).map(|s| ProbeTarget::of(&s));
     let (publish, latest) = watch::channel(None);
     let puppet = target.as_ref().ok().map(|t| t.addr.clone());
     match target {
@@ -66,7 +63,7 @@ pub async fn answer_one(
         },
         Rules {
             stale_after: probe_deadline + read_timeout,
-            drained_status,
+            drained_status: args.drained.drained_status,
             ..Rules::ONCE
         },
         // One poll per process: nobody waits on what it is told.
