@@ -247,7 +247,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
                 }
             }
         };
-        server::serve(&settings, proof, listeners, reloads, ready, async {
+        server::serve(&settings, daemon, proof, listeners, reloads, ready, async {
             stopped.await;
             if let Some(n) = &notifier {
                 n.notify("STOPPING=1");

@@ -39,22 +39,19 @@ pub struct Listeners {
     pub agent: Vec<std::net::TcpListener>,
 }
 
-/// Runs the daemon on already-bound listeners until `shutdown` resolves. `ready` is called once
-/// every listener accepts (the systemd notification goes there) with what the watchdog's pings
-/// stand for; `reload` (SIGHUP) re-reads the certificates, the drain record and the key file.
+/// Runs the daemon (`daemon`: its own settings among `settings`) on already-bound listeners
+/// until `shutdown` resolves. `ready` is called once every listener accepts (the systemd
+/// notification goes there) with what the watchdog's pings stand for; `reload` (SIGHUP)
+/// re-reads the certificates, the drain record and the key file.
 pub async fn serve(
     settings: &Settings,
+    daemon: &Daemon,
     proof: LbProof,
     listeners: Listeners,
     reload: watch::Receiver<()>,
     ready: impl FnOnce(Progress),
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let Some(daemon) = &settings.given.daemon else {
-        return Err(io::Error::other(
-            "pmcheck bug: the daemon was started without its settings",
-        ));
-    };
     let interval = daemon.interval.value;
     let timeout = settings.given.timeout.value;
     let (stop, stopped) = watch::channel(());
