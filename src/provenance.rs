@@ -290,9 +290,7 @@ pub fn env_hint(error: &clap::Error, args: &[String]) -> Option<String> {
         return None;
     }
     let cli = Cli::command();
-    let var = cli
-        .get_subcommands()
-        .flat_map(clap::Command::get_arguments)
+    let var = every_argument(&cli)
         .find(|a| a.get_long() == Some(long))?
         .get_env()?
         .to_owned();
