@@ -4,11 +4,12 @@
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::AsFd;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hyper::service::service_fn;
+use hyper::service::{Service as _, service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
@@ -20,7 +21,7 @@ use crate::health::weight::Rejoin;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::probe_error::CannotProbe;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::responder::http::{Rendered, operator_view};
+use crate::responder::listener::answers;
 use crate::responder::node::{Feeds, Node};
 use crate::settings::lb_proof::LbProof;
 use crate::settings::{Given, Host, Settings};
@@ -78,23 +79,16 @@ pub async fn answer_one(given: &Given, args: &InetdArgs) -> io::Result<()> {
         .map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |a| a.ip());
     let answered = Arc::new(AtomicBool::new(false));
     let service = {
-        let answered = Arc::clone(&answered);
+        let (latest, answered) = (health.feeds.latest.clone(), Arc::clone(&answered));
+        let answers = Rc::new(answers(health, peer, None));
         service_fn(move |request| {
-            let health = Arc::clone(&health);
-            let answered = Arc::clone(&answered);
+            let (mut latest, answered) = (latest.clone(), Arc::clone(&answered));
+            let answers = Rc::clone(&answers);
             async move {
                 // Unlike the daemon, answer from a real check of Puppet Server, made for this poll.
-                let mut latest = health.feeds.latest.clone();
                 let _ = latest.wait_for(Option::is_some).await;
                 answered.store(true, Ordering::Relaxed);
-                if operator_view(&request, peer) {
-                    health.agents.refresh().await;
-                }
-                Ok::<_, std::convert::Infallible>(health.answer(
-                    &request,
-                    peer,
-                    &mut Rendered::default(),
-                ))
+                answers.call(request).await
             }
         })
     };
