@@ -243,11 +243,12 @@ fn listen(
 /// The slow readers: the certificates' dates, and the deploy records with file sync (asked
 /// with the prober's client).
 fn read(tasks: &mut Tasks, settings: &Settings, daemon: &Daemon, node: &Node, prober: &Prober) {
-    let files = expiry::Files::new(
-        settings.hostcert.value.clone(),
-        settings.localcacert.value.clone(),
-        settings.hostcrl.value.clone(),
-    );
+    let files = expiry::Files {
+        hostcert: settings.hostcert.value.clone(),
+        localcacert: settings.localcacert.value.clone(),
+        hostcrl: settings.hostcrl.value.clone(),
+        last: Arc::default(),
+    };
     let expiries = Arc::clone(&node.readings.expiries);
     let read_files = async move || {
         let files = files.clone();
