@@ -195,10 +195,9 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     let environment: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
         .collect();
-    for (name, meant) in crate::provenance::unread_names(environment.iter().map(String::as_str)) {
-        let said = crate::provenance::unread_name_said(name, meant.as_deref(), |n| {
-            std::env::var_os(n).is_some()
-        });
+    let names = environment.iter().map(String::as_str);
+    let set = |n: &str| std::env::var_os(n).is_some();
+    for (name, said) in crate::provenance::unread_names(names, set) {
         tracing::warn!(variable = name, warning = %said, "a variable no option reads");
     }
     let Some(daemon) = &settings.given.daemon else {

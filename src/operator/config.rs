@@ -90,9 +90,8 @@ fn env_file_warnings(file: &EnvFile, check: bool) -> bool {
             "warning: {path} line {line}: systemd ignores `{text}` (write VAR=value, no `export`)"
         );
     }
-    let unread = crate::provenance::unread_names(file.vars.iter().map(|(n, _)| n.as_str()));
-    for (name, meant) in &unread {
-        let said = crate::provenance::unread_name_said(name, meant.as_deref(), set);
+    let unread = crate::provenance::unread_names(file.vars.iter().map(|(n, _)| n.as_str()), set);
+    for (_, said) in &unread {
         outln!("{level}: {path}: {said}");
     }
     !unread.is_empty()
