@@ -18,7 +18,6 @@ use crate::operator::guard::GuardError;
 use crate::operator::wait::WaitError;
 use crate::operator::{check, config, manual, run_single_threaded, status, stop};
 use crate::provenance::{Provenance, ProvenanceError};
-use crate::puppet::probe::ProbeTarget;
 use crate::responder::bind::{self, ListenError};
 use crate::responder::{heartbeat, inetd, server, signals};
 use crate::settings::lb_proof::LbProof;
@@ -143,17 +142,7 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
     let given = || Provenance::of(matches).given();
     match command {
         Command::Serve(_) => return serve(&given()),
-        Command::Inetd(args) => {
-            let given = given();
-            let target = Settings::resolve(&given, &Host::REAL).map(|s| ProbeTarget::of(&s));
-            run_single_threaded(inetd::answer_one(
-                &args.state.state_dir,
-                target,
-                given.timeout.value,
-                args.read_timeout,
-                args.drained.drained_status,
-            ))??;
-        }
+        Command::Inetd(args) => run_single_threaded(inetd::answer_one(&given(), &args))??,
         Command::Check(args) => return Ok(check::check(&given(), &args)),
         Command::Config(args) => {
             // The service's environment file under the process environment, as the unit gets
@@ -206,21 +195,17 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     let environment: Vec<String> = std::env::vars_os()
         .filter_map(|(name, _)| name.into_string().ok())
         .collect();
-    for (name, meant) in crate::provenance::unread_names(environment.iter().map(String::as_str)) {
-        let said = crate::provenance::unread_name_said(name, meant.as_deref(), |n| {
-            std::env::var_os(n).is_some()
-        });
+    let names = environment.iter().map(String::as_str);
+    let set = |n: &str| std::env::var_os(n).is_some();
+    for (name, said) in crate::provenance::unread_names(names, set) {
         tracing::warn!(variable = name, warning = %said, "a variable no option reads");
     }
-    let Some(daemon) = &settings.daemon else {
+    let Some(daemon) = &settings.given.daemon else {
         unreachable!("`serve` takes the daemon's options, so its settings have them");
     };
     // A key file that cannot be used never stops the daemon: pushed to every master at once,
     // that would empty the backends. Said loudly; nothing proves a poll until it is fixed.
-    let (proof, unusable) = LbProof::load_or_unusable(
-        daemon.lb_key_file.value.as_deref(),
-        daemon.lb_addresses.value.clone(),
-    );
+    let (proof, unusable) = LbProof::of(daemon);
     if let Some(e) = unusable {
         tracing::error!(
             error = %e,
@@ -261,7 +246,7 @@ fn serve(given: &Given) -> Result<Exit, Error> {
                 }
             }
         };
-        server::serve(&settings, proof, listeners, reloads, ready, async {
+        server::serve(&settings, daemon, proof, listeners, reloads, ready, async {
             stopped.await;
             if let Some(n) = &notifier {
                 n.notify("STOPPING=1");

@@ -209,12 +209,14 @@ pub enum ProvenanceError {
     Reparse(String),
 }
 
-/// The `PMCHECK_*` names among `names` that no option of any command reads, each with the
-/// name it most likely meant: a typo in /etc/default/pmcheck (`PMCHECK_DRAINED_STAUTS`) would
-/// otherwise change nothing, and say nothing.
+/// The `PMCHECK_*` names among `names` that no option of any command reads, each said in words
+/// with the name it most likely meant (and, unless `set` says that one is set, its value): a
+/// typo in /etc/default/pmcheck (`PMCHECK_DRAINED_STAUTS`) would otherwise change nothing, and
+/// say nothing.
 pub fn unread_names<'a>(
     names: impl IntoIterator<Item = &'a str>,
-) -> Vec<(&'a str, Option<String>)> {
+    set: impl Fn(&str) -> bool,
+) -> Vec<(&'a str, String)> {
     let known: Vec<String> = every_argument(&Cli::command())
         .filter_map(|a| a.get_env())
         .map(|v| v.to_string_lossy().into_owned())
@@ -228,8 +230,8 @@ pub fn unread_names<'a>(
                 .map(|k| (strsim::levenshtein(n, k), k))
                 .filter(|(d, _)| *d <= 3)
                 .min()
-                .map(|(_, k)| k.clone());
-            (n, meant)
+                .map(|(_, k)| k.as_str());
+            (n, said(n, meant, &set))
         })
         .collect();
     unread.sort();
@@ -240,7 +242,7 @@ pub fn unread_names<'a>(
 /// [`unread_names`]'s finding in words: `NAME is read by no option (did you mean OTHER?)`,
 /// and, when `set` says OTHER is not set either, the value OTHER keeps: a drain answered 503
 /// instead of 404 is a DOWN server in the shipped backend, which the typo alone does not say.
-pub fn unread_name_said(name: &str, meant: Option<&str>, set: impl Fn(&str) -> bool) -> String {
+fn said(name: &str, meant: Option<&str>, set: &impl Fn(&str) -> bool) -> String {
     match meant {
         Some(meant) if !set(meant) => format!(
             "{name} is read by no option of pmcheck (did you mean {meant}?): it changes nothing; \
@@ -290,9 +292,7 @@ pub fn env_hint(error: &clap::Error, args: &[String]) -> Option<String> {
         return None;
     }
     let cli = Cli::command();
-    let var = cli
-        .get_subcommands()
-        .flat_map(clap::Command::get_arguments)
+    let var = every_argument(&cli)
         .find(|a| a.get_long() == Some(long))?
         .get_env()?
         .to_owned();
@@ -318,16 +318,18 @@ mod tests {
             "PMCHECK_NOTHING_LIKE_IT",
             "PMCHECK_DRAINED_STAUTS",
         ];
+        let unread = unread_names(names, |_| true);
         assert_eq!(
-            unread_names(names),
-            vec![
-                (
-                    "PMCHECK_DRAINED_STAUTS",
-                    Some("PMCHECK_DRAINED_STATUS".to_owned())
-                ),
-                ("PMCHECK_NOTHING_LIKE_IT", None),
-            ]
+            unread.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            ["PMCHECK_DRAINED_STAUTS", "PMCHECK_NOTHING_LIKE_IT"]
         );
+        assert!(
+            unread[0]
+                .1
+                .contains("(did you mean PMCHECK_DRAINED_STATUS?)"),
+            "{unread:?}"
+        );
+        assert!(unread[1].1.contains("(see `pmcheck config`"), "{unread:?}");
     }
 
     /// What the packages set or document (/etc/default/pmcheck, the units, xinetd, the Puppet
@@ -352,7 +354,10 @@ mod tests {
             }
         }
         assert!(names.len() > 20, "{names:?}");
-        assert_eq!(unread_names(names.iter().map(String::as_str)), vec![]);
+        assert_eq!(
+            unread_names(names.iter().map(String::as_str), |_| true),
+            vec![]
+        );
     }
     use crate::settings::{Host, Settings};
     use clap::FromArgMatches;

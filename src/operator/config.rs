@@ -57,7 +57,7 @@ pub fn config(
     }
     // The commands on this host ask the daemon over loopback: an --allow without it shuts
     // out `status`, the waits and `cycle`, which then cannot tell a refusal from a dead daemon.
-    if let Some(daemon) = &settings.daemon
+    if let Some(daemon) = &settings.given.daemon
         && shuts_out_loopback(&daemon.allow.value)
     {
         let allow: Vec<String> = daemon.allow.value.iter().map(ToString::to_string).collect();
@@ -74,7 +74,7 @@ pub fn config(
     let mut out = String::new();
     let readers = readers(unit, &mut out);
     let mut ok = readable(&needed(&settings), &readers, &mut out) && !misspelt;
-    ok &= (settings.daemon.as_ref()).is_none_or(|daemon| key_file(daemon, &mut out));
+    ok &= (settings.given.daemon.as_ref()).is_none_or(|daemon| key_file(daemon, &mut out));
     out!("{out}");
     Ok(if ok { Exit::Ok } else { Exit::Config })
 }
@@ -90,9 +90,8 @@ fn env_file_warnings(file: &EnvFile, check: bool) -> bool {
             "warning: {path} line {line}: systemd ignores `{text}` (write VAR=value, no `export`)"
         );
     }
-    let unread = crate::provenance::unread_names(file.vars.iter().map(|(n, _)| n.as_str()));
-    for (name, meant) in &unread {
-        let said = crate::provenance::unread_name_said(name, meant.as_deref(), set);
+    let unread = crate::provenance::unread_names(file.vars.iter().map(|(n, _)| n.as_str()), set);
+    for (_, said) in &unread {
         outln!("{level}: {path}: {said}");
     }
     !unread.is_empty()
@@ -126,9 +125,8 @@ fn readers(unit: Option<&Path>, out: &mut String) -> Vec<Reader> {
 /// The load balancer key file as the daemon will read it: each key's addresses and what is
 /// weak, or why it cannot be used (`false`).
 fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool {
-    let addresses = daemon.lb_addresses.value.clone();
-    match LbProof::load(daemon.lb_key_file.value.as_deref(), addresses) {
-        Ok(proof) => {
+    match LbProof::of(daemon) {
+        (proof, None) => {
             for key in proof.answer().map(|a| a.keys).unwrap_or_default() {
                 let from = key.addresses();
                 let _ = writeln!(out, "load balancer key, line {}: for {from}", key.line);
@@ -138,7 +136,7 @@ fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool 
             }
             true
         }
-        Err(e) => {
+        (_, Some(e)) => {
             let _ = writeln!(out, "error: {e}");
             false
         }
@@ -149,7 +147,11 @@ fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool 
 /// files may be absent: their defaults apply).
 fn needed(s: &Settings) -> Vec<Needed> {
     let conf = |name: &str| Some(s.puppetserver_confd.value.join(name));
-    let key_file = s.daemon.as_ref().and_then(|d| d.lb_key_file.clone().value);
+    let key_file = s
+        .given
+        .daemon
+        .as_ref()
+        .and_then(|d| d.lb_key_file.clone().value);
     let files = [
         ("puppet.conf", s.puppet_conf.value.clone(), true),
         ("hostcert", Some(s.hostcert.value.clone()), true),

@@ -63,7 +63,7 @@ impl PuppetClient {
     pub fn url(&self, path: &str) -> String {
         format!(
             "https://{}:{}{path}",
-            self.target.certname,
+            self.target.settings.certname.value,
             self.addr().port()
         )
     }
@@ -73,7 +73,7 @@ impl PuppetClient {
         format!(
             "{}?level=debug&timeout={}",
             self.url(path),
-            server_timeout(self.target.timeout)
+            server_timeout(self.target.settings.given.timeout.value)
         )
     }
 
@@ -103,11 +103,11 @@ impl PuppetClient {
         };
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
-            .resolve(&self.target.certname, addr)
+            .resolve(&self.target.settings.certname.value, addr)
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .http1_only()
-            .timeout(self.target.timeout)
+            .timeout(self.target.settings.given.timeout.value)
             // Reuse one connection between probes (Jetty keeps idle connections for 30 s), so
             // Puppet Server is not asked for a full handshake every interval.
             .pool_max_idle_per_host(1)
@@ -180,7 +180,7 @@ impl PuppetClient {
         if e.is_timeout() {
             return ProbeError::Timeout {
                 addr,
-                after: self.target.timeout,
+                after: self.target.settings.given.timeout.value,
             };
         }
         for cause in causes(&e) {
@@ -205,7 +205,7 @@ impl PuppetClient {
     }
 
     fn tls_problem(&self, e: &rustls::Error) -> TlsProblem {
-        let certname = || self.target.certname.clone();
+        let certname = || self.target.settings.certname.value.clone();
         match e {
             rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
                 TlsProblem::UnknownIssuer {
@@ -224,7 +224,7 @@ impl PuppetClient {
             }) => TlsProblem::WrongName {
                 presented: presented.iter().map(|p| plain_name(p)).collect(),
                 certname: certname(),
-                certname_from: self.target.certname_from.clone(),
+                certname_from: self.target.settings.certname.source.to_string(),
             },
             rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
                 TlsProblem::NotValidForName {

@@ -344,16 +344,6 @@ pub struct Files {
 pub type Stamps = [Option<FileStamp>; 3];
 
 impl Files {
-    /// The three paths, not read yet.
-    pub fn new(hostcert: PathBuf, localcacert: PathBuf, hostcrl: PathBuf) -> Self {
-        Self {
-            hostcert,
-            localcacert,
-            hostcrl,
-            last: Arc::default(),
-        }
-    }
-
     /// What they say now: read again only when one of them changed since the last read (a
     /// large CRL is not parsed every minute).
     pub fn read_if_changed(&self) -> Expiries {
@@ -389,7 +379,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = |name: &str| dir.path().join(name);
         std::fs::write(path("cert.pem"), "not a certificate").unwrap();
-        let files = Files::new(path("cert.pem"), path("ca.pem"), path("crl.pem"));
+        let files = Files {
+            hostcert: path("cert.pem"),
+            localcacert: path("ca.pem"),
+            hostcrl: path("crl.pem"),
+            last: Arc::default(),
+        };
         let first = files.read_if_changed();
         assert!(
             first.unreadable.iter().any(|w| w.contains("cert.pem")),

@@ -29,28 +29,16 @@ const BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// transient `service-not-found` must not blind the probe to the pool for good.
 const FALLBACK_PROBES: u32 = 30;
 
-/// Everything one probe needs.
+/// Everything one probe needs: the resolved settings (the certname, the status path, the
+/// deadlines), the identity files they name, and where Puppet Server listens now.
 #[derive(Debug, Clone)]
 pub struct ProbeTarget {
+    /// The resolved settings.
+    pub settings: Settings,
     /// The certificate, key and CA to use.
     pub identity: IdentityFiles,
-    /// The name verified in Puppet Server's certificate, sent as SNI and as Host.
-    pub certname: String,
-    /// Where the certname came from, for the error when Puppet Server's certificate is for
-    /// another name.
-    pub certname_from: String,
     /// Where to connect, whatever the name.
     pub addr: Address,
-    /// The status endpoint tried first.
-    pub status_path: String,
-    /// The deadline of one probe.
-    pub timeout: Duration,
-    /// How long a paused pool is answered OK ([`crate::puppet::pause`]).
-    pub pause_grace: Duration,
-    /// How long a pool may only fail its borrows before it is out.
-    pub wedged_after: Duration,
-    /// Puppet Server runs one multithreaded JRuby (puppetserver.conf).
-    pub multithreaded: bool,
 }
 
 impl ProbeTarget {
@@ -62,14 +50,8 @@ impl ProbeTarget {
                 hostprivkey: settings.hostprivkey.value.clone(),
                 localcacert: settings.localcacert.value.clone(),
             },
-            certname: settings.certname.value.clone(),
-            certname_from: settings.certname.source.to_string(),
             addr: fixed(settings.puppet_addr.value),
-            status_path: settings.status_path.value.clone(),
-            timeout: settings.timeout.value,
-            pause_grace: settings.pause_grace.value,
-            wedged_after: settings.wedged_after.value,
-            multithreaded: settings.multithreaded.value,
+            settings: settings.clone(),
         }
     }
 }
@@ -104,9 +86,9 @@ impl Prober {
     /// A prober for `target`; the TLS client is built at the first probe.
     pub fn new(target: ProbeTarget) -> Self {
         Self {
-            path: target.status_path.clone(),
-            pauses: PauseWatch::new(target.pause_grace),
-            wedge: WedgeWatch::new(target.wedged_after),
+            path: target.settings.given.status_path.value.clone(),
+            pauses: PauseWatch::new(target.settings.given.pause_grace.value),
+            wedge: WedgeWatch::new(target.settings.given.wedged_after.value),
             client: Arc::new(PuppetClient::new(target.clone())),
             target,
             queue_limit_hits: None,
@@ -147,7 +129,8 @@ impl Prober {
         let started = Instant::now();
         // The deadline is kept twice, by this timeout and by the HTTP client's own: either
         // may fire first, and both mean the same.
-        let found = match tokio::time::timeout(self.target.timeout, self.attempt()).await {
+        let deadline = self.target.settings.given.timeout.value;
+        let found = match tokio::time::timeout(deadline, self.attempt()).await {
             Ok(Found::Outcome(ProbeOutcome::Unhealthy(ProbeError::Timeout { .. }), _)) | Err(_) => {
                 match self.pauses.goes_on(Instant::now(), true) {
                     // A refill can keep the status API from answering for seconds.
@@ -156,7 +139,7 @@ impl Prober {
                     None => Found::Outcome(
                         ProbeOutcome::Unhealthy(ProbeError::Timeout {
                             addr: self.client.addr(),
-                            after: self.target.timeout,
+                            after: deadline,
                         }),
                         None,
                     ),
@@ -183,7 +166,7 @@ impl Prober {
             Ok(client) => client,
             Err(cannot) => return Found::Outcome(ProbeOutcome::CannotTell(cannot), None),
         };
-        if self.path != self.target.status_path {
+        if self.path != self.target.settings.given.status_path.value {
             self.on_fallback += 1;
             if self.on_fallback > FALLBACK_PROBES {
                 self.reload_path();
@@ -195,7 +178,8 @@ impl Prober {
                 // service for good: no fallback (a `running` without numbers would be 200
                 // for an empty pool), the pool is unreported.
                 Ok(Seen::NotFound)
-                    if self.pauses.was_ready() && self.path == self.target.status_path =>
+                    if self.pauses.was_ready()
+                        && self.path == self.target.settings.given.status_path.value =>
                 {
                     return self.unreported();
                 }
@@ -214,7 +198,7 @@ impl Prober {
         match answered {
             Ok(Seen::Running(None)) => Found::Outcome(ProbeOutcome::Healthy(None), None),
             Ok(Seen::Running(Some(mut pool))) => {
-                pool.multithreaded = self.target.multithreaded;
+                pool.multithreaded = self.target.settings.multithreaded.value;
                 let previous = self.queue_limit_hits.replace(pool.queue_limit_hits);
                 let new_hits = previous.map_or(0, |p| pool.queue_limit_hits.saturating_sub(p));
                 let wedged = self.wedge.observe(&pool, Instant::now(), SystemTime::now());
@@ -254,9 +238,9 @@ impl Prober {
                     self.wedge.restarted();
                     // Puppet Server is restarting (perhaps upgraded): start from the configured
                     // path again, so a fallback chosen for the old server does not outlive it.
-                    if self.path != self.target.status_path {
+                    if self.path != self.target.settings.given.status_path.value {
                         tracing::info!(
-                            path = %self.target.status_path,
+                            path = %self.target.settings.given.status_path.value,
                             "Puppet Server is not listening; trying the configured status path again once it is back"
                         );
                         self.reload_path();
@@ -291,7 +275,7 @@ impl Prober {
                 let started = SystemTime::UNIX_EPOCH + Duration::from_millis(*start);
                 SystemTime::now()
                     .duration_since(started)
-                    .is_ok_and(|up| up > self.target.pause_grace)
+                    .is_ok_and(|up| up > self.target.settings.given.pause_grace.value)
             };
             if let Some(start) = self.client.jvm_start(client).await.filter(up) {
                 self.pauses.ready(Some(start));
@@ -312,7 +296,8 @@ impl Prober {
     }
 
     fn reload_path(&mut self) {
-        self.path.clone_from(&self.target.status_path);
+        self.path
+            .clone_from(&self.target.settings.given.status_path.value);
         self.on_fallback = 0;
     }
 
@@ -326,7 +311,7 @@ impl Prober {
         let url = format!(
             "{}?{level}timeout={}",
             self.endpoint(),
-            server_timeout(self.target.timeout)
+            server_timeout(self.target.settings.given.timeout.value)
         );
         let mut response = client
             .get(&url)

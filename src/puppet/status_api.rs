@@ -8,13 +8,12 @@ use crate::puppet::pool::{Pool, ServiceStatus, Unready};
 use crate::puppet::probe_error::{ProbeError, shown};
 use crate::text;
 
-/// The pool's status service of open source Puppet Server.
-pub const DEFAULT_STATUS_PATH: &str = crate::settings::defaults::STATUS_PATH;
-/// Where a probe goes next when a path answers 404 `not found` / `service-not-found`: the
-/// pool service under Puppet Enterprise's name, the simple status of Puppet Server >= 6.14,
-/// then that of older servers (what the Puppet agent falls back to).
+/// Where a probe goes next when a path answers 404 `not found` / `service-not-found`: from
+/// open source Puppet Server's pool service (the default), the pool service under Puppet
+/// Enterprise's name, the simple status of Puppet Server >= 6.14, then that of older servers
+/// (what the Puppet agent falls back to).
 pub const FALLBACKS: [&str; 4] = [
-    DEFAULT_STATUS_PATH,
+    crate::settings::defaults::STATUS_PATH,
     "/status/v1/services/pe-jruby-metrics",
     "/status/v1/simple/server",
     "/status/v1/simple/master",

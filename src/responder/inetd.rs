@@ -4,15 +4,16 @@
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use hyper::service::service_fn;
+use hyper::service::{Service as _, service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::watch;
 
+use crate::cli::InetdArgs;
 use crate::drain::file::DrainFile;
 use crate::drain::watch::read_once;
 use crate::health::decision::Rules;
@@ -20,25 +21,22 @@ use crate::health::weight::Rejoin;
 use crate::puppet::probe::{ProbeTarget, Prober};
 use crate::puppet::probe_error::CannotProbe;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::responder::http::{Rendered, operator_view};
+use crate::responder::listener::answers;
 use crate::responder::node::{Feeds, Node};
-use crate::settings::SettingsError;
 use crate::settings::lb_proof::LbProof;
+use crate::settings::{Given, Host, Settings};
 
 /// The largest request head accepted; a health check is a few dozen bytes.
 const REQUEST_LIMIT: usize = 8 * 1024;
 
-/// Reads one request within `read_timeout`, probes Puppet Server meanwhile (within
-/// `probe_deadline`), answers, and closes.
+/// Reads one request within `--read-timeout`, probes Puppet Server meanwhile (within
+/// `--timeout`), answers, and closes.
 /// Settings that cannot be resolved still get an answer: 503 UNKNOWN with the reason, because
 /// under xinetd nobody reads stderr (it is the connection).
-pub async fn answer_one(
-    state_dir: &Path,
-    target: Result<ProbeTarget, SettingsError>,
-    probe_deadline: Duration,
-    read_timeout: Duration,
-    drained_status: u16,
-) -> io::Result<()> {
+pub async fn answer_one(given: &Given, args: &InetdArgs) -> io::Result<()> {
+    let (probe_deadline, read_timeout) = (given.timeout.value, args.read_timeout);
+    let state_dir = &given.state_dir.value;
+    let target = Settings::resolve(given, &Host::REAL).map(|s| ProbeTarget::of(&s));
     let (publish, latest) = watch::channel(None);
     let puppet = target.as_ref().ok().map(|t| t.addr.clone());
     match target {
@@ -66,7 +64,7 @@ pub async fn answer_one(
         },
         Rules {
             stale_after: probe_deadline + read_timeout,
-            drained_status,
+            drained_status: args.drained.drained_status,
             ..Rules::ONCE
         },
         // One poll per process: nobody waits on what it is told.
@@ -81,23 +79,16 @@ pub async fn answer_one(
         .map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |a| a.ip());
     let answered = Arc::new(AtomicBool::new(false));
     let service = {
-        let answered = Arc::clone(&answered);
+        let (latest, answered) = (health.feeds.latest.clone(), Arc::clone(&answered));
+        let answers = Rc::new(answers(health, peer, None));
         service_fn(move |request| {
-            let health = Arc::clone(&health);
-            let answered = Arc::clone(&answered);
+            let (mut latest, answered) = (latest.clone(), Arc::clone(&answered));
+            let answers = Rc::clone(&answers);
             async move {
                 // Unlike the daemon, answer from a real check of Puppet Server, made for this poll.
-                let mut latest = health.feeds.latest.clone();
                 let _ = latest.wait_for(Option::is_some).await;
                 answered.store(true, Ordering::Relaxed);
-                if operator_view(&request, peer) {
-                    health.agents.refresh().await;
-                }
-                Ok::<_, std::convert::Infallible>(health.answer(
-                    &request,
-                    peer,
-                    &mut Rendered::default(),
-                ))
+                answers.call(request).await
             }
         })
     };

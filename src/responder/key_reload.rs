@@ -5,19 +5,18 @@
 //! says so, loudly and in `status`.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use ipnet::IpNet;
 use tokio::sync::watch;
 
 use crate::responder::node::Node;
+use crate::settings::Daemon;
 
-/// Re-reads `key_file` (else the `addresses`) into `node` at each `reload`, until `stop`.
+/// Re-reads the `daemon`'s key file (else its addresses) into `node` at each `reload`, until
+/// `stop`.
 pub async fn follow(
     node: Arc<Node>,
-    key_file: Option<PathBuf>,
-    addresses: Vec<IpNet>,
+    daemon: Daemon,
     mut reload: watch::Receiver<()>,
     stop: impl Future<Output = ()>,
 ) {
@@ -27,17 +26,19 @@ pub async fn follow(
             changed = reload.changed() => if changed.is_err() { return },
             () = &mut stop => return,
         }
-        let (node, file, addresses) = (Arc::clone(&node), key_file.clone(), addresses.clone());
-        let _ = tokio::task::spawn_blocking(move || reread(&node, file, addresses)).await;
+        let (node, daemon) = (Arc::clone(&node), daemon.clone());
+        let _ = tokio::task::spawn_blocking(move || reread(&node, &daemon)).await;
     }
 }
 
-fn reread(node: &Node, key_file: Option<PathBuf>, addresses: Vec<IpNet>) {
-    let (proof, problem) = node.proof().reload(key_file.as_deref(), addresses);
+fn reread(node: &Node, daemon: &Daemon) {
+    let (proof, problem) = node.proof().reload(daemon);
     let kept = proof.answer().is_some_and(|a| a.problem.is_none());
     let warnings = proof.warnings();
     node.set_proof(proof);
-    let Some(path) = key_file else { return };
+    let Some(path) = &daemon.lb_key_file.value else {
+        return;
+    };
     let path = path.display();
     match problem {
         None => tracing::info!(file = %path, "re-read the load balancer key file"),

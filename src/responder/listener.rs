@@ -246,8 +246,8 @@ fn http() -> Builder {
 /// What a poll gets back.
 type Response = hyper::Response<http_body_util::Full<bytes::Bytes>>;
 
-/// The service that answers each request of a connection from `peer`.
-fn answers(
+/// The service that answers each request of a connection from `peer` (inetd's one too).
+pub(crate) fn answers(
     health: Arc<Node>,
     peer: IpAddr,
     activity: Option<Arc<Activity>>,
@@ -281,7 +281,7 @@ fn answers(
 
 /// A poll's answer: at once, allocating nothing more (every load balancer's poll), or after
 /// the operator's view has read the agent connections.
-enum Reply {
+pub(crate) enum Reply {
     Now(Option<Response>),
     Later(std::pin::Pin<Box<dyn Future<Output = Response> + Send>>),
 }

@@ -39,31 +39,28 @@ pub struct Listeners {
     pub agent: Vec<std::net::TcpListener>,
 }
 
-/// Runs the daemon on already-bound listeners until `shutdown` resolves. `ready` is called once
-/// every listener accepts (the systemd notification goes there) with what the watchdog's pings
-/// stand for; `reload` (SIGHUP) re-reads the certificates, the drain record and the key file.
+/// Runs the daemon (`daemon`: its own settings among `settings`) on already-bound listeners
+/// until `shutdown` resolves. `ready` is called once every listener accepts (the systemd
+/// notification goes there) with what the watchdog's pings stand for; `reload` (SIGHUP)
+/// re-reads the certificates, the drain record and the key file.
 pub async fn serve(
     settings: &Settings,
+    daemon: &Daemon,
     proof: LbProof,
     listeners: Listeners,
     reload: watch::Receiver<()>,
     ready: impl FnOnce(Progress),
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let Some(daemon) = &settings.daemon else {
-        return Err(io::Error::other(
-            "pmcheck bug: the daemon was started without its settings",
-        ));
-    };
     let interval = daemon.interval.value;
-    let timeout = settings.timeout.value;
+    let timeout = settings.given.timeout.value;
     let (stop, stopped) = watch::channel(());
     let mut tasks = Tasks {
         set: JoinSet::new(),
         stopped: stopped.clone(),
     };
     let (publish, latest) = watch::channel(None);
-    let drain_file = DrainFile::new(&settings.state_dir.value);
+    let drain_file = DrainFile::new(&settings.given.state_dir.value);
     let (watcher, publish_drain, drains) = first_look(&drain_file).await;
     let rules = Rules {
         // A probe lands at least every interval + timeout; allow one missed round.
@@ -107,7 +104,7 @@ pub async fn serve(
         read(&mut tasks, settings, daemon, &node, &prober);
     }
     let tracked = Arc::clone(&node);
-    let state_dir = settings.state_dir.value.clone();
+    let state_dir = settings.given.state_dir.value.clone();
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
     // What the prober's every report goes through: the metrics count it.
     let counted = Arc::clone(&node);
@@ -145,9 +142,8 @@ fn follow(
     moves: watch::Sender<std::net::SocketAddr>,
     reload: &watch::Receiver<()>,
 ) {
-    let (keys, addresses) = (daemon.lb_key_file.value.clone(), &daemon.lb_addresses.value);
-    let (keyed, rereads, addresses) = (Arc::clone(node), reload.clone(), addresses.clone());
-    tasks.spawn(|stop| key_reload::follow(keyed, keys, addresses, rereads, stop));
+    let (keyed, rereads, daemon) = (Arc::clone(node), reload.clone(), daemon.clone());
+    tasks.spawn(|stop| key_reload::follow(keyed, daemon, rereads, stop));
     let reports = node.feeds.latest.clone();
     let followed = puppet_files::Followed::new(settings.clone(), moves, reports, reload.clone());
     tasks.spawn(|stop| puppet_files::follow(followed, stop));
@@ -247,11 +243,12 @@ fn listen(
 /// The slow readers: the certificates' dates, and the deploy records with file sync (asked
 /// with the prober's client).
 fn read(tasks: &mut Tasks, settings: &Settings, daemon: &Daemon, node: &Node, prober: &Prober) {
-    let files = expiry::Files::new(
-        settings.hostcert.value.clone(),
-        settings.localcacert.value.clone(),
-        settings.hostcrl.value.clone(),
-    );
+    let files = expiry::Files {
+        hostcert: settings.hostcert.value.clone(),
+        localcacert: settings.localcacert.value.clone(),
+        hostcrl: settings.hostcrl.value.clone(),
+        last: Arc::default(),
+    };
     let expiries = Arc::clone(&node.readings.expiries);
     let read_files = async move || {
         let files = files.clone();

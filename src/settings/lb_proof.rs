@@ -31,6 +31,7 @@ use thiserror::Error;
 
 use crate::safe_file;
 use crate::settings::allow;
+use crate::settings::daemon::Daemon;
 use crate::settings::lb_key::{Key, parse_keys, wide};
 
 /// The header of HAProxy's HTTP check that carries the key.
@@ -250,13 +251,12 @@ impl LbProof {
         })
     }
 
-    /// [`LbProof::load`] for the daemon: a key file that cannot be used proves nothing
-    /// ([`Proof::Unusable`]) and says why, instead of stopping the daemon.
-    pub fn load_or_unusable(
-        key_file: Option<&Path>,
-        addresses: Vec<IpNet>,
-    ) -> (Self, Option<LbKeyError>) {
-        match Self::load(key_file, addresses) {
+    /// [`LbProof::load`] of the daemon's `--lb-key-file` and `--lb-address`: a key file that
+    /// cannot be used proves nothing ([`Proof::Unusable`]) and says why, instead of stopping
+    /// the daemon.
+    pub fn of(daemon: &Daemon) -> (Self, Option<LbKeyError>) {
+        let addresses = daemon.lb_addresses.value.clone();
+        match Self::load(daemon.lb_key_file.value.as_deref(), addresses) {
             Ok(proof) => (proof, None),
             Err(e) => {
                 let unusable = Self {
@@ -270,12 +270,8 @@ impl LbProof {
 
     /// The file re-read at a reload: its keys, or these ones kept when it cannot be used (a
     /// rotation half done must not make every check unproven), with why. `None`: no key file.
-    pub fn reload(
-        &self,
-        key_file: Option<&Path>,
-        addresses: Vec<IpNet>,
-    ) -> (Self, Option<LbKeyError>) {
-        match Self::load_or_unusable(key_file, addresses) {
+    pub fn reload(&self, daemon: &Daemon) -> (Self, Option<LbKeyError>) {
+        match Self::of(daemon) {
             (_, Some(e)) if self.unusable.is_none() => {
                 let kept = Self {
                     rejected: Some(e.to_string().into()),
@@ -428,6 +424,15 @@ mod tests {
     use std::net::Ipv4Addr;
 
     const KEY: &str = "0123456789abcdef0123456789abcdef";
+
+    /// The daemon's settings with `--lb-key-file path`.
+    fn daemon(path: &Path) -> Daemon {
+        use clap::CommandFactory as _;
+        let argv = ["pmcheck", "serve", "--lb-key-file", path.to_str().unwrap()];
+        let matches = crate::cli::Cli::command().get_matches_from(argv);
+        let given = crate::provenance::Provenance::of(&matches).given();
+        given.daemon.unwrap()
+    }
 
     fn ip(last: u8) -> IpAddr {
         IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
@@ -660,7 +665,7 @@ mod tests {
                 .contains("which others than its owner may write (mode 777)"),
             "{e}"
         );
-        let (proof, problem) = LbProof::load_or_unusable(Some(&path), Vec::new());
+        let (proof, problem) = LbProof::of(&daemon(&path));
         assert!(problem.is_some());
         assert_eq!(
             proof.judge(ip(1), Some(KEY.as_bytes())).proof,
@@ -670,7 +675,7 @@ mod tests {
         let answer = proof.answer().unwrap();
         assert!(answer.problem.unwrap().contains("mode 777"));
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
-        let (proof, problem) = LbProof::load_or_unusable(Some(&path), Vec::new());
+        let (proof, problem) = LbProof::of(&daemon(&path));
         assert!(problem.is_none());
         assert_eq!(proof.judge(ip(1), Some(KEY.as_bytes())).proof, Proof::Key);
     }

@@ -249,23 +249,13 @@ pub struct Settings {
     pub environmentpath: Setting<String>,
     /// Where Puppet Server listens.
     pub puppet_addr: Setting<SocketAddr>,
-    /// The status endpoint.
-    pub status_path: Setting<String>,
-    /// The deadline of one probe.
-    pub timeout: Setting<Duration>,
-    /// How long a paused JRuby pool is answered OK.
-    pub pause_grace: Setting<Duration>,
-    /// How long a pool may only fail its borrows before it is out.
-    pub wedged_after: Setting<Duration>,
     /// Puppet Server's conf.d (webserver.conf, puppetserver.conf).
     pub puppetserver_confd: Setting<PathBuf>,
     /// Puppet Server runs one multithreaded JRuby (puppetserver.conf).
     pub multithreaded: Setting<bool>,
-    /// The directory of the drain record.
-    pub state_dir: Setting<PathBuf>,
-    /// The daemon's own settings: present for `serve` and `config`, which take them.
-    pub daemon: Option<Daemon>,
-    /// What they were resolved from: the daemon resolves them again when Puppet's files change.
+    /// What they were resolved from, and the settings nothing else sets (the status path, the
+    /// deadlines, the state directory, the daemon's own): the daemon resolves them again when
+    /// Puppet's files change.
     pub given: Given,
 }
 
@@ -282,6 +272,7 @@ impl fmt::Display for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let path = |p: &PathBuf| p.display().to_string();
         let duration = |d: &Duration| duration::format_duration(*d);
+        let given = &self.given;
         let mut rows = vec![
             row("puppet-conf", &self.puppet_conf, |p| {
                 p.as_ref().map_or_else(|| "(none)".into(), path)
@@ -294,22 +285,22 @@ impl fmt::Display for Settings {
             row("hostcrl", &self.hostcrl, path),
             row("environmentpath", &self.environmentpath, String::clone),
             row("puppet-addr", &self.puppet_addr, ToString::to_string),
-            row("status-path", &self.status_path, String::clone),
-            row("timeout", &self.timeout, duration),
-            row("pause-grace", &self.pause_grace, duration),
-            row("wedged-after", &self.wedged_after, duration),
+            row("status-path", &given.status_path, String::clone),
+            row("timeout", &given.timeout, duration),
+            row("pause-grace", &given.pause_grace, duration),
+            row("wedged-after", &given.wedged_after, duration),
             row("puppetserver-confd", &self.puppetserver_confd, path),
             row("multithreaded", &self.multithreaded, ToString::to_string),
-            row("state-dir", &self.state_dir, path),
+            row("state-dir", &given.state_dir, path),
         ];
-        if let Some(daemon) = &self.daemon {
+        if let Some(daemon) = &given.daemon {
             rows.extend(daemon.rows());
         }
         let width = rows.iter().map(|(_, v, _)| v.len()).max().unwrap_or(0);
         for (name, value, source) in rows {
             writeln!(f, "{name:<26} {value:<width$}  ({source})")?;
         }
-        if let Some(warning) = state_dir_warning(&self.state_dir.value) {
+        if let Some(warning) = state_dir_warning(&given.state_dir.value) {
             writeln!(f, "warning: {warning}")?;
         }
         Ok(())

@@ -44,7 +44,8 @@ impl Settings {
                 source,
             })
         };
-        let daemon = daemon(given)?;
+        let mut given = given.clone();
+        unique_code_environments(given.daemon.as_mut())?;
         let certname = string("certname")?;
         if parse_certname(&certname.value).is_err() {
             return Err(SettingsError::Certname {
@@ -96,15 +97,9 @@ impl Settings {
             puppet_conf,
             certname,
             puppet_addr,
-            status_path: given.status_path.clone(),
-            timeout: given.timeout.clone(),
-            pause_grace: given.pause_grace.clone(),
-            wedged_after: given.wedged_after.clone(),
             puppetserver_confd,
             multithreaded,
-            state_dir: given.state_dir.clone(),
-            daemon,
-            given: given.clone(),
+            given,
         })
     }
 }
@@ -154,9 +149,8 @@ fn load_puppet_conf(
 }
 
 /// The daemon's settings, when given: each `--code-environment` once, and not too many.
-fn daemon(given: &Given) -> Result<Option<Daemon>, SettingsError> {
-    let mut daemon = given.daemon.clone();
-    if let Some(envs) = daemon.as_mut().map(|d| &mut d.code_environments) {
+fn unique_code_environments(daemon: Option<&mut Daemon>) -> Result<(), SettingsError> {
+    if let Some(envs) = daemon.map(|d| &mut d.code_environments) {
         let mut seen = std::collections::HashSet::new();
         envs.value.retain(|name| seen.insert(name.clone()));
         if envs.value.len() > defaults::MAX_CODE_ENVIRONMENTS {
@@ -167,7 +161,7 @@ fn daemon(given: &Given) -> Result<Option<Daemon>, SettingsError> {
             });
         }
     }
-    Ok(daemon)
+    Ok(())
 }
 
 /// Whether Puppet Server runs one multithreaded JRuby: puppetserver.conf of conf.d `dir`, as
