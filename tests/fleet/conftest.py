@@ -47,6 +47,11 @@ class Master:
     addr: str  # on the fleet's network
     server: str  # its server line in HAProxy's backend (compile01)
 
+    @classmethod
+    def of(cls, name: str) -> Master:
+        """The host NAME as scripts/check-fleet made it, which names its address and server line."""
+        return cls(name, os.environ[f"PMCHECK_FLEET_ADDR_{name}"], os.environ[f"PMCHECK_FLEET_SERVER_{name}"])
+
     def ssh(self, command: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
         """COMMAND as root on the master, as an operator types it there."""
         cp = subprocess.run(
@@ -147,15 +152,9 @@ class Fleet:
         self.dir = workdir
         domain = os.environ["PMCHECK_FLEET_DOMAIN"]
         self.frontend = f"puppet.{domain}"
-        self.masters = [
-            Master(name, os.environ[f"PMCHECK_FLEET_ADDR_{name}"], f"compile{i:02d}")
-            for i, name in enumerate(os.environ["PMCHECK_FLEET_MASTERS"].split(), start=1)
-        ]
+        self.masters = [Master.of(name) for name in os.environ["PMCHECK_FLEET_MASTERS"].split()]
         # The master that joins the backend by itself through PuppetDB (test_members.py).
-        joiner = os.environ["PMCHECK_FLEET_JOINER"]
-        self.joiner = Master(
-            joiner, os.environ[f"PMCHECK_FLEET_ADDR_{joiner}"], f"compile{len(self.masters) + 1:02d}"
-        )
+        self.joiner = Master.of(os.environ["PMCHECK_FLEET_JOINER"])
         self.agent_names = [f"{a}.{domain}" for a in os.environ["PMCHECK_FLEET_AGENTS"].split()]
         self.net = os.environ["PMCHECK_FLEET_LB_ADDR"].rsplit(".", 1)[0]
         self.key = Path("/root/lb-key").read_text().strip()

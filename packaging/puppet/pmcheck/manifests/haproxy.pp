@@ -185,37 +185,34 @@ define pmcheck::haproxy (
   if $static.empty and $collected.empty and !$collect {
     fail("pmcheck::haproxy ${title}: no compile_masters, and collect is false: ${backend_name} would have no server")
   }
-  $servers = $static.map |$server, $address| {
+  # Without this backend's agent check (agent_port undef), no server has one, whatever it exported.
+  $servers = ($static.map |$server, $address| {
     [$server, { 'address' => $address, 'port' => $puppet_port, 'check_port' => $check_port, 'agent_port' => $agent_port }]
-  }.convert_to(Hash) + $collected
+  }.convert_to(Hash) + $collected).map |$server, $member| {
+    [$server, $member + { 'agent_port' => $agent_port.then |$_| { $member['agent_port'] } }]
+  }.convert_to(Hash)
   $init_state = ($keep_state and versioncmp(String($facts['haproxy_version']), '3.1') >= 0) ? {
     true    => ' init-state down',
     default => '',
   }
-  # (Two instances writing a backend of one name share its state file and this list: the first
-  # declared writes it.)
-  $ports_list = $keep_state ? {
-    true    => "${pmcheck::server_state::dir}/${backend_name}.ports",
-    default => undef,
-  }
-  if $ports_list =~ String and !defined(File[$ports_list]) {
-    # The ports of each server line, which the save step compares with the state it saves:
-    # HAProxy restores a server's ports from its state file over the configuration (its address
-    # it takes from the configuration), so a master exported anew with other ports would keep
-    # its old ones. Written before the backend, whose change reloads HAProxy.
-    file { $ports_list:
-      ensure  => file,
-      owner   => 'root',
-      group   => 'root',
-      mode    => '0600',
-      content => $servers.map |$server, $member| {
-        $agent_at = ($agent_port =~ Undef or $member['agent_port'] =~ Undef) ? {
-          true    => 0,
-          default => $member['agent_port'],
-        }
-        "${server} ${member['port']} ${member['check_port']} ${agent_at}\n"
-      }.join(''),
-      before  => Haproxy::Backend["${title} backend"],
+  # The ports of each server line, which the save step compares with the state it saves:
+  # HAProxy restores a server's ports from its state file over the configuration (its address
+  # it takes from the configuration), so a master exported anew with other ports would keep its
+  # old ones. Written before the backend, whose change reloads HAProxy. (Two instances writing
+  # a backend of one name share its state file and this list: the first declared writes it.)
+  if $keep_state {
+    $ports_list = "${pmcheck::server_state::dir}/${backend_name}.ports"
+    unless defined(File[$ports_list]) {
+      file { $ports_list:
+        ensure  => file,
+        owner   => 'root',
+        group   => 'root',
+        mode    => '0600',
+        content => $servers.map |$server, $m| {
+          "${server} ${m['port']} ${m['check_port']} ${m['agent_port'].lest || { 0 }}\n"
+        }.join(''),
+        before  => Haproxy::Backend["${title} backend"],
+      }
     }
   }
   $servers.each |$server, $member| {
@@ -224,10 +221,9 @@ define pmcheck::haproxy (
     $agent_send = $lb_key.then |$key| {
       " agent-send \"${backend_name}/${server} ${key.unwrap}\\n\""
     }.lest || { " agent-send \"${backend_name}/${server}\\n\"" }
-    $agent = ($agent_port =~ Undef or $member['agent_port'] =~ Undef) ? {
-      true    => '',
-      default => " agent-check agent-port ${member['agent_port']} agent-inter ${agent_inter}${agent_send}",
-    }
+    $agent = $member['agent_port'].then |$port| {
+      " agent-check agent-port ${port} agent-inter ${agent_inter}${agent_send}"
+    }.lest || { '' }
     # One String: haproxy::balancermember sorts the words of an Array.
     $server_options = "check port ${member['check_port']} inter ${inter} rise ${rise} fall ${fall}${agent}${init_state}"
     haproxy::balancermember { "${title} ${server}":
