@@ -52,9 +52,29 @@ pub fn pmcheck() -> Command {
     command
         .env_clear()
         .envs(no_puppet_env())
+        .env("PMCHECK_URL", nobody_url())
         .env("USER", "tester")
         .env("RUST_LOG", "info");
     command
+}
+
+/// Where the operator's commands find no daemon unless a test names one (`--url`): a loopback
+/// port bound for the tests' whole run and never listening refuses every connection, as the
+/// default `http://127.0.0.1:9200/` does on a machine without pmcheck. A pmcheck running on
+/// this machine (a compile master, another worktree's test) then changes no test's answer.
+pub fn nobody_url() -> &'static str {
+    static NOBODY: std::sync::OnceLock<(socket2::Socket, String)> = std::sync::OnceLock::new();
+    let (_, url) = NOBODY.get_or_init(|| {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("a TCP socket");
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        socket.bind(&loopback.into()).expect("a loopback port");
+        let port = (socket.local_addr().ok().and_then(|a| a.as_socket()))
+            .expect("the bound port")
+            .port();
+        (socket, format!("http://127.0.0.1:{port}/"))
+    });
+    url
 }
 
 /// The environment that puts a pmcheck on the host of [`no_puppet`], for a test that builds its
