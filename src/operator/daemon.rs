@@ -140,13 +140,11 @@ impl Daemon {
     /// One GET of `/status` asking with `ask` (its query), within five seconds: the reply as it
     /// came.
     pub async fn reply(&self, ask: &Ask) -> Result<Reply, StatusError> {
-        let unreachable = |source| StatusError::Unreachable {
-            url: self.url.clone(),
-            source,
-        };
-        let mut url = self.status.clone();
-        url.set_query(Some(&ask.query()));
-        let mut response = (self.client.get(url))
+        let url = || self.url.clone();
+        let unreachable = |source| StatusError::Unreachable { url: url(), source };
+        let mut asked = self.status.clone();
+        asked.set_query(Some(&ask.query()));
+        let mut response = (self.client.get(asked))
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
@@ -155,9 +153,7 @@ impl Daemon {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
             if body.len() + chunk.len() > BODY_LIMIT {
-                return Err(StatusError::TooLarge {
-                    url: self.url.clone(),
-                });
+                return Err(StatusError::TooLarge { url: url() });
             }
             body.extend_from_slice(&chunk);
         }
@@ -166,14 +162,20 @@ impl Daemon {
     }
 
     /// The one loop of the operator's commands: asks with `ask()` every [`EVERY`] until `step`
-    /// breaks with its result.
+    /// breaks with its result, given what the daemon says, read, with its progress.
     pub async fn asking<T>(
         &self,
         ask: impl Fn() -> Ask,
         mut step: impl FnMut(Result<View, StatusError>) -> ControlFlow<T>,
     ) -> T {
         loop {
-            if let ControlFlow::Break(done) = step(self.ask_for(&ask()).await) {
+            let url = || self.url.clone();
+            let view = self.reply(&ask()).await.and_then(|reply| {
+                let status = Status::from_json(&reply.body)
+                    .map_err(|source| StatusError::NotPmcheck { url: url(), source })?;
+                View::new(status).map_err(|theirs| StatusError::OtherVersion { url: url(), theirs })
+            });
+            if let ControlFlow::Break(done) = step(view) {
                 return done;
             }
             tokio::time::sleep(EVERY).await;
@@ -182,17 +184,7 @@ impl Daemon {
 
     /// What the daemon says now, read, with its progress for the waits' defaults.
     pub async fn ask(&self) -> Result<View, StatusError> {
-        self.ask_for(&Ask::default()).await
-    }
-
-    /// What the daemon says now, read, with its progress for `ask`.
-    async fn ask_for(&self, ask: &Ask) -> Result<View, StatusError> {
-        let (reply, url) = (self.reply(ask).await?, self.url.clone());
-        let status = match Status::from_json(&reply.body) {
-            Ok(status) => status,
-            Err(source) => return Err(StatusError::NotPmcheck { url, source }),
-        };
-        View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
+        self.asking(Ask::default, ControlFlow::Break).await
     }
 }
 
@@ -200,7 +192,14 @@ impl Daemon {
 /// unanswered refused this host (its `--allow`) or shed the connection under load, which a
 /// dead daemon never does; the service's environment file, when it can be read, tells which.
 fn said(e: &reqwest::Error) -> String {
-    if !closed_unanswered(e) {
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    // Taken and then closed, or reset, before any answer.
+    let closed_unanswered = chain(e).any(|err| {
+        (err.downcast_ref::<hyper::Error>()).is_some_and(hyper::Error::is_incomplete_message)
+            || (err.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| matches!(io.kind(), ConnectionReset | UnexpectedEof))
+    });
+    if !closed_unanswered {
         // The innermost cause reqwest saw, or that it timed out.
         let cause = if e.is_timeout() {
             format!("no answer within {}", format_duration(DEADLINE))
@@ -241,16 +240,6 @@ fn refused(file: Option<&EnvFile>) -> String {
 fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
     let first: &(dyn std::error::Error + 'static) = e;
     std::iter::successors(Some(first), |e| e.source())
-}
-
-/// Whether the connection was taken and then closed, or reset, before any answer.
-fn closed_unanswered(e: &reqwest::Error) -> bool {
-    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
-    chain(e).any(|err| {
-        (err.downcast_ref::<hyper::Error>()).is_some_and(hyper::Error::is_incomplete_message)
-            || (err.downcast_ref::<std::io::Error>())
-                .is_some_and(|io| matches!(io.kind(), ConnectionReset | UnexpectedEof))
-    })
 }
 
 #[cfg(test)]
