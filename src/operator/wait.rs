@@ -118,7 +118,7 @@ pub async fn wait(
     };
     let asking = daemon.asking(ask, |answer| {
         // What the wait still misses: an answer's, or why there was none.
-        let line = 'line: {
+        pending = 'line: {
             let view = match answer {
                 Ok(view) => view,
                 Err(e) if pending.is_empty() || e.other_version() => {
@@ -166,7 +166,6 @@ pub async fn wait(
             }
             line
         };
-        pending = line;
         ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
         if start.elapsed() >= how.max_wait {
             let (waited, pending) = (how.max_wait, pending.clone());
