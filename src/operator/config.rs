@@ -237,10 +237,8 @@ impl Reader {
             .or_else(|_| std::path::absolute(path))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         // Each directory below `/`, outermost first, then the file.
-        let dirs: Vec<&Path> = (full.ancestors().skip(1))
-            .filter(|d| d.parent().is_some())
-            .collect();
-        for dir in dirs.into_iter().rev() {
+        let dirs: Vec<&Path> = full.ancestors().skip(1).collect();
+        for dir in dirs.into_iter().rev().skip(1) {
             self.allowed(dir, 0o1, "enter")?;
         }
         if full.parent().is_some() {

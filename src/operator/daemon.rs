@@ -93,7 +93,6 @@ pub struct Reply {
 pub struct Daemon {
     /// The URL as given, for messages.
     pub url: String,
-    /// Its `/status`.
     status: reqwest::Url,
     client: reqwest::Client,
 }
@@ -193,8 +192,11 @@ impl Daemon {
 /// dead daemon never does; the service's environment file, when it can be read, tells which.
 fn said(e: &reqwest::Error) -> String {
     use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    // `e` and its sources, outermost first.
+    let first: &(dyn std::error::Error + 'static) = e;
+    let chain = || std::iter::successors(Some(first), |e| e.source());
     // Taken and then closed, or reset, before any answer.
-    let closed_unanswered = chain(e).any(|err| {
+    let closed_unanswered = chain().any(|err| {
         (err.downcast_ref::<hyper::Error>()).is_some_and(hyper::Error::is_incomplete_message)
             || (err.downcast_ref::<std::io::Error>())
                 .is_some_and(|io| matches!(io.kind(), ConnectionReset | UnexpectedEof))
@@ -204,7 +206,7 @@ fn said(e: &reqwest::Error) -> String {
         let cause = if e.is_timeout() {
             format!("no answer within {}", format_duration(DEADLINE))
         } else {
-            chain(e).last().map(ToString::to_string).unwrap_or_default()
+            chain().last().map(ToString::to_string).unwrap_or_default()
         };
         return format!("{cause} (is `pmcheck serve` running there?)");
     }
@@ -234,12 +236,6 @@ fn refused(file: Option<&EnvFile>) -> String {
     }
     let allow = if nets.is_empty() { "unset" } else { allow };
     format!("{CLOSED}: {path} lets this host in (PMCHECK_ALLOW {allow}), so the daemon {SHED}")
-}
-
-/// `e` and its sources, outermost first.
-fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
-    let first: &(dyn std::error::Error + 'static) = e;
-    std::iter::successors(Some(first), |e| e.source())
 }
 
 #[cfg(test)]

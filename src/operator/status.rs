@@ -113,7 +113,6 @@ fn pollers(pollers: &[PollerAnswer]) -> Vec<(&'static str, String)> {
     rows
 }
 
-/// The `drain:` line's text.
 fn drain_line(answer: &Answer<'_>) -> String {
     let Some(drain) = &answer.drain else {
         // An unreadable record is not "not drained": the node answers UNKNOWN (fail closed).
@@ -142,10 +141,9 @@ fn pool_line(answer: &Answer<'_>, pool: &Pool) -> String {
         Load::Busy => "busy",
         Load::Paused => "paused (answered OK at the floor weight, for at most --pause-grace)",
     });
-    let units = if pool.multithreaded {
-        "borrow slots of one multithreaded JRuby"
-    } else {
-        "JRubies"
+    let units = match pool.multithreaded {
+        true => "borrow slots of one multithreaded JRuby",
+        false => "JRubies",
     };
     format!(
         "{load}: {} of {} {units} free, {} compiling, {} waiting; average wait {} ms, \

@@ -3,7 +3,6 @@
 //! ([`Goal`]) is reached, as the command line says to wait ([`WaitArgs`]). The daemon decides; this
 //! only renders, so it needs no privileges or settings.
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::ops::ControlFlow;
@@ -56,33 +55,20 @@ pub enum WaitError {
         said(.held)
     )]
     Held {
-        /// How long it waited.
         waited: Duration,
-        /// Where it is held.
         held: Vec<Blocker>,
     },
-    /// The goal was not reached in time.
+    /// The goal was not reached in time: it waited the timeout.
     #[error("gave up after {}: {pending}", format_duration(*.waited))]
-    TimedOut {
-        /// How long it waited: the timeout.
-        waited: Duration,
-        /// What was still missing.
-        pending: String,
-    },
+    TimedOut { waited: Duration, pending: String },
     /// A signal asked to stop.
     #[error("interrupted after {}: {pending}", crate::text::seconds(*.waited))]
-    Interrupted {
-        /// How long it waited.
-        waited: Duration,
-        /// What was still missing.
-        pending: String,
-    },
+    Interrupted { waited: Duration, pending: String },
 }
 
 /// A goal reached.
 #[derive(Debug, Clone)]
 pub struct Done {
-    /// How long it took.
     pub waited: Duration,
     /// What was reached, for a person.
     pub summary: String,
@@ -159,12 +145,11 @@ pub async fn wait(
                     warnings,
                 }));
             }
-            let mut line = a.missing();
-            if !a.acted.is_empty() {
-                let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-                let _ = write!(line, "; acted: {}", acted.join(", "));
+            let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+            match acted[..] {
+                [] => a.missing(),
+                _ => format!("{}; acted: {}", a.missing(), acted.join(", ")),
             }
-            line
         };
         ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
         if start.elapsed() >= how.max_wait {
