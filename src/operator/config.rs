@@ -296,17 +296,14 @@ pub struct Needed {
 fn service(text: &str, source: &str) -> Result<Reader, String> {
     let (mut user, mut group, mut groups) = (None, None, Vec::new());
     let nonempty = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
-    for line in text.lines().map(str::trim) {
-        if let Some(v) = line.strip_prefix("User=") {
-            user = nonempty(v);
-        } else if let Some(v) = line.strip_prefix("Group=") {
-            group = nonempty(v);
-        } else if let Some(v) = line.strip_prefix("SupplementaryGroups=") {
+    for (key, value) in text.lines().filter_map(|l| l.trim().split_once('=')) {
+        match (key, value.trim()) {
+            ("User", v) => user = nonempty(v),
+            ("Group", v) => group = nonempty(v),
             // An empty assignment clears the groups before it, as systemd reads it.
-            match v.trim() {
-                "" => groups.clear(),
-                v => groups.extend(v.split_whitespace().map(str::to_owned)),
-            }
+            ("SupplementaryGroups", "") => groups.clear(),
+            ("SupplementaryGroups", v) => groups.extend(v.split_whitespace().map(str::to_owned)),
+            _ => {}
         }
     }
     let user = user.ok_or_else(|| format!("{source}: no User="))?;

@@ -44,8 +44,8 @@ pub enum StatusError {
         BODY_LIMIT / 1024
     )]
     TooLarge { url: String },
-    /// A daemon of another version, whose `/status` has no progress answer: never read as
-    /// "nothing pending".
+    /// A daemon of another version (`theirs`, empty when it says none), whose `/status` has no
+    /// progress answer: never read as "nothing pending".
     #[error(
         "pmcheck at {url} is {}, this command is {}: its /status has no progress answer, which \
          this command reads; run one version (after a package upgrade, `systemctl restart \
@@ -53,11 +53,7 @@ pub enum StatusError {
         if .theirs.is_empty() { "an older version" } else { .theirs.as_str() },
         crate::protocol::VERSION
     )]
-    OtherVersion {
-        url: String,
-        /// The version it says, empty when it says none.
-        theirs: String,
-    },
+    OtherVersion { url: String, theirs: String },
     /// An answer that is not pmcheck's JSON.
     #[error("{url} does not answer like pmcheck ({source})")]
     NotPmcheck {
@@ -84,7 +80,6 @@ impl StatusError {
 pub struct Reply {
     /// The HTTP status: 200 when the daemon answers HAProxy OK.
     pub status: u16,
-    /// The JSON body as sent.
     pub body: String,
 }
 

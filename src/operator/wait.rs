@@ -27,12 +27,9 @@ pub enum Goal {
     Drained,
     /// Back in rotation: every recent poller has been told OK often enough to act on it.
     Undrained,
-    /// Puppet Server can compile again: a probe made after `since` found it running with its
-    /// pool full (warm or busy, not warming).
-    Healthy {
-        /// When the command that restarted it ended.
-        since: Instant,
-    },
+    /// Puppet Server can compile again: a probe made after `since` (when the command that
+    /// restarted it ended) found it running with its pool full (warm or busy, not warming).
+    Healthy { since: Instant },
 }
 
 /// How often a line is repeated when nothing changes and the output is not a terminal.
@@ -193,7 +190,6 @@ pub async fn undrained(daemon: &Daemon) -> Result<String, String> {
 #[derive(Default)]
 pub struct Ticker {
     terminal: bool,
-    shown: bool,
     last: String,
     last_at: Option<Instant>,
 }
@@ -221,7 +217,6 @@ impl Ticker {
         if self.terminal {
             let _ = write!(err, "\r\x1b[2K{text}");
             let _ = err.flush();
-            self.shown = true;
         } else {
             let _ = writeln!(err, "{text}");
         }
@@ -255,11 +250,10 @@ impl Ticker {
         self.last_at.map_or(Duration::ZERO, due)
     }
 
-    /// Clears the line on a terminal.
+    /// Clears the line on a terminal, once one was drawn: the ticker's last use.
     pub fn clear(&mut self) {
-        if self.terminal && self.shown {
+        if self.terminal && self.last_at.take().is_some() {
             let _ = write!(std::io::stderr(), "\r\x1b[2K");
-            self.shown = false;
         }
     }
 }
@@ -275,9 +269,8 @@ fn without_timers(text: &str) -> String {
         let number = (from.find(|c: char| !(c.is_ascii_digit() || c == '.'))).unwrap_or(from.len());
         let after = &from[number..];
         let ends = |tail: &str| !tail.starts_with(|c: char| c.is_ascii_alphanumeric());
-        let unit = ["ms", "s", "m", "h"]
-            .into_iter()
-            .find(|u| after.strip_prefix(u).is_some_and(ends));
+        let unit =
+            (["ms", "s", "m", "h"].into_iter()).find(|u| after.strip_prefix(u).is_some_and(ends));
         let preceded = out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == ':');
         let (shown, skipped) = match unit {
             Some(unit) if !preceded => (format!("#{unit}"), number + unit.len()),
@@ -373,7 +366,6 @@ mod tests {
     fn ticker(terminal: bool) -> Ticker {
         Ticker {
             terminal,
-            shown: false,
             last: String::new(),
             last_at: None,
         }
