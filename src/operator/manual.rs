@@ -1,5 +1,5 @@
-//! The manual: pmcheck(1) and shell completions, generated from the clap definitions so that
-//! they never drift from `--help`.
+//! The manual, pmcheck(1), generated from the clap definitions so that it never drifts from
+//! `--help`.
 
 use std::collections::BTreeSet;
 use std::io::{self, Write};
@@ -101,9 +101,4 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
         .text([roman("HAProxy backend: mode tcp, option httpchk, server compile01 compile01:8140 check port 9200 inter 2s rise 3 fall 3.")]);
     roff.to_writer(out)?;
     page.render_version_section(out)
-}
-
-/// A completion script for `shell`.
-pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
-    clap_complete::generate(shell, &mut Cli::command(), "pmcheck", out);
 }
