@@ -59,22 +59,7 @@ pub fn check(given: &Given, args: &CheckArgs) -> Exit {
         (Exit::Ok, Severity::Warning) => Exit::Warning,
         _ => code,
     };
-    // The pool as performance data (after a space): gauges with their bounds, counters as `c`.
-    let pool = (report.pool.as_ref()).map_or(String::new(), |pool| {
-        let (size, weight) = (pool.size, decision.weight);
-        format!(
-            " jrubies_free={};;;0;{size} jrubies_borrowed={};;;0;{size} jrubies_waiting={};;;0 \
-             average_wait={}ms;;;0 average_borrow={}ms;;;0 queue_limit_hits={}c borrow_timeouts={}c \
-             weight={weight}%;;;0;100",
-            pool.free,
-            pool.borrowed,
-            pool.waiting,
-            pool.average_wait_ms,
-            pool.average_borrow_ms,
-            pool.queue_limit_hits,
-            pool.borrow_timeouts,
-        )
-    });
+    let pool = (report.pool.as_ref()).map_or(String::new(), |p| pool_perfdata(p, decision.weight));
     let latency = report.latency.as_secs_f64();
     let perfdata = format!("time={latency:.3}s;;;0{pool}{}", expiry.perfdata);
     let mut text = decision.reason.to_string();
@@ -109,4 +94,22 @@ pub fn check(given: &Given, args: &CheckArgs) -> Exit {
 fn unknown(why: &dyn std::fmt::Display) -> Exit {
     outln!("PMCHECK UNKNOWN - {why}");
     Exit::Unknown
+}
+
+/// The pool as monitoring-plugin performance data (after a space): gauges with their bounds,
+/// counters as `c`.
+fn pool_perfdata(pool: &crate::puppet::pool::Pool, weight: u8) -> String {
+    let size = pool.size;
+    format!(
+        " jrubies_free={};;;0;{size} jrubies_borrowed={};;;0;{size} jrubies_waiting={};;;0 \
+         average_wait={}ms;;;0 average_borrow={}ms;;;0 queue_limit_hits={}c borrow_timeouts={}c \
+         weight={weight}%;;;0;100",
+        pool.free,
+        pool.borrowed,
+        pool.waiting,
+        pool.average_wait_ms,
+        pool.average_borrow_ms,
+        pool.queue_limit_hits,
+        pool.borrow_timeouts,
+    )
 }
