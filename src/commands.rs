@@ -180,7 +180,10 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
             let mut text = Vec::new();
             match args.what {
                 Generate::Man => manual::man(&mut text)?,
-                Generate::Completions { shell } => manual::completions(shell, &mut text),
+                Generate::Completions { shell } => {
+                    let mut cli = <Cli as clap::CommandFactory>::command();
+                    clap_complete::generate(shell, &mut cli, "pmcheck", &mut text);
+                }
             }
             out!("{}", String::from_utf8_lossy(&text));
         }

@@ -6,36 +6,27 @@
 //! command did matters more than its words about it.
 
 use std::fmt;
-use std::io::{self, Write};
+use std::io::Write;
 
-/// Writes `args` to standard output.
-pub fn to_stdout(args: fmt::Arguments<'_>) {
-    write(&mut io::stdout().lock(), args);
-}
-
-/// Writes `args` to standard error.
-pub fn to_stderr(args: fmt::Arguments<'_>) {
-    write(&mut io::stderr().lock(), args);
-}
-
-fn write(w: &mut impl Write, args: fmt::Arguments<'_>) {
+/// Writes `args` to `w`, a locked standard output or error, and flushes it.
+pub fn write(w: &mut impl Write, args: fmt::Arguments<'_>) {
     // Nowhere is left to say that a write failed: the words are dropped, the work stands.
     let _ = w.write_fmt(args).and_then(|()| w.flush());
 }
 
-/// `print!` that survives a closed standard output ([`to_stdout`]).
+/// `print!` that survives a closed standard output ([`write()`]).
 macro_rules! out {
-    ($($arg:tt)*) => { $crate::console::to_stdout(format_args!($($arg)*)) };
+    ($($arg:tt)*) => { $crate::console::write(&mut std::io::stdout().lock(), format_args!($($arg)*)) };
 }
 
-/// `println!` that survives a closed standard output ([`to_stdout`]).
+/// `println!` that survives a closed standard output ([`write()`]).
 macro_rules! outln {
-    ($($arg:tt)*) => { $crate::console::to_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { $crate::console::out!("{}\n", format_args!($($arg)*)) };
 }
 
-/// `eprintln!` that survives a closed standard error ([`to_stderr`]).
+/// `eprintln!` that survives a closed standard error ([`write()`]).
 macro_rules! errln {
-    ($($arg:tt)*) => { $crate::console::to_stderr(format_args!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { $crate::console::write(&mut std::io::stderr().lock(), format_args!("{}\n", format_args!($($arg)*))) };
 }
 
 pub(crate) use {errln, out, outln};

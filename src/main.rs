@@ -23,7 +23,7 @@ fn main() -> ExitCode {
                 .map(|a| a.to_string_lossy().into_owned())
                 .collect();
             if let Some(hint) = pmcheck::provenance::env_hint(&error, &args) {
-                pmcheck::console::to_stderr(format_args!("{hint}\n"));
+                pmcheck::console::write(&mut std::io::stderr().lock(), format_args!("{hint}\n"));
             }
             Exit::for_usage(&error, &args).into()
         }

@@ -104,13 +104,10 @@ fn readers(unit: Option<&Path>, out: &mut String) -> Vec<Reader> {
     if !nix::unistd::getuid().is_root() {
         return readers;
     }
+    let installed = || (UNIT_LOCATIONS.map(Path::new).into_iter()).find(|p| p.exists());
     let service = match unit {
         Some(file) => Some(Reader::unit(file)),
-        None => Reader::systemd().or_else(|| {
-            (UNIT_LOCATIONS.iter().map(PathBuf::from))
-                .find(|p| p.exists())
-                .map(|file| Reader::unit(&file))
-        }),
+        None => Reader::systemd().or_else(|| installed().map(Reader::unit)),
     };
     match service {
         Some(Ok(service)) => readers.push(service),
@@ -125,33 +122,26 @@ fn readers(unit: Option<&Path>, out: &mut String) -> Vec<Reader> {
 /// The load balancer key file as the daemon will read it: each key's addresses and what is
 /// weak, or why it cannot be used (`false`).
 fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool {
-    match LbProof::of(daemon) {
-        (proof, None) => {
-            for key in proof.answer().map(|a| a.keys).unwrap_or_default() {
-                let from = key.addresses();
-                let _ = writeln!(out, "load balancer key, line {}: for {from}", key.line);
-            }
-            for w in proof.warnings() {
-                let _ = writeln!(out, "warning: {w}");
-            }
-            true
-        }
-        (_, Some(e)) => {
-            let _ = writeln!(out, "error: {e}");
-            false
-        }
+    let (proof, unusable) = LbProof::of(daemon);
+    if let Some(e) = unusable {
+        let _ = writeln!(out, "error: {e}");
+        return false;
     }
+    for key in proof.answer().map(|a| a.keys).unwrap_or_default() {
+        let from = key.addresses();
+        let _ = writeln!(out, "load balancer key, line {}: for {from}", key.line);
+    }
+    for w in proof.warnings() {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    true
 }
 
 /// The files the daemon reads: name, path, and whether it must exist (Puppet Server's conf
 /// files may be absent: their defaults apply).
 fn needed(s: &Settings) -> Vec<Needed> {
     let conf = |name: &str| Some(s.puppetserver_confd.value.join(name));
-    let key_file = s
-        .given
-        .daemon
-        .as_ref()
-        .and_then(|d| d.lb_key_file.clone().value);
+    let key_file = (s.given.daemon.as_ref()).and_then(|d| d.lb_key_file.value.clone());
     let files = [
         ("puppet.conf", s.puppet_conf.value.clone(), true),
         ("hostcert", Some(s.hostcert.value.clone()), true),
@@ -247,10 +237,8 @@ impl Reader {
             .or_else(|_| std::path::absolute(path))
             .map_err(|e| format!("{}: {e}", path.display()))?;
         // Each directory below `/`, outermost first, then the file.
-        let dirs: Vec<&Path> = (full.ancestors().skip(1))
-            .filter(|d| d.parent().is_some())
-            .collect();
-        for dir in dirs.into_iter().rev() {
+        let dirs: Vec<&Path> = full.ancestors().skip(1).collect();
+        for dir in dirs.into_iter().rev().skip(1) {
             self.allowed(dir, 0o1, "enter")?;
         }
         if full.parent().is_some() {
@@ -308,17 +296,14 @@ pub struct Needed {
 fn service(text: &str, source: &str) -> Result<Reader, String> {
     let (mut user, mut group, mut groups) = (None, None, Vec::new());
     let nonempty = |v: &str| Some(v.trim().to_owned()).filter(|v| !v.is_empty());
-    for line in text.lines().map(str::trim) {
-        if let Some(v) = line.strip_prefix("User=") {
-            user = nonempty(v);
-        } else if let Some(v) = line.strip_prefix("Group=") {
-            group = nonempty(v);
-        } else if let Some(v) = line.strip_prefix("SupplementaryGroups=") {
+    for (key, value) in text.lines().filter_map(|l| l.trim().split_once('=')) {
+        match (key, value.trim()) {
+            ("User", v) => user = nonempty(v),
+            ("Group", v) => group = nonempty(v),
             // An empty assignment clears the groups before it, as systemd reads it.
-            match v.trim() {
-                "" => groups.clear(),
-                v => groups.extend(v.split_whitespace().map(str::to_owned)),
-            }
+            ("SupplementaryGroups", "") => groups.clear(),
+            ("SupplementaryGroups", v) => groups.extend(v.split_whitespace().map(str::to_owned)),
+            _ => {}
         }
     }
     let user = user.ok_or_else(|| format!("{source}: no User="))?;
@@ -351,14 +336,15 @@ pub fn readable(needed: &[Needed], readers: &[Reader], out: &mut String) -> bool
         let (name, path) = (&n.name, n.path.display());
         let missing =
             std::fs::metadata(&n.path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
-        let whys = match missing {
-            true if n.required => vec!["no such file".to_owned()],
-            true => {
-                out.push_str(&format!(
-                    "note: {name} {path} does not exist: its defaults apply\n"
-                ));
-                continue;
-            }
+        if missing && !n.required {
+            let _ = writeln!(
+                out,
+                "note: {name} {path} does not exist: its defaults apply"
+            );
+            continue;
+        }
+        let whys: Vec<String> = match missing {
+            true => vec!["no such file".to_owned()],
             false => (readers.iter())
                 .filter_map(|r| r.can_read(&n.path).err())
                 .collect(),

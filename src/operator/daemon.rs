@@ -44,8 +44,8 @@ pub enum StatusError {
         BODY_LIMIT / 1024
     )]
     TooLarge { url: String },
-    /// A daemon of another version, whose `/status` has no progress answer: never read as
-    /// "nothing pending".
+    /// A daemon of another version (`theirs`, empty when it says none), whose `/status` has no
+    /// progress answer: never read as "nothing pending".
     #[error(
         "pmcheck at {url} is {}, this command is {}: its /status has no progress answer, which \
          this command reads; run one version (after a package upgrade, `systemctl restart \
@@ -53,11 +53,7 @@ pub enum StatusError {
         if .theirs.is_empty() { "an older version" } else { .theirs.as_str() },
         crate::protocol::VERSION
     )]
-    OtherVersion {
-        url: String,
-        /// The version it says, empty when it says none.
-        theirs: String,
-    },
+    OtherVersion { url: String, theirs: String },
     /// An answer that is not pmcheck's JSON.
     #[error("{url} does not answer like pmcheck ({source})")]
     NotPmcheck {
@@ -84,7 +80,6 @@ impl StatusError {
 pub struct Reply {
     /// The HTTP status: 200 when the daemon answers HAProxy OK.
     pub status: u16,
-    /// The JSON body as sent.
     pub body: String,
 }
 
@@ -93,7 +88,6 @@ pub struct Reply {
 pub struct Daemon {
     /// The URL as given, for messages.
     pub url: String,
-    /// Its `/status`.
     status: reqwest::Url,
     client: reqwest::Client,
 }
@@ -140,13 +134,11 @@ impl Daemon {
     /// One GET of `/status` asking with `ask` (its query), within five seconds: the reply as it
     /// came.
     pub async fn reply(&self, ask: &Ask) -> Result<Reply, StatusError> {
-        let unreachable = |source| StatusError::Unreachable {
-            url: self.url.clone(),
-            source,
-        };
-        let mut url = self.status.clone();
-        url.set_query(Some(&ask.query()));
-        let mut response = (self.client.get(url))
+        let url = || self.url.clone();
+        let unreachable = |source| StatusError::Unreachable { url: url(), source };
+        let mut asked = self.status.clone();
+        asked.set_query(Some(&ask.query()));
+        let mut response = (self.client.get(asked))
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
@@ -155,9 +147,7 @@ impl Daemon {
         let mut body = Vec::new();
         while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
             if body.len() + chunk.len() > BODY_LIMIT {
-                return Err(StatusError::TooLarge {
-                    url: self.url.clone(),
-                });
+                return Err(StatusError::TooLarge { url: url() });
             }
             body.extend_from_slice(&chunk);
         }
@@ -166,14 +156,20 @@ impl Daemon {
     }
 
     /// The one loop of the operator's commands: asks with `ask()` every [`EVERY`] until `step`
-    /// breaks with its result.
+    /// breaks with its result, given what the daemon says, read, with its progress.
     pub async fn asking<T>(
         &self,
         ask: impl Fn() -> Ask,
         mut step: impl FnMut(Result<View, StatusError>) -> ControlFlow<T>,
     ) -> T {
         loop {
-            if let ControlFlow::Break(done) = step(self.ask_for(&ask()).await) {
+            let url = || self.url.clone();
+            let view = self.reply(&ask()).await.and_then(|reply| {
+                let status = Status::from_json(&reply.body)
+                    .map_err(|source| StatusError::NotPmcheck { url: url(), source })?;
+                View::new(status).map_err(|theirs| StatusError::OtherVersion { url: url(), theirs })
+            });
+            if let ControlFlow::Break(done) = step(view) {
                 return done;
             }
             tokio::time::sleep(EVERY).await;
@@ -182,17 +178,7 @@ impl Daemon {
 
     /// What the daemon says now, read, with its progress for the waits' defaults.
     pub async fn ask(&self) -> Result<View, StatusError> {
-        self.ask_for(&Ask::default()).await
-    }
-
-    /// What the daemon says now, read, with its progress for `ask`.
-    async fn ask_for(&self, ask: &Ask) -> Result<View, StatusError> {
-        let (reply, url) = (self.reply(ask).await?, self.url.clone());
-        let status = match Status::from_json(&reply.body) {
-            Ok(status) => status,
-            Err(source) => return Err(StatusError::NotPmcheck { url, source }),
-        };
-        View::new(status).map_err(|theirs| StatusError::OtherVersion { url, theirs })
+        self.asking(Ask::default, ControlFlow::Break).await
     }
 }
 
@@ -200,12 +186,22 @@ impl Daemon {
 /// unanswered refused this host (its `--allow`) or shed the connection under load, which a
 /// dead daemon never does; the service's environment file, when it can be read, tells which.
 fn said(e: &reqwest::Error) -> String {
-    if !closed_unanswered(e) {
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    // `e` and its sources, outermost first.
+    let first: &(dyn std::error::Error + 'static) = e;
+    let chain = || std::iter::successors(Some(first), |e| e.source());
+    // Taken and then closed, or reset, before any answer.
+    let closed_unanswered = chain().any(|err| {
+        (err.downcast_ref::<hyper::Error>()).is_some_and(hyper::Error::is_incomplete_message)
+            || (err.downcast_ref::<std::io::Error>())
+                .is_some_and(|io| matches!(io.kind(), ConnectionReset | UnexpectedEof))
+    });
+    if !closed_unanswered {
         // The innermost cause reqwest saw, or that it timed out.
         let cause = if e.is_timeout() {
             format!("no answer within {}", format_duration(DEADLINE))
         } else {
-            chain(e).last().map(ToString::to_string).unwrap_or_default()
+            chain().last().map(ToString::to_string).unwrap_or_default()
         };
         return format!("{cause} (is `pmcheck serve` running there?)");
     }
@@ -235,22 +231,6 @@ fn refused(file: Option<&EnvFile>) -> String {
     }
     let allow = if nets.is_empty() { "unset" } else { allow };
     format!("{CLOSED}: {path} lets this host in (PMCHECK_ALLOW {allow}), so the daemon {SHED}")
-}
-
-/// `e` and its sources, outermost first.
-fn chain(e: &reqwest::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
-    let first: &(dyn std::error::Error + 'static) = e;
-    std::iter::successors(Some(first), |e| e.source())
-}
-
-/// Whether the connection was taken and then closed, or reset, before any answer.
-fn closed_unanswered(e: &reqwest::Error) -> bool {
-    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
-    chain(e).any(|err| {
-        (err.downcast_ref::<hyper::Error>()).is_some_and(hyper::Error::is_incomplete_message)
-            || (err.downcast_ref::<std::io::Error>())
-                .is_some_and(|io| matches!(io.kind(), ConnectionReset | UnexpectedEof))
-    })
 }
 
 #[cfg(test)]

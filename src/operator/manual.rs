@@ -1,5 +1,5 @@
-//! The manual: pmcheck(1) and shell completions, generated from the clap definitions so that
-//! they never drift from `--help`.
+//! The manual, pmcheck(1), generated from the clap definitions so that it never drifts from
+//! `--help`.
 
 use std::collections::BTreeSet;
 use std::io::{self, Write};
@@ -21,7 +21,25 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
     page.render_synopsis_section(out)?;
     page.render_description_section(out)?;
 
-    commands(&cli, out)?;
+    // Every command with its options, each in its own subsection.
+    Roff::new().control("SH", ["COMMANDS"]).to_writer(out)?;
+    for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = format!("pmcheck {}", sub.get_name());
+        let mut roff = Roff::new();
+        roff.control("SS", [name.as_str()]);
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            roff.text([roman(about.to_string())]);
+        }
+        roff.to_writer(out)?;
+        // clap_mangen renders options under an OPTIONS heading of their own; here they belong
+        // to the command's subsection.
+        let mut options = Vec::new();
+        Man::new(sub.clone()).render_options_section(&mut options)?;
+        let options = String::from_utf8_lossy(&options);
+        for line in options.lines().filter(|l| !l.starts_with(".SH")) {
+            writeln!(out, "{line}")?;
+        }
+    }
     let mut roff = Roff::new();
     roff.control("SH", ["EXIT STATUS"]);
     for exit in Exit::ALL {
@@ -33,8 +51,16 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
         .text([bold("serve"), roman(" stops gracefully on SIGTERM and SIGINT, re-reads the certificate, key, CA and the drain record at once on SIGHUP (it also notices changes by itself within a second; Puppet Server's listener is read at start only, and a SIGHUP says when webserver.conf names another: restart to move the probe), and ignores SIGUSR1 and SIGUSR2.")])
         .control("SH", ["ENVIRONMENT"])
         .text([roman("Every option also reads an environment variable, so a systemd EnvironmentFile configures the daemon; a flag beats its variable. RUST_LOG sets the log level (default info). NOTIFY_SOCKET, WATCHDOG_USEC, LISTEN_FDS and LISTEN_PID are read as systemd sets them.")]);
-    // From the clap definitions, so the list cannot drift from the options.
-    for (var, option) in environment(&cli) {
+    // Every option's variable and long name, from the clap definitions, so the list cannot
+    // drift from the options; sorted by variable.
+    let environment: BTreeSet<(String, String)> = (cli.get_subcommands())
+        .flat_map(clap::Command::get_arguments)
+        .filter_map(|arg| {
+            let var = arg.get_env()?.to_string_lossy().into_owned();
+            Some((var, arg.get_long()?.to_owned()))
+        })
+        .collect();
+    for (var, option) in environment {
         roff.control("TP", [])
             .text([bold(var)])
             .text([roman(format!("--{option}"))]);
@@ -75,43 +101,4 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
         .text([roman("HAProxy backend: mode tcp, option httpchk, server compile01 compile01:8140 check port 9200 inter 2s rise 3 fall 3.")]);
     roff.to_writer(out)?;
     page.render_version_section(out)
-}
-
-/// Every command with its options, each in its own subsection.
-fn commands(cli: &clap::Command, out: &mut dyn Write) -> io::Result<()> {
-    Roff::new().control("SH", ["COMMANDS"]).to_writer(out)?;
-    for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
-        let name = format!("pmcheck {}", sub.get_name());
-        let mut roff = Roff::new();
-        roff.control("SS", [name.as_str()]);
-        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
-            roff.text([roman(about.to_string())]);
-        }
-        roff.to_writer(out)?;
-        // clap_mangen renders options under an OPTIONS heading of their own; here they belong
-        // to the command's subsection.
-        let mut options = Vec::new();
-        Man::new(sub.clone()).render_options_section(&mut options)?;
-        let options = String::from_utf8_lossy(&options);
-        for line in options.lines().filter(|l| !l.starts_with(".SH")) {
-            writeln!(out, "{line}")?;
-        }
-    }
-    Ok(())
-}
-
-/// A completion script for `shell`.
-pub fn completions(shell: clap_complete::Shell, out: &mut dyn Write) {
-    clap_complete::generate(shell, &mut Cli::command(), "pmcheck", out);
-}
-
-/// Every option's environment variable and long name, across the subcommands, sorted by variable.
-fn environment(cli: &clap::Command) -> BTreeSet<(String, String)> {
-    cli.get_subcommands()
-        .flat_map(clap::Command::get_arguments)
-        .filter_map(|arg| {
-            let var = arg.get_env()?.to_string_lossy().into_owned();
-            Some((var, arg.get_long()?.to_owned()))
-        })
-        .collect()
 }

@@ -113,7 +113,6 @@ fn pollers(pollers: &[PollerAnswer]) -> Vec<(&'static str, String)> {
     rows
 }
 
-/// The `drain:` line's text.
 fn drain_line(answer: &Answer<'_>) -> String {
     let Some(drain) = &answer.drain else {
         // An unreadable record is not "not drained": the node answers UNKNOWN (fail closed).
@@ -142,10 +141,9 @@ fn pool_line(answer: &Answer<'_>, pool: &Pool) -> String {
         Load::Busy => "busy",
         Load::Paused => "paused (answered OK at the floor weight, for at most --pause-grace)",
     });
-    let units = if pool.multithreaded {
-        "borrow slots of one multithreaded JRuby"
-    } else {
-        "JRubies"
+    let units = match pool.multithreaded {
+        true => "borrow slots of one multithreaded JRuby",
+        false => "JRubies",
     };
     format!(
         "{load}: {} of {} {units} free, {} compiling, {} waiting; average wait {} ms, \
@@ -178,7 +176,8 @@ fn traffic(t: &TrafficAnswer) -> String {
     format!("{n} connection(s) to {} from {from}", t.listener)
 }
 
-/// The weight with its cause.
+/// The weight with its cause; when the load balancers that made agent checks all stopped, it
+/// is read by none.
 fn weight(status: &Status<'_>) -> String {
     let answer = &status.answer;
     if !status.agent_check {
@@ -200,23 +199,18 @@ fn weight(status: &Status<'_>) -> String {
         WeightCause::Paused => format!("{w}%, the floor: the JRuby pool is paused"),
         WeightCause::Full => format!("{w}%: all of the configured weight"),
     };
-    format!("{sent}{}", unread(status))
-}
-
-/// When the load balancers that made agent checks all stopped, the weight is read by none.
-fn unread(status: &Status<'_>) -> String {
     let agents: Vec<&PollerAnswer> = (status.pollers.iter())
         .filter(|p| p.proof.proven() && p.agent.is_some())
         .collect();
     if agents.is_empty() || agents.iter().any(|p| p.agent_now().is_some()) {
-        return String::new();
+        return sent;
     }
     let stopped: Vec<String> = (agents.iter())
         .filter_map(|p| Some((p.address, p.agent_stopped_ms_ago?)))
         .map(|(address, ago)| format!("{address}'s {} ago", ms(ago)))
         .collect();
     let stopped = stopped.join(", ");
-    format!(", but no load balancer reads it now: their agent checks stopped ({stopped})")
+    format!("{sent}, but no load balancer reads it now: their agent checks stopped ({stopped})")
 }
 
 /// A load balancer is listed while it checks, and for a minute after its last check (said
@@ -276,11 +270,9 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
         return format!("sent a state pmcheck cannot read ({why})");
     };
     // The load balancer is named by its node already; another one's is said.
-    let node = if seen.node.is_empty() || Some(seen.node.as_str()) == p.node() {
-        String::new()
-    } else {
-        format!(" on {}", seen.node)
-    };
+    let node = (Some(seen.node.as_str()))
+        .filter(|node| !node.is_empty() && Some(*node) != p.node())
+        .map_or(String::new(), |node| format!(" on {node}"));
     // An agent drain keeps HAProxy's word UP and takes the server out of the backend's
     // weight, which the header's weights show only when the others weigh less: the agent
     // check's own answer tells.
@@ -320,44 +312,39 @@ fn state_view(p: &PollerAnswer, st: &StateAnswer) -> String {
 /// What to do next, in one line: the daemon's progress decides "safe"; a daemon of another
 /// version sends none, and is named.
 fn next_step(status: &Status<'_>) -> String {
-    match status.answer.verdict {
-        Verdict::Drained => return drained_next(status),
-        Verdict::Ok => "serving: `pmcheck drain --reason ... --wait` takes it out for work",
-        Verdict::Starting => "wait for the first probe (a second or two)",
-        Verdict::Down | Verdict::NotReady => {
+    let said = match (status.answer.verdict, &status.progress) {
+        (Verdict::Ok, _) => "serving: `pmcheck drain --reason ... --wait` takes it out for work",
+        (Verdict::Starting, _) => "wait for the first probe (a second or two)",
+        (Verdict::Down | Verdict::NotReady, _) => {
             "Puppet Server cannot take agents: see the probe line; `journalctl -u puppetserver`"
         }
-        Verdict::Unknown => {
+        (Verdict::Unknown, _) => {
             "pmcheck cannot tell: fix what the reason names (`pmcheck config --check`)"
         }
-    }
-    .to_owned()
-}
-
-/// What to do next on a drained node.
-fn drained_next(status: &Status<'_>) -> String {
-    let Some(progress) = &status.progress else {
-        let theirs = Some(status.version.as_str()).filter(|v| !v.is_empty());
-        return format!(
-            "the daemon is {}, this command {}: it sends no progress, so whether it is safe to stop Puppet Server cannot be read; run one version (`systemctl restart pmcheck` after an upgrade)",
-            theirs.unwrap_or("an older version"),
-            crate::protocol::VERSION
-        );
+        (Verdict::Drained, None) => {
+            let theirs = Some(status.version.as_str()).filter(|v| !v.is_empty());
+            return format!(
+                "the daemon is {}, this command {}: it sends no progress, so whether it is safe to stop Puppet Server cannot be read; run one version (`systemctl restart pmcheck` after an upgrade)",
+                theirs.unwrap_or("an older version"),
+                crate::protocol::VERSION
+            );
+        }
+        (Verdict::Drained, Some(p)) if !p.drain.held.is_empty() => {
+            "drained, but held where a load balancer says this node is its backend's last server (the held: line): do not stop Puppet Server; the drain takes effect once another server takes agents there, `pmcheck drain --force` takes it out now"
+        }
+        (Verdict::Drained, Some(p)) if p.safe_to_stop => {
+            "drained and every load balancer has acted: safe to stop Puppet Server; \
+             `pmcheck undrain` puts it back"
+        }
+        (Verdict::Drained, Some(p)) => {
+            return format!(
+                "drained, not yet safe to stop Puppet Server ({}); `pmcheck drain --wait` \
+                 returns when it is; `pmcheck undrain` puts it back",
+                p.drain.missing()
+            );
+        }
     };
-    let a = &progress.drain;
-    if !a.held.is_empty() {
-        "drained, but held where a load balancer says this node is its backend's last server (the held: line): do not stop Puppet Server; the drain takes effect once another server takes agents there, `pmcheck drain --force` takes it out now".to_owned()
-    } else if progress.safe_to_stop {
-        "drained and every load balancer has acted: safe to stop Puppet Server; \
-         `pmcheck undrain` puts it back"
-            .to_owned()
-    } else {
-        format!(
-            "drained, not yet safe to stop Puppet Server ({}); `pmcheck drain --wait` \
-             returns when it is; `pmcheck undrain` puts it back",
-            a.missing()
-        )
-    }
+    said.to_owned()
 }
 
 /// The daemon's load balancer key file: UNUSABLE and why, or each key's addresses, and what
@@ -372,12 +359,9 @@ fn key_file(k: &KeyFileAnswer) -> String {
         .map(|key| format!("line {}: {}", key.line, key.addresses()))
         .collect();
     let mut line = keys.join("; ");
-    if let Some(rejected) = &k.rejected {
-        let _ = write!(
-            line,
-            "\n        REJECTED at the latest reload, the keys above kept: {rejected}"
-        );
-    }
+    line.extend((k.rejected.as_ref()).map(|rejected| {
+        format!("\n        REJECTED at the latest reload, the keys above kept: {rejected}")
+    }));
     line.extend(k.warnings.iter().map(|w| format!("\n        warning: {w}")));
     line
 }
@@ -405,10 +389,15 @@ fn certificates(c: &CertificatesAnswer) -> String {
     parts.join("; ")
 }
 
-/// One environment's deploy, by the state the daemon read (`deployed`, `failed`, ...).
+/// One environment's deploy, by the state the daemon read (`deployed`, `failed`, ...), and
+/// what Puppet Enterprise's file sync says of the environment, when it says anything.
 fn deployment(c: &CodeAnswer) -> String {
-    let (env, sync) = (&c.environment, file_sync(c));
-    let path = c.path.as_deref().unwrap_or("?");
+    let sync = match (&c.file_sync_status, &c.file_sync_commit) {
+        (Some(status), Some(commit)) => format!(", file sync {status} {}", short(commit)),
+        (Some(status), None) => format!(", file sync {status}"),
+        _ => String::new(),
+    };
+    let (env, path) = (&c.environment, c.path.as_deref().unwrap_or("?"));
     match c.state.as_str() {
         "deployed" | "failed" => {
             let commit = (c.commit.as_deref()).map_or_else(|| "(no commit)".into(), short);
@@ -434,15 +423,6 @@ fn deployment(c: &CodeAnswer) -> String {
 /// A commit's first 12 characters, as git abbreviates it in words.
 fn short(commit: &str) -> String {
     commit.chars().take(12).collect()
-}
-
-/// What Puppet Enterprise's file sync says of the environment, when it says anything.
-fn file_sync(c: &CodeAnswer) -> String {
-    match (&c.file_sync_status, &c.file_sync_commit) {
-        (Some(status), Some(commit)) => format!(", file sync {status} {}", short(commit)),
-        (Some(status), None) => format!(", file sync {status}"),
-        _ => String::new(),
-    }
 }
 
 /// An age in whole seconds, minutes or hours, as far as it matters: `40s`, `11m`, `1day 3h`.

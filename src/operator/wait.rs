@@ -3,7 +3,6 @@
 //! ([`Goal`]) is reached, as the command line says to wait ([`WaitArgs`]). The daemon decides; this
 //! only renders, so it needs no privileges or settings.
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::io::{IsTerminal, Write};
 use std::ops::ControlFlow;
@@ -28,12 +27,9 @@ pub enum Goal {
     Drained,
     /// Back in rotation: every recent poller has been told OK often enough to act on it.
     Undrained,
-    /// Puppet Server can compile again: a probe made after `since` found it running with its
-    /// pool full (warm or busy, not warming).
-    Healthy {
-        /// When the command that restarted it ended.
-        since: Instant,
-    },
+    /// Puppet Server can compile again: a probe made after `since` (when the command that
+    /// restarted it ended) found it running with its pool full (warm or busy, not warming).
+    Healthy { since: Instant },
 }
 
 /// How often a line is repeated when nothing changes and the output is not a terminal.
@@ -56,33 +52,20 @@ pub enum WaitError {
         said(.held)
     )]
     Held {
-        /// How long it waited.
         waited: Duration,
-        /// Where it is held.
         held: Vec<Blocker>,
     },
-    /// The goal was not reached in time.
+    /// The goal was not reached in time: it waited the timeout.
     #[error("gave up after {}: {pending}", format_duration(*.waited))]
-    TimedOut {
-        /// How long it waited: the timeout.
-        waited: Duration,
-        /// What was still missing.
-        pending: String,
-    },
+    TimedOut { waited: Duration, pending: String },
     /// A signal asked to stop.
     #[error("interrupted after {}: {pending}", crate::text::seconds(*.waited))]
-    Interrupted {
-        /// How long it waited.
-        waited: Duration,
-        /// What was still missing.
-        pending: String,
-    },
+    Interrupted { waited: Duration, pending: String },
 }
 
 /// A goal reached.
 #[derive(Debug, Clone)]
 pub struct Done {
-    /// How long it took.
     pub waited: Duration,
     /// What was reached, for a person.
     pub summary: String,
@@ -118,7 +101,7 @@ pub async fn wait(
     };
     let asking = daemon.asking(ask, |answer| {
         // What the wait still misses: an answer's, or why there was none.
-        let line = 'line: {
+        pending = 'line: {
             let view = match answer {
                 Ok(view) => view,
                 Err(e) if pending.is_empty() || e.other_version() => {
@@ -159,14 +142,12 @@ pub async fn wait(
                     warnings,
                 }));
             }
-            let mut line = a.missing();
-            if !a.acted.is_empty() {
-                let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
-                let _ = write!(line, "; acted: {}", acted.join(", "));
+            let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
+            match acted[..] {
+                [] => a.missing(),
+                _ => format!("{}; acted: {}", a.missing(), acted.join(", ")),
             }
-            line
         };
-        pending = line;
         ticker.show_line(&format!("waiting {}: {pending}", seconds(start.elapsed())));
         if start.elapsed() >= how.max_wait {
             let (waited, pending) = (how.max_wait, pending.clone());
@@ -209,7 +190,6 @@ pub async fn undrained(daemon: &Daemon) -> Result<String, String> {
 #[derive(Default)]
 pub struct Ticker {
     terminal: bool,
-    shown: bool,
     last: String,
     last_at: Option<Instant>,
 }
@@ -237,7 +217,6 @@ impl Ticker {
         if self.terminal {
             let _ = write!(err, "\r\x1b[2K{text}");
             let _ = err.flush();
-            self.shown = true;
         } else {
             let _ = writeln!(err, "{text}");
         }
@@ -271,11 +250,10 @@ impl Ticker {
         self.last_at.map_or(Duration::ZERO, due)
     }
 
-    /// Clears the line on a terminal.
+    /// Clears the line on a terminal, once one was drawn: the ticker's last use.
     pub fn clear(&mut self) {
-        if self.terminal && self.shown {
+        if self.terminal && self.last_at.take().is_some() {
             let _ = write!(std::io::stderr(), "\r\x1b[2K");
-            self.shown = false;
         }
     }
 }
@@ -291,9 +269,8 @@ fn without_timers(text: &str) -> String {
         let number = (from.find(|c: char| !(c.is_ascii_digit() || c == '.'))).unwrap_or(from.len());
         let after = &from[number..];
         let ends = |tail: &str| !tail.starts_with(|c: char| c.is_ascii_alphanumeric());
-        let unit = ["ms", "s", "m", "h"]
-            .into_iter()
-            .find(|u| after.strip_prefix(u).is_some_and(ends));
+        let unit =
+            (["ms", "s", "m", "h"].into_iter()).find(|u| after.strip_prefix(u).is_some_and(ends));
         let preceded = out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == ':');
         let (shown, skipped) = match unit {
             Some(unit) if !preceded => (format!("#{unit}"), number + unit.len()),
@@ -389,7 +366,6 @@ mod tests {
     fn ticker(terminal: bool) -> Ticker {
         Ticker {
             terminal,
-            shown: false,
             last: String::new(),
             last_at: None,
         }
