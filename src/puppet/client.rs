@@ -14,9 +14,37 @@ use rustls::{AlertDescription, CertificateError};
 use tokio::sync::{Mutex, watch};
 
 use crate::file_stamp::FileStamp;
-use crate::puppet::probe::ProbeTarget;
+use crate::puppet::identity::IdentityFiles;
 use crate::puppet::probe_error::{CannotProbe, ProbeError, TlsProblem, causes, plain_name};
 use crate::puppet::status_api::{JVM_STATUS_PATH, jvm_start_time, server_timeout};
+use crate::settings::Settings;
+
+/// Everything one probe needs: the resolved settings (the certname, the status path, the
+/// deadlines), the identity files they name, and where Puppet Server listens now.
+#[derive(Debug, Clone)]
+pub struct ProbeTarget {
+    /// The resolved settings.
+    pub settings: Settings,
+    /// The certificate, key and CA to use.
+    pub identity: IdentityFiles,
+    /// Where to connect, whatever the name.
+    pub addr: Address,
+}
+
+impl ProbeTarget {
+    /// What the probe needs from the resolved settings.
+    pub fn of(settings: &Settings) -> Self {
+        Self {
+            identity: IdentityFiles {
+                hostcert: settings.hostcert.value.clone(),
+                hostprivkey: settings.hostprivkey.value.clone(),
+                localcacert: settings.localcacert.value.clone(),
+            },
+            addr: fixed(settings.puppet_addr.value),
+            settings: settings.clone(),
+        }
+    }
+}
 
 /// Puppet Server over HTTPS, as this host.
 #[derive(Debug)]

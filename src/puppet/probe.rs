@@ -10,15 +10,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::puppet::client::{Address, PuppetClient, fixed};
-use crate::puppet::identity::IdentityFiles;
+pub use crate::puppet::client::ProbeTarget;
+use crate::puppet::client::PuppetClient;
 use crate::puppet::pause::{self, Pause, PauseWatch};
 use crate::puppet::pool::{Capacity, Pool, Unready};
 use crate::puppet::probe_error::{Body, ProbeError, undecodable};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::puppet::status_api::{Seen, next_path, read_answer, server_timeout};
 use crate::puppet::wedge::WedgeWatch;
-use crate::settings::Settings;
 use crate::text;
 
 /// The largest status body we read. The pool's answer lists every compiling and waiting
@@ -28,33 +27,6 @@ const BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// After this many probes on a fallback path, the configured path is tried again: one
 /// transient `service-not-found` must not blind the probe to the pool for good.
 const FALLBACK_PROBES: u32 = 30;
-
-/// Everything one probe needs: the resolved settings (the certname, the status path, the
-/// deadlines), the identity files they name, and where Puppet Server listens now.
-#[derive(Debug, Clone)]
-pub struct ProbeTarget {
-    /// The resolved settings.
-    pub settings: Settings,
-    /// The certificate, key and CA to use.
-    pub identity: IdentityFiles,
-    /// Where to connect, whatever the name.
-    pub addr: Address,
-}
-
-impl ProbeTarget {
-    /// What the probe needs from the resolved settings.
-    pub fn of(settings: &Settings) -> Self {
-        Self {
-            identity: IdentityFiles {
-                hostcert: settings.hostcert.value.clone(),
-                hostprivkey: settings.hostprivkey.value.clone(),
-                localcacert: settings.localcacert.value.clone(),
-            },
-            addr: fixed(settings.puppet_addr.value),
-            settings: settings.clone(),
-        }
-    }
-}
 
 /// What one attempt found: an outcome with the pool it read, or a pause (with the pool, when
 /// Puppet Server answered).
