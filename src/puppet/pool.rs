@@ -9,6 +9,8 @@ use std::fmt;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use thiserror::Error;
+
 /// The pool numbers pmcheck uses, from `status.experimental.metrics` and
 /// `status.experimental.jruby-pool-lock-status` of `?level=debug`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,19 +63,33 @@ pub enum Load {
 }
 
 /// Why a running Puppet Server cannot compile yet: the node stays out of the pool.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum Unready {
     /// Jetty answers, but the status routes are not registered yet (an HTML 404).
+    #[error("Puppet Server answered 404: it is still starting (its status routes are not up yet)")]
     RoutesMissing,
     /// The status service reports a state on its way to or from `running`.
+    #[error("Puppet Server reports `{0}`, not `running`")]
     State(String),
     /// The pool is locked (`:acquired`, Puppet Enterprise's file sync during a code deploy):
     /// nothing compiles; requests wait for the lock.
+    #[error(
+        "Puppet Server's JRuby pool is locked{}: nothing compiles",
+        since.as_ref().map_or(String::new(), |s| format!(" since {s}"))
+    )]
     Locked {
         /// When the lock changed, as Puppet Server reports it.
         since: Option<String>,
     },
     /// No instance exists: none free, none compiling (starting, or a flush refilling).
+    #[error(
+        "Puppet Server{}: nothing compiles",
+        if *multithreaded {
+            "'s multithreaded JRuby does not exist yet".to_owned()
+        } else {
+            format!(" has none of its {size} JRubies yet")
+        }
+    )]
     NoInstance {
         /// The pool's size.
         size: u32,
@@ -82,12 +98,22 @@ pub enum Unready {
     },
     /// The pool's status service is gone (`service-not-found`) from a Puppet Server that
     /// reported its pool since it started: nothing says it can compile.
+    #[error(
+        "Puppet Server no longer reports its JRuby pool ({path}: service not found), though it \
+         did since it started"
+    )]
     Unreported {
         /// The status path that answered `service-not-found`.
         path: String,
     },
     /// No JRuby free and no borrow succeeded, while borrows timed out or were refused, for
     /// longer than `--wedged-after` ([`crate::puppet::wedge`]).
+    #[error(
+        "Puppet Server's JRuby pool is wedged: none free and no borrow succeeded since {since}, \
+         {timeouts} borrow{} timed out and {refusals} refused ({lasted}): longer than \
+         --wedged-after {limit}",
+        if *timeouts == 1 { "" } else { "s" }
+    )]
     Wedged {
         /// When the first failure without a success came (`12:00:01Z`).
         since: String,
@@ -101,57 +127,13 @@ pub enum Unready {
         limit: String,
     },
     /// Paused for longer than `--pause-grace`: no longer a moment.
+    #[error("{pause}: longer than --pause-grace {grace}")]
     PausedTooLong {
         /// The pause in words.
         pause: String,
         /// The grace, in words.
         grace: String,
     },
-}
-
-impl fmt::Display for Unready {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Unready::RoutesMissing => f.write_str(
-                "Puppet Server answered 404: it is still starting (its status routes are not up yet)",
-            ),
-            Unready::State(state) => write!(f, "Puppet Server reports `{state}`, not `running`"),
-            Unready::Locked { since } => write!(
-                f,
-                "Puppet Server's JRuby pool is locked{}: nothing compiles",
-                since.as_ref().map_or(String::new(), |s| format!(" since {s}"))
-            ),
-            Unready::NoInstance {
-                multithreaded: true,
-                ..
-            } => f.write_str("Puppet Server's multithreaded JRuby does not exist yet: nothing compiles"),
-            Unready::NoInstance { size, .. } => write!(
-                f,
-                "Puppet Server has none of its {size} JRubies yet: nothing compiles"
-            ),
-            Unready::Unreported { path } => write!(
-                f,
-                "Puppet Server no longer reports its JRuby pool ({path}: service not found), \
-                 though it did since it started"
-            ),
-            Unready::Wedged {
-                since,
-                timeouts,
-                refusals,
-                lasted,
-                limit,
-            } => write!(
-                f,
-                "Puppet Server's JRuby pool is wedged: none free and no borrow succeeded \
-                 since {since}, {timeouts} borrow{} timed out and {refusals} refused \
-                 ({lasted}): longer than --wedged-after {limit}",
-                if *timeouts == 1 { "" } else { "s" }
-            ),
-            Unready::PausedTooLong { pause, grace } => {
-                write!(f, "{pause}: longer than --pause-grace {grace}")
-            }
-        }
-    }
 }
 
 /// What the pool says about the node: can it compile, and how loaded is it.
