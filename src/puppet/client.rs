@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
+use rustls::Error::{AlertReceived, InvalidCertificate};
 use rustls::{AlertDescription, CertificateError};
 use tokio::sync::{Mutex, watch};
 
@@ -235,34 +236,29 @@ impl PuppetClient {
     fn tls_problem(&self, e: &rustls::Error) -> TlsProblem {
         let certname = || self.target.settings.certname.value.clone();
         match e {
-            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-                TlsProblem::UnknownIssuer {
-                    ca: self.target.identity.localcacert.clone(),
+            InvalidCertificate(CertificateError::UnknownIssuer) => TlsProblem::UnknownIssuer {
+                ca: self.target.identity.localcacert.clone(),
+            },
+            InvalidCertificate(CertificateError::NotValidForNameContext { presented, .. }) => {
+                if presented.is_empty() {
+                    TlsProblem::NoAltName {
+                        certname: certname(),
+                    }
+                } else {
+                    TlsProblem::WrongName {
+                        presented: presented.iter().map(|p| plain_name(p)).collect(),
+                        certname: certname(),
+                        certname_from: self.target.settings.certname.source.to_string(),
+                    }
                 }
             }
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
-                presented,
-                ..
-            }) if presented.is_empty() => TlsProblem::NoAltName {
+            InvalidCertificate(CertificateError::NotValidForName) => TlsProblem::NotValidForName {
                 certname: certname(),
             },
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
-                presented,
-                ..
-            }) => TlsProblem::WrongName {
-                presented: presented.iter().map(|p| plain_name(p)).collect(),
-                certname: certname(),
-                certname_from: self.target.settings.certname.source.to_string(),
-            },
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
-                TlsProblem::NotValidForName {
-                    certname: certname(),
-                }
-            }
-            rustls::Error::InvalidCertificate(
+            InvalidCertificate(
                 CertificateError::Expired | CertificateError::ExpiredContext { .. },
             ) => TlsProblem::Expired,
-            rustls::Error::AlertReceived(
+            AlertReceived(
                 alert @ (AlertDescription::BadCertificate
                 | AlertDescription::UnknownCA
                 | AlertDescription::CertificateUnknown
