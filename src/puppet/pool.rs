@@ -136,15 +136,6 @@ pub enum Unready {
     },
 }
 
-/// What the pool says about the node: can it compile, and how loaded is it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Capacity {
-    /// It compiles; `load` says how busy it is.
-    Ready(Load),
-    /// It cannot compile yet.
-    Unready(Unready),
-}
-
 /// An average wait for an instance at or above this makes the node busy. Puppet Server's
 /// average decays over minutes, so it says "requests have been queueing", not one slow moment.
 pub const BUSY_WAIT: Duration = Duration::from_millis(500);
@@ -158,14 +149,14 @@ impl Pool {
 
     /// Whether the node can compile, and how loaded it is. `new_queue_limit_hits` is how
     /// many requests Puppet Server refused since the previous probe.
-    pub fn capacity(&self, new_queue_limit_hits: u64) -> Capacity {
+    pub fn capacity(&self, new_queue_limit_hits: u64) -> Result<Load, Unready> {
         if self.lock == "acquired" {
-            return Capacity::Unready(Unready::Locked {
+            return Err(Unready::Locked {
                 since: self.lock_since.clone(),
             });
         }
         if self.size == 0 || self.created() == 0 {
-            return Capacity::Unready(Unready::NoInstance {
+            return Err(Unready::NoInstance {
                 size: self.size,
                 multithreaded: self.multithreaded,
             });
@@ -175,7 +166,7 @@ impl Pool {
             || self.lock == "requested"
             || new_queue_limit_hits > 0
             || self.average_wait_ms >= BUSY_WAIT.as_millis() as u64;
-        Capacity::Ready(if busy {
+        Ok(if busy {
             Load::Busy
         } else if self.created() < self.size {
             Load::Warming
@@ -474,10 +465,7 @@ mod tests {
             let p = status.pool().unwrap().expect("pool numbers");
             assert_eq!(p.lock_since, None, "{odd}");
             assert_eq!(p.lock, "acquired", "{odd}");
-            assert_eq!(
-                p.capacity(0),
-                Capacity::Unready(Unready::Locked { since: None })
-            );
+            assert_eq!(p.capacity(0), Err(Unready::Locked { since: None }));
         }
     }
 
@@ -488,7 +476,7 @@ mod tests {
         let p = status.pool().unwrap().expect("pool numbers");
         assert_eq!((p.size, p.free, p.borrowed, p.waiting), (1, 1, 0, 0));
         assert_eq!(p.lock, "not-in-use");
-        assert_eq!(p.capacity(0), Capacity::Ready(Load::Warm));
+        assert_eq!(p.capacity(0), Ok(Load::Warm));
         assert_eq!(
             p.describe(Load::Warm),
             "Puppet Server is running, 1 of 1 JRubies free"
@@ -497,34 +485,31 @@ mod tests {
 
     #[test]
     fn warming_busy_locked_and_empty_pools() {
-        assert_eq!(pool(4, 1, 0, 0).capacity(0), Capacity::Ready(Load::Warming));
+        assert_eq!(pool(4, 1, 0, 0).capacity(0), Ok(Load::Warming));
         assert_eq!(
             pool(4, 1, 0, 0).describe(Load::Warming),
             "warming: 1 of 4 JRubies ready"
         );
         let saturated = pool(4, 0, 4, 3);
-        assert_eq!(saturated.capacity(0), Capacity::Ready(Load::Busy));
+        assert_eq!(saturated.capacity(0), Ok(Load::Busy));
         let mut slow = pool(4, 4, 0, 0);
         slow.average_wait_ms = 850;
-        assert_eq!(slow.capacity(0), Capacity::Ready(Load::Busy));
+        assert_eq!(slow.capacity(0), Ok(Load::Busy));
         slow.average_wait_ms = 499;
-        assert_eq!(slow.capacity(0), Capacity::Ready(Load::Warm));
+        assert_eq!(slow.capacity(0), Ok(Load::Warm));
         assert_eq!(
             pool(4, 4, 0, 0).capacity(2),
-            Capacity::Ready(Load::Busy),
+            Ok(Load::Busy),
             "refusals at the queue limit since the last probe"
         );
         let mut locked = pool(4, 4, 0, 0);
         locked.lock = "acquired".into();
-        assert!(matches!(
-            locked.capacity(0),
-            Capacity::Unready(Unready::Locked { .. })
-        ));
+        assert!(matches!(locked.capacity(0), Err(Unready::Locked { .. })));
         locked.lock = "requested".into();
-        assert_eq!(locked.capacity(0), Capacity::Ready(Load::Busy));
+        assert_eq!(locked.capacity(0), Ok(Load::Busy));
         assert_eq!(
             pool(2, 0, 0, 0).capacity(0),
-            Capacity::Unready(Unready::NoInstance {
+            Err(Unready::NoInstance {
                 size: 2,
                 multithreaded: false
             })

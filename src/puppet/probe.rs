@@ -13,7 +13,7 @@ use tokio::sync::watch;
 pub use crate::puppet::client::ProbeTarget;
 use crate::puppet::client::PuppetClient;
 use crate::puppet::pause::{self, Pause, PauseWatch};
-use crate::puppet::pool::{Capacity, Pool, Unready};
+use crate::puppet::pool::{Pool, Unready};
 use crate::puppet::probe_error::{Body, ProbeError, undecodable};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::puppet::status_api::{Seen, next_path, read_answer, server_timeout};
@@ -175,10 +175,10 @@ impl Prober {
                 let new_hits = previous.map_or(0, |p| pool.queue_limit_hits.saturating_sub(p));
                 let wedged = self.wedge.observe(&pool, Instant::now(), SystemTime::now());
                 match pool.capacity(new_hits) {
-                    Capacity::Ready(_) if let Some(why) = wedged => {
+                    Ok(_) if let Some(why) = wedged => {
                         Found::Outcome(ProbeOutcome::NotReady(why), Some(pool))
                     }
-                    Capacity::Ready(load) => {
+                    Ok(load) => {
                         // Once per Puppet Server process: its JVM, to recognise it later.
                         let jvm = if self.once || self.pauses.was_ready() {
                             None
@@ -188,7 +188,7 @@ impl Prober {
                         self.pauses.ready(jvm);
                         Found::Outcome(ProbeOutcome::Healthy(Some(load)), Some(pool))
                     }
-                    Capacity::Unready(why) => self.unready(&client, why, pool).await,
+                    Err(why) => self.unready(&client, why, pool).await,
                 }
             }
             Ok(Seen::Unready(why)) => {
