@@ -118,7 +118,12 @@ impl PuppetClient {
         // before every probe, and the files read only when one changed.
         let identity = self.target.identity.clone();
         let read = tokio::task::spawn_blocking(move || {
-            let stamps = identity.stamps();
+            let stamps = [
+                &identity.hostcert,
+                &identity.hostprivkey,
+                &identity.localcacert,
+            ]
+            .map(|p| FileStamp::of(p));
             match known {
                 Some((was, client)) if was == stamps && stamps.iter().all(Option::is_some) => {
                     Ok(ControlFlow::Break(client))
