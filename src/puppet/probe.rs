@@ -330,7 +330,11 @@ pub async fn run(
         // ramped up again after the install's first probe timed out. The verdict meanwhile
         // stays STARTING: a 503 to the HTTP check (one failed check of HAProxy's `fall`), and
         // an agent line that changes nothing; no DOWN is logged and no ramp follows.
-        if std::mem::take(&mut first) && report.timed_out() {
+        let timed_out = matches!(
+            report.outcome,
+            ProbeOutcome::Unhealthy(ProbeError::Timeout { .. })
+        );
+        if std::mem::take(&mut first) && timed_out {
             tracing::info!(
                 detail = %report.detail(),
                 "the first probe timed out: probing again before answering"

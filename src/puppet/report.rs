@@ -83,14 +83,6 @@ impl ProbeReport {
     pub fn detail(&self) -> &str {
         &self.detail
     }
-
-    /// Whether the probe failed for want of an answer within its deadline.
-    pub fn timed_out(&self) -> bool {
-        matches!(
-            self.outcome,
-            ProbeOutcome::Unhealthy(ProbeError::Timeout { .. })
-        )
-    }
 }
 
 /// What one probe found out about Puppet Server, kept apart from the node's verdict (which also
