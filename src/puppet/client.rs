@@ -17,7 +17,7 @@ use tokio::sync::{Mutex, watch};
 use crate::file_stamp::FileStamp;
 use crate::puppet::identity::IdentityFiles;
 use crate::puppet::probe_error::{CannotProbe, ProbeError, TlsProblem, causes, plain_name};
-use crate::puppet::status_api::{JVM_STATUS_PATH, jvm_start_time, server_timeout};
+use crate::puppet::status_api::{JVM_STATUS_PATH, server_timeout};
 use crate::settings::Settings;
 
 /// Everything one probe needs: the resolved settings (the certname, the status path, the
@@ -204,7 +204,11 @@ impl PuppetClient {
         if !response.status().is_success() {
             return None;
         }
-        jvm_start_time(&response.bytes().await.ok()?)
+        let answer: serde_json::Value =
+            serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+        answer
+            .pointer("/status/experimental/jvm-metrics/start-time-ms")?
+            .as_u64()
     }
 
     /// Names the phase that failed: connecting, TLS (with the certificate problem spelt out),
