@@ -97,10 +97,16 @@ impl PuppetClient {
         )
     }
 
-    /// A status service's URL at `?level=debug`, with Puppet Server's own deadline below ours.
-    pub fn debug_status_url(&self, path: &str) -> String {
+    /// A status path's URL, with Puppet Server's own deadline below ours; a status service's
+    /// at `?level=debug`, the only level with the pool's numbers and the JVM's start.
+    pub fn status_url(&self, path: &str) -> String {
+        let level = if path.starts_with("/status/v1/services") {
+            "level=debug&"
+        } else {
+            ""
+        };
         format!(
-            "{}?level=debug&timeout={}",
+            "{}?{level}timeout={}",
             self.url(path),
             server_timeout(self.target.settings.given.timeout.value)
         )
@@ -182,7 +188,7 @@ impl PuppetClient {
     pub async fn service_status(&self, service: &str) -> Result<(u16, Vec<u8>), String> {
         const LIMIT: usize = 64 * 1024;
         let client = self.http().await.map_err(|e| e.to_string())?;
-        let url = self.debug_status_url(&format!("/status/v1/services/{service}"));
+        let url = self.status_url(&format!("/status/v1/services/{service}"));
         let mut response =
             (client.get(&url).send().await).map_err(|e| self.classify(e).to_string())?;
         let status = response.status().as_u16();
@@ -199,7 +205,7 @@ impl PuppetClient {
     /// The JVM's start time (status-service, `?level=debug`); `None` when Puppet Server does
     /// not say it: then the refused connection alone tells a restart.
     pub async fn jvm_start(&self, client: &reqwest::Client) -> Option<u64> {
-        let url = self.debug_status_url(JVM_STATUS_PATH);
+        let url = self.status_url(JVM_STATUS_PATH);
         let response = client.get(&url).send().await.ok()?;
         if !response.status().is_success() {
             return None;

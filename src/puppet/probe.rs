@@ -16,7 +16,7 @@ use crate::puppet::pause::{self, Pause, PauseWatch};
 use crate::puppet::pool::{Pool, Unready};
 use crate::puppet::probe_error::{Body, ProbeError, undecodable};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::puppet::status_api::{Seen, next_path, read_answer, server_timeout};
+use crate::puppet::status_api::{Seen, next_path, read_answer};
 use crate::puppet::wedge::WedgeWatch;
 use crate::text;
 
@@ -274,17 +274,7 @@ impl Prober {
     }
 
     async fn get(&self, client: &reqwest::Client) -> Result<Seen, ProbeError> {
-        // The pool's numbers are in the `debug` level only.
-        let level = if self.path.starts_with("/status/v1/services") {
-            "level=debug&"
-        } else {
-            ""
-        };
-        let url = format!(
-            "{}?{level}timeout={}",
-            self.endpoint(),
-            server_timeout(self.target.settings.given.timeout.value)
-        );
+        let url = self.client.status_url(&self.path);
         let mut response = client
             .get(&url)
             .send()
