@@ -324,7 +324,7 @@ impl ServiceStatus {
             ),
             None => ("not-in-use".to_owned(), None),
         };
-        let pool = Pool {
+        let mut pool = Pool {
             size: m.num_jrubies,
             free: m.num_free_jrubies,
             borrowed: m.borrowed_instances,
@@ -339,13 +339,11 @@ impl ServiceStatus {
             lock_since: lock_since.map(|t| crate::text::one_line(t, 40).into_owned()),
             multithreaded: false,
         };
-        match pool.impossible() {
-            Some(what) => Err(format!("the JRuby pool's numbers cannot be true: {what}")),
-            None => Ok(Some(Pool {
-                average_free: pool.average_free.clamp(0.0, f64::from(pool.size)),
-                ..pool
-            })),
+        if let Some(what) = pool.impossible() {
+            return Err(format!("the JRuby pool's numbers cannot be true: {what}"));
         }
+        pool.average_free = pool.average_free.clamp(0.0, f64::from(pool.size));
+        Ok(Some(pool))
     }
 }
 
