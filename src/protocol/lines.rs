@@ -9,7 +9,7 @@ use crate::drain::holders::Holder;
 use crate::health::hold::{self, Held};
 use crate::health::lb_state::LbState;
 use crate::health::verdict::Verdict;
-use crate::protocol::{PollerAnswer, StateAnswer, Status};
+use crate::protocol::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::text::seconds;
 
 /// A server line of a proven load balancer that still checks this node, with its header read.
@@ -78,6 +78,11 @@ pub fn said(blockers: &[Blocker]) -> String {
 }
 
 impl Status<'_> {
+    /// Reads a JSON body back.
+    pub fn from_json(text: &str) -> serde_json::Result<Status<'static>> {
+        serde_json::from_str(text)
+    }
+
     /// Why the daemon cannot use its load balancer key file, if it cannot.
     pub fn key_file_problem(&self) -> Option<&str> {
         (self.lb_key_file.as_ref()).and_then(|k| k.problem.as_deref())
@@ -221,6 +226,11 @@ impl StateAnswer {
 }
 
 impl PollerAnswer {
+    /// What its agent checks were told, unless it stopped making them.
+    pub fn agent_now(&self) -> Option<ToldAnswer> {
+        self.agent.filter(|_| self.agent_stopped_ms_ago.is_none())
+    }
+
     /// It looks like a load balancer: it makes agent checks (which nobody else does), or polls
     /// at a steady rhythm naming no client (HAProxy's HTTP checks name none); people and
     /// scripts (curl, pmcheck's own requests) do not.

@@ -80,13 +80,6 @@ pub struct Status<'a> {
     pub progress: Option<Progress>,
 }
 
-impl Status<'_> {
-    /// Reads a JSON body back.
-    pub fn from_json(text: &str) -> serde_json::Result<Status<'static>> {
-        serde_json::from_str(text)
-    }
-}
-
 /// Polls that no poller entry holds ([`crate::responder::pollers`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnrecordedAnswer {
@@ -143,13 +136,6 @@ pub struct PollerAnswer {
     /// no longer its state, nor is the weight read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_stopped_ms_ago: Option<u64>,
-}
-
-impl PollerAnswer {
-    /// What its agent checks were told, unless it stopped making them.
-    pub fn agent_now(&self) -> Option<ToldAnswer> {
-        self.agent.filter(|_| self.agent_stopped_ms_ago.is_none())
-    }
 }
 
 /// One server line a load balancer checks this node for (its backend and server), as its

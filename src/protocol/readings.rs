@@ -49,47 +49,37 @@ impl CodeAnswer {
             .deployments
             .iter()
             .map(|d| {
+                // An unreadable file sync says nothing of any environment.
+                let synced = reading.file_sync.of(&d.environment);
                 let mut answer = CodeAnswer {
                     environment: d.environment.clone(),
+                    file_sync_status: match &reading.file_sync {
+                        FileSync::Unreadable(why) => Some(format!("unreadable: {why}")),
+                        _ => synced.map(|s| s.status.clone().unwrap_or_else(|| "none".into())),
+                    },
+                    file_sync_commit: synced.and_then(|s| s.commit.clone()),
                     ..CodeAnswer::default()
                 };
-                match &reading.file_sync {
-                    FileSync::Unreadable(why) => {
-                        answer.file_sync_status = Some(format!("unreadable: {why}"));
-                    }
-                    sync => {
-                        if let Some(synced) = sync.of(&d.environment) {
-                            answer.file_sync_status =
-                                Some(synced.status.clone().unwrap_or_else(|| "none".into()));
-                            answer.file_sync_commit.clone_from(&synced.commit);
-                        }
-                    }
-                }
-                let shown = |p: &std::path::Path| Some(p.display().to_string());
-                match &d.found {
+                let (state, path) = match &d.found {
                     Found::Record { path, record } => {
-                        answer.state = match record.success {
-                            Some(false) => "failed",
-                            _ => "deployed",
-                        }
-                        .into();
-                        answer.path = shown(path);
                         answer.commit.clone_from(&record.commit);
                         answer.started_at = record.started_at.map(expiry::timestamp);
                         answer.finished_at = record.finished_at.map(expiry::timestamp);
                         answer.age_seconds = record.finished_at.map(|t| now - t);
+                        match record.success {
+                            Some(false) => ("failed", Some(path)),
+                            _ => ("deployed", Some(path)),
+                        }
                     }
-                    Found::NoEnvironment => answer.state = "no_environment".into(),
-                    Found::NoRecord { path } => {
-                        answer.state = "no_record".into();
-                        answer.path = shown(path);
-                    }
+                    Found::NoEnvironment => ("no_environment", None),
+                    Found::NoRecord { path } => ("no_record", Some(path)),
                     Found::Unreadable { path, why } => {
-                        answer.state = "unreadable".into();
-                        answer.path = shown(path);
                         answer.why = Some(why.clone());
+                        ("unreadable", Some(path))
                     }
-                }
+                };
+                answer.state = state.into();
+                answer.path = path.map(|p| p.display().to_string());
                 answer
             })
             .collect()

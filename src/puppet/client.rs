@@ -10,13 +10,42 @@ use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
+use rustls::Error::{AlertReceived, InvalidCertificate};
 use rustls::{AlertDescription, CertificateError};
 use tokio::sync::{Mutex, watch};
 
 use crate::file_stamp::FileStamp;
-use crate::puppet::probe::ProbeTarget;
+use crate::puppet::identity::IdentityFiles;
 use crate::puppet::probe_error::{CannotProbe, ProbeError, TlsProblem, causes, plain_name};
-use crate::puppet::status_api::{JVM_STATUS_PATH, jvm_start_time, server_timeout};
+use crate::puppet::status_api::{JVM_STATUS_PATH, server_timeout};
+use crate::settings::Settings;
+
+/// Everything one probe needs: the resolved settings (the certname, the status path, the
+/// deadlines), the identity files they name, and where Puppet Server listens now.
+#[derive(Debug, Clone)]
+pub struct ProbeTarget {
+    /// The resolved settings.
+    pub settings: Settings,
+    /// The certificate, key and CA to use.
+    pub identity: IdentityFiles,
+    /// Where to connect, whatever the name.
+    pub addr: Address,
+}
+
+impl ProbeTarget {
+    /// What the probe needs from the resolved settings.
+    pub fn of(settings: &Settings) -> Self {
+        Self {
+            identity: IdentityFiles {
+                hostcert: settings.hostcert.value.clone(),
+                hostprivkey: settings.hostprivkey.value.clone(),
+                localcacert: settings.localcacert.value.clone(),
+            },
+            addr: fixed(settings.puppet_addr.value),
+            settings: settings.clone(),
+        }
+    }
+}
 
 /// Puppet Server over HTTPS, as this host.
 #[derive(Debug)]
@@ -68,10 +97,16 @@ impl PuppetClient {
         )
     }
 
-    /// A status service's URL at `?level=debug`, with Puppet Server's own deadline below ours.
-    pub fn debug_status_url(&self, path: &str) -> String {
+    /// A status path's URL, with Puppet Server's own deadline below ours; a status service's
+    /// at `?level=debug`, the only level with the pool's numbers and the JVM's start.
+    pub fn status_url(&self, path: &str) -> String {
+        let level = if path.starts_with("/status/v1/services") {
+            "level=debug&"
+        } else {
+            ""
+        };
         format!(
-            "{}?level=debug&timeout={}",
+            "{}?{level}timeout={}",
             self.url(path),
             server_timeout(self.target.settings.given.timeout.value)
         )
@@ -89,7 +124,12 @@ impl PuppetClient {
         // before every probe, and the files read only when one changed.
         let identity = self.target.identity.clone();
         let read = tokio::task::spawn_blocking(move || {
-            let stamps = identity.stamps();
+            let stamps = [
+                &identity.hostcert,
+                &identity.hostprivkey,
+                &identity.localcacert,
+            ]
+            .map(|p| FileStamp::of(p));
             match known {
                 Some((was, client)) if was == stamps && stamps.iter().all(Option::is_some) => {
                     Ok(ControlFlow::Break(client))
@@ -148,7 +188,7 @@ impl PuppetClient {
     pub async fn service_status(&self, service: &str) -> Result<(u16, Vec<u8>), String> {
         const LIMIT: usize = 64 * 1024;
         let client = self.http().await.map_err(|e| e.to_string())?;
-        let url = self.debug_status_url(&format!("/status/v1/services/{service}"));
+        let url = self.status_url(&format!("/status/v1/services/{service}"));
         let mut response =
             (client.get(&url).send().await).map_err(|e| self.classify(e).to_string())?;
         let status = response.status().as_u16();
@@ -165,12 +205,16 @@ impl PuppetClient {
     /// The JVM's start time (status-service, `?level=debug`); `None` when Puppet Server does
     /// not say it: then the refused connection alone tells a restart.
     pub async fn jvm_start(&self, client: &reqwest::Client) -> Option<u64> {
-        let url = self.debug_status_url(JVM_STATUS_PATH);
+        let url = self.status_url(JVM_STATUS_PATH);
         let response = client.get(&url).send().await.ok()?;
         if !response.status().is_success() {
             return None;
         }
-        jvm_start_time(&response.bytes().await.ok()?)
+        let answer: serde_json::Value =
+            serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+        answer
+            .pointer("/status/experimental/jvm-metrics/start-time-ms")?
+            .as_u64()
     }
 
     /// Names the phase that failed: connecting, TLS (with the certificate problem spelt out),
@@ -207,34 +251,29 @@ impl PuppetClient {
     fn tls_problem(&self, e: &rustls::Error) -> TlsProblem {
         let certname = || self.target.settings.certname.value.clone();
         match e {
-            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
-                TlsProblem::UnknownIssuer {
-                    ca: self.target.identity.localcacert.clone(),
+            InvalidCertificate(CertificateError::UnknownIssuer) => TlsProblem::UnknownIssuer {
+                ca: self.target.identity.localcacert.clone(),
+            },
+            InvalidCertificate(CertificateError::NotValidForNameContext { presented, .. }) => {
+                if presented.is_empty() {
+                    TlsProblem::NoAltName {
+                        certname: certname(),
+                    }
+                } else {
+                    TlsProblem::WrongName {
+                        presented: presented.iter().map(|p| plain_name(p)).collect(),
+                        certname: certname(),
+                        certname_from: self.target.settings.certname.source.to_string(),
+                    }
                 }
             }
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
-                presented,
-                ..
-            }) if presented.is_empty() => TlsProblem::NoAltName {
+            InvalidCertificate(CertificateError::NotValidForName) => TlsProblem::NotValidForName {
                 certname: certname(),
             },
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
-                presented,
-                ..
-            }) => TlsProblem::WrongName {
-                presented: presented.iter().map(|p| plain_name(p)).collect(),
-                certname: certname(),
-                certname_from: self.target.settings.certname.source.to_string(),
-            },
-            rustls::Error::InvalidCertificate(CertificateError::NotValidForName) => {
-                TlsProblem::NotValidForName {
-                    certname: certname(),
-                }
-            }
-            rustls::Error::InvalidCertificate(
+            InvalidCertificate(
                 CertificateError::Expired | CertificateError::ExpiredContext { .. },
             ) => TlsProblem::Expired,
-            rustls::Error::AlertReceived(
+            AlertReceived(
                 alert @ (AlertDescription::BadCertificate
                 | AlertDescription::UnknownCA
                 | AlertDescription::CertificateUnknown

@@ -272,9 +272,8 @@ fn split_offset(text: &str) -> Option<(&str, i64)> {
     if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let hours: i64 = digits[..2].parse().ok()?;
-    let minutes: i64 = digits[2..].parse().ok()?;
-    Some((local, sign * (hours * 3600 + minutes * 60)))
+    let hhmm: i64 = digits.parse().ok()?;
+    Some((local, sign * (hhmm / 100 * 3600 + hhmm % 100 * 60)))
 }
 
 #[cfg(test)]

@@ -11,8 +11,6 @@ use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use thiserror::Error;
 
-use crate::file_stamp::FileStamp;
-
 /// The three files Puppet keeps under its ssldir.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdentityFiles {
@@ -153,15 +151,6 @@ fn read_hint(e: &io::Error, path: &Path) -> String {
 }
 
 impl IdentityFiles {
-    /// The current stamps of all three files.
-    pub fn stamps(&self) -> [Option<FileStamp>; 3] {
-        [
-            FileStamp::of(&self.hostcert),
-            FileStamp::of(&self.hostprivkey),
-            FileStamp::of(&self.localcacert),
-        ]
-    }
-
     /// Loads the files and builds a TLS client configuration: server verified against
     /// localcacert only (never the system roots), client identity hostcert + hostprivkey.
     pub fn client_config(&self) -> Result<rustls::ClientConfig, IdentityError> {

@@ -9,6 +9,8 @@ use std::fmt;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use thiserror::Error;
+
 /// The pool numbers pmcheck uses, from `status.experimental.metrics` and
 /// `status.experimental.jruby-pool-lock-status` of `?level=debug`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -61,19 +63,33 @@ pub enum Load {
 }
 
 /// Why a running Puppet Server cannot compile yet: the node stays out of the pool.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum Unready {
     /// Jetty answers, but the status routes are not registered yet (an HTML 404).
+    #[error("Puppet Server answered 404: it is still starting (its status routes are not up yet)")]
     RoutesMissing,
     /// The status service reports a state on its way to or from `running`.
+    #[error("Puppet Server reports `{0}`, not `running`")]
     State(String),
     /// The pool is locked (`:acquired`, Puppet Enterprise's file sync during a code deploy):
     /// nothing compiles; requests wait for the lock.
+    #[error(
+        "Puppet Server's JRuby pool is locked{}: nothing compiles",
+        since.as_ref().map_or(String::new(), |s| format!(" since {s}"))
+    )]
     Locked {
         /// When the lock changed, as Puppet Server reports it.
         since: Option<String>,
     },
     /// No instance exists: none free, none compiling (starting, or a flush refilling).
+    #[error(
+        "Puppet Server{}: nothing compiles",
+        if *multithreaded {
+            "'s multithreaded JRuby does not exist yet".to_owned()
+        } else {
+            format!(" has none of its {size} JRubies yet")
+        }
+    )]
     NoInstance {
         /// The pool's size.
         size: u32,
@@ -82,12 +98,22 @@ pub enum Unready {
     },
     /// The pool's status service is gone (`service-not-found`) from a Puppet Server that
     /// reported its pool since it started: nothing says it can compile.
+    #[error(
+        "Puppet Server no longer reports its JRuby pool ({path}: service not found), though it \
+         did since it started"
+    )]
     Unreported {
         /// The status path that answered `service-not-found`.
         path: String,
     },
     /// No JRuby free and no borrow succeeded, while borrows timed out or were refused, for
     /// longer than `--wedged-after` ([`crate::puppet::wedge`]).
+    #[error(
+        "Puppet Server's JRuby pool is wedged: none free and no borrow succeeded since {since}, \
+         {timeouts} borrow{} timed out and {refusals} refused ({lasted}): longer than \
+         --wedged-after {limit}",
+        if *timeouts == 1 { "" } else { "s" }
+    )]
     Wedged {
         /// When the first failure without a success came (`12:00:01Z`).
         since: String,
@@ -101,66 +127,13 @@ pub enum Unready {
         limit: String,
     },
     /// Paused for longer than `--pause-grace`: no longer a moment.
+    #[error("{pause}: longer than --pause-grace {grace}")]
     PausedTooLong {
         /// The pause in words.
         pause: String,
         /// The grace, in words.
         grace: String,
     },
-}
-
-impl fmt::Display for Unready {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Unready::RoutesMissing => f.write_str(
-                "Puppet Server answered 404: it is still starting (its status routes are not up yet)",
-            ),
-            Unready::State(state) => write!(f, "Puppet Server reports `{state}`, not `running`"),
-            Unready::Locked { since } => write!(
-                f,
-                "Puppet Server's JRuby pool is locked{}: nothing compiles",
-                since.as_ref().map_or(String::new(), |s| format!(" since {s}"))
-            ),
-            Unready::NoInstance {
-                multithreaded: true,
-                ..
-            } => f.write_str("Puppet Server's multithreaded JRuby does not exist yet: nothing compiles"),
-            Unready::NoInstance { size, .. } => write!(
-                f,
-                "Puppet Server has none of its {size} JRubies yet: nothing compiles"
-            ),
-            Unready::Unreported { path } => write!(
-                f,
-                "Puppet Server no longer reports its JRuby pool ({path}: service not found), \
-                 though it did since it started"
-            ),
-            Unready::Wedged {
-                since,
-                timeouts,
-                refusals,
-                lasted,
-                limit,
-            } => write!(
-                f,
-                "Puppet Server's JRuby pool is wedged: none free and no borrow succeeded \
-                 since {since}, {timeouts} borrow{} timed out and {refusals} refused \
-                 ({lasted}): longer than --wedged-after {limit}",
-                if *timeouts == 1 { "" } else { "s" }
-            ),
-            Unready::PausedTooLong { pause, grace } => {
-                write!(f, "{pause}: longer than --pause-grace {grace}")
-            }
-        }
-    }
-}
-
-/// What the pool says about the node: can it compile, and how loaded is it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Capacity {
-    /// It compiles; `load` says how busy it is.
-    Ready(Load),
-    /// It cannot compile yet.
-    Unready(Unready),
 }
 
 /// An average wait for an instance at or above this makes the node busy. Puppet Server's
@@ -176,14 +149,14 @@ impl Pool {
 
     /// Whether the node can compile, and how loaded it is. `new_queue_limit_hits` is how
     /// many requests Puppet Server refused since the previous probe.
-    pub fn capacity(&self, new_queue_limit_hits: u64) -> Capacity {
+    pub fn capacity(&self, new_queue_limit_hits: u64) -> Result<Load, Unready> {
         if self.lock == "acquired" {
-            return Capacity::Unready(Unready::Locked {
+            return Err(Unready::Locked {
                 since: self.lock_since.clone(),
             });
         }
         if self.size == 0 || self.created() == 0 {
-            return Capacity::Unready(Unready::NoInstance {
+            return Err(Unready::NoInstance {
                 size: self.size,
                 multithreaded: self.multithreaded,
             });
@@ -193,7 +166,7 @@ impl Pool {
             || self.lock == "requested"
             || new_queue_limit_hits > 0
             || self.average_wait_ms >= BUSY_WAIT.as_millis() as u64;
-        Capacity::Ready(if busy {
+        Ok(if busy {
             Load::Busy
         } else if self.created() < self.size {
             Load::Warming
@@ -351,7 +324,7 @@ impl ServiceStatus {
             ),
             None => ("not-in-use".to_owned(), None),
         };
-        let pool = Pool {
+        let mut pool = Pool {
             size: m.num_jrubies,
             free: m.num_free_jrubies,
             borrowed: m.borrowed_instances,
@@ -366,13 +339,11 @@ impl ServiceStatus {
             lock_since: lock_since.map(|t| crate::text::one_line(t, 40).into_owned()),
             multithreaded: false,
         };
-        match pool.impossible() {
-            Some(what) => Err(format!("the JRuby pool's numbers cannot be true: {what}")),
-            None => Ok(Some(Pool {
-                average_free: pool.average_free.clamp(0.0, f64::from(pool.size)),
-                ..pool
-            })),
+        if let Some(what) = pool.impossible() {
+            return Err(format!("the JRuby pool's numbers cannot be true: {what}"));
         }
+        pool.average_free = pool.average_free.clamp(0.0, f64::from(pool.size));
+        Ok(Some(pool))
     }
 }
 
@@ -492,10 +463,7 @@ mod tests {
             let p = status.pool().unwrap().expect("pool numbers");
             assert_eq!(p.lock_since, None, "{odd}");
             assert_eq!(p.lock, "acquired", "{odd}");
-            assert_eq!(
-                p.capacity(0),
-                Capacity::Unready(Unready::Locked { since: None })
-            );
+            assert_eq!(p.capacity(0), Err(Unready::Locked { since: None }));
         }
     }
 
@@ -506,7 +474,7 @@ mod tests {
         let p = status.pool().unwrap().expect("pool numbers");
         assert_eq!((p.size, p.free, p.borrowed, p.waiting), (1, 1, 0, 0));
         assert_eq!(p.lock, "not-in-use");
-        assert_eq!(p.capacity(0), Capacity::Ready(Load::Warm));
+        assert_eq!(p.capacity(0), Ok(Load::Warm));
         assert_eq!(
             p.describe(Load::Warm),
             "Puppet Server is running, 1 of 1 JRubies free"
@@ -515,34 +483,31 @@ mod tests {
 
     #[test]
     fn warming_busy_locked_and_empty_pools() {
-        assert_eq!(pool(4, 1, 0, 0).capacity(0), Capacity::Ready(Load::Warming));
+        assert_eq!(pool(4, 1, 0, 0).capacity(0), Ok(Load::Warming));
         assert_eq!(
             pool(4, 1, 0, 0).describe(Load::Warming),
             "warming: 1 of 4 JRubies ready"
         );
         let saturated = pool(4, 0, 4, 3);
-        assert_eq!(saturated.capacity(0), Capacity::Ready(Load::Busy));
+        assert_eq!(saturated.capacity(0), Ok(Load::Busy));
         let mut slow = pool(4, 4, 0, 0);
         slow.average_wait_ms = 850;
-        assert_eq!(slow.capacity(0), Capacity::Ready(Load::Busy));
+        assert_eq!(slow.capacity(0), Ok(Load::Busy));
         slow.average_wait_ms = 499;
-        assert_eq!(slow.capacity(0), Capacity::Ready(Load::Warm));
+        assert_eq!(slow.capacity(0), Ok(Load::Warm));
         assert_eq!(
             pool(4, 4, 0, 0).capacity(2),
-            Capacity::Ready(Load::Busy),
+            Ok(Load::Busy),
             "refusals at the queue limit since the last probe"
         );
         let mut locked = pool(4, 4, 0, 0);
         locked.lock = "acquired".into();
-        assert!(matches!(
-            locked.capacity(0),
-            Capacity::Unready(Unready::Locked { .. })
-        ));
+        assert!(matches!(locked.capacity(0), Err(Unready::Locked { .. })));
         locked.lock = "requested".into();
-        assert_eq!(locked.capacity(0), Capacity::Ready(Load::Busy));
+        assert_eq!(locked.capacity(0), Ok(Load::Busy));
         assert_eq!(
             pool(2, 0, 0, 0).capacity(0),
-            Capacity::Unready(Unready::NoInstance {
+            Err(Unready::NoInstance {
                 size: 2,
                 multithreaded: false
             })

@@ -10,15 +10,14 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-use crate::puppet::client::{Address, PuppetClient, fixed};
-use crate::puppet::identity::IdentityFiles;
+pub use crate::puppet::client::ProbeTarget;
+use crate::puppet::client::PuppetClient;
 use crate::puppet::pause::{self, Pause, PauseWatch};
-use crate::puppet::pool::{Capacity, Pool, Unready};
+use crate::puppet::pool::{Pool, Unready};
 use crate::puppet::probe_error::{Body, ProbeError, undecodable};
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
-use crate::puppet::status_api::{Seen, next_path, read_answer, server_timeout};
+use crate::puppet::status_api::{Seen, next_path, read_answer};
 use crate::puppet::wedge::WedgeWatch;
-use crate::settings::Settings;
 use crate::text;
 
 /// The largest status body we read. The pool's answer lists every compiling and waiting
@@ -28,33 +27,6 @@ const BODY_LIMIT: usize = 4 * 1024 * 1024;
 /// After this many probes on a fallback path, the configured path is tried again: one
 /// transient `service-not-found` must not blind the probe to the pool for good.
 const FALLBACK_PROBES: u32 = 30;
-
-/// Everything one probe needs: the resolved settings (the certname, the status path, the
-/// deadlines), the identity files they name, and where Puppet Server listens now.
-#[derive(Debug, Clone)]
-pub struct ProbeTarget {
-    /// The resolved settings.
-    pub settings: Settings,
-    /// The certificate, key and CA to use.
-    pub identity: IdentityFiles,
-    /// Where to connect, whatever the name.
-    pub addr: Address,
-}
-
-impl ProbeTarget {
-    /// What the probe needs from the resolved settings.
-    pub fn of(settings: &Settings) -> Self {
-        Self {
-            identity: IdentityFiles {
-                hostcert: settings.hostcert.value.clone(),
-                hostprivkey: settings.hostprivkey.value.clone(),
-                localcacert: settings.localcacert.value.clone(),
-            },
-            addr: fixed(settings.puppet_addr.value),
-            settings: settings.clone(),
-        }
-    }
-}
 
 /// What one attempt found: an outcome with the pool it read, or a pause (with the pool, when
 /// Puppet Server answered).
@@ -203,10 +175,10 @@ impl Prober {
                 let new_hits = previous.map_or(0, |p| pool.queue_limit_hits.saturating_sub(p));
                 let wedged = self.wedge.observe(&pool, Instant::now(), SystemTime::now());
                 match pool.capacity(new_hits) {
-                    Capacity::Ready(_) if let Some(why) = wedged => {
+                    Ok(_) if let Some(why) = wedged => {
                         Found::Outcome(ProbeOutcome::NotReady(why), Some(pool))
                     }
-                    Capacity::Ready(load) => {
+                    Ok(load) => {
                         // Once per Puppet Server process: its JVM, to recognise it later.
                         let jvm = if self.once || self.pauses.was_ready() {
                             None
@@ -216,7 +188,7 @@ impl Prober {
                         self.pauses.ready(jvm);
                         Found::Outcome(ProbeOutcome::Healthy(Some(load)), Some(pool))
                     }
-                    Capacity::Unready(why) => self.unready(&client, why, pool).await,
+                    Err(why) => self.unready(&client, why, pool).await,
                 }
             }
             Ok(Seen::Unready(why)) => {
@@ -302,17 +274,7 @@ impl Prober {
     }
 
     async fn get(&self, client: &reqwest::Client) -> Result<Seen, ProbeError> {
-        // The pool's numbers are in the `debug` level only.
-        let level = if self.path.starts_with("/status/v1/services") {
-            "level=debug&"
-        } else {
-            ""
-        };
-        let url = format!(
-            "{}?{level}timeout={}",
-            self.endpoint(),
-            server_timeout(self.target.settings.given.timeout.value)
-        );
+        let url = self.client.status_url(&self.path);
         let mut response = client
             .get(&url)
             .send()
@@ -358,7 +320,11 @@ pub async fn run(
         // ramped up again after the install's first probe timed out. The verdict meanwhile
         // stays STARTING: a 503 to the HTTP check (one failed check of HAProxy's `fall`), and
         // an agent line that changes nothing; no DOWN is logged and no ramp follows.
-        if std::mem::take(&mut first) && report.timed_out() {
+        let timed_out = matches!(
+            report.outcome,
+            ProbeOutcome::Unhealthy(ProbeError::Timeout { .. })
+        );
+        if std::mem::take(&mut first) && timed_out {
             tracing::info!(
                 detail = %report.detail(),
                 "the first probe timed out: probing again before answering"

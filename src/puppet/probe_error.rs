@@ -155,13 +155,19 @@ pub enum TlsProblem {
 }
 
 /// A response body as the verdict shows it: text on one line, or what kind of bytes it was.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum Body {
     /// Text, on one line and bounded.
+    #[error("{0}")]
     Text(String),
     /// Nothing at all.
+    #[error("(empty body)")]
     Empty,
     /// Compressed with `encoding`, which pmcheck does not decode.
+    #[error(
+        "a {encoding}-compressed body of {len} bytes, which pmcheck does not decode (it asks for \
+         plain text; is something between pmcheck and Puppet Server compressing?)"
+    )]
     Compressed {
         /// The content encoding (from the header, or `gzip` from the magic bytes).
         encoding: String,
@@ -169,25 +175,11 @@ pub enum Body {
         len: usize,
     },
     /// Bytes that are not text.
+    #[error("a binary body of {len} bytes")]
     Binary {
         /// How many bytes were read.
         len: usize,
     },
-}
-
-impl std::fmt::Display for Body {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Body::Text(text) => f.write_str(text),
-            Body::Empty => f.write_str("(empty body)"),
-            Body::Compressed { encoding, len } => write!(
-                f,
-                "a {encoding}-compressed body of {len} bytes, which pmcheck does not decode (it \
-                 asks for plain text; is something between pmcheck and Puppet Server compressing?)"
-            ),
-            Body::Binary { len } => write!(f, "a binary body of {len} bytes"),
-        }
-    }
 }
 
 /// An error and its causes, outermost first. `io::Error::source()` skips the error it wraps, so

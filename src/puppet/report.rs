@@ -83,27 +83,24 @@ impl ProbeReport {
     pub fn detail(&self) -> &str {
         &self.detail
     }
-
-    /// Whether the probe failed for want of an answer within its deadline.
-    pub fn timed_out(&self) -> bool {
-        matches!(
-            self.outcome,
-            ProbeOutcome::Unhealthy(ProbeError::Timeout { .. })
-        )
-    }
 }
 
 /// What one probe found out about Puppet Server, kept apart from the node's verdict (which also
-/// weighs the drain record and the report's age).
-#[derive(Debug)]
+/// weighs the drain record and the report's age). Shown as `running`, or what went wrong, in
+/// the words the verdict and `pmcheck status` show.
+#[derive(Debug, thiserror::Error)]
 pub enum ProbeOutcome {
     /// Puppet Server answered `running` and can compile; the load, when it reported its pool.
+    #[error("running")]
     Healthy(Option<Load>),
     /// Puppet Server answers but cannot compile yet (starting, pool locked or empty).
+    #[error(transparent)]
     NotReady(Unready),
     /// Puppet Server was asked and is not fit for agents: the error says how.
+    #[error(transparent)]
     Unhealthy(ProbeError),
     /// The probe could not be made, so pmcheck cannot tell how Puppet Server is.
+    #[error(transparent)]
     CannotTell(CannotProbe),
 }
 
@@ -111,18 +108,6 @@ impl ProbeOutcome {
     /// Whether Puppet Server answered `running` and can compile.
     pub fn is_healthy(&self) -> bool {
         matches!(self, ProbeOutcome::Healthy(_))
-    }
-}
-
-/// `running`, or what went wrong, in the words the verdict and `pmcheck status` show.
-impl std::fmt::Display for ProbeOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ProbeOutcome::Healthy(_) => f.write_str("running"),
-            ProbeOutcome::NotReady(e) => e.fmt(f),
-            ProbeOutcome::Unhealthy(e) => e.fmt(f),
-            ProbeOutcome::CannotTell(e) => e.fmt(f),
-        }
     }
 }
 

@@ -21,14 +21,6 @@ pub const FALLBACKS: [&str; 4] = [
 /// The status service's own status, whose `debug` level says when the JVM started.
 pub const JVM_STATUS_PATH: &str = "/status/v1/services/status-service";
 
-/// `status.experimental.jvm-metrics.start-time-ms` of a status-service answer.
-pub(crate) fn jvm_start_time(body: &[u8]) -> Option<u64> {
-    let answer: serde_json::Value = serde_json::from_slice(body).ok()?;
-    answer
-        .pointer("/status/experimental/jvm-metrics/start-time-ms")?
-        .as_u64()
-}
-
 /// Puppet Server's own `?timeout=` (whole seconds, at least 1), kept below our deadline so the
 /// server gives up before we do and answers instead of leaving the request hanging.
 pub fn server_timeout(deadline: Duration) -> u64 {

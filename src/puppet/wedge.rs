@@ -18,16 +18,6 @@ struct Counters {
     refusals: u64,
 }
 
-impl Counters {
-    fn of(pool: &Pool) -> Self {
-        Self {
-            borrows: pool.borrows,
-            timeouts: pool.borrow_timeouts,
-            refusals: pool.queue_limit_hits,
-        }
-    }
-}
-
 /// Follows the pool's counters from probe to probe.
 #[derive(Debug)]
 pub struct WedgeWatch {
@@ -56,7 +46,11 @@ impl WedgeWatch {
 
     /// The pool at a probe: why it is out, when it is wedged for longer than the limit.
     pub fn observe(&mut self, pool: &Pool, now: Instant, wall: SystemTime) -> Option<Unready> {
-        let counters = Counters::of(pool);
+        let counters = Counters {
+            borrows: pool.borrows,
+            timeouts: pool.borrow_timeouts,
+            refusals: pool.queue_limit_hits,
+        };
         let before = self.last.replace(counters)?;
         // Fewer than before: another Puppet Server process counts from zero.
         let went_back = counters.borrows < before.borrows
