@@ -255,13 +255,13 @@ pub fn now() -> i64 {
         .map_or(0, secs)
 }
 
-/// Seconds since the epoch as RFC 3339 UTC.
+/// Seconds since the epoch as RFC 3339 UTC, or as a count outside 1970 to 9999: a deploy
+/// record's offset can put its time in year 10000, where humantime would panic.
 pub fn timestamp(seconds: i64) -> String {
-    match u64::try_from(seconds) {
-        Ok(s) => humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(s))
-            .to_string(),
-        Err(_) => format!("{seconds} s since the epoch"),
-    }
+    (u64::try_from(seconds).ok())
+        .and_then(|s| std::time::UNIX_EPOCH.checked_add(Duration::from_secs(s)))
+        .and_then(|t| crate::puppet::timestamp::write(t, humantime::format_rfc3339_seconds))
+        .unwrap_or_else(|| format!("{seconds} s since the epoch"))
 }
 
 /// The PEM objects of `path`, read at most `limit` bytes of; `what` names the file.
@@ -371,6 +371,21 @@ pub const REFRESH: Duration = Duration::from_secs(60);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A deploy record's time a person can read, and one RFC 3339 has no year for (an offset
+    /// west of UTC on the last second of 9999) as a count, not a panic.
+    #[test]
+    fn timestamps_outside_rfc_3339_are_counts() {
+        assert_eq!(timestamp(1_795_520_432), "2026-11-24T11:40:32Z");
+        let late = crate::puppet::code::parse_time("9999-12-31 23:59:59 -0100");
+        assert_eq!(late, Some(253_402_304_399));
+        assert_eq!(timestamp(253_402_304_399), "253402304399 s since the epoch");
+        assert_eq!(timestamp(-1), "-1 s since the epoch");
+        assert_eq!(
+            timestamp(i64::MAX),
+            format!("{} s since the epoch", i64::MAX)
+        );
+    }
 
     /// The daemon reads the files again only when one changed: a stamp seen before gives what
     /// was read then (here a stand-in the files never said), a change reads again.
