@@ -52,6 +52,17 @@ pub enum Step {
     WaitUndrained,
 }
 
+impl Step {
+    /// What the node is left as when this step goes wrong: drained, until the undrain, where
+    /// `undrained` says.
+    fn left(self, undrained: &'static str) -> &'static str {
+        match self {
+            Step::WaitUndrained => undrained,
+            _ => "; the node stays drained",
+        }
+    }
+}
+
 impl std::fmt::Display for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -105,14 +116,15 @@ pub enum CycleError {
         left: String,
     },
     /// A wait for the drain, Puppet Server's health or the undrain timed out.
-    #[error("{step}: {source}{left}")]
+    #[error(
+        "{step}: {source}{}",
+        step.left("; the node is undrained, but not every load balancer has taken it back")
+    )]
     Wait {
         /// The step that waited.
         step: Step,
         /// What was still missing.
         source: WaitError,
-        /// What state the node is left in.
-        left: &'static str,
     },
     /// The command failed.
     #[error("the command {command} {how}; the node stays drained")]
@@ -132,32 +144,14 @@ pub enum CycleError {
         /// What the record says instead.
         found: String,
     },
-    /// SIGINT, SIGTERM or SIGHUP.
-    #[error("interrupted during {step}{left}")]
-    Interrupted {
-        /// The step it stopped in.
-        step: Step,
-        /// What state the node is left in.
-        left: &'static str,
-    },
+    /// SIGINT, SIGTERM or SIGHUP, in this step.
+    #[error("interrupted during {0}{left}", left = .0.left("; the node is already undrained"))]
+    Interrupted(Step),
+    /// SIGINT, SIGTERM or SIGHUP in the drain step, before its hold was written or once it
+    /// was undone.
+    #[error("interrupted during drain; nothing was changed")]
+    Unchanged,
 }
-
-impl CycleError {
-    /// Puppet Server did not come back in time (as opposed to a drain or undrain wait).
-    pub fn not_healthy(&self) -> bool {
-        matches!(
-            self,
-            CycleError::Wait {
-                step: Step::WaitHealthy,
-                source: WaitError::TimedOut { .. },
-                ..
-            }
-        )
-    }
-}
-
-const LEFT_DRAINED: &str = "; the node stays drained";
-const NOTHING_CHANGED: &str = "; nothing was changed";
 
 /// Runs the cycle `args` says, asking `daemon`.
 pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
@@ -174,11 +168,11 @@ pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
     if let Some(e) = view.other_file(&daemon.url, &file.resolved()) {
         return Err(CycleError::NoDaemon(e.into()));
     }
-    let reason = args.reason.clone().unwrap_or_else(|| {
-        (format!("pmcheck cycle: {}", command.trim_matches('`')).chars())
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .take(REASON_LIMIT)
-            .collect()
+    let reason = (args.reason.clone()).unwrap_or_else(|| {
+        printable(
+            &format!("pmcheck cycle: {}", command.trim_matches('`')),
+            REASON_LIMIT,
+        )
     });
     let mut run = Run {
         args,
@@ -279,8 +273,7 @@ impl Run<'_> {
                 let why = said(&held);
                 let logged = guard::log_refused(self.file, &self.reason, &why);
                 let Some(lost) = self.signals.unless(logged).await else {
-                    let left = NOTHING_CHANGED;
-                    return Err(CycleError::Interrupted { step, left });
+                    return Err(CycleError::Unchanged);
                 };
                 warn(lost);
                 let waited = max_wait;
@@ -309,11 +302,10 @@ impl Run<'_> {
             Some(Err(e)) => Err(CycleError::Guard(e)),
             // A hold already written (or one the guard failed to undo) keeps the node drained,
             // and [`stopped`] says why in it.
-            None => {
-                let gone = guard::let_go_of(self.file, Holder::is_me).is_some();
-                let left = if gone { NOTHING_CHANGED } else { LEFT_DRAINED };
-                Err(CycleError::Interrupted { step, left })
+            None if guard::let_go_of(self.file, Holder::is_me).is_some() => {
+                Err(CycleError::Unchanged)
             }
+            None => Err(CycleError::Interrupted(step)),
         }
     }
 
@@ -346,10 +338,7 @@ impl Run<'_> {
             }
             Ok(status) => exited(status),
             Err(Some(how)) => how,
-            Err(None) => {
-                let (step, left) = (Step::Command, LEFT_DRAINED);
-                return Err(CycleError::Interrupted { step, left });
-            }
+            Err(None) => return Err(CycleError::Interrupted(Step::Command)),
         };
         Err(CycleError::Command { command, how })
     }
@@ -357,9 +346,8 @@ impl Run<'_> {
     /// Takes this cycle's hold out of the record (logging the drain as `refused`, if given).
     /// A Ctrl-C never waits for another command's change: `step` is interrupted, still drained.
     async fn let_go(&mut self, step: Step, refused: Option<&str>) -> Result<Release, CycleError> {
-        let left = LEFT_DRAINED;
         let locked = (self.signals.unless(self.file.locked()).await)
-            .ok_or(CycleError::Interrupted { step, left })??;
+            .ok_or(CycleError::Interrupted(step))??;
         if let Some(why) = refused {
             let event = Event::refused(&self.reason, why, SystemTime::now());
             warn(locked.log(&[event]));
@@ -385,14 +373,6 @@ impl Run<'_> {
             }
         };
         let waited = wait::wait(goal, self.daemon, &self.args.waiting, self.file, stop).await;
-        // After the undrain, the node is undrained already.
-        let (late, left) = match step {
-            Step::WaitUndrained => (
-                "; the node is undrained, but not every load balancer has taken it back",
-                "; the node is already undrained",
-            ),
-            _ => (LEFT_DRAINED, LEFT_DRAINED),
-        };
         match (waited, found) {
             (Ok(done), _) => {
                 self::step(step, t, &done.summary);
@@ -401,14 +381,8 @@ impl Run<'_> {
             (Err(WaitError::Interrupted { .. }), Some(found)) => {
                 Err(CycleError::Released { step, found })
             }
-            (Err(WaitError::Interrupted { .. }), None) => {
-                Err(CycleError::Interrupted { step, left })
-            }
-            (Err(source), _) => Err(CycleError::Wait {
-                step,
-                source,
-                left: late,
-            }),
+            (Err(WaitError::Interrupted { .. }), None) => Err(CycleError::Interrupted(step)),
+            (Err(source), _) => Err(CycleError::Wait { step, source }),
         }
     }
 }
@@ -425,18 +399,11 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
         } => format!("{step} timed out after {}", format_duration(*waited)),
         CycleError::Wait { step, .. } => format!("{step} failed"),
         CycleError::Command { how, .. } => format!("the command {how}"),
-        CycleError::Interrupted {
-            step,
-            left: LEFT_DRAINED,
-        } => format!("interrupted during {step}"),
+        CycleError::Interrupted(step) => format!("interrupted during {step}"),
         _ => return,
     };
     // The cause is the point: the operator's reason is shortened, never the cause.
-    let why: String = format!("; cycle stopped: {why}")
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(REASON_LIMIT / 2)
-        .collect();
+    let why = printable(&format!("; cycle stopped: {why}"), REASON_LIMIT / 2);
     let Some(locked) = signals.unless(file.locked()).await else {
         errln!(
             "pmcheck cycle: the node stays drained; interrupted again before the record said why"
@@ -527,6 +494,15 @@ async fn released(file: Option<&DrainFile>) -> String {
         }
         tokio::time::sleep(EVERY).await;
     }
+}
+
+/// `text` with a space for each control character, cut to `limit` characters: fit for a
+/// drain record's reason.
+fn printable(text: &str, limit: usize) -> String {
+    (text.chars())
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(limit)
+        .collect()
 }
 
 /// `pmcheck cycle: step NAME took 1.2s: DETAIL`, the line scripts may read.
