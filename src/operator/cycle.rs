@@ -361,14 +361,14 @@ impl Run<'_> {
     /// naming it (somebody ran `pmcheck undrain --force`): it must not go on as if it held it.
     async fn wait(&mut self, step: Step, goal: Goal) -> Result<wait::Done, CycleError> {
         let t = Instant::now();
-        let watched = (step != Step::WaitUndrained).then_some(self.file);
-        let signals = &mut self.signals;
+        let (file, signals) = (self.file, &mut self.signals);
         let mut found = None;
         let stop = async {
             tokio::select! {
                 // The record first: a hold let go of before the wait began is found at once.
                 biased;
-                let_go = released(watched) => found = Some(let_go),
+                // After the undrain, this cycle holds nothing.
+                let_go = released(file), if step != Step::WaitUndrained => found = Some(let_go),
                 _ = signals.next() => {}
             }
         };
@@ -395,7 +395,6 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
         CycleError::Wait {
             step,
             source: WaitError::TimedOut { waited, .. },
-            ..
         } => format!("{step} timed out after {}", format_duration(*waited)),
         CycleError::Wait { step, .. } => format!("{step} failed"),
         CycleError::Command { how, .. } => format!("the command {how}"),
@@ -483,11 +482,8 @@ fn release_line(release: &Release, file: &DrainFile, restarted: bool) -> String 
     }
 }
 
-/// What the record `file` holds once it no longer holds this cycle; never without a record.
-async fn released(file: Option<&DrainFile>) -> String {
-    let Some(file) = file else {
-        return std::future::pending().await;
-    };
+/// What the record `file` holds once it no longer holds this cycle.
+async fn released(file: &DrainFile) -> String {
     loop {
         if let Some(found) = guard::let_go_of(file, Holder::is_me) {
             return found;
