@@ -149,11 +149,10 @@ pub fn exited(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exited with {code}"),
-        (None, Some(signal)) => {
-            let name = nix::sys::signal::Signal::try_from(signal)
-                .map_or_else(|_| signal.to_string(), |s| s.as_str().to_owned());
-            format!("was killed by {name}")
-        }
+        (None, Some(signal)) => match Signal::try_from(signal) {
+            Ok(name) => format!("was killed by {name}"),
+            Err(_) => format!("was killed by {signal}"),
+        },
         (None, None) => "ended without a status".to_owned(),
     }
 }

@@ -111,7 +111,21 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
     if record.is_some_and(|r| r.holders().iter().any(|h| h.kind == Kind::Stop))
         && let Ok(daemon) = Daemon::new(&args.waiting.daemon.url)
     {
-        fresh_and_healthy(&daemon, args.waiting.max_wait).await;
+        // As the daemon lets go of a stop's hold: its pool may still be warming.
+        let begun = Instant::now();
+        let asking = daemon.asking(Ask::default, |answer| {
+            let Ok(view) = answer else {
+                return ControlFlow::Break(());
+            };
+            let probe = &view.answer.probe;
+            let age = probe.age_ms.map(Duration::from_millis);
+            let made_since = age.is_some_and(|age| age < begun.elapsed());
+            if (made_since && probe.healthy()) || begun.elapsed() >= args.waiting.max_wait {
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        });
+        asking.await;
     }
     let (left, lost) =
         (file.locked().await?).release(|h| h.kind == Kind::Stop, Action::StopUndrain)?;
@@ -127,26 +141,6 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
         ),
     }
     Ok(())
-}
-
-/// Returns once the daemon's latest probe was made after this began and found Puppet Server
-/// healthy (as the daemon lets go of a stop's hold: [`crate::health::hold::live`]; its pool may
-/// still be warming), the daemon cannot be asked, or `max_wait` passed.
-async fn fresh_and_healthy(daemon: &Daemon, max_wait: Duration) {
-    let begun = Instant::now();
-    let asking = daemon.asking(Ask::default, |answer| {
-        let Ok(view) = answer else {
-            return ControlFlow::Break(());
-        };
-        let probe = &view.answer.probe;
-        let age = probe.age_ms.map(Duration::from_millis);
-        let made_since = age.is_some_and(|age| age < begun.elapsed());
-        if (made_since && probe.healthy()) || begun.elapsed() >= max_wait {
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
-    });
-    asking.await;
 }
 
 /// `pmcheck stop-guard`: READY at once, `on-start` in the background (again every 10 s while
@@ -255,11 +249,8 @@ async fn stopping(unit: &str) -> Result<bool, String> {
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let said: Vec<&str> = stderr.trim().lines().collect();
-        let said = match said.join(" / ") {
-            text if text.is_empty() => text,
-            text => format!("; it said: {text}"),
-        };
-        let status = out.status;
+        let said = (!said.is_empty()).then(|| format!("; it said: {}", said.join(" / ")));
+        let (status, said) = (out.status, said.unwrap_or_default());
         return Err(format!("`systemctl list-jobs` ended with {status}{said}"));
     }
     Ok(String::from_utf8_lossy(&out.stdout).lines().any(|line| {
