@@ -11,9 +11,6 @@
 //! Its drain goes through the last-server guard ([`crate::operator::guard`]): while a load
 //! balancer would hold it (another master's cycle has the other servers out), the cycle waits
 //! its turn ([`Run::take_turn`]).
-//!
-//! Over 500 lines on purpose: the six steps, their one error type and the cycle's hold in the
-//! record (taking it, letting go, marking it stopped) are one story, read top to bottom.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,7 +22,6 @@ use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind, Release};
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
-use crate::drain::tenure::Tenure;
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::guard::{self, GuardError, Outcome, Request, described};
@@ -53,8 +49,7 @@ pub enum Step {
 }
 
 impl Step {
-    /// What the node is left as when this step goes wrong: drained, until the undrain, where
-    /// `undrained` says.
+    /// What this step's failure leaves: the node drained, or after the undrain, `undrained`.
     fn left(self, undrained: &'static str) -> &'static str {
         match self {
             Step::WaitUndrained => undrained,
@@ -76,8 +71,7 @@ impl std::fmt::Display for Step {
     }
 }
 
-/// Why a cycle stopped. The node is left drained in every case but [`CycleError::Released`],
-/// where somebody else undrained it (`pmcheck undrain --force`): the cycle leaves it so.
+/// Why a cycle stopped; each says what it left the node as (see the module).
 #[derive(Debug, Error)]
 pub enum CycleError {
     /// The daemon cannot be asked: nothing was done.
@@ -147,8 +141,7 @@ pub enum CycleError {
     /// SIGINT, SIGTERM or SIGHUP, in this step.
     #[error("interrupted during {0}{left}", left = .0.left("; the node is already undrained"))]
     Interrupted(Step),
-    /// SIGINT, SIGTERM or SIGHUP in the drain step, before its hold was written or once it
-    /// was undone.
+    /// SIGINT, SIGTERM or SIGHUP in the drain step, before its hold was written or once undone.
     #[error("interrupted during drain; nothing was changed")]
     Unchanged,
 }
@@ -228,9 +221,11 @@ impl Run<'_> {
         for warning in &done.warnings {
             errln!("pmcheck cycle: warning: {warning}");
         }
-        self.give_back_if_needed().await?;
-        let ended = self.command_step().await?;
-        self.wait(Step::WaitHealthy, Goal::Healthy { since: ended })
+        if !self.args.force {
+            self.give_back_if_needed().await?;
+        }
+        let since = self.command_step().await?;
+        self.wait(Step::WaitHealthy, Goal::Healthy { since })
             .await?;
 
         // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
@@ -272,10 +267,7 @@ impl Run<'_> {
                 ticker.clear();
                 let why = said(&held);
                 let logged = guard::log_refused(self.file, &self.reason, &why);
-                let Some(lost) = self.signals.unless(logged).await else {
-                    return Err(CycleError::Unchanged);
-                };
-                warn(lost);
+                warn((self.signals.unless(logged).await).ok_or(CycleError::Unchanged)?);
                 let waited = max_wait;
                 return Err(CycleError::Turn { held, waited });
             }
@@ -309,12 +301,9 @@ impl Run<'_> {
         }
     }
 
-    /// The point of no return. The guard looked before the drain; if another master fell out
-    /// since, this node is the one agents could still have: give it back.
+    /// The point of no return, unless `--force`. The guard looked before the drain; if another
+    /// master fell out since, this node is the one agents could still have: give it back.
     async fn give_back_if_needed(&mut self) -> Result<(), CycleError> {
-        if self.args.force {
-            return Ok(());
-        }
         let empty = (self.daemon.ask().await).map_or(Vec::new(), |view| view.empty_backends());
         if empty.is_empty() {
             return Ok(());
@@ -404,10 +393,9 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
     // The cause is the point: the operator's reason is shortened, never the cause.
     let why = printable(&format!("; cycle stopped: {why}"), REASON_LIMIT / 2);
     let Some(locked) = signals.unless(file.locked()).await else {
-        errln!(
+        return errln!(
             "pmcheck cycle: the node stays drained; interrupted again before the record said why"
         );
-        return;
     };
     let updated = locked.and_then(|locked| {
         locked.update_logged(|current| {
@@ -441,8 +429,8 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
 fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
     let me = &taken.mine;
     let mut detail = if taken.others.is_empty() {
-        let Tenure { by, since, .. } = &me.tenure;
-        format!("drained: {} (by {by} since {since})", me.what)
+        let (what, by, since) = (&me.what, &me.tenure.by, &me.tenure.since);
+        format!("drained: {what} (by {by} since {since})")
     } else {
         format!(
             "already drained by {}: this cycle holds it too, and the node returns to rotation only when no holder is left",
@@ -492,8 +480,7 @@ async fn released(file: &DrainFile) -> String {
     }
 }
 
-/// `text` with a space for each control character, cut to `limit` characters: fit for a
-/// drain record's reason.
+/// `text` with a space for each control character, cut to `limit` characters: for a reason.
 fn printable(text: &str, limit: usize) -> String {
     (text.chars())
         .map(|c| if c.is_control() { ' ' } else { c })
