@@ -33,11 +33,10 @@ pub async fn run_command(
         .map_err(|e| Some(format!("cannot start: {e}")))?;
     let waited =
         |status: std::io::Result<_>| status.map_err(|e| Some(format!("cannot be waited for: {e}")));
-    let Some(group) = child.id().and_then(|id| i32::try_from(id).ok()) else {
+    let Some(group) = (child.id().and_then(|id| i32::try_from(id).ok())).map(Pid::from_raw) else {
         // Already reaped: it ended before it could be signalled.
         return waited(child.wait().await);
     };
-    let group = Pid::from_raw(group);
     let first = tokio::select! {
         status = child.wait() => {
             let status = waited(status)?;

@@ -449,15 +449,15 @@ fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
 
 /// The undrain step's line; `restarted`: what else the record holds ended with this restart.
 fn release_line(release: &Release, file: &DrainFile, restarted: bool) -> String {
+    let path = file.path().display();
     match release {
         Release::StillHeld(held) if restarted => format!(
             "this cycle let go; what else the record holds ended with this restart: {}",
             described(held)
         ),
-        Release::Undrained => format!("removed {}", file.path().display()),
+        Release::Undrained => format!("removed {path}"),
         Release::NotDrained => format!(
-            "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
-            file.path().display()
+            "found no drain record at {path}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers"
         ),
         Release::NotHeld(held) => format!(
             "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",

@@ -117,13 +117,12 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     let started = view.as_ref().and_then(|v| v.started());
     if let Some(view) = &view {
         // Without its key file the daemon proves no load balancer's word.
-        if let Some(problem) = view.key_file_problem() {
-            if !force {
-                return Err(GuardError::KeyFile(problem.to_owned()));
-            }
-            warnings.push(format!(
+        match view.key_file_problem() {
+            Some(problem) if !force => return Err(GuardError::KeyFile(problem.to_owned())),
+            Some(problem) => warnings.push(format!(
                 "--force: drained although the daemon cannot use its key file: {problem}"
-            ));
+            )),
+            None => {}
         }
         mine.checked = true;
         // The holders the record would have: the live ones, less those it replaces, and it.

@@ -74,8 +74,7 @@ pub async fn on_stop(args: &OnStopArgs) {
         Ok((_, lost)) => warn(&lost),
         Err(e) => return errln!("pmcheck on-stop: WARNING: {e}; {name} stops without a drain"),
     }
-    let since = &mine.tenure.since;
-    let path = file.path().display();
+    let (since, path) = (&mine.tenure.since, file.path().display());
     outln!("drained for this stop of {name} (since {since}); wrote {path}");
     if !last.is_empty() {
         let said = said(&last);
