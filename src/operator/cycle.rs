@@ -161,12 +161,8 @@ pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
     if let Some(e) = view.other_file(&daemon.url, &file.resolved()) {
         return Err(CycleError::NoDaemon(e.into()));
     }
-    let reason = (args.reason.clone()).unwrap_or_else(|| {
-        printable(
-            &format!("pmcheck cycle: {}", command.trim_matches('`')),
-            REASON_LIMIT,
-        )
-    });
+    let typed = format!("pmcheck cycle: {}", command.trim_matches('`'));
+    let reason = (args.reason.clone()).unwrap_or_else(|| printable(&typed, REASON_LIMIT));
     let mut run = Run {
         args,
         reason,
