@@ -43,8 +43,7 @@ pub async fn on_stop(args: &OnStopArgs) {
     // "Safe after" counts from here, as the stop's own time does.
     let began = Instant::now();
     if !args.drain_on_stop {
-        outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
-        return;
+        return outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
     }
     // Asked first, within a bound: draining when the unit is not stopping (only this helper
     // is, as every master's package upgrade restarts it at once) would take every master out
@@ -52,8 +51,7 @@ pub async fn on_stop(args: &OnStopArgs) {
     if let Some(unit) = unit {
         match stopping(unit).await {
             Ok(false) => {
-                outln!("{unit} is not stopping (only this helper is): nothing drained");
-                return;
+                return outln!("{unit} is not stopping (only this helper is): nothing drained");
             }
             Ok(true) => {}
             Err(why) => errln!(
