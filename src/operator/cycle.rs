@@ -424,13 +424,13 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
 /// The drain step's line, for scripts and people.
 fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
     let me = &taken.mine;
-    let mut detail = if taken.others.is_empty() {
+    let mut detail = if taken.held.others.is_empty() {
         let (what, by, since) = (&me.what, &me.tenure.by, &me.tenure.since);
         format!("drained: {what} (by {by} since {since})")
     } else {
         format!(
             "already drained by {}: this cycle holds it too, and the node returns to rotation only when no holder is left",
-            described(&taken.others)
+            described(&taken.held.others)
         )
     };
     if let Some(forced) = &me.forced {

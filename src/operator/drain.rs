@@ -64,7 +64,7 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     }
     let taken = taken?;
     warn(&taken.warnings);
-    for previous in &taken.replaced {
+    for previous in &taken.held.replaced {
         let (Tenure { by, since, .. }, what) = (&previous.tenure, &previous.what);
         outln!("replaced the previous drain: {what} (by {by} since {since})");
     }
@@ -75,7 +75,7 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     if let Some(forced) = &taken.mine.forced {
         outln!("forced: {forced}");
     }
-    for other in &taken.others {
+    for other in &taken.held.others {
         outln!("also held by {}", other.describe());
     }
     match &taken.outcome {
