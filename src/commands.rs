@@ -88,10 +88,14 @@ impl Error {
                 | CycleError::EmptyBackend { .. }
                 | CycleError::Guard(GuardError::KeyFile(_)) => Exit::Refused,
                 CycleError::Guard(_) => Exit::Unavailable,
-                e if e.not_healthy() => Exit::Critical,
+                // Puppet Server did not come back in time (as opposed to a drain or undrain wait).
+                CycleError::Wait {
+                    step: cycle::Step::WaitHealthy,
+                    source: WaitError::TimedOut { .. },
+                } => Exit::Critical,
                 CycleError::Wait { source, .. } => wait_exit(source),
                 CycleError::Command { .. } | CycleError::Released { .. } => Exit::Warning,
-                CycleError::Interrupted { .. } => Exit::Interrupted,
+                CycleError::Interrupted(_) | CycleError::Unchanged => Exit::Interrupted,
             },
         }
     }

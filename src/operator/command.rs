@@ -33,11 +33,10 @@ pub async fn run_command(
         .map_err(|e| Some(format!("cannot start: {e}")))?;
     let waited =
         |status: std::io::Result<_>| status.map_err(|e| Some(format!("cannot be waited for: {e}")));
-    let Some(group) = child.id().and_then(|id| i32::try_from(id).ok()) else {
+    let Some(group) = (child.id().and_then(|id| i32::try_from(id).ok())).map(Pid::from_raw) else {
         // Already reaped: it ended before it could be signalled.
         return waited(child.wait().await);
     };
-    let group = Pid::from_raw(group);
     let first = tokio::select! {
         status = child.wait() => {
             let status = waited(status)?;
@@ -149,11 +148,10 @@ pub fn exited(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exited with {code}"),
-        (None, Some(signal)) => {
-            let name = nix::sys::signal::Signal::try_from(signal)
-                .map_or_else(|_| signal.to_string(), |s| s.as_str().to_owned());
-            format!("was killed by {name}")
-        }
+        (None, Some(signal)) => match Signal::try_from(signal) {
+            Ok(name) => format!("was killed by {name}"),
+            Err(_) => format!("was killed by {signal}"),
+        },
         (None, None) => "ended without a status".to_owned(),
     }
 }

@@ -11,9 +11,6 @@
 //! Its drain goes through the last-server guard ([`crate::operator::guard`]): while a load
 //! balancer would hold it (another master's cycle has the other servers out), the cycle waits
 //! its turn ([`Run::take_turn`]).
-//!
-//! Over 500 lines on purpose: the six steps, their one error type and the cycle's hold in the
-//! record (taking it, letting go, marking it stopped) are one story, read top to bottom.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -25,7 +22,6 @@ use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind, Release};
 use crate::drain::log::{Action, Event};
 use crate::drain::record::{DrainRecord, REASON_LIMIT};
-use crate::drain::tenure::Tenure;
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::guard::{self, GuardError, Outcome, Request, described};
@@ -52,6 +48,16 @@ pub enum Step {
     WaitUndrained,
 }
 
+impl Step {
+    /// What this step's failure leaves: the node drained, or after the undrain, `undrained`.
+    fn left(self, undrained: &'static str) -> &'static str {
+        match self {
+            Step::WaitUndrained => undrained,
+            _ => "; the node stays drained",
+        }
+    }
+}
+
 impl std::fmt::Display for Step {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -65,8 +71,7 @@ impl std::fmt::Display for Step {
     }
 }
 
-/// Why a cycle stopped. The node is left drained in every case but [`CycleError::Released`],
-/// where somebody else undrained it (`pmcheck undrain --force`): the cycle leaves it so.
+/// Why a cycle stopped; each says what it left the node as (see the module).
 #[derive(Debug, Error)]
 pub enum CycleError {
     /// The daemon cannot be asked: nothing was done.
@@ -105,14 +110,15 @@ pub enum CycleError {
         left: String,
     },
     /// A wait for the drain, Puppet Server's health or the undrain timed out.
-    #[error("{step}: {source}{left}")]
+    #[error(
+        "{step}: {source}{}",
+        step.left("; the node is undrained, but not every load balancer has taken it back")
+    )]
     Wait {
         /// The step that waited.
         step: Step,
         /// What was still missing.
         source: WaitError,
-        /// What state the node is left in.
-        left: &'static str,
     },
     /// The command failed.
     #[error("the command {command} {how}; the node stays drained")]
@@ -132,32 +138,13 @@ pub enum CycleError {
         /// What the record says instead.
         found: String,
     },
-    /// SIGINT, SIGTERM or SIGHUP.
-    #[error("interrupted during {step}{left}")]
-    Interrupted {
-        /// The step it stopped in.
-        step: Step,
-        /// What state the node is left in.
-        left: &'static str,
-    },
+    /// SIGINT, SIGTERM or SIGHUP, in this step.
+    #[error("interrupted during {0}{left}", left = .0.left("; the node is already undrained"))]
+    Interrupted(Step),
+    /// SIGINT, SIGTERM or SIGHUP in the drain step, before its hold was written or once undone.
+    #[error("interrupted during drain; nothing was changed")]
+    Unchanged,
 }
-
-impl CycleError {
-    /// Puppet Server did not come back in time (as opposed to a drain or undrain wait).
-    pub fn not_healthy(&self) -> bool {
-        matches!(
-            self,
-            CycleError::Wait {
-                step: Step::WaitHealthy,
-                source: WaitError::TimedOut { .. },
-                ..
-            }
-        )
-    }
-}
-
-const LEFT_DRAINED: &str = "; the node stays drained";
-const NOTHING_CHANGED: &str = "; nothing was changed";
 
 /// Runs the cycle `args` says, asking `daemon`.
 pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
@@ -174,12 +161,8 @@ pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
     if let Some(e) = view.other_file(&daemon.url, &file.resolved()) {
         return Err(CycleError::NoDaemon(e.into()));
     }
-    let reason = args.reason.clone().unwrap_or_else(|| {
-        (format!("pmcheck cycle: {}", command.trim_matches('`')).chars())
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .take(REASON_LIMIT)
-            .collect()
-    });
+    let typed = format!("pmcheck cycle: {}", command.trim_matches('`'));
+    let reason = (args.reason.clone()).unwrap_or_else(|| printable(&typed, REASON_LIMIT));
     let mut run = Run {
         args,
         reason,
@@ -234,9 +217,11 @@ impl Run<'_> {
         for warning in &done.warnings {
             errln!("pmcheck cycle: warning: {warning}");
         }
-        self.give_back_if_needed().await?;
-        let ended = self.command_step().await?;
-        self.wait(Step::WaitHealthy, Goal::Healthy { since: ended })
+        if !self.args.force {
+            self.give_back_if_needed().await?;
+        }
+        let since = self.command_step().await?;
+        self.wait(Step::WaitHealthy, Goal::Healthy { since })
             .await?;
 
         // 5. undrain: this cycle lets go; the node returns only if nobody else holds it
@@ -278,11 +263,7 @@ impl Run<'_> {
                 ticker.clear();
                 let why = said(&held);
                 let logged = guard::log_refused(self.file, &self.reason, &why);
-                let Some(lost) = self.signals.unless(logged).await else {
-                    let left = NOTHING_CHANGED;
-                    return Err(CycleError::Interrupted { step, left });
-                };
-                warn(lost);
+                warn((self.signals.unless(logged).await).ok_or(CycleError::Unchanged)?);
                 let waited = max_wait;
                 return Err(CycleError::Turn { held, waited });
             }
@@ -309,20 +290,16 @@ impl Run<'_> {
             Some(Err(e)) => Err(CycleError::Guard(e)),
             // A hold already written (or one the guard failed to undo) keeps the node drained,
             // and [`stopped`] says why in it.
-            None => {
-                let gone = guard::let_go_of(self.file, Holder::is_me).is_some();
-                let left = if gone { NOTHING_CHANGED } else { LEFT_DRAINED };
-                Err(CycleError::Interrupted { step, left })
+            None if guard::let_go_of(self.file, Holder::is_me).is_some() => {
+                Err(CycleError::Unchanged)
             }
+            None => Err(CycleError::Interrupted(step)),
         }
     }
 
-    /// The point of no return. The guard looked before the drain; if another master fell out
-    /// since, this node is the one agents could still have: give it back.
+    /// The point of no return, unless `--force`. The guard looked before the drain; if another
+    /// master fell out since, this node is the one agents could still have: give it back.
     async fn give_back_if_needed(&mut self) -> Result<(), CycleError> {
-        if self.args.force {
-            return Ok(());
-        }
         let empty = (self.daemon.ask().await).map_or(Vec::new(), |view| view.empty_backends());
         if empty.is_empty() {
             return Ok(());
@@ -346,10 +323,7 @@ impl Run<'_> {
             }
             Ok(status) => exited(status),
             Err(Some(how)) => how,
-            Err(None) => {
-                let (step, left) = (Step::Command, LEFT_DRAINED);
-                return Err(CycleError::Interrupted { step, left });
-            }
+            Err(None) => return Err(CycleError::Interrupted(Step::Command)),
         };
         Err(CycleError::Command { command, how })
     }
@@ -357,9 +331,8 @@ impl Run<'_> {
     /// Takes this cycle's hold out of the record (logging the drain as `refused`, if given).
     /// A Ctrl-C never waits for another command's change: `step` is interrupted, still drained.
     async fn let_go(&mut self, step: Step, refused: Option<&str>) -> Result<Release, CycleError> {
-        let left = LEFT_DRAINED;
         let locked = (self.signals.unless(self.file.locked()).await)
-            .ok_or(CycleError::Interrupted { step, left })??;
+            .ok_or(CycleError::Interrupted(step))??;
         if let Some(why) = refused {
             let event = Event::refused(&self.reason, why, SystemTime::now());
             warn(locked.log(&[event]));
@@ -373,26 +346,18 @@ impl Run<'_> {
     /// naming it (somebody ran `pmcheck undrain --force`): it must not go on as if it held it.
     async fn wait(&mut self, step: Step, goal: Goal) -> Result<wait::Done, CycleError> {
         let t = Instant::now();
-        let watched = (step != Step::WaitUndrained).then_some(self.file);
-        let signals = &mut self.signals;
+        let (file, signals) = (self.file, &mut self.signals);
         let mut found = None;
         let stop = async {
             tokio::select! {
                 // The record first: a hold let go of before the wait began is found at once.
                 biased;
-                let_go = released(watched) => found = Some(let_go),
+                // After the undrain, this cycle holds nothing.
+                let_go = released(file), if step != Step::WaitUndrained => found = Some(let_go),
                 _ = signals.next() => {}
             }
         };
         let waited = wait::wait(goal, self.daemon, &self.args.waiting, self.file, stop).await;
-        // After the undrain, the node is undrained already.
-        let (late, left) = match step {
-            Step::WaitUndrained => (
-                "; the node is undrained, but not every load balancer has taken it back",
-                "; the node is already undrained",
-            ),
-            _ => (LEFT_DRAINED, LEFT_DRAINED),
-        };
         match (waited, found) {
             (Ok(done), _) => {
                 self::step(step, t, &done.summary);
@@ -401,14 +366,8 @@ impl Run<'_> {
             (Err(WaitError::Interrupted { .. }), Some(found)) => {
                 Err(CycleError::Released { step, found })
             }
-            (Err(WaitError::Interrupted { .. }), None) => {
-                Err(CycleError::Interrupted { step, left })
-            }
-            (Err(source), _) => Err(CycleError::Wait {
-                step,
-                source,
-                left: late,
-            }),
+            (Err(WaitError::Interrupted { .. }), None) => Err(CycleError::Interrupted(step)),
+            (Err(source), _) => Err(CycleError::Wait { step, source }),
         }
     }
 }
@@ -421,27 +380,18 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
         CycleError::Wait {
             step,
             source: WaitError::TimedOut { waited, .. },
-            ..
         } => format!("{step} timed out after {}", format_duration(*waited)),
         CycleError::Wait { step, .. } => format!("{step} failed"),
         CycleError::Command { how, .. } => format!("the command {how}"),
-        CycleError::Interrupted {
-            step,
-            left: LEFT_DRAINED,
-        } => format!("interrupted during {step}"),
+        CycleError::Interrupted(step) => format!("interrupted during {step}"),
         _ => return,
     };
     // The cause is the point: the operator's reason is shortened, never the cause.
-    let why: String = format!("; cycle stopped: {why}")
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(REASON_LIMIT / 2)
-        .collect();
+    let why = printable(&format!("; cycle stopped: {why}"), REASON_LIMIT / 2);
     let Some(locked) = signals.unless(file.locked()).await else {
-        errln!(
+        return errln!(
             "pmcheck cycle: the node stays drained; interrupted again before the record said why"
         );
-        return;
     };
     let updated = locked.and_then(|locked| {
         locked.update_logged(|current| {
@@ -474,13 +424,13 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
 /// The drain step's line, for scripts and people.
 fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
     let me = &taken.mine;
-    let mut detail = if taken.others.is_empty() {
-        let Tenure { by, since, .. } = &me.tenure;
-        format!("drained: {} (by {by} since {since})", me.what)
+    let mut detail = if taken.held.others.is_empty() {
+        let (what, by, since) = (&me.what, &me.tenure.by, &me.tenure.since);
+        format!("drained: {what} (by {by} since {since})")
     } else {
         format!(
             "already drained by {}: this cycle holds it too, and the node returns to rotation only when no holder is left",
-            described(&taken.others)
+            described(&taken.held.others)
         )
     };
     if let Some(forced) = &me.forced {
@@ -495,15 +445,15 @@ fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
 
 /// The undrain step's line; `restarted`: what else the record holds ended with this restart.
 fn release_line(release: &Release, file: &DrainFile, restarted: bool) -> String {
+    let path = file.path().display();
     match release {
         Release::StillHeld(held) if restarted => format!(
             "this cycle let go; what else the record holds ended with this restart: {}",
             described(held)
         ),
-        Release::Undrained => format!("removed {}", file.path().display()),
+        Release::Undrained => format!("removed {path}"),
         Release::NotDrained => format!(
-            "found no drain record at {}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers",
-            file.path().display()
+            "found no drain record at {path}: somebody removed it meanwhile (`pmcheck undrain --force`?); not waiting for the load balancers"
         ),
         Release::NotHeld(held) => format!(
             "skipped: somebody replaced the drain record meanwhile; it is held by {}, left as it is",
@@ -516,17 +466,22 @@ fn release_line(release: &Release, file: &DrainFile, restarted: bool) -> String 
     }
 }
 
-/// What the record `file` holds once it no longer holds this cycle; never without a record.
-async fn released(file: Option<&DrainFile>) -> String {
-    let Some(file) = file else {
-        return std::future::pending().await;
-    };
+/// What the record `file` holds once it no longer holds this cycle.
+async fn released(file: &DrainFile) -> String {
     loop {
         if let Some(found) = guard::let_go_of(file, Holder::is_me) {
             return found;
         }
         tokio::time::sleep(EVERY).await;
     }
+}
+
+/// `text` with a space for each control character, cut to `limit` characters: for a reason.
+fn printable(text: &str, limit: usize) -> String {
+    (text.chars())
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(limit)
+        .collect()
 }
 
 /// `pmcheck cycle: step NAME took 1.2s: DETAIL`, the line scripts may read.

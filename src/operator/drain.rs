@@ -58,15 +58,13 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
         force: args.force,
         action: Action::Drain,
     };
-    let taken = match guard::take(daemon, &file, how, request).await {
-        Err(GuardError::Refused(held)) => {
-            warn(guard::log_refused(&file, &args.reason, &said(&held)).await);
-            return Err(GuardError::Refused(held).into());
-        }
-        taken => taken?,
-    };
+    let taken = guard::take(daemon, &file, how, request).await;
+    if let Err(GuardError::Refused(held)) = &taken {
+        warn(guard::log_refused(&file, &args.reason, &said(held)).await);
+    }
+    let taken = taken?;
     warn(&taken.warnings);
-    for previous in &taken.replaced {
+    for previous in &taken.held.replaced {
         let (Tenure { by, since, .. }, what) = (&previous.tenure, &previous.what);
         outln!("replaced the previous drain: {what} (by {by} since {since})");
     }
@@ -77,7 +75,7 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
     if let Some(forced) = &taken.mine.forced {
         outln!("forced: {forced}");
     }
-    for other in &taken.others {
+    for other in &taken.held.others {
         outln!("also held by {}", other.describe());
     }
     match &taken.outcome {

@@ -14,7 +14,7 @@ use thiserror::Error;
 
 use crate::cli::WaitArgs;
 use crate::drain::file::{Change, DrainError, DrainFile};
-use crate::drain::holders::{Held as Holding, Holder};
+use crate::drain::holders::{Held, Holder};
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::hold;
@@ -29,10 +29,8 @@ use crate::text::seconds;
 pub struct Taken {
     /// The holder as written: checked, and what `--force` went past.
     pub mine: Holder,
-    /// The live holders beside it.
-    pub others: Vec<Holder>,
-    /// The holders it replaced (an operator's earlier drain).
-    pub replaced: Vec<Holder>,
+    /// The live holders beside it, and those it replaced (an operator's earlier drain).
+    pub held: Held,
     /// What became of it.
     pub outcome: Outcome,
     /// What went wrong that the holder's writer should see (the event log, the daemon).
@@ -117,13 +115,12 @@ pub async fn take<R: Fn(&Holder) -> bool>(
     let started = view.as_ref().and_then(|v| v.started());
     if let Some(view) = &view {
         // Without its key file the daemon proves no load balancer's word.
-        if let Some(problem) = view.key_file_problem() {
-            if !force {
-                return Err(GuardError::KeyFile(problem.to_owned()));
-            }
-            warnings.push(format!(
+        match view.key_file_problem() {
+            Some(problem) if !force => return Err(GuardError::KeyFile(problem.to_owned())),
+            Some(problem) => warnings.push(format!(
                 "--force: drained although the daemon cannot use its key file: {problem}"
-            ));
+            )),
+            None => {}
         }
         mine.checked = true;
         // The holders the record would have: the live ones, less those it replaces, and it.
@@ -143,13 +140,11 @@ pub async fn take<R: Fn(&Holder) -> bool>(
         }
     }
     let written = Instant::now();
-    let (Holding { replaced, others }, lost) =
-        (file.locked().await?).hold(&mine, &replaces, request.action)?;
+    let (held, lost) = (file.locked().await?).hold(&mine, &replaces, request.action)?;
     warnings.extend(lost.iter().map(ToString::to_string));
     let mut taken = Taken {
         mine,
-        others,
-        replaced,
+        held,
         outcome: Outcome::Unchecked,
         warnings,
     };
@@ -169,7 +164,7 @@ async fn watched(
     (written, started): (Instant, Option<SystemTime>),
 ) -> Result<Outcome, GuardError> {
     let mine = &taken.mine;
-    let live = hold::live(&taken.others, started, SystemTime::now());
+    let live = hold::live(&taken.held.others, started, SystemTime::now());
     let holdable = live.chain([mine]).all(hold::holdable);
     let gone = || let_go_of(file, |h| h == mine);
     // Asked until the DRAINED answer settles: where the drain can be held, the daemon knows its
@@ -201,7 +196,7 @@ async fn watched(
     Ok(match last {
         Some((view, _)) if holdable && !view.held().is_empty() => {
             let held = view.held();
-            let lost = undo(file, mine, &taken.replaced, &said(&held)).await;
+            let lost = undo(file, mine, &taken.held.replaced, &said(&held)).await;
             taken.warnings.extend(lost);
             return Err(GuardError::BackedOff(held));
         }

@@ -43,8 +43,7 @@ pub async fn on_stop(args: &OnStopArgs) {
     // "Safe after" counts from here, as the stop's own time does.
     let began = Instant::now();
     if !args.drain_on_stop {
-        outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
-        return;
+        return outln!("PMCHECK_DRAIN_ON_STOP=no: {name} stops without a drain");
     }
     // Asked first, within a bound: draining when the unit is not stopping (only this helper
     // is, as every master's package upgrade restarts it at once) would take every master out
@@ -52,8 +51,7 @@ pub async fn on_stop(args: &OnStopArgs) {
     if let Some(unit) = unit {
         match stopping(unit).await {
             Ok(false) => {
-                outln!("{unit} is not stopping (only this helper is): nothing drained");
-                return;
+                return outln!("{unit} is not stopping (only this helper is): nothing drained");
             }
             Ok(true) => {}
             Err(why) => errln!(
@@ -74,8 +72,7 @@ pub async fn on_stop(args: &OnStopArgs) {
         Ok((_, lost)) => warn(&lost),
         Err(e) => return errln!("pmcheck on-stop: WARNING: {e}; {name} stops without a drain"),
     }
-    let since = &mine.tenure.since;
-    let path = file.path().display();
+    let (since, path) = (&mine.tenure.since, file.path().display());
     outln!("drained for this stop of {name} (since {since}); wrote {path}");
     if !last.is_empty() {
         let said = said(&last);
@@ -111,7 +108,21 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
     if record.is_some_and(|r| r.holders().iter().any(|h| h.kind == Kind::Stop))
         && let Ok(daemon) = Daemon::new(&args.waiting.daemon.url)
     {
-        fresh_and_healthy(&daemon, args.waiting.max_wait).await;
+        // As the daemon lets go of a stop's hold: its pool may still be warming.
+        let begun = Instant::now();
+        let asking = daemon.asking(Ask::default, |answer| {
+            let Ok(view) = answer else {
+                return ControlFlow::Break(());
+            };
+            let probe = &view.answer.probe;
+            let age = probe.age_ms.map(Duration::from_millis);
+            let made_since = age.is_some_and(|age| age < begun.elapsed());
+            if (made_since && probe.healthy()) || begun.elapsed() >= args.waiting.max_wait {
+                return ControlFlow::Break(());
+            }
+            ControlFlow::Continue(())
+        });
+        asking.await;
     }
     let (left, lost) =
         (file.locked().await?).release(|h| h.kind == Kind::Stop, Action::StopUndrain)?;
@@ -127,26 +138,6 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
         ),
     }
     Ok(())
-}
-
-/// Returns once the daemon's latest probe was made after this began and found Puppet Server
-/// healthy (as the daemon lets go of a stop's hold: [`crate::health::hold::live`]; its pool may
-/// still be warming), the daemon cannot be asked, or `max_wait` passed.
-async fn fresh_and_healthy(daemon: &Daemon, max_wait: Duration) {
-    let begun = Instant::now();
-    let asking = daemon.asking(Ask::default, |answer| {
-        let Ok(view) = answer else {
-            return ControlFlow::Break(());
-        };
-        let probe = &view.answer.probe;
-        let age = probe.age_ms.map(Duration::from_millis);
-        let made_since = age.is_some_and(|age| age < begun.elapsed());
-        if (made_since && probe.healthy()) || begun.elapsed() >= max_wait {
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
-    });
-    asking.await;
 }
 
 /// `pmcheck stop-guard`: READY at once, `on-start` in the background (again every 10 s while
@@ -255,11 +246,8 @@ async fn stopping(unit: &str) -> Result<bool, String> {
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let said: Vec<&str> = stderr.trim().lines().collect();
-        let said = match said.join(" / ") {
-            text if text.is_empty() => text,
-            text => format!("; it said: {text}"),
-        };
-        let status = out.status;
+        let said = (!said.is_empty()).then(|| format!("; it said: {}", said.join(" / ")));
+        let (status, said) = (out.status, said.unwrap_or_default());
         return Err(format!("`systemctl list-jobs` ended with {status}{said}"));
     }
     Ok(String::from_utf8_lossy(&out.stdout).lines().any(|line| {
