@@ -33,10 +33,8 @@ use crate::health::verdict::Verdict;
 use crate::protocol::UnrecordedAnswer;
 use crate::responder::client_name::ClientName;
 use crate::responder::server_line::{Followed, ServerLine, Told};
-use crate::text::ms;
-
-pub use crate::responder::server_line::SILENCE;
 use crate::settings::lb_proof::Proof;
+use crate::text::ms;
 
 /// Most pollers remembered: a few load balancers, monitoring and an operator's curl fit.
 pub const CAPACITY: usize = 64;
@@ -184,8 +182,7 @@ pub struct Poll<'a> {
 struct Table {
     pollers: Vec<Poller>,
     /// Polls no entry could hold, and when the latest came.
-    unrecorded: u64,
-    unrecorded_last: Option<Instant>,
+    unrecorded: Option<(u64, Instant)>,
 }
 
 impl Table {
@@ -225,8 +222,8 @@ impl Table {
                 });
             let Some(i) = loser else {
                 if proven {
-                    self.unrecorded = self.unrecorded.saturating_add(1);
-                    self.unrecorded_last = Some(now);
+                    let polls = self.unrecorded.map_or(0, |(polls, _)| polls);
+                    self.unrecorded = Some((polls.saturating_add(1), now));
                 }
                 return None;
             };
@@ -273,8 +270,7 @@ impl Default for Pollers {
         Self {
             table: Mutex::new(Table {
                 pollers: Vec::with_capacity(CAPACITY),
-                unrecorded: 0,
-                unrecorded_last: None,
+                unrecorded: None,
             }),
         }
     }
@@ -440,11 +436,12 @@ impl Pollers {
 
     /// Polls no entry could hold, if there were any.
     pub fn unrecorded(&self, now: Instant) -> Option<UnrecordedAnswer> {
-        let table = self.lock();
-        table.unrecorded_last.map(|last| UnrecordedAnswer {
-            polls: table.unrecorded,
-            last_ms_ago: ms(now.saturating_duration_since(last)),
-        })
+        self.lock()
+            .unrecorded
+            .map(|(polls, last)| UnrecordedAnswer {
+                polls,
+                last_ms_ago: ms(now.saturating_duration_since(last)),
+            })
     }
 }
 
