@@ -26,7 +26,8 @@ pub(crate) struct Beat {
     last: AtomicU64,
     /// Milliseconds from `epoch`; 0: never asked.
     asked_at: AtomicU64,
-    asking: Notify,
+    /// Told when the watchdog asks the loop to turn (an ask made meanwhile is kept).
+    pub(crate) asking: Notify,
 }
 
 impl Beat {
@@ -42,11 +43,6 @@ impl Beat {
     /// The loop turned at `now`.
     pub(crate) fn mark(&self, now: Instant) {
         self.last.store(self.ms(now), Ordering::Relaxed);
-    }
-
-    /// Resolves when the watchdog asks the loop to turn (an ask made meanwhile is kept).
-    pub(crate) async fn asked(&self) {
-        self.asking.notified().await;
     }
 
     fn ask(&self, now: Instant) {

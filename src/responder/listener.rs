@@ -117,7 +117,7 @@ impl Listener {
                 () = &mut stop => break,
                 Some(_) = connections.join_next() => continue,
                 // Idle, it turns when the watchdog asks: its pings stand for it.
-                () = self.beat.asked() => continue,
+                () = self.beat.asking.notified() => continue,
             };
             let peer = peer.ip();
             if !permits(&self.guard.allow, peer) {
@@ -132,7 +132,11 @@ impl Listener {
                 }
                 continue;
             }
-            let proven = self.node.proven_address(peer, Instant::now());
+            // A proven load balancer's until it shows otherwise: its address proved itself
+            // lately, or is one the key file binds a key to (known from the daemon's first
+            // second, so that a restart under a flood keeps every keyed check).
+            let proven = self.node.proof().binds(peer)
+                || (self.node.pollers).is_proven(peer, Instant::now());
             let connection = Connection {
                 node: Arc::clone(&self.node),
                 peer,
@@ -175,7 +179,7 @@ impl Connection {
             let (line, told) = node.agent_line(peer, &sent);
             activity.proved(told.proven());
             if agent::answer(stream, line, activity).await {
-                node.agent_told(peer, &sent, told);
+                node.agent_told(told);
             }
         };
         tokio::select! {
