@@ -95,7 +95,13 @@ pub async fn serve(
         "probing Puppet Server"
     );
     let directory = watcher.directory();
-    follow(&mut tasks, settings, daemon, &node, moves, &reload);
+    // What changes on disk while the daemon runs: the load balancers' key file, read again at
+    // each reload, and Puppet's own files.
+    let (keyed, rereads, owned) = (Arc::clone(&node), reload.clone(), daemon.clone());
+    tasks.spawn(|stop| key_reload::follow(keyed, owned, rereads, stop));
+    let (changed, reports) = (puppet_files::changes(settings), node.feeds.latest.clone());
+    let (puppet, rereads) = (settings.clone(), reload.clone());
+    tasks.spawn(|stop| puppet_files::follow(puppet, moves, reports, rereads, changed, stop));
     let reread = reload.clone();
     tasks.spawn(|stop| crate::drain::watch::run(watcher, publish_drain, reread, stop));
     if let Some(metrics) = &node.metrics {
@@ -130,23 +136,6 @@ pub async fn serve(
     drop(stop);
     while tasks.set.join_next().await.is_some() {}
     Ok(())
-}
-
-/// What changes on disk while the daemon runs: the load balancers' key file, read again at
-/// each reload, and Puppet's own files ([`puppet_files`]).
-fn follow(
-    tasks: &mut Tasks,
-    settings: &Settings,
-    daemon: &Daemon,
-    node: &Arc<Node>,
-    moves: watch::Sender<std::net::SocketAddr>,
-    reload: &watch::Receiver<()>,
-) {
-    let (keyed, rereads, daemon) = (Arc::clone(node), reload.clone(), daemon.clone());
-    tasks.spawn(|stop| key_reload::follow(keyed, daemon, rereads, stop));
-    let reports = node.feeds.latest.clone();
-    let followed = puppet_files::Followed::new(settings.clone(), moves, reports, reload.clone());
-    tasks.spawn(|stop| puppet_files::follow(followed, stop));
 }
 
 /// Resolves when the daemon stops: what every background task is handed.
