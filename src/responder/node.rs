@@ -28,8 +28,7 @@ use crate::puppet::report::Latest;
 use crate::responder::agent::{self, Sent};
 use crate::responder::agents::Agents;
 use crate::responder::http::{
-    METRICS_PATH, Rendered, STATUS_PATH, method_not_allowed, plain, respond, respond_with,
-    with_body,
+    ALLOW, METRICS_PATH, Rendered, STATUS_PATH, plain, respond, respond_with, with_body,
 };
 use crate::responder::metrics::{self, Metrics};
 use crate::responder::pollers::{Poll, Pollers, Via};
@@ -367,7 +366,13 @@ impl Node {
         last.proven = false;
         let method = request.method();
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-            return method_not_allowed();
+            let mut response = plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "405 Method Not Allowed: poll with GET, HEAD or OPTIONS\n",
+                &Method::GET,
+            );
+            response.headers_mut().insert(header::ALLOW, ALLOW);
+            return response;
         }
         let headers = request.headers();
         match request.uri().path() {

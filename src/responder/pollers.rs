@@ -260,25 +260,21 @@ impl Table {
 
 /// The table of pollers; every poll records itself here.
 #[derive(Debug)]
-pub struct Pollers {
-    table: Mutex<Table>,
-}
+pub struct Pollers(Mutex<Table>);
 
 impl Default for Pollers {
     /// An empty table, allocated once.
     fn default() -> Self {
-        Self {
-            table: Mutex::new(Table {
-                pollers: Vec::with_capacity(CAPACITY),
-                unrecorded: None,
-            }),
-        }
+        Self(Mutex::new(Table {
+            pollers: Vec::with_capacity(CAPACITY),
+            unrecorded: None,
+        }))
     }
 }
 
 impl Pollers {
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `address` proved itself a load balancer (its key, or an `--lb-address`) within
@@ -598,7 +594,7 @@ mod tests {
             }
             let flood = IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i as u32));
             record(&pollers, flood, Via::Agent, Verdict::Drained, now);
-            let table = pollers.table.lock().unwrap();
+            let table = pollers.lock();
             assert!(table.pollers.len() <= CAPACITY);
             assert_eq!(table.pollers.capacity(), CAPACITY, "the table reallocated");
         }
@@ -1267,7 +1263,7 @@ mod tests {
         );
         // A new poller takes the place of the gone one.
         record(&pollers, ip(3), Via::Http, Verdict::Ok, later);
-        assert_eq!(pollers.table.lock().unwrap().pollers.len(), 2);
+        assert_eq!(pollers.lock().pollers.len(), 2);
     }
 
     #[test]

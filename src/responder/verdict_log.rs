@@ -16,9 +16,7 @@ use crate::puppet::report::ProbeOutcome;
 
 /// What was last announced.
 #[derive(Debug, Default)]
-pub(crate) struct VerdictLog {
-    last: Option<Key>,
-}
+pub(crate) struct VerdictLog(Option<Key>);
 
 /// What a line announces a change of.
 #[derive(Debug, PartialEq, Eq)]
@@ -76,10 +74,10 @@ impl VerdictLog {
         // Until the first probe has finished there is nothing to say.
         decision.probe?;
         let key = Key::of(decision);
-        if self.last.as_ref() == Some(&key) {
+        if self.0.as_ref() == Some(&key) {
             return None;
         }
-        self.last = Some(key);
+        self.0 = Some(key);
         let verdict = decision.verdict.as_str();
         let reason = &decision.reason;
         // A drained node sends no weight: the agent line says `drain`.
