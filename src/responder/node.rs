@@ -16,13 +16,16 @@ use crate::drain::file::DrainFile;
 use crate::drain::record::{Drain, DrainState};
 use crate::drain::watch::Drains;
 use crate::health::Now;
+use crate::health::answer::json_line;
 use crate::health::decision::{Decision, NOT_DRAINED, Rules};
 use crate::health::hold::{self, Asker, Held};
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::protocol::progress::Ask;
+use crate::protocol::{CertificatesAnswer, CodeAnswer, Status, VERSION};
 use crate::puppet::client::Address;
+use crate::puppet::expiry;
 use crate::puppet::readings::Readings;
 use crate::puppet::report::Latest;
 use crate::responder::agent::{self, Sent};
@@ -32,8 +35,10 @@ use crate::responder::http::{
 };
 use crate::responder::metrics::{self, Metrics};
 use crate::responder::pollers::{Poll, Pollers, Via};
+use crate::responder::progress::progress;
 use crate::responder::server_line;
 use crate::settings::lb_proof::{self, LbProof};
+use crate::text::ms;
 
 /// The moment a decision is made at: the one place the responder reads both clocks for one.
 pub(crate) fn now() -> Now {
@@ -423,19 +428,41 @@ impl Node {
             if let Some(metrics) = &self.metrics {
                 metrics.polled(Via::Http, decision.verdict);
             }
-            if peer.to_canonical().is_loopback() {
-                match Ask::from_query(query) {
-                    Ok(ask) => self.operator_json(decision, now, method, &ask),
-                    Err(e) => with_body(
+            if !peer.to_canonical().is_loopback() {
+                return respond_with(decision, method, decision.json());
+            }
+            let ask = match Ask::from_query(query) {
+                Ok(ask) => ask,
+                Err(e) => {
+                    return with_body(
                         StatusCode::BAD_REQUEST,
                         HeaderValue::from_static("text/plain; charset=utf-8"),
                         Bytes::from(format!("400 Bad Request: {e}\n")),
                         method,
-                    ),
+                    );
                 }
-            } else {
-                respond_with(decision, method, decision.json())
-            }
+            };
+            // The operator's JSON: the answer, the pollers, the agents and the slow readings,
+            // all as of the moment the decision was made.
+            let mut status = Status {
+                version: VERSION.to_owned(),
+                answer: decision.answer(),
+                agent_check: self.rules.agent_check,
+                pollers: self.pollers.answer(now.at),
+                traffic: self.agents.latest(now.at),
+                listening_ms: ms(now.at.saturating_duration_since(self.started)),
+                drain_file: self.drain_file.clone(),
+                unrecorded: self.pollers.unrecorded(now.at),
+                // The slow readings as last read (none in inetd mode).
+                certificates: (self.readings.expiries())
+                    .map(|l| CertificatesAnswer::of(&l, expiry::now())),
+                code: (self.readings.code()).map(|l| CodeAnswer::of(&l, expiry::now())),
+                lb_key_file: self.proof().answer(),
+                probe_stale_ms: ms(self.rules.stale_after),
+                progress: None,
+            };
+            status.progress = Some(progress(&status, &ask));
+            respond_with(decision, method, json_line(&status))
         })
     }
 
