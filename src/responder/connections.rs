@@ -97,16 +97,6 @@ pub struct Activity {
 }
 
 impl Activity {
-    fn new(epoch: Instant) -> Self {
-        Self {
-            epoch,
-            asked: AtomicU64::new(0),
-            stalled: AtomicU64::new(0),
-            first: tokio::sync::Notify::new(),
-            unproven: AtomicBool::new(false),
-        }
-    }
-
     /// Its latest request proved itself a load balancer's (its key, or an `--lb-address`), or
     /// did not.
     pub fn proved(&self, proven: bool) {
@@ -257,7 +247,13 @@ impl Connections {
     pub fn admit(self: &Arc<Self>, source: IpAddr, proven: bool) -> Ticket {
         let source = source.to_canonical();
         let (close, closed) = oneshot::channel();
-        let activity = Arc::new(Activity::new(self.epoch));
+        let activity = Arc::new(Activity {
+            epoch: self.epoch,
+            asked: AtomicU64::new(0),
+            stalled: AtomicU64::new(0),
+            first: tokio::sync::Notify::new(),
+            unproven: AtomicBool::new(false),
+        });
         let now = activity.stamp();
         let limits = self.limits;
         let mut table = self.lock();

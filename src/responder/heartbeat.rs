@@ -45,11 +45,6 @@ impl Beat {
         self.last.store(self.ms(now), Ordering::Relaxed);
     }
 
-    fn ask(&self, now: Instant) {
-        self.asked_at.store(self.ms(now).max(1), Ordering::Relaxed);
-        self.asking.notify_one();
-    }
-
     /// How long it has been asked to turn without turning, at `now`.
     fn waiting(&self, now: Instant) -> Option<Duration> {
         let asked = self.asked_at.load(Ordering::Relaxed);
@@ -101,7 +96,8 @@ impl Progress {
     /// that it still can.
     pub fn ask(&self, now: Instant) {
         for (_, beat) in &self.listeners {
-            beat.ask(now);
+            beat.asked_at.store(beat.ms(now).max(1), Ordering::Relaxed);
+            beat.asking.notify_one();
         }
     }
 }

@@ -337,14 +337,13 @@ impl Node {
         if own {
             return;
         }
-        let (address, via) = (poll.address, poll.via);
         if let Some(lack) = self.pollers.record(poll, now) {
-            let via = match via {
+            let via = match poll.via {
                 Via::Http => "http",
                 Via::Agent => "agent",
             };
             tracing::warn!(
-                peer = %address,
+                peer = %poll.address,
                 via,
                 problem = %lack.describe(),
                 "a load balancer's check proves nothing, so the waits go by HAProxy's timing and the last-server guard cannot use its word; send the key of the key file from there (`http-check send hdr X-Pmcheck-Key`, `agent-send`), and bind it to that address (said once per address and kind)"

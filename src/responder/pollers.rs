@@ -99,12 +99,6 @@ impl Poller {
         self.headerless.is_some_and(|h| h > line.at) && !line.polling(now)
     }
 
-    /// Its agent checks fell silent while its HTTP checks go on: `agent-check` is gone from
-    /// its server line, and the weight the agent check sends is no longer read.
-    pub(crate) fn agent_stopped(&self, now: Instant) -> bool {
-        self.agent.is_some_and(|a| !a.polling(now)) && self.http.is_some_and(|h| h.polling(now))
-    }
-
     /// Polls at a steady rhythm and has not fallen silent: a load balancer, never pushed out.
     pub fn regular(&self, now: Instant) -> bool {
         self.steady >= REGULAR && now.saturating_duration_since(self.last) <= MAX_GAP

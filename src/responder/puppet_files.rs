@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use crate::puppet::probe_error::ProbeError;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::settings::host::{Webserver, read_confd_file};
-use crate::settings::{Host, Settings, Source};
+use crate::settings::{Host, Setting, Settings, Source};
 
 /// How long a change settles before the files are read: an editor's or a tool's write may
 /// come in several steps.
@@ -163,27 +163,19 @@ fn listener(
 /// Says each setting of this host's identity that Puppet's files now resolve otherwise than
 /// the daemon runs with, once, with the restart that takes it up.
 fn identity(running: &Settings, now: &Settings, said: &mut Said) {
-    const NAMES: [&str; 6] = [
-        "certname",
-        "ssldir",
-        "hostcert",
-        "hostprivkey",
-        "localcacert",
-        "hostcrl",
-    ];
     let values = |s: &Settings| {
-        let paths = [
-            &s.ssldir,
-            &s.hostcert,
-            &s.hostprivkey,
-            &s.localcacert,
-            &s.hostcrl,
-        ];
-        let paths = paths.map(|p| p.value.display().to_string());
-        std::iter::once(s.certname.value.clone()).chain(paths)
+        let path = |p: &Setting<PathBuf>| p.value.display().to_string();
+        [
+            ("certname", s.certname.value.clone()),
+            ("ssldir", path(&s.ssldir)),
+            ("hostcert", path(&s.hostcert)),
+            ("hostprivkey", path(&s.hostprivkey)),
+            ("localcacert", path(&s.localcacert)),
+            ("hostcrl", path(&s.hostcrl)),
+        ]
     };
     said.clear("resolve");
-    for ((setting, running), now) in NAMES.into_iter().zip(values(running)).zip(values(now)) {
+    for ((setting, running), (_, now)) in values(running).into_iter().zip(values(now)) {
         if running == now {
             said.clear(setting);
             continue;

@@ -25,8 +25,10 @@ impl Pollers {
                 regular: p.regular(now),
                 polling: p.polling(now),
                 client: p.client.map(|c| c.as_str().to_owned()),
+                // Its agent checks fell silent while its HTTP checks go on: `agent-check` is
+                // gone from its server line, and the weight the agent check sends is not read.
                 agent_stopped_ms_ago: (p.agent)
-                    .filter(|_| p.agent_stopped(now))
+                    .filter(|a| !a.polling(now) && p.http.is_some_and(|h| h.polling(now)))
                     .map(|t| ago(t.last)),
                 states_stopped_ms_ago: (p.lines.iter().flatten())
                     .filter(|l| p.stopped(l, now))
