@@ -245,11 +245,6 @@ impl Table {
     fn proven(&self, address: IpAddr) -> impl Iterator<Item = &Poller> {
         (self.pollers.iter()).filter(move |p| p.address == address && p.proof.proven())
     }
-
-    /// The proven poller at `address` with `key_line`, if there is one.
-    fn view(&self, address: IpAddr, key_line: Option<usize>) -> Option<&Poller> {
-        self.proven(address).find(|p| p.key_line == key_line)
-    }
 }
 
 /// The table of pollers; every poll records itself here.
@@ -290,7 +285,7 @@ impl Pollers {
     ) -> Option<ServerLine> {
         let (name, node) = (lb_state::name_of(header), lb_state::node_of(header));
         let table = self.lock();
-        let poller = table.view(address.to_canonical(), key_line)?;
+        let poller = (table.proven(address.to_canonical())).find(|p| p.key_line == key_line)?;
         (poller.current_lines(now))
             .find(|l| l.name() == name && l.node() == node)
             .copied()
@@ -330,7 +325,7 @@ impl Pollers {
         // another line, or carries another load balancer's key (a copied `agent-send`).
         let heard = |l: &ServerLine| l.agent.is_some_and(|a| a.polling(now));
         let unheard = || held_lines().any(|l| !heard(l));
-        let poller = key_line.and_then(|k| table.view(address, k));
+        let poller = key_line.and_then(|k| table.proven(address).find(|p| p.key_line == k));
         let Some(poller) = poller.filter(|_| !unheard()) else {
             return held_here();
         };
