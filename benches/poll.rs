@@ -110,7 +110,7 @@ fn verdict_of(health: &Node) -> Verdict {
 /// line, then noting it.
 fn agent_check(health: &Node, sent: &Sent) -> String {
     let (line, told) = health.agent_line(LB, sent);
-    health.agent_told(LB, sent, told);
+    health.agent_told(told);
     line
 }
 

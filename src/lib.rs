@@ -19,7 +19,7 @@
 //!                  track_rejoin       Decision on each change -> Feeds.rejoin, verdict log
 //!                  reading::refresh   certificate dates every minute, deploy records every
 //!                                     10 s and PE file sync (the prober's PuppetClient) -> Readings
-//!   per listener   Listener::run      accept -> --allow -> Connections::admit (may shed one)
+//!   per listener   listener::run      accept -> --allow -> Connections::admit (may shed one)
 //!   per poll       node::Node::decide(Feeds, node::now()) -> health::decision::Decision
 //!                  http: Node::answer -> 200/503 (or 404 drained) + reason, text or JSON;
 //!                  /status (the operator's JSON), /metrics (Prometheus)

@@ -652,7 +652,7 @@ fn the_rule_for_every_holder_header_age_proof_and_backend() {
         for held_line in ["bk-new/m1", "bk/m1"] {
             let sent = Sent::of(format!("{held_line} {KEY}\n").as_bytes());
             let (line, told) = node.agent_line(lb, &sent);
-            node.agent_told(lb, &sent, told);
+            node.agent_told(told);
             assert_eq!(
                 line.starts_with("up ready"),
                 may,

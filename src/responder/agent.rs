@@ -138,12 +138,6 @@ impl Sent {
         sent
     }
 
-    /// Its first line (all of it without a line end).
-    pub fn line(&self) -> &[u8] {
-        let kept = &self.bytes[..self.len];
-        kept.split(|&b| b == b'\n').next().unwrap_or_default()
-    }
-
     /// The key, and the server line named (`BACKEND/SERVER`), in either order: a word made of
     /// HAProxy's name characters around one `/` is the server line, the other word the key.
     pub fn parts(&self) -> (Option<&[u8]>, Option<&[u8]>) {
@@ -153,7 +147,9 @@ impl Sent {
 
     /// Finds [`Sent::parts`] once, so that the agent check and its note read them for free.
     fn find_parts(&mut self) {
-        let line = self.line();
+        // Its first line (all of it without a line end).
+        let kept = &self.bytes[..self.len];
+        let line = kept.split(|&b| b == b'\n').next().unwrap_or_default();
         // The next word's span: from its first byte that is no space to the next space.
         let mut at = 0;
         let mut word = || {

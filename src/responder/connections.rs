@@ -97,16 +97,6 @@ pub struct Activity {
 }
 
 impl Activity {
-    fn new(epoch: Instant) -> Self {
-        Self {
-            epoch,
-            asked: AtomicU64::new(0),
-            stalled: AtomicU64::new(0),
-            first: tokio::sync::Notify::new(),
-            unproven: AtomicBool::new(false),
-        }
-    }
-
     /// Its latest request proved itself a load balancer's (its key, or an `--lb-address`), or
     /// did not.
     pub fn proved(&self, proven: bool) {
@@ -160,9 +150,8 @@ struct Table {
     /// Unproven connections not seen to ask yet, oldest first (those that asked since are
     /// dropped when met).
     fresh: BTreeSet<u64>,
-    /// How many connections are not a proven load balancer's.
-    unproven: usize,
-    /// The connections admitted as a proven load balancer's, until they show otherwise.
+    /// The connections admitted as a proven load balancer's, until they show otherwise (never
+    /// closed for another's); every other live one counts as unproven.
     proven: BTreeSet<u64>,
     shed: Throttle,
     refused: Throttle,
@@ -177,8 +166,6 @@ struct Source {
 
 struct Live {
     source: IpAddr,
-    /// A proven load balancer's: never closed for another's.
-    proven: bool,
     /// When it was accepted, as [`Activity`] stamps time.
     accepted: u64,
     activity: Arc<Activity>,
@@ -260,7 +247,13 @@ impl Connections {
     pub fn admit(self: &Arc<Self>, source: IpAddr, proven: bool) -> Ticket {
         let source = source.to_canonical();
         let (close, closed) = oneshot::channel();
-        let activity = Arc::new(Activity::new(self.epoch));
+        let activity = Arc::new(Activity {
+            epoch: self.epoch,
+            asked: AtomicU64::new(0),
+            stalled: AtomicU64::new(0),
+            first: tokio::sync::Notify::new(),
+            unproven: AtomicBool::new(false),
+        });
         let now = activity.stamp();
         let limits = self.limits;
         let mut table = self.lock();
@@ -286,7 +279,8 @@ impl Connections {
         let room = if held >= limits.per_source {
             Some(table.least_useful(source, now, false))
         } else if table.live.len() >= limits.total
-            || (!proven && table.unproven >= limits.total - reserved(limits.total))
+            || (!proven
+                && table.live.len() - table.proven.len() >= limits.total - reserved(limits.total))
         {
             table.victim(source, proven, now)
         } else {
@@ -305,7 +299,6 @@ impl Connections {
             id,
             Live {
                 source,
-                proven,
                 accepted: now,
                 activity,
                 _close: close,
@@ -328,7 +321,6 @@ impl Table {
         self.heaviest.remove(&(from.unproven, source));
         from.unproven += 1;
         self.heaviest.insert((from.unproven, source));
-        self.unproven += 1;
         if self.live.get(&id).is_some_and(|l| !l.activity.has_asked()) {
             self.fresh.insert(id);
         }
@@ -349,12 +341,9 @@ impl Table {
             .collect();
         for id in unproven {
             self.proven.remove(&id);
-            let Some(live) = self.live.get_mut(&id) else {
-                continue;
-            };
-            live.proven = false;
-            let source = live.source;
-            self.count_unproven(id, source);
+            if let Some(source) = self.live.get(&id).map(|l| l.source) {
+                self.count_unproven(id, source);
+            }
         }
     }
 
@@ -409,7 +398,7 @@ impl Table {
         let ids = self.sources.get(&source).map(|s| &s.ids);
         (ids.into_iter().flatten())
             .filter_map(|id| Some((*id, self.live.get(id)?)))
-            .filter(|(_, live)| !(unproven && live.proven))
+            .filter(|(id, _)| !(unproven && self.proven.contains(id)))
             .min_by_key(|(id, live)| live.rank(*id, now))
             .map(|(id, _)| id)
     }
@@ -458,18 +447,17 @@ impl Table {
         let Some(live) = self.live.remove(&id) else {
             return;
         };
+        let proven = self.proven.remove(&id);
         let Some(mut from) = self.sources.remove(&live.source) else {
             return;
         };
         from.ids.remove(&id);
-        self.proven.remove(&id);
-        if !live.proven {
+        if !proven {
             self.heaviest.remove(&(from.unproven, live.source));
             from.unproven -= 1;
             if from.unproven > 0 {
                 self.heaviest.insert((from.unproven, live.source));
             }
-            self.unproven -= 1;
             self.fresh.remove(&id);
         }
         if !from.ids.is_empty() {
@@ -751,7 +739,7 @@ mod tests {
         assert_eq!(table.open(), 0);
         let t = table.lock();
         assert!(t.sources.is_empty() && t.heaviest.is_empty() && t.fresh.is_empty());
-        assert_eq!(t.unproven, 0);
+        assert!(t.live.is_empty() && t.proven.is_empty());
     }
 
     #[test]

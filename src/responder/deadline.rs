@@ -2,12 +2,12 @@
 //! answers fills its socket buffer, and without a deadline the connection would wait on it for
 //! ever, holding a descriptor. hyper's header timeout covers reads; this covers the writes.
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-
-use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
@@ -76,8 +76,6 @@ impl<S> WriteDeadline<S> {
         }
     }
 }
-
-use std::future::Future as _;
 
 impl<S: AsyncRead + Unpin> AsyncRead for WriteDeadline<S> {
     fn poll_read(

@@ -128,12 +128,6 @@ impl Exposition {
         self.sample("", &[], value);
     }
 
-    /// A family of one unlabelled counter.
-    pub fn counter(&mut self, name: &str, help: &str, value: impl Value) {
-        self.family(name, help, Kind::Counter, None);
-        self.sample("_total", &[], value);
-    }
-
     /// The histogram family `name`: its sum, its count, its cumulative buckets.
     pub fn histogram(&mut self, name: &str, help: &str, unit: Option<&str>, h: &Histogram) {
         let counts = h

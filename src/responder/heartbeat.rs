@@ -26,7 +26,8 @@ pub(crate) struct Beat {
     last: AtomicU64,
     /// Milliseconds from `epoch`; 0: never asked.
     asked_at: AtomicU64,
-    asking: Notify,
+    /// Told when the watchdog asks the loop to turn (an ask made meanwhile is kept).
+    pub(crate) asking: Notify,
 }
 
 impl Beat {
@@ -42,16 +43,6 @@ impl Beat {
     /// The loop turned at `now`.
     pub(crate) fn mark(&self, now: Instant) {
         self.last.store(self.ms(now), Ordering::Relaxed);
-    }
-
-    /// Resolves when the watchdog asks the loop to turn (an ask made meanwhile is kept).
-    pub(crate) async fn asked(&self) {
-        self.asking.notified().await;
-    }
-
-    fn ask(&self, now: Instant) {
-        self.asked_at.store(self.ms(now).max(1), Ordering::Relaxed);
-        self.asking.notify_one();
     }
 
     /// How long it has been asked to turn without turning, at `now`.
@@ -105,7 +96,8 @@ impl Progress {
     /// that it still can.
     pub fn ask(&self, now: Instant) {
         for (_, beat) in &self.listeners {
-            beat.ask(now);
+            beat.asked_at.store(beat.ms(now).max(1), Ordering::Relaxed);
+            beat.asking.notify_one();
         }
     }
 }

@@ -15,7 +15,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use crate::health::decision::Decision;
 use crate::health::verdict::Verdict;
 
-const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
+/// The methods a poll may use.
+pub(crate) const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
@@ -30,13 +31,6 @@ pub fn operator_view<B>(request: &Request<B>, peer: IpAddr) -> bool {
     peer.to_canonical().is_loopback() && request.uri().path() == STATUS_PATH
 }
 
-/// The request comes from pmcheck's own tool.
-pub(crate) fn from_pmcheck(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::USER_AGENT)
-        .is_some_and(|ua| ua.as_bytes().starts_with(b"pmcheck/"))
-}
-
 /// The answer to a GET, HEAD or OPTIONS poll. HEAD gets the same status and headers, no body.
 /// A text answer reuses `last`'s bytes when it says the same thing.
 pub fn respond(
@@ -45,7 +39,10 @@ pub fn respond(
     headers: &HeaderMap,
     last: &mut Rendered,
 ) -> Response<Full<Bytes>> {
-    if wants_json(headers) {
+    // `Accept: application/json` (anywhere in the list) selects the JSON body.
+    let json = (headers.get_all(header::ACCEPT).iter())
+        .any(|v| v.to_str().is_ok_and(|s| s.contains("application/json")));
+    if json {
         return respond_with(decision, method, decision.json());
     }
     let (body, phrase) = last.text(decision);
@@ -162,16 +159,6 @@ fn reason_phrase(decision: &Decision<'_>) -> Option<ReasonPhrase> {
     )
 }
 
-pub(crate) fn method_not_allowed() -> Response<Full<Bytes>> {
-    let mut response = plain(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "405 Method Not Allowed: poll with GET, HEAD or OPTIONS\n",
-        &Method::GET,
-    );
-    response.headers_mut().insert(header::ALLOW, ALLOW);
-    response
-}
-
 /// A fixed text answer with `status`.
 pub(crate) fn plain(
     status: StatusCode,
@@ -179,14 +166,6 @@ pub(crate) fn plain(
     method: &Method,
 ) -> Response<Full<Bytes>> {
     with_body(status, TEXT, Bytes::from_static(body.as_bytes()), method)
-}
-
-/// `Accept: application/json` (anywhere in the list) selects the JSON body.
-pub(crate) fn wants_json(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .any(|v| v.to_str().is_ok_and(|s| s.contains("application/json")))
 }
 
 #[cfg(test)]

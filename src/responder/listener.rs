@@ -69,87 +69,79 @@ pub(crate) async fn closed(mut stopped: watch::Receiver<()>) {
     while stopped.changed().await.is_ok() {}
 }
 
-/// One bound listener and what it shares with the others.
-pub struct Listener {
-    /// What it answers.
-    pub kind: Via,
-    /// The bound socket.
-    pub listener: TcpListener,
-    /// The node's shared state.
-    pub node: Arc<Node>,
-    /// Who may connect, and how many at once: shared by every listener.
-    pub guard: Arc<Guard>,
-    /// Changes (closes) when the daemon stops.
-    pub stopped: watch::Receiver<()>,
-    /// Marked at each turn of its loop, for the watchdog.
-    pub beat: Arc<Beat>,
-}
-
-impl Listener {
-    /// Accepts polls until stopped, each served by a [`Connection`] of its own, then gives
-    /// those in flight a moment to finish.
-    pub async fn run(self) {
-        let http = http();
-        let mut connections = JoinSet::new();
-        let stop = closed(self.stopped.clone());
-        tokio::pin!(stop);
-        let mut latest = self.node.feeds.latest.clone();
-        tokio::select! {
-            _ = tokio::time::timeout(FIRST_PROBE, latest.wait_for(Option::is_some)) => {}
-            () = &mut stop => return,
-        }
-        loop {
-            self.beat.mark(Instant::now());
-            let (stream, peer) = tokio::select! {
-                accepted = self.listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        if let Some(n) = self.guard.failed.hit(Instant::now()) {
-                            tracing::warn!(count = n, error = %e, "accept failed in the last 10s");
-                        }
-                        // Out of descriptors: shed connections are closing, give them a moment
-                        // (not the 50 ms of other errors: a load balancer's check is waiting).
-                        let pause = if out_of_descriptors(&e) { 1 } else { 50 };
-                        tokio::time::sleep(Duration::from_millis(pause)).await;
-                        continue;
-                    }
-                },
-                () = &mut stop => break,
-                Some(_) = connections.join_next() => continue,
-                // Idle, it turns when the watchdog asks: its pings stand for it.
-                () = self.beat.asked() => continue,
-            };
-            let peer = peer.ip();
-            if !permits(&self.guard.allow, peer) {
-                // Closed before a byte is read.
-                drop(stream);
-                if let Some(n) = self.guard.refused.hit(Instant::now()) {
-                    tracing::warn!(
-                        count = n,
-                        peer = %peer,
-                        "refused connections from outside --allow in the last 10s"
-                    );
-                }
-                continue;
-            }
-            let proven = self.node.proven_address(peer, Instant::now());
-            let connection = Connection {
-                node: Arc::clone(&self.node),
-                peer,
-                ticket: self.guard.connections.admit(peer, proven),
-            };
-            match self.kind {
-                Via::Agent => connections.spawn(connection.agent(stream)),
-                Via::Http => {
-                    connections.spawn(connection.http(stream, http.clone(), self.stopped.clone()))
-                }
-            };
-        }
-        let _ = tokio::time::timeout(DRAIN_CONNECTIONS, async {
-            while connections.join_next().await.is_some() {}
-        })
-        .await;
+/// Accepts polls on `listener` (HTTP checks or agent checks: `kind`) until `stopped` changes
+/// (closes), each served by a [`Connection`] of its own, then gives those in flight a moment to
+/// finish. `guard` (who may connect, and how many at once) is shared by every listener; `beat`
+/// is marked at each turn of the loop, for the watchdog.
+pub async fn run(
+    kind: Via,
+    listener: TcpListener,
+    node: Arc<Node>,
+    guard: Arc<Guard>,
+    stopped: watch::Receiver<()>,
+    beat: Arc<Beat>,
+) {
+    let http = http();
+    let mut connections = JoinSet::new();
+    let stop = closed(stopped.clone());
+    tokio::pin!(stop);
+    let mut latest = node.feeds.latest.clone();
+    tokio::select! {
+        _ = tokio::time::timeout(FIRST_PROBE, latest.wait_for(Option::is_some)) => {}
+        () = &mut stop => return,
     }
+    loop {
+        beat.mark(Instant::now());
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    if let Some(n) = guard.failed.hit(Instant::now()) {
+                        tracing::warn!(count = n, error = %e, "accept failed in the last 10s");
+                    }
+                    // Out of descriptors: shed connections are closing, give them a moment
+                    // (not the 50 ms of other errors: a load balancer's check is waiting).
+                    let pause = if out_of_descriptors(&e) { 1 } else { 50 };
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+            Some(_) = connections.join_next() => continue,
+            // Idle, it turns when the watchdog asks: its pings stand for it.
+            () = beat.asking.notified() => continue,
+        };
+        let peer = peer.ip();
+        if !permits(&guard.allow, peer) {
+            // Closed before a byte is read.
+            drop(stream);
+            if let Some(n) = guard.refused.hit(Instant::now()) {
+                tracing::warn!(
+                    count = n,
+                    peer = %peer,
+                    "refused connections from outside --allow in the last 10s"
+                );
+            }
+            continue;
+        }
+        // A proven load balancer's until it shows otherwise: its address proved itself
+        // lately, or is one the key file binds a key to (known from the daemon's first
+        // second, so that a restart under a flood keeps every keyed check).
+        let proven = node.proof().binds(peer) || (node.pollers).is_proven(peer, Instant::now());
+        let connection = Connection {
+            node: Arc::clone(&node),
+            peer,
+            ticket: guard.connections.admit(peer, proven),
+        };
+        match kind {
+            Via::Agent => connections.spawn(connection.agent(stream)),
+            Via::Http => connections.spawn(connection.http(stream, http.clone(), stopped.clone())),
+        };
+    }
+    let _ = tokio::time::timeout(DRAIN_CONNECTIONS, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
 }
 
 /// One admitted connection, served until it ends, is shed to make room, or grows too old.
@@ -175,7 +167,7 @@ impl Connection {
             let (line, told) = node.agent_line(peer, &sent);
             activity.proved(told.proven());
             if agent::answer(stream, line, activity).await {
-                node.agent_told(peer, &sent, told);
+                node.agent_told(told);
             }
         };
         tokio::select! {
@@ -410,15 +402,15 @@ mod tests {
             per_source: 16,
         };
         let guard = Arc::new(Guard::new(Vec::new(), limits));
-        let listener = Listener {
-            kind: Via::Http,
-            listener: socket,
-            node: health,
-            guard: Arc::clone(&guard),
+        let listener = run(
+            Via::Http,
+            socket,
+            health,
+            Arc::clone(&guard),
             stopped,
-            beat: Beat::new(),
-        };
-        let running = tokio::spawn(listener.run());
+            Beat::new(),
+        );
+        let running = tokio::spawn(listener);
         let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
         while guard.connections.open() == 0 {
             tokio::task::yield_now().await;

@@ -402,7 +402,8 @@ fn encode_pool(out: &mut Exposition, pool: &Pool) {
         ),
     ];
     for (name, help, count) in counts {
-        out.counter(name, help, count);
+        out.family(name, help, Kind::Counter, None);
+        out.sample("_total", &[], count);
     }
     out.family(
         "pmcheck_puppetserver_jruby_pool_lock",

@@ -16,25 +16,29 @@ use crate::drain::file::DrainFile;
 use crate::drain::record::{Drain, DrainState};
 use crate::drain::watch::Drains;
 use crate::health::Now;
+use crate::health::answer::json_line;
 use crate::health::decision::{Decision, NOT_DRAINED, Rules};
 use crate::health::hold::{self, Asker, Held};
 use crate::health::lb_state;
 use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::protocol::progress::Ask;
+use crate::protocol::{CertificatesAnswer, CodeAnswer, Status, VERSION};
 use crate::puppet::client::Address;
+use crate::puppet::expiry;
 use crate::puppet::readings::Readings;
 use crate::puppet::report::Latest;
 use crate::responder::agent::{self, Sent};
 use crate::responder::agents::Agents;
 use crate::responder::http::{
-    METRICS_PATH, Rendered, STATUS_PATH, from_pmcheck, method_not_allowed, plain, respond,
-    respond_with, with_body,
+    ALLOW, METRICS_PATH, Rendered, STATUS_PATH, plain, respond, respond_with, with_body,
 };
 use crate::responder::metrics::{self, Metrics};
 use crate::responder::pollers::{Poll, Pollers, Via};
+use crate::responder::progress::progress;
 use crate::responder::server_line;
-use crate::settings::lb_proof::{self, LbProof, Whose};
+use crate::settings::lb_proof::{self, LbProof};
+use crate::text::ms;
 
 /// The moment a decision is made at: the one place the responder reads both clocks for one.
 pub(crate) fn now() -> Now {
@@ -44,20 +48,19 @@ pub(crate) fn now() -> Now {
     }
 }
 
-/// What an agent check was told, noted once its line is out.
+/// What an agent check was told: its poll, noted once its line is out.
 #[derive(Debug, Clone, Copy)]
-pub struct AgentTold {
-    verdict: Verdict,
-    held: Option<Held>,
+pub struct AgentTold<'a> {
+    poll: Poll<'a>,
+    /// A line with no admin word told the load balancer nothing: only counted.
     quiet: bool,
-    whose: Whose,
     at: Instant,
 }
 
-impl AgentTold {
+impl AgentTold<'_> {
     /// The check proved itself a load balancer's.
     pub fn proven(&self) -> bool {
-        self.whose.proof.proven()
+        self.poll.proof.proven()
     }
 }
 
@@ -146,7 +149,7 @@ impl Node {
     /// The agent check's line for `peer`, which sent `sent` (HAProxy's `agent-send`: the
     /// server line and the load balancers' key), with what it tells, to note once the line is
     /// out ([`Node::agent_told`]).
-    pub fn agent_line(&self, peer: IpAddr, sent: &Sent) -> (String, AgentTold) {
+    pub fn agent_line<'a>(&self, peer: IpAddr, sent: &'a Sent) -> (String, AgentTold<'a>) {
         let (key, line) = sent.parts();
         let whose = self.proof().judge(peer, key);
         let asker = Asker::Agent {
@@ -154,53 +157,39 @@ impl Node {
             key_line: whose.proof.proven().then_some(whose.key_line),
             line,
         };
-        self.decide_for(asker, |decision, now, kept| {
+        self.decide(asker, |decision, now, kept| {
+            let poll = Poll {
+                address: peer,
+                via: Via::Agent,
+                verdict: decision.verdict,
+                state: None,
+                held: kept.and_then(|k| k.held),
+                line,
+                client: None,
+                proof: whose.proof,
+                key_line: whose.key_line,
+            };
             let quiet = kept.is_some_and(|k| k.quiet);
             let told = AgentTold {
-                verdict: decision.verdict,
-                held: kept.and_then(|k| k.held),
+                poll,
                 quiet,
-                whose,
                 at: now.at,
             };
             (agent::line(decision, quiet), told)
         })
     }
 
-    /// Notes that the agent check from `peer`, which sent `sent`, was told `told`.
-    pub fn agent_told(&self, peer: IpAddr, sent: &Sent, told: AgentTold) {
-        let poll = Poll {
-            address: peer,
-            via: Via::Agent,
-            verdict: told.verdict,
-            state: None,
-            held: told.held,
-            line: sent.parts().1,
-            client: None,
-            proof: told.whose.proof,
-            key_line: told.whose.key_line,
-        };
-        // A line with no admin word told the load balancer nothing: only counted.
-        self.count(poll, told.at, told.quiet);
+    /// Notes that an agent check was told `told`.
+    pub fn agent_told(&self, told: AgentTold<'_>) {
+        self.count(told.poll, told.at, told.quiet);
     }
 
-    /// Whether a connection from `peer` is a proven load balancer's until it shows otherwise:
-    /// its address proved itself lately, or is one the key file binds a key to (known from
-    /// the daemon's first second, so that a restart under a flood keeps every keyed check).
-    pub fn proven_address(&self, peer: IpAddr, now: Instant) -> bool {
-        self.proof().binds(peer) || self.pollers.is_proven(peer, now)
-    }
-
-    /// Decides from the latest drain state, probe report and rejoin state, as of now.
-    pub(crate) fn decide<R>(&self, then: impl FnOnce(&Decision<'_>, Now) -> R) -> R {
-        self.decide_for(Asker::Anyone, |decision, now, _| then(decision, now))
-    }
-
-    /// [`Node::decide`] for `asker`: a drain is answered as not drained where the drain rule
-    /// holds it ([`crate::health::hold`]), and to an agent check until its server line's HTTP
-    /// check has taken the node out. `then` also gets how the answer was kept from the drain,
-    /// if it was.
-    pub(crate) fn decide_for<R>(
+    /// Decides from the latest drain state, probe report and rejoin state, as of now, for
+    /// `asker` (anyone: [`Asker::Anyone`]): a drain is answered as not drained where the drain
+    /// rule holds it ([`crate::health::hold`]), and to an agent check until its server line's
+    /// HTTP check has taken the node out. `then` also gets how the answer was kept from the
+    /// drain, if it was.
+    pub(crate) fn decide<R>(
         &self,
         asker: Asker<'_>,
         then: impl FnOnce(&Decision<'_>, Now, Option<&Kept>) -> R,
@@ -348,14 +337,13 @@ impl Node {
         if own {
             return;
         }
-        let (address, via) = (poll.address, poll.via);
         if let Some(lack) = self.pollers.record(poll, now) {
-            let via = match via {
+            let via = match poll.via {
                 Via::Http => "http",
                 Via::Agent => "agent",
             };
             tracing::warn!(
-                peer = %address,
+                peer = %poll.address,
                 via,
                 problem = %lack.describe(),
                 "a load balancer's check proves nothing, so the waits go by HAProxy's timing and the last-server guard cannot use its word; send the key of the key file from there (`http-check send hdr X-Pmcheck-Key`, `agent-send`), and bind it to that address (said once per address and kind)"
@@ -382,7 +370,13 @@ impl Node {
         last.proven = false;
         let method = request.method();
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-            return method_not_allowed();
+            let mut response = plain(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "405 Method Not Allowed: poll with GET, HEAD or OPTIONS\n",
+                &Method::GET,
+            );
+            response.headers_mut().insert(header::ALLOW, ALLOW);
+            return response;
         }
         let headers = request.headers();
         match request.uri().path() {
@@ -390,9 +384,10 @@ impl Node {
             STATUS_PATH => return self.status(method, peer, request.uri().query()),
             _ => {}
         }
+        let client = headers.get(header::USER_AGENT).map(HeaderValue::as_bytes);
         // pmcheck's own tool runs on this host: the header is only looked at from here.
         let local = peer.to_canonical().is_loopback();
-        let own = local && from_pmcheck(headers);
+        let own = local && client.is_some_and(|c| c.starts_with(b"pmcheck/"));
         let state = headers.get(lb_state::HEADER).map(HeaderValue::as_bytes);
         let key = headers.get(lb_proof::HEADER).map(HeaderValue::as_bytes);
         let whose = self.proof().judge(peer, key);
@@ -405,7 +400,7 @@ impl Node {
             },
             _ => Asker::Anyone,
         };
-        self.decide_for(asker, |decision, now, kept| {
+        self.decide(asker, |decision, now, kept| {
             self.count(
                 Poll {
                     address: peer,
@@ -414,7 +409,7 @@ impl Node {
                     state,
                     held: kept.and_then(|k| k.held),
                     line: None,
-                    client: headers.get(header::USER_AGENT).map(HeaderValue::as_bytes),
+                    client,
                     proof: whose.proof,
                     key_line: whose.key_line,
                 },
@@ -428,23 +423,45 @@ impl Node {
     /// `/status`: the verdict in JSON with its HTTP status, whatever the `Accept`; from this
     /// host with the pollers, the agents and the readings. Not a poll: no poller is recorded.
     fn status(&self, method: &Method, peer: IpAddr, query: Option<&str>) -> Response<Full<Bytes>> {
-        self.decide(|decision, now| {
+        self.decide(Asker::Anyone, |decision, now, _| {
             if let Some(metrics) = &self.metrics {
                 metrics.polled(Via::Http, decision.verdict);
             }
-            if peer.to_canonical().is_loopback() {
-                match Ask::from_query(query) {
-                    Ok(ask) => self.operator_json(decision, now, method, &ask),
-                    Err(e) => with_body(
+            if !peer.to_canonical().is_loopback() {
+                return respond_with(decision, method, decision.json());
+            }
+            let ask = match Ask::from_query(query) {
+                Ok(ask) => ask,
+                Err(e) => {
+                    return with_body(
                         StatusCode::BAD_REQUEST,
                         HeaderValue::from_static("text/plain; charset=utf-8"),
                         Bytes::from(format!("400 Bad Request: {e}\n")),
                         method,
-                    ),
+                    );
                 }
-            } else {
-                respond_with(decision, method, decision.json())
-            }
+            };
+            // The operator's JSON: the answer, the pollers, the agents and the slow readings,
+            // all as of the moment the decision was made.
+            let mut status = Status {
+                version: VERSION.to_owned(),
+                answer: decision.answer(),
+                agent_check: self.rules.agent_check,
+                pollers: self.pollers.answer(now.at),
+                traffic: self.agents.latest(now.at),
+                listening_ms: ms(now.at.saturating_duration_since(self.started)),
+                drain_file: self.drain_file.clone(),
+                unrecorded: self.pollers.unrecorded(now.at),
+                // The slow readings as last read (none in inetd mode).
+                certificates: (self.readings.expiries())
+                    .map(|l| CertificatesAnswer::of(&l, expiry::now())),
+                code: (self.readings.code()).map(|l| CodeAnswer::of(&l, expiry::now())),
+                lb_key_file: self.proof().answer(),
+                probe_stale_ms: ms(self.rules.stale_after),
+                progress: None,
+            };
+            status.progress = Some(progress(&status, &ask));
+            respond_with(decision, method, json_line(&status))
         })
     }
 
@@ -459,7 +476,7 @@ impl Node {
             );
         };
         let openmetrics = metrics::wants_openmetrics(headers.get_all(header::ACCEPT).iter());
-        let body = self.decide(|decision, now| {
+        let body = self.decide(Asker::Anyone, |decision, now, _| {
             let pollers = self.pollers.count(now.at);
             metrics.render(decision, pollers, &self.readings, openmetrics)
         });
@@ -594,7 +611,7 @@ mod tests {
     fn agent_lines_are_recorded_as_told() {
         let (responder, _keep) = responder(None);
         let (line, told) = responder.agent_line("10.0.0.6".parse().unwrap(), &Sent::NONE);
-        responder.agent_told("10.0.0.6".parse().unwrap(), &Sent::NONE, told);
+        responder.agent_told(told);
         let pollers = responder.pollers.list(Instant::now());
         assert!(line.starts_with("#STARTING"), "{line}");
         assert_eq!(

@@ -33,10 +33,8 @@ use crate::health::verdict::Verdict;
 use crate::protocol::UnrecordedAnswer;
 use crate::responder::client_name::ClientName;
 use crate::responder::server_line::{Followed, ServerLine, Told};
-use crate::text::ms;
-
-pub use crate::responder::server_line::SILENCE;
 use crate::settings::lb_proof::Proof;
+use crate::text::ms;
 
 /// Most pollers remembered: a few load balancers, monitoring and an operator's curl fit.
 pub const CAPACITY: usize = 64;
@@ -99,12 +97,6 @@ impl Poller {
     /// its state takes nothing from one beside it that does.
     pub(crate) fn stopped(&self, line: &ServerLine, now: Instant) -> bool {
         self.headerless.is_some_and(|h| h > line.at) && !line.polling(now)
-    }
-
-    /// Its agent checks fell silent while its HTTP checks go on: `agent-check` is gone from
-    /// its server line, and the weight the agent check sends is no longer read.
-    pub(crate) fn agent_stopped(&self, now: Instant) -> bool {
-        self.agent.is_some_and(|a| !a.polling(now)) && self.http.is_some_and(|h| h.polling(now))
     }
 
     /// Polls at a steady rhythm and has not fallen silent: a load balancer, never pushed out.
@@ -184,8 +176,7 @@ pub struct Poll<'a> {
 struct Table {
     pollers: Vec<Poller>,
     /// Polls no entry could hold, and when the latest came.
-    unrecorded: u64,
-    unrecorded_last: Option<Instant>,
+    unrecorded: Option<(u64, Instant)>,
 }
 
 impl Table {
@@ -225,8 +216,8 @@ impl Table {
                 });
             let Some(i) = loser else {
                 if proven {
-                    self.unrecorded = self.unrecorded.saturating_add(1);
-                    self.unrecorded_last = Some(now);
+                    let polls = self.unrecorded.map_or(0, |(polls, _)| polls);
+                    self.unrecorded = Some((polls.saturating_add(1), now));
                 }
                 return None;
             };
@@ -254,35 +245,25 @@ impl Table {
     fn proven(&self, address: IpAddr) -> impl Iterator<Item = &Poller> {
         (self.pollers.iter()).filter(move |p| p.address == address && p.proof.proven())
     }
-
-    /// The proven poller at `address` with `key_line`, if there is one.
-    fn view(&self, address: IpAddr, key_line: Option<usize>) -> Option<&Poller> {
-        self.proven(address).find(|p| p.key_line == key_line)
-    }
 }
 
 /// The table of pollers; every poll records itself here.
 #[derive(Debug)]
-pub struct Pollers {
-    table: Mutex<Table>,
-}
+pub struct Pollers(Mutex<Table>);
 
 impl Default for Pollers {
     /// An empty table, allocated once.
     fn default() -> Self {
-        Self {
-            table: Mutex::new(Table {
-                pollers: Vec::with_capacity(CAPACITY),
-                unrecorded: 0,
-                unrecorded_last: None,
-            }),
-        }
+        Self(Mutex::new(Table {
+            pollers: Vec::with_capacity(CAPACITY),
+            unrecorded: None,
+        }))
     }
 }
 
 impl Pollers {
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// `address` proved itself a load balancer (its key, or an `--lb-address`) within
@@ -304,7 +285,7 @@ impl Pollers {
     ) -> Option<ServerLine> {
         let (name, node) = (lb_state::name_of(header), lb_state::node_of(header));
         let table = self.lock();
-        let poller = table.view(address.to_canonical(), key_line)?;
+        let poller = (table.proven(address.to_canonical())).find(|p| p.key_line == key_line)?;
         (poller.current_lines(now))
             .find(|l| l.name() == name && l.node() == node)
             .copied()
@@ -344,7 +325,7 @@ impl Pollers {
         // another line, or carries another load balancer's key (a copied `agent-send`).
         let heard = |l: &ServerLine| l.agent.is_some_and(|a| a.polling(now));
         let unheard = || held_lines().any(|l| !heard(l));
-        let poller = key_line.and_then(|k| table.view(address, k));
+        let poller = key_line.and_then(|k| table.proven(address).find(|p| p.key_line == k));
         let Some(poller) = poller.filter(|_| !unheard()) else {
             return held_here();
         };
@@ -440,11 +421,12 @@ impl Pollers {
 
     /// Polls no entry could hold, if there were any.
     pub fn unrecorded(&self, now: Instant) -> Option<UnrecordedAnswer> {
-        let table = self.lock();
-        table.unrecorded_last.map(|last| UnrecordedAnswer {
-            polls: table.unrecorded,
-            last_ms_ago: ms(now.saturating_duration_since(last)),
-        })
+        self.lock()
+            .unrecorded
+            .map(|(polls, last)| UnrecordedAnswer {
+                polls,
+                last_ms_ago: ms(now.saturating_duration_since(last)),
+            })
     }
 }
 
@@ -601,7 +583,7 @@ mod tests {
             }
             let flood = IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i as u32));
             record(&pollers, flood, Via::Agent, Verdict::Drained, now);
-            let table = pollers.table.lock().unwrap();
+            let table = pollers.lock();
             assert!(table.pollers.len() <= CAPACITY);
             assert_eq!(table.pollers.capacity(), CAPACITY, "the table reallocated");
         }
@@ -1270,7 +1252,7 @@ mod tests {
         );
         // A new poller takes the place of the gone one.
         record(&pollers, ip(3), Via::Http, Verdict::Ok, later);
-        assert_eq!(pollers.table.lock().unwrap().pollers.len(), 2);
+        assert_eq!(pollers.lock().pollers.len(), 2);
     }
 
     #[test]

@@ -12,15 +12,15 @@ use std::time::Duration;
 
 use crate::health::lb_state::{Health, LbState};
 use crate::health::verdict::Verdict;
-use crate::protocol::lines::{Blocker, who, who_with};
+use crate::protocol::lines::{who, who_with};
 use crate::protocol::progress::{Ask, Progress, Stage};
 use crate::protocol::{PollerAnswer, StateAnswer, Status, ToldAnswer};
 use crate::puppet::pool::Load;
-use crate::responder::pollers::{REGULAR, SILENCE};
+use crate::responder::pollers::REGULAR;
+use crate::responder::server_line::SILENCE;
 use crate::responder::unproven::{bound, by_time};
 use crate::settings::lb_proof::Proof;
-use crate::text::ms;
-use crate::text::seconds;
+use crate::text::{ms, seconds};
 
 /// Where a drain, an undrain and a restart stand in `status`, for `ask`.
 pub fn progress(status: &Status<'_>, ask: &Ask) -> Progress {
@@ -52,11 +52,11 @@ fn drain(status: &Status<'_>, ask: &Ask) -> Stage {
             answer.reason
         ));
     }
-    a.held = status.held();
-    let held: Vec<String> = a.held.iter().map(Blocker::line).collect();
-    for line in held {
-        a.pend(line);
+    let held = status.held();
+    for blocker in &held {
+        a.pend(blocker.line());
     }
+    a.held = held;
     told(&mut a, status, Verdict::Drained, ask);
     a.every_poller_acted = a.pending.is_empty();
     agent_traffic(&mut a, status);

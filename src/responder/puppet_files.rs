@@ -25,73 +25,48 @@ use tokio::sync::watch;
 use crate::puppet::probe_error::ProbeError;
 use crate::puppet::report::{ProbeOutcome, ProbeReport};
 use crate::settings::host::{Webserver, read_confd_file};
-use crate::settings::{Host, Settings, Source};
-
-/// What to follow and how to move.
-pub struct Followed {
-    /// The settings the daemon runs with, and the operator's word they came from.
-    settings: Settings,
-    /// Where the probe goes: moved here, unless `--puppet-addr` was given.
-    moves: watch::Sender<SocketAddr>,
-    /// Each probe's report: a refused one reads webserver.conf again.
-    reports: watch::Receiver<Option<Arc<ProbeReport>>>,
-    /// Each reload (SIGHUP).
-    reload: watch::Receiver<()>,
-    /// Each change to one of the files.
-    changed: watch::Receiver<()>,
-}
+use crate::settings::{Host, Setting, Settings, Source};
 
 /// How long a change settles before the files are read: an editor's or a tool's write may
 /// come in several steps.
 const SETTLE: Duration = Duration::from_millis(200);
 
-impl Followed {
-    /// Puppet's files of `settings`, heard from now on (before the daemon says it is ready).
-    pub fn new(
-        settings: Settings,
-        moves: watch::Sender<SocketAddr>,
-        reports: watch::Receiver<Option<Arc<ProbeReport>>>,
-        reload: watch::Receiver<()>,
-    ) -> Self {
-        let files: Vec<PathBuf> = (settings.puppet_conf.value.iter().cloned())
-            .chain([webserver(&settings)])
-            .collect();
-        Self {
-            changed: changes(&files),
-            settings,
-            moves,
-            reports,
-            reload,
-        }
-    }
-}
-
 fn webserver(settings: &Settings) -> PathBuf {
     settings.puppetserver_confd.value.join("webserver.conf")
 }
 
-/// Follows Puppet's files until `stop`; each change said once.
-pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
+/// Follows Puppet's files of `settings` (the daemon's, with the operator's word they came from)
+/// until `stop`, each change said once: read again at each `reload` (SIGHUP) and each change
+/// (`changed`: [`changes`]); webserver.conf also at each of the probe's `reports` that was
+/// refused, to move the probe (`moves`) unless `--puppet-addr` was given.
+pub async fn follow(
+    settings: Settings,
+    moves: watch::Sender<SocketAddr>,
+    mut reports: watch::Receiver<Option<Arc<ProbeReport>>>,
+    mut reload: watch::Receiver<()>,
+    mut changed: watch::Receiver<()>,
+    stop: impl Future<Output = ()>,
+) {
     tokio::pin!(stop);
-    let webserver = webserver(&f.settings);
+    let webserver = webserver(&settings);
     // The address looked up at start: a name given is not looked up again at each read.
-    let mut given = f.settings.given.clone();
+    let mut given = settings.given.clone();
     if let Some(addr) = &mut given.puppet_addr {
-        addr.value = f.settings.puppet_addr.value.to_string();
+        addr.value = settings.puppet_addr.value.to_string();
     }
     let mut said = Said::default();
     // A `--puppet-addr` given never moves: its probes' reports need no reading.
-    let following = matches!(f.settings.puppet_addr.source, Source::Default(_));
+    let following = matches!(settings.puppet_addr.source, Source::Default(_));
     loop {
         let refused = tokio::select! {
-            Ok(()) = f.reload.changed() => false,
-            Ok(()) = f.changed.changed() => {
+            Ok(()) = reload.changed() => false,
+            Ok(()) = changed.changed() => {
                 tokio::time::sleep(SETTLE).await;
-                f.changed.borrow_and_update();
+                changed.borrow_and_update();
                 false
             }
-            Ok(()) = f.reports.changed(), if following => {
-                let report = f.reports.borrow_and_update();
+            Ok(()) = reports.changed(), if following => {
+                let report = reports.borrow_and_update();
                 let outcome = report.as_deref().map(|r| &r.outcome);
                 if !matches!(outcome, Some(ProbeOutcome::Unhealthy(ProbeError::Refused { .. }))) {
                     continue;
@@ -115,10 +90,10 @@ pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
             continue;
         };
         if following {
-            listener(&f.moves, &webserver, web, refused, &mut said);
+            listener(&moves, &webserver, web, refused, &mut said);
         }
         match resolved {
-            Some(Ok(now)) => identity(&f.settings, &now, &mut said),
+            Some(Ok(now)) => identity(&settings, &now, &mut said),
             Some(Err(e)) => said.once("resolve", e.to_string(), || {
                 tracing::warn!(error = %e, "Puppet's files cannot be read as settings now; pmcheck keeps those it started with");
             }),
@@ -188,27 +163,19 @@ fn listener(
 /// Says each setting of this host's identity that Puppet's files now resolve otherwise than
 /// the daemon runs with, once, with the restart that takes it up.
 fn identity(running: &Settings, now: &Settings, said: &mut Said) {
-    const NAMES: [&str; 6] = [
-        "certname",
-        "ssldir",
-        "hostcert",
-        "hostprivkey",
-        "localcacert",
-        "hostcrl",
-    ];
     let values = |s: &Settings| {
-        let paths = [
-            &s.ssldir,
-            &s.hostcert,
-            &s.hostprivkey,
-            &s.localcacert,
-            &s.hostcrl,
-        ];
-        let paths = paths.map(|p| p.value.display().to_string());
-        std::iter::once(s.certname.value.clone()).chain(paths)
+        let path = |p: &Setting<PathBuf>| p.value.display().to_string();
+        [
+            ("certname", s.certname.value.clone()),
+            ("ssldir", path(&s.ssldir)),
+            ("hostcert", path(&s.hostcert)),
+            ("hostprivkey", path(&s.hostprivkey)),
+            ("localcacert", path(&s.localcacert)),
+            ("hostcrl", path(&s.hostcrl)),
+        ]
     };
     said.clear("resolve");
-    for ((setting, running), now) in NAMES.into_iter().zip(values(running)).zip(values(now)) {
+    for ((setting, running), (_, now)) in values(running).into_iter().zip(values(now)) {
         if running == now {
             said.clear(setting);
             continue;
@@ -219,11 +186,14 @@ fn identity(running: &Settings, now: &Settings, said: &mut Said) {
     }
 }
 
-/// A wake-up at each change to one of `files` (written, replaced, removed), heard by inotify on
-/// their directories on a thread of its own (as [`crate::drain::watch`] hears the state
-/// directory); none where inotify or the thread cannot be had: reloads and refused probes
-/// still read the files.
-fn changes(files: &[PathBuf]) -> watch::Receiver<()> {
+/// A wake-up at each change to Puppet's files of `settings` (written, replaced, removed), heard
+/// from now on (before the daemon says it is ready) by inotify on their directories on a thread
+/// of its own (as [`crate::drain::watch`] hears the state directory); none where inotify or the
+/// thread cannot be had: reloads and refused probes still read the files.
+pub fn changes(settings: &Settings) -> watch::Receiver<()> {
+    let files: Vec<PathBuf> = (settings.puppet_conf.value.iter().cloned())
+        .chain([webserver(settings)])
+        .collect();
     let (wake, woken) = watch::channel(());
     let Ok(inotify) = Inotify::init(InitFlags::IN_CLOEXEC) else {
         return woken;

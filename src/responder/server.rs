@@ -1,5 +1,5 @@
 //! The daemon: the node's shared state, its background tasks (drain watcher, prober, rejoin
-//! tracker), a [`Listener`] per bound socket, and graceful shutdown.
+//! tracker), a listener per bound socket ([`listener::run`]), and graceful shutdown.
 
 use std::future::Future;
 use std::io;
@@ -23,7 +23,7 @@ use crate::puppet::report::ProbeReport;
 use crate::puppet::{code, expiry};
 use crate::reading;
 use crate::responder::heartbeat::{Beat, Progress};
-use crate::responder::listener::{Guard, Listener, closed};
+use crate::responder::listener::{self, Guard, closed};
 use crate::responder::node::{Feeds, Node};
 use crate::responder::pollers::Via;
 use crate::responder::verdict_log::VerdictLog;
@@ -95,7 +95,13 @@ pub async fn serve(
         "probing Puppet Server"
     );
     let directory = watcher.directory();
-    follow(&mut tasks, settings, daemon, &node, moves, &reload);
+    // What changes on disk while the daemon runs: the load balancers' key file, read again at
+    // each reload, and Puppet's own files.
+    let (keyed, rereads, owned) = (Arc::clone(&node), reload.clone(), daemon.clone());
+    tasks.spawn(|stop| key_reload::follow(keyed, owned, rereads, stop));
+    let (changed, reports) = (puppet_files::changes(settings), node.feeds.latest.clone());
+    let (puppet, rereads) = (settings.clone(), reload.clone());
+    tasks.spawn(|stop| puppet_files::follow(puppet, moves, reports, rereads, changed, stop));
     let reread = reload.clone();
     tasks.spawn(|stop| crate::drain::watch::run(watcher, publish_drain, reread, stop));
     if let Some(metrics) = &node.metrics {
@@ -130,23 +136,6 @@ pub async fn serve(
     drop(stop);
     while tasks.set.join_next().await.is_some() {}
     Ok(())
-}
-
-/// What changes on disk while the daemon runs: the load balancers' key file, read again at
-/// each reload, and Puppet's own files ([`puppet_files`]).
-fn follow(
-    tasks: &mut Tasks,
-    settings: &Settings,
-    daemon: &Daemon,
-    node: &Arc<Node>,
-    moves: watch::Sender<std::net::SocketAddr>,
-    reload: &watch::Receiver<()>,
-) {
-    let (keyed, rereads, daemon) = (Arc::clone(node), reload.clone(), daemon.clone());
-    tasks.spawn(|stop| key_reload::follow(keyed, daemon, rereads, stop));
-    let reports = node.feeds.latest.clone();
-    let followed = puppet_files::Followed::new(settings.clone(), moves, reports, reload.clone());
-    tasks.spawn(|stop| puppet_files::follow(followed, stop));
 }
 
 /// Resolves when the daemon stops: what every background task is handed.
@@ -195,8 +184,8 @@ fn log_proof(daemon: &Daemon, proof: &LbProof) {
     }
 }
 
-/// A [`Listener`] per bound socket, all behind one guard (`--allow`, the connection limits);
-/// each one's address and beat.
+/// A listener per bound socket ([`listener::run`]), all behind one guard (`--allow`, the
+/// connection limits); each one's address and beat.
 fn listen(
     tasks: &mut Tasks,
     listeners: Listeners,
@@ -217,16 +206,9 @@ fn listen(
         }
         let beat = Beat::new();
         beats.push((address.to_string(), Arc::clone(&beat)));
-        let listener = Listener {
-            kind,
-            listener,
-            node: Arc::clone(node),
-            guard: Arc::clone(&guard),
-            stopped: tasks.stopped.clone(),
-            beat,
-        };
+        let (node, guard, stopped) = (Arc::clone(node), Arc::clone(&guard), tasks.stopped.clone());
         // It stops itself, and gives the polls in flight a moment.
-        tasks.spawn(|_| listener.run());
+        tasks.spawn(|_| listener::run(kind, listener, node, guard, stopped, beat));
     }
     if !guard.allow.is_empty() {
         let nets: Vec<_> = guard.allow.iter().map(ToString::to_string).collect();

@@ -217,13 +217,6 @@ impl ServerLine {
         polling(self.at, self.gap, now)
     }
 
-    /// The agent checks that name this line had been told `drain` at `at` (and still check):
-    /// HAProxy then keeps the server in DRAIN, out of the backend's total weight.
-    fn agent_out(&self, at: Instant, now: Instant) -> bool {
-        self.agent
-            .is_some_and(|a| a.verdict == Verdict::Drained && a.since <= at && a.polling(now))
-    }
-
     /// What the drain rule meets at this line for `lb`, its header as read at `at`: the facts
     /// it is decided from are this line's.
     pub fn holds(&self, lb: &lb_state::LbState, at: Instant, now: Instant) -> Option<Held> {
@@ -233,7 +226,11 @@ impl ServerLine {
         // Two load balancers answer as one here, as its headers showed within [`TWO_VIEWS_FOR`].
         let doubled =
             (self.two_views).is_some_and(|t| now.saturating_duration_since(t) < TWO_VIEWS_FOR);
-        hold::holds(lb, self.agent_out(at, now), young, doubled)
+        // The agent checks that name this line had been told `drain` at `at` (and still check):
+        // HAProxy then keeps the server in DRAIN, out of the backend's total weight.
+        let agent_out = (self.agent)
+            .is_some_and(|a| a.verdict == Verdict::Drained && a.since <= at && a.polling(now));
+        hold::holds(lb, agent_out, young, doubled)
     }
 }
 

@@ -1,55 +1,11 @@
-//! The operator's `/status` from this host ([`crate::protocol::Status`]): the answer, the
-//! poller table, the agents, the slow readings and the progress, all as of one decision.
+//! The poller table as the operator's `/status` from this host carries it
+//! ([`crate::protocol::Status`], made by [`crate::responder::node::Node::answer`]).
 
 use std::time::Instant;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Method, Response};
-
-use crate::health::Now;
-use crate::health::answer::json_line;
-use crate::health::decision::Decision;
-use crate::protocol::progress::Ask;
-use crate::protocol::{CertificatesAnswer, CodeAnswer, PollerAnswer, StateAnswer, Status, VERSION};
-use crate::puppet::expiry;
-use crate::responder::http::respond_with;
-use crate::responder::node::Node;
+use crate::protocol::{PollerAnswer, StateAnswer};
 use crate::responder::pollers::Pollers;
-use crate::responder::progress::progress;
 use crate::text::ms;
-
-impl Node {
-    /// The operator's JSON: the answer, the pollers, the agents and the slow readings, all as
-    /// of the moment the decision was made.
-    pub(crate) fn operator_json(
-        &self,
-        decision: &Decision<'_>,
-        now: Now,
-        method: &Method,
-        ask: &Ask,
-    ) -> Response<Full<Bytes>> {
-        let mut status = Status {
-            version: VERSION.to_owned(),
-            answer: decision.answer(),
-            agent_check: self.rules.agent_check,
-            pollers: self.pollers.answer(now.at),
-            traffic: self.agents.latest(now.at),
-            listening_ms: ms(now.at.saturating_duration_since(self.started)),
-            drain_file: self.drain_file.clone(),
-            unrecorded: self.pollers.unrecorded(now.at),
-            // The slow readings as last read (none in inetd mode).
-            certificates: (self.readings.expiries())
-                .map(|l| CertificatesAnswer::of(&l, expiry::now())),
-            code: (self.readings.code()).map(|l| CodeAnswer::of(&l, expiry::now())),
-            lb_key_file: self.proof().answer(),
-            probe_stale_ms: ms(self.rules.stale_after),
-            progress: None,
-        };
-        status.progress = Some(progress(&status, ask));
-        respond_with(decision, method, json_line(&status))
-    }
-}
 
 impl Pollers {
     /// The poller table as the operator's JSON carries it.
@@ -69,8 +25,10 @@ impl Pollers {
                 regular: p.regular(now),
                 polling: p.polling(now),
                 client: p.client.map(|c| c.as_str().to_owned()),
+                // Its agent checks fell silent while its HTTP checks go on: `agent-check` is
+                // gone from its server line, and the weight the agent check sends is not read.
                 agent_stopped_ms_ago: (p.agent)
-                    .filter(|_| p.agent_stopped(now))
+                    .filter(|a| !a.polling(now) && p.http.is_some_and(|h| h.polling(now)))
                     .map(|t| ago(t.last)),
                 states_stopped_ms_ago: (p.lines.iter().flatten())
                     .filter(|l| p.stopped(l, now))

@@ -9,8 +9,7 @@ use std::time::Duration;
 use crate::health::verdict::Verdict;
 use crate::protocol::progress::{Ask, Stage};
 use crate::protocol::{PollerAnswer, Status};
-use crate::text::ms;
-use crate::text::seconds;
+use crate::text::{ms, seconds};
 
 /// A poller that does not prove it is a load balancer ([`crate::settings::lb_proof`]) may be
 /// one whose configuration lacks the key: it has acted once the daemon has told it `verdict`

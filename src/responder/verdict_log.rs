@@ -16,9 +16,7 @@ use crate::puppet::report::ProbeOutcome;
 
 /// What was last announced.
 #[derive(Debug, Default)]
-pub(crate) struct VerdictLog {
-    last: Option<Key>,
-}
+pub(crate) struct VerdictLog(Option<Key>);
 
 /// What a line announces a change of.
 #[derive(Debug, PartialEq, Eq)]
@@ -68,25 +66,18 @@ fn puppet_class(outcome: Option<&ProbeOutcome>) -> Cow<'static, str> {
     }
 }
 
-/// How loud a line is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Loudness {
-    /// Serving, or drained by an operator's act: nothing to act on.
-    Info,
-    /// Out of the pool for a reason an operator must look at.
-    Warn,
-}
-
 impl VerdictLog {
-    /// Logs `decision` when it announces a change; says how loudly, if it did.
-    pub(crate) fn note(&mut self, decision: &Decision<'_>) -> Option<Loudness> {
+    /// Logs `decision` when it announces a change; says at which level, if it did: info while
+    /// serving or drained by an operator's act (nothing to act on), else a warning (out of the
+    /// pool for a reason an operator must look at).
+    pub(crate) fn note(&mut self, decision: &Decision<'_>) -> Option<tracing::Level> {
         // Until the first probe has finished there is nothing to say.
         decision.probe?;
         let key = Key::of(decision);
-        if self.last.as_ref() == Some(&key) {
+        if self.0.as_ref() == Some(&key) {
             return None;
         }
-        self.last = Some(key);
+        self.0 = Some(key);
         let verdict = decision.verdict.as_str();
         let reason = &decision.reason;
         // A drained node sends no weight: the agent line says `drain`.
@@ -97,10 +88,10 @@ impl VerdictLog {
         };
         if matches!(decision.verdict, Verdict::Ok | Verdict::Drained) {
             tracing::info!(verdict, %reason, weight, drain, "verdict changed");
-            Some(Loudness::Info)
+            Some(tracing::Level::INFO)
         } else {
             tracing::warn!(verdict, %reason, weight, "verdict changed");
-            Some(Loudness::Warn)
+            Some(tracing::Level::WARN)
         }
     }
 }
@@ -119,6 +110,7 @@ mod tests {
     use crate::puppet::pool::Pool;
     use crate::puppet::probe_error::ProbeError;
     use crate::puppet::report::ProbeReport;
+    use tracing::Level;
 
     /// Reports never go stale here: a minute of probes is made in microseconds.
     const RULES: Rules = Rules::ONCE;
@@ -172,7 +164,7 @@ mod tests {
     }
 
     /// Lines written over a minute of probes (`probe(i)` each), and the loudest.
-    fn a_minute(drain: &DrainState, probe: impl Fn(u32) -> ProbeReport) -> (usize, Vec<Loudness>) {
+    fn a_minute(drain: &DrainState, probe: impl Fn(u32) -> ProbeReport) -> (usize, Vec<Level>) {
         let mut log = VerdictLog::default();
         let mut lines = Vec::new();
         let mut reasons = std::collections::BTreeSet::new();
@@ -209,11 +201,11 @@ mod tests {
                 "idle",
                 &DrainState::NotDrained,
                 &idle as &dyn Fn(u32) -> ProbeReport,
-                Loudness::Info,
+                Level::INFO,
             ),
-            ("busy", &DrainState::NotDrained, &busy, Loudness::Info),
-            ("drained and busy", &drained, &busy, Loudness::Info),
-            ("drained and paused", &drained, &paused, Loudness::Info),
+            ("busy", &DrainState::NotDrained, &busy, Level::INFO),
+            ("drained and busy", &drained, &busy, Level::INFO),
+            ("drained and paused", &drained, &paused, Level::INFO),
         ] {
             let (reasons, lines) = a_minute(drain, probe);
             assert_eq!(lines, [loudness], "{case}: one line, at info");
@@ -245,7 +237,7 @@ mod tests {
             })
             .collect();
         let mut log = VerdictLog::default();
-        let lines: Vec<Loudness> = sequence
+        let lines: Vec<Level> = sequence
             .iter()
             .filter_map(|(drain, report)| {
                 let now = Now {
@@ -261,7 +253,7 @@ mod tests {
                 ))
             })
             .collect();
-        use Loudness::*;
-        assert_eq!(lines, [Info, Info, Info, Warn, Info]);
+        use Level as L;
+        assert_eq!(lines, [L::INFO, L::INFO, L::INFO, L::WARN, L::INFO]);
     }
 }
