@@ -94,7 +94,7 @@ pub struct PuppetArgs {
     #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH", default_value = defaults::STATUS_PATH, value_parser = parse_status_path)]
     pub(crate) status_path: String,
     /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
-    #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = defaults::TIMEOUT)]
+    #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "1500ms")]
     pub(crate) timeout: Duration,
     /// How long a JRuby pool that was ready since Puppet Server started may be locked or refilling (a code deploy, a pool flush) and still answer OK at the floor weight; 0s answers NOTREADY at once
     #[arg(long, env = "PMCHECK_PAUSE_GRACE", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::PAUSE_GRACE)]
@@ -139,7 +139,7 @@ pub struct DaemonArgs {
     )]
     pub(crate) listen: Vec<SocketAddr>,
     /// How often Puppet Server may be probed, however many pollers there are
-    #[arg(long, env = "PMCHECK_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = defaults::INTERVAL)]
+    #[arg(long, env = "PMCHECK_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
     pub(crate) interval: Duration,
     /// Accept polls only from this network, checked before a byte is read (repeatable; in the environment, comma-separated) [default: from anywhere]
     #[arg(
@@ -163,10 +163,10 @@ pub struct DaemonArgs {
     )]
     pub(crate) lb_address: Vec<ipnet::IpNet>,
     /// Most connections open at once; past it the oldest connection of the busiest source is closed
-    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS", value_name = "N", default_value = defaults::MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS", value_name = "N", default_value = "1024", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections: u32,
     /// Most connections open at once from one address; past it that address's oldest is closed
-    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS_PER_SOURCE", value_name = "N", default_value = defaults::MAX_CONNECTIONS_PER_SOURCE, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS_PER_SOURCE", value_name = "N", default_value = "256", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) max_connections_per_source: u32,
     /// Also answer HAProxy's agent check here: one line per connection with the node's state and a weight from Puppet Server's JRuby pool (repeatable; in the environment, comma-separated; the packaged service uses [::]:9201) [default: no agent check]
     #[arg(
@@ -177,7 +177,7 @@ pub struct DaemonArgs {
     )]
     pub(crate) agent_listen: Vec<SocketAddr>,
     /// After Puppet Server comes back (a restart, a reload, an undrain), ramp the agent-check weight from 10% to 100% over this long; 0s turns it off
-    #[arg(long, env = "PMCHECK_SLOW_START", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::SLOW_START)]
+    #[arg(long, env = "PMCHECK_SLOW_START", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = "60s")]
     pub(crate) slow_start: Duration,
     /// Show the deploy record (.r10k-deploy.json: commit, success, time) of this environment in status, the JSON and /metrics, never in the verdict (repeatable; in the environment, comma-separated; at most 16)
     #[arg(
@@ -185,7 +185,7 @@ pub struct DaemonArgs {
         env = "PMCHECK_CODE_ENVIRONMENT",
         value_name = "NAME",
         value_delimiter = ',',
-        default_value = defaults::CODE_ENVIRONMENT,
+        default_value = "production",
         value_parser = parse_environment
     )]
     pub(crate) code_environment: Vec<String>,

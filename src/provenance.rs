@@ -75,12 +75,9 @@ impl<'a> Provenance<'a> {
             listen: self.many("listen"),
             agent_listen: self.many("agent_listen"),
             allow: self.many("allow"),
-            lb_key_file: Setting {
-                value: self
-                    .get("lb_key_file")
-                    .map(|s: Setting<std::path::PathBuf>| s.value),
-                source: self.source("lb_key_file"),
-            },
+            lb_key_file: self
+                .many("lb_key_file")
+                .map(|files| files.into_iter().next()),
             lb_addresses: self.many("lb_address"),
             interval: self.must("interval"),
             max_connections: self.must("max_connections"),
@@ -91,29 +88,26 @@ impl<'a> Provenance<'a> {
         })
     }
 
-    /// A repeatable option's values (none when nobody gave any) and where they came from.
+    /// The values of the option `id` (none when nobody gave any) and where they came from.
+    ///
+    /// An `id` that clap does not define is a bug in pmcheck, not in the input: it panics, and
+    /// the tests that give every option (`config_says_where_every_option_came_from`) catch it.
     fn many<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Setting<Vec<T>> {
-        let value = match self.matches.try_get_many::<T>(id) {
-            Ok(values) => values.map(|v| v.cloned().collect()).unwrap_or_default(),
-            Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
-        };
+        let values = (self.matches.try_get_many::<T>(id))
+            .unwrap_or_else(|e| panic!("pmcheck bug: the settings read option `{id}`: {e}"));
         Setting {
-            value,
+            value: values.map(|v| v.cloned().collect()).unwrap_or_default(),
             source: self.source(id),
         }
     }
 
     /// The value of the option `id` and where it came from; `None` when nobody gave it.
-    ///
-    /// An `id` that clap does not define is a bug in pmcheck, not in the input: it panics, and
-    /// the tests that give every option (`config_says_where_every_option_came_from`) catch it.
     fn get<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Option<Setting<T>> {
-        let value = match self.matches.try_get_one::<T>(id) {
-            Ok(value) => value.cloned()?,
-            Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
-        };
-        let source = self.source(id);
-        Some(Setting { value, source })
+        let Setting { value, source } = self.many(id);
+        Some(Setting {
+            value: value.into_iter().next()?,
+            source,
+        })
     }
 
     /// Where the value of option `id` came from.

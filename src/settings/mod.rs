@@ -22,23 +22,13 @@ pub use self::daemon::{Daemon, Limits};
 use self::host::FqdnError;
 use self::puppet_conf::PuppetConfError;
 
-/// The built-in defaults of the settings that puppet.conf does not know, as clap reads them.
-/// They are written here once; clap shows them in `--help` and the man page.
+/// The built-in defaults that other code reads too, or whose choice needs its reason (the rest
+/// are written in [`crate::cli`] alone); clap shows them in `--help` and the man page.
 pub mod defaults {
-    /// The deadline of one probe.
-    pub const TIMEOUT: &str = "1500ms";
     /// Where `drain`, `undrain` and the daemon keep the drain record.
     pub const STATE_DIR: &str = "/var/lib/pmcheck";
     /// The status endpoint (Puppet Server >= 6.14).
     pub const STATUS_PATH: &str = "/status/v1/services/jruby-metrics";
-    /// How often Puppet Server may be probed.
-    pub const INTERVAL: &str = "1s";
-    /// The most connections open at once.
-    pub const MAX_CONNECTIONS: &str = "1024";
-    /// The most connections open at once from one address.
-    pub const MAX_CONNECTIONS_PER_SOURCE: &str = "256";
-    /// How long a node that came back ramps its weight up.
-    pub const SLOW_START: &str = "60s";
     /// How long a paused JRuby pool (locked, or refilling after a flush) is answered OK:
     /// longer than a deploy's lock or a flush's refill (seconds), far shorter than Puppet
     /// Server's `borrow-timeout` (20 minutes), which bounds how long requests wait meanwhile.
@@ -46,8 +36,6 @@ pub mod defaults {
     /// A minute with nothing but failed borrows is no load spike (borrows then still succeed):
     /// ten times what HAProxy's `fall 3 inter 2s` takes to put a failing server out.
     pub const WEDGED_AFTER: &str = "60s";
-    /// The environment whose deploy record is shown.
-    pub const CODE_ENVIRONMENT: &str = "production";
     /// At most this many environments are read (`--code-environment`): each is a label value
     /// of the metrics, and a scrape stays small.
     pub const MAX_CODE_ENVIRONMENTS: usize = 16;
@@ -188,6 +176,14 @@ impl<T> Setting<T> {
         Self {
             value,
             source: Source::Default(how),
+        }
+    }
+
+    /// The same source's value, made `U` by `f`.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Setting<U> {
+        Setting {
+            value: f(self.value),
+            source: self.source,
         }
     }
 }

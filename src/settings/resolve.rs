@@ -33,20 +33,10 @@ impl Settings {
                 resolver.set(name, value.display().to_string(), source.clone());
             }
         }
-        let string = |name: &str| -> Result<Setting<String>, SettingsError> {
-            let (value, source) = resolver.resolve(name)?;
-            Ok(Setting { value, source })
-        };
-        let path = |name: &str| -> Result<Setting<PathBuf>, SettingsError> {
-            let (value, source) = resolver.resolve(name)?;
-            Ok(Setting {
-                value: value.into(),
-                source,
-            })
-        };
+        let path = |name: &str| resolver.resolve(name).map(|s| s.map(PathBuf::from));
         let mut given = given.clone();
         unique_code_environments(given.daemon.as_mut())?;
-        let certname = string("certname")?;
+        let certname = resolver.resolve("certname")?;
         if parse_certname(&certname.value).is_err() {
             return Err(SettingsError::Certname {
                 value: certname.value,
@@ -79,7 +69,7 @@ impl Settings {
                 value: parse_addr(value)?,
                 source: source.clone(),
             },
-            None => default_puppet_addr(webserver, &string("serverport")?)?,
+            None => default_puppet_addr(webserver, &resolver.resolve("serverport")?)?,
         };
         let multithreaded =
             multithreaded(&puppetserver_confd.value, confd_file("puppetserver.conf"))?;
@@ -91,7 +81,7 @@ impl Settings {
             hostcrl,
             // Shown, never needed to answer a poll: one that cannot be resolved shows no
             // environment, and `pmcheck config` says why.
-            environmentpath: string("environmentpath").unwrap_or_else(|e| {
+            environmentpath: resolver.resolve("environmentpath").unwrap_or_else(|e| {
                 Setting::by_default(String::new(), format!("cannot be resolved: {e}"))
             }),
             puppet_conf,
@@ -111,18 +101,12 @@ fn load_puppet_conf(
     host: &Host,
 ) -> Result<(PuppetConf, Setting<Option<PathBuf>>), SettingsError> {
     let setting = match &given.puppet_conf {
-        Some(Setting {
-            value: path,
-            source,
-        }) => {
-            std::fs::metadata(path).map_err(|source| SettingsError::PuppetConfMissing {
-                path: path.clone(),
+        Some(given) => {
+            std::fs::metadata(&given.value).map_err(|source| SettingsError::PuppetConfMissing {
+                path: given.value.clone(),
                 source,
             })?;
-            Setting {
-                value: Some(path.clone()),
-                source: source.clone(),
-            }
+            given.clone().map(Some)
         }
         None => match CANDIDATES
             .iter()
