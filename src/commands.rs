@@ -218,18 +218,18 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
         Some(inherited) => {
-            if !daemon.listen.value.is_empty() {
+            if !daemon.listen.is_empty() {
                 tracing::warn!(
                     "ignoring --listen/PMCHECK_LISTEN: systemd passed the listening sockets (change ListenStream= in pmcheck.socket instead)"
                 );
             }
             inherited
         }
-        None => bind::bind(&daemon.listen.value)?,
+        None => bind::bind(&daemon.listen)?,
     };
     let listeners = server::Listeners {
         http: listeners,
-        agent: bind::bind_each(&daemon.agent_listen.value, "--agent-listen")?,
+        agent: bind::bind_each(&daemon.agent_listen, "--agent-listen")?,
     };
     let notifier = systemd::Notifier::from_env();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory as _};
+use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _};
 use thiserror::Error;
 
 use crate::cli::Cli;
@@ -71,21 +71,15 @@ impl<'a> Provenance<'a> {
     /// The daemon's own settings, when the subcommand takes them (`serve`, `config`).
     fn daemon(&self) -> Option<Daemon> {
         let takes = |id: &str| self.command.get_arguments().any(|a| a.get_id() == id);
-        takes("interval").then(|| Daemon {
-            listen: self.many("listen"),
-            agent_listen: self.many("agent_listen"),
-            allow: self.many("allow"),
-            lb_key_file: self
-                .many("lb_key_file")
-                .map(|files| files.into_iter().next()),
-            lb_addresses: self.many("lb_address"),
-            interval: self.must("interval"),
-            max_connections: self.must("max_connections"),
-            max_connections_per_source: self.must("max_connections_per_source"),
-            slow_start: self.must("slow_start"),
-            drained_status: self.must("drained_status"),
-            code_environments: self.many("code_environment"),
-        })
+        let mut daemon = takes("interval").then(|| {
+            Daemon::from_arg_matches(self.matches)
+                .unwrap_or_else(|e| panic!("pmcheck bug: the daemon's settings: {e}"))
+        })?;
+        for arg in self.command.get_arguments() {
+            let id = arg.get_id().as_str();
+            daemon.sources.insert(id.to_owned(), self.source(id));
+        }
+        Some(daemon)
     }
 
     /// The values of the option `id` (none when nobody gave any) and where they came from.
@@ -459,12 +453,12 @@ mod tests {
             .unwrap();
         let given = Provenance::of(&matches).given();
         let daemon = given.daemon.expect("serve takes the daemon's options");
-        assert_eq!(daemon.interval.value, Duration::from_secs(5));
-        assert_eq!(daemon.interval.source, Source::Flag);
-        assert_eq!(daemon.allow.value[0].to_string(), "10.0.0.0/8");
-        assert_eq!(daemon.listen.value, Vec::<std::net::SocketAddr>::new());
-        assert_eq!(daemon.listen.source, Source::Default("built in".into()));
-        assert_eq!(daemon.max_connections.value, 1024);
+        assert_eq!(daemon.interval, Duration::from_secs(5));
+        assert_eq!(*daemon.source("interval"), Source::Flag);
+        assert_eq!(daemon.allow[0].to_string(), "10.0.0.0/8");
+        assert_eq!(daemon.listen, Vec::<std::net::SocketAddr>::new());
+        assert_eq!(*daemon.source("listen"), Source::Default("built in".into()));
+        assert_eq!(daemon.max_connections, 1024);
         let check = Cli::command()
             .try_get_matches_from(["pmcheck", "check"])
             .unwrap();
@@ -501,9 +495,9 @@ mod tests {
         let matches = Cli::command().try_get_matches_from(&argv).unwrap();
         let given = Provenance::with_env_file(&argv, &matches, &file).unwrap();
         let daemon = given.daemon.expect("config takes the daemon's options");
-        assert_eq!(daemon.interval.value, Duration::from_secs(7));
+        assert_eq!(daemon.interval, Duration::from_secs(7));
         assert_eq!(
-            daemon.interval.source,
+            *daemon.source("interval"),
             Source::EnvFile(Box::new((path.clone(), "PMCHECK_INTERVAL".to_owned())))
         );
         assert_eq!(

@@ -243,8 +243,8 @@ impl LbProof {
     /// cannot be used proves nothing ([`Proof::Unusable`]) and says why, instead of stopping
     /// the daemon.
     pub fn of(daemon: &Daemon) -> (Self, Option<LbKeyError>) {
-        let addresses = daemon.lb_addresses.value.clone();
-        match Self::load(daemon.lb_key_file.value.as_deref(), addresses) {
+        let addresses = daemon.lb_address.clone();
+        match Self::load(daemon.lb_key_file.as_deref(), addresses) {
             Ok(proof) => (proof, None),
             Err(e) => {
                 let unusable = Self {

@@ -134,14 +134,14 @@ fn load_puppet_conf(
 
 /// The daemon's settings, when given: each `--code-environment` once, and not too many.
 fn unique_code_environments(daemon: Option<&mut Daemon>) -> Result<(), SettingsError> {
-    if let Some(envs) = daemon.map(|d| &mut d.code_environments) {
+    if let Some(daemon) = daemon {
         let mut seen = std::collections::HashSet::new();
-        envs.value.retain(|name| seen.insert(name.clone()));
-        if envs.value.len() > defaults::MAX_CODE_ENVIRONMENTS {
+        (daemon.code_environment).retain(|name| seen.insert(name.clone()));
+        if daemon.code_environment.len() > defaults::MAX_CODE_ENVIRONMENTS {
             return Err(SettingsError::CodeEnvironments {
-                count: envs.value.len(),
+                count: daemon.code_environment.len(),
                 max: defaults::MAX_CODE_ENVIRONMENTS,
-                source_: envs.source.clone(),
+                source_: daemon.source("code_environment").clone(),
             });
         }
     }
