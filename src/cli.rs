@@ -14,8 +14,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::settings::daemon::DrainedArgs;
-use crate::settings::duration::{parse_duration, parse_duration_or_off};
-use crate::settings::{Daemon, defaults, parse_certname, parse_status_path};
+use crate::settings::duration::parse_duration;
+use crate::settings::{Daemon, Puppet, defaults};
 
 /// The whole command line.
 #[derive(Debug, Parser)]
@@ -65,47 +65,6 @@ pub enum Command {
     Generate(GenerateArgs),
 }
 
-/// How to find and reach the local Puppet Server. Unset values come from puppet.conf.
-#[derive(Debug, Clone, Args)]
-pub struct PuppetArgs {
-    /// puppet.conf to read [default: first existing of /etc/puppetlabs/puppet/puppet.conf, /etc/puppet/puppet.conf]
-    #[arg(long, env = "PMCHECK_PUPPET_CONF", value_name = "PATH")]
-    pub(crate) puppet_conf: Option<PathBuf>,
-    /// The certname: the TLS name verified, sent as SNI and as Host [default: from puppet.conf, else the FQDN]
-    #[arg(long, env = "PMCHECK_CERTNAME", value_name = "NAME", value_parser = parse_certname)]
-    pub(crate) certname: Option<String>,
-    /// Client certificate [default: puppet.conf hostcert]
-    #[arg(long, env = "PMCHECK_HOSTCERT", value_name = "PATH")]
-    pub(crate) hostcert: Option<PathBuf>,
-    /// Client private key (PKCS#1, SEC1 or PKCS#8 PEM) [default: puppet.conf hostprivkey]
-    #[arg(long, env = "PMCHECK_HOSTPRIVKEY", value_name = "PATH")]
-    pub(crate) hostprivkey: Option<PathBuf>,
-    /// CA certificate(s) that must have signed Puppet Server's certificate [default: puppet.conf localcacert]
-    #[arg(long, env = "PMCHECK_LOCALCACERT", value_name = "PATH")]
-    pub(crate) localcacert: Option<PathBuf>,
-    /// The CRL whose nextUpdate is watched (check, /metrics) [default: ssl-crl-path of Puppet Server's webserver.conf, else puppet.conf hostcrl]
-    #[arg(long, env = "PMCHECK_HOSTCRL", value_name = "PATH")]
-    pub(crate) hostcrl: Option<PathBuf>,
-    /// Where to connect [default: ssl-host:ssl-port of Puppet Server's webserver.conf (127.0.0.1 for a wildcard host), else 127.0.0.1:<serverport from puppet.conf, else 8140>]
-    #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
-    pub(crate) puppet_addr: Option<String>,
-    /// Status endpoint; the status service's 404 moves on to pe-jruby-metrics, /status/v1/simple/server, then /status/v1/simple/master
-    #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH", default_value = defaults::STATUS_PATH, value_parser = parse_status_path)]
-    pub(crate) status_path: String,
-    /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
-    #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "1500ms")]
-    pub(crate) timeout: Duration,
-    /// How long a JRuby pool that was ready since Puppet Server started may be locked or refilling (a code deploy, a pool flush) and still answer OK at the floor weight; 0s answers NOTREADY at once
-    #[arg(long, env = "PMCHECK_PAUSE_GRACE", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::PAUSE_GRACE)]
-    pub(crate) pause_grace: Duration,
-    /// How long a JRuby pool with none free may go without one successful borrow while borrows time out or are refused, before it is out (NOTREADY) until a borrow succeeds; 0s never puts a busy pool out
-    #[arg(long, env = "PMCHECK_WEDGED_AFTER", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::WEDGED_AFTER)]
-    pub(crate) wedged_after: Duration,
-    /// Puppet Server's conf.d, for webserver.conf (where it listens) and puppetserver.conf (jruby-puppet.multithreaded) [default: /etc/puppetlabs/puppetserver/conf.d, or /etc/puppet/puppetserver/conf.d with Debian's layout]
-    #[arg(long, env = "PMCHECK_PUPPETSERVER_CONFD", value_name = "DIR")]
-    pub(crate) puppetserver_confd: Option<PathBuf>,
-}
-
 /// Where the drain record lives.
 #[derive(Debug, Clone, Args)]
 pub struct StateArgs {
@@ -120,7 +79,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub(crate) daemon: Daemon,
     #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
+    pub(crate) puppet: Puppet,
     #[command(flatten)]
     pub(crate) state: StateArgs,
 }
@@ -134,7 +93,7 @@ pub struct InetdArgs {
     #[command(flatten)]
     pub(crate) drained: DrainedArgs,
     #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
+    pub(crate) puppet: Puppet,
     #[command(flatten)]
     pub(crate) state: StateArgs,
 }
@@ -153,7 +112,7 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub(crate) daemon: DaemonUrl,
     #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
+    pub(crate) puppet: Puppet,
     #[command(flatten)]
     pub(crate) state: StateArgs,
 }
@@ -173,7 +132,7 @@ pub struct ConfigArgs {
     #[command(flatten)]
     pub(crate) daemon: Daemon,
     #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
+    pub(crate) puppet: Puppet,
     #[command(flatten)]
     pub(crate) state: StateArgs,
 }

@@ -76,8 +76,8 @@ pub async fn follow(mut f: Followed, stop: impl Future<Output = ()>) {
     let webserver = webserver(&f.settings);
     // The address looked up at start: a name given is not looked up again at each read.
     let mut given = f.settings.given.clone();
-    if let Some(addr) = &mut given.puppet_addr {
-        addr.value = f.settings.puppet_addr.value.to_string();
+    if let Some(addr) = &mut given.puppet.puppet_addr {
+        *addr = f.settings.puppet_addr.value.to_string();
     }
     let mut said = Said::default();
     // A `--puppet-addr` given never moves: its probes' reports need no reading.

@@ -53,14 +53,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
     let interval = daemon.interval;
-    let timeout = settings.given.timeout.value;
+    let timeout = settings.given.puppet.timeout;
     let (stop, stopped) = watch::channel(());
     let mut tasks = Tasks {
         set: JoinSet::new(),
         stopped: stopped.clone(),
     };
     let (publish, latest) = watch::channel(None);
-    let drain_file = DrainFile::new(&settings.given.state_dir.value);
+    let drain_file = DrainFile::new(&settings.given.state_dir);
     let (watcher, publish_drain, drains) = first_look(&drain_file).await;
     let rules = Rules {
         // A probe lands at least every interval + timeout; allow one missed round.
@@ -104,7 +104,7 @@ pub async fn serve(
         read(&mut tasks, settings, daemon, &node, &prober);
     }
     let tracked = Arc::clone(&node);
-    let state_dir = settings.given.state_dir.value.clone();
+    let state_dir = settings.given.state_dir.clone();
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
     // What the prober's every report goes through: the metrics count it.
     let counted = Arc::clone(&node);

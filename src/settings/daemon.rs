@@ -5,7 +5,6 @@
 // The doc comments are clap's help text, where `[::]:9200` is an address, not a link.
 #![allow(rustdoc::broken_intra_doc_links)]
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,7 +13,7 @@ use clap::Args;
 
 use super::allow::parse_network;
 use super::duration::{self, parse_duration, parse_duration_or_off};
-use super::{Row, Source};
+use super::{Given, Row};
 
 /// The daemon's own settings: where it listens, who may poll, how often it probes, how it
 /// answers. `serve` and `config` take them, so `config` shows what the daemon will use.
@@ -81,9 +80,6 @@ pub struct Daemon {
     pub(crate) code_environment: Vec<String>,
     #[command(flatten)]
     pub(crate) drained: DrainedArgs,
-    /// Where each value came from, by the option's id.
-    #[arg(skip)]
-    pub(crate) sources: HashMap<String, Source>,
 }
 
 /// How a drained node answers the HTTP check.
@@ -147,12 +143,6 @@ fn parse_environment(text: &str) -> Result<String, String> {
 }
 
 impl Daemon {
-    /// Where the value of the option `id` came from.
-    pub fn source(&self, id: &str) -> &Source {
-        (self.sources.get(id))
-            .unwrap_or_else(|| panic!("pmcheck bug: no source of the daemon's option `{id}`"))
-    }
-
     /// The connection limits: the per-source one never above the total.
     pub fn limits(&self) -> Limits {
         Limits {
@@ -161,8 +151,8 @@ impl Daemon {
         }
     }
 
-    /// `config`'s rows of the daemon's settings.
-    pub(crate) fn rows(&self) -> Vec<Row<'_>> {
+    /// `config`'s rows of the daemon's settings, given with the others in `given`.
+    pub(crate) fn rows<'a>(&self, given: &'a Given) -> Vec<Row<'a>> {
         /// A list as `config` shows it, comma-separated; `none` when empty.
         fn joined<T: ToString>(list: &[T], none: &str) -> String {
             if list.is_empty() {
@@ -171,7 +161,7 @@ impl Daemon {
             let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
             shown.join(",")
         }
-        let row = |name: &'static str, value| (name, value, self.source(&name.replace('-', "_")));
+        let row = |name, value| given.row(name, value);
         let key_file = (self.lb_key_file.as_ref())
             .map_or_else(|| "(none)".to_owned(), |f| f.display().to_string());
         let slow_start = match self.slow_start {

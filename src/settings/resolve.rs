@@ -5,7 +5,6 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 
-use crate::settings::daemon::Daemon;
 use crate::settings::host::Webserver;
 use crate::settings::puppet_conf::{CANDIDATES, PuppetConf, Resolver};
 use crate::settings::{
@@ -19,23 +18,23 @@ impl Settings {
         // Given, else puppet.conf, else Puppet's default: the resolver holds all three.
         let layout = conf.layout(host.exists);
         let mut resolver = Resolver::new(&conf, layout, host.fqdn);
-        if let Some(Setting { value, source }) = &given.certname {
-            resolver.set("certname", value.clone(), source.clone());
-        }
-        let paths = [
-            ("hostcert", &given.hostcert),
-            ("hostprivkey", &given.hostprivkey),
-            ("localcacert", &given.localcacert),
-            ("hostcrl", &given.hostcrl),
+        let puppet = &given.puppet;
+        let shown = |path: &Option<PathBuf>| path.as_ref().map(|p| p.display().to_string());
+        let named = [
+            ("certname", puppet.certname.clone()),
+            ("hostcert", shown(&puppet.hostcert)),
+            ("hostprivkey", shown(&puppet.hostprivkey)),
+            ("localcacert", shown(&puppet.localcacert)),
+            ("hostcrl", shown(&puppet.hostcrl)),
         ];
-        for (name, setting) in paths {
-            if let Some(Setting { value, source }) = setting {
-                resolver.set(name, value.display().to_string(), source.clone());
+        for (name, value) in named {
+            if let Some(value) = value {
+                resolver.set(name, value, given.source(name).clone());
             }
         }
         let path = |name: &str| resolver.resolve(name).map(|s| s.map(PathBuf::from));
         let mut given = given.clone();
-        unique_code_environments(given.daemon.as_mut())?;
+        unique_code_environments(&mut given)?;
         let certname = resolver.resolve("certname")?;
         if parse_certname(&certname.value).is_err() {
             return Err(SettingsError::Certname {
@@ -43,7 +42,8 @@ impl Settings {
                 source_: certname.source,
             });
         }
-        let puppetserver_confd = given.puppetserver_confd.clone().unwrap_or_else(|| {
+        let confd = given.setting("puppetserver_confd", &puppet.puppetserver_confd);
+        let puppetserver_confd = confd.unwrap_or_else(|| {
             let how = format!("Puppet Server's conf.d of the {layout}");
             Setting::by_default(layout.puppetserver_confd().into(), how)
         });
@@ -59,15 +59,15 @@ impl Settings {
                 crl_path: Some(crl),
                 path: web,
                 ..
-            }) if given.hostcrl.is_none() => {
+            }) if puppet.hostcrl.is_none() => {
                 Setting::by_default(crl.clone(), format!("ssl-crl-path in {}", web.display()))
             }
             _ => path("hostcrl")?,
         };
-        let puppet_addr = match &given.puppet_addr {
-            Some(Setting { value, source }) => Setting {
+        let puppet_addr = match &puppet.puppet_addr {
+            Some(value) => Setting {
                 value: parse_addr(value)?,
-                source: source.clone(),
+                source: given.source("puppet_addr").clone(),
             },
             None => default_puppet_addr(webserver, &resolver.resolve("serverport")?)?,
         };
@@ -100,13 +100,13 @@ fn load_puppet_conf(
     given: &Given,
     host: &Host,
 ) -> Result<(PuppetConf, Setting<Option<PathBuf>>), SettingsError> {
-    let setting = match &given.puppet_conf {
+    let setting = match given.setting("puppet_conf", &given.puppet.puppet_conf) {
         Some(given) => {
             std::fs::metadata(&given.value).map_err(|source| SettingsError::PuppetConfMissing {
                 path: given.value.clone(),
                 source,
             })?;
-            given.clone().map(Some)
+            given.map(Some)
         }
         None => match CANDIDATES
             .iter()
@@ -133,17 +133,17 @@ fn load_puppet_conf(
 }
 
 /// The daemon's settings, when given: each `--code-environment` once, and not too many.
-fn unique_code_environments(daemon: Option<&mut Daemon>) -> Result<(), SettingsError> {
-    if let Some(daemon) = daemon {
-        let mut seen = std::collections::HashSet::new();
-        (daemon.code_environment).retain(|name| seen.insert(name.clone()));
-        if daemon.code_environment.len() > defaults::MAX_CODE_ENVIRONMENTS {
-            return Err(SettingsError::CodeEnvironments {
-                count: daemon.code_environment.len(),
-                max: defaults::MAX_CODE_ENVIRONMENTS,
-                source_: daemon.source("code_environment").clone(),
-            });
-        }
+fn unique_code_environments(given: &mut Given) -> Result<(), SettingsError> {
+    let Some(envs) = given.daemon.as_mut().map(|d| &mut d.code_environment) else {
+        return Ok(());
+    };
+    let mut seen = std::collections::HashSet::new();
+    envs.retain(|name| seen.insert(name.clone()));
+    if envs.len() > defaults::MAX_CODE_ENVIRONMENTS {
+        return Err(SettingsError::CodeEnvironments {
+            count: envs.len(),
+            source_: given.source("code_environment").clone(),
+        });
     }
     Ok(())
 }
