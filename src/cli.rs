@@ -62,7 +62,11 @@ pub enum Command {
     /// What pmcheck-drain-on-stop@.service runs while Puppet Server's unit runs: `on-start` at once, then `on-stop` when systemd stops it (SIGTERM), so a stop needs no new process.
     StopGuard(GuardArgs),
     /// Print the man page or a shell completion script (for packaging).
-    Generate(GenerateArgs),
+    Generate {
+        /// What to write.
+        #[command(subcommand)]
+        what: Generate,
+    },
 }
 
 /// Where the drain record lives.
@@ -332,13 +336,6 @@ fn parse_roll_name(text: &str) -> Result<String, String> {
         ),
         t => Ok(t.to_owned()),
     }
-}
-
-/// `pmcheck generate`.
-#[derive(Debug, Args)]
-pub struct GenerateArgs {
-    #[command(subcommand)]
-    pub(crate) what: Generate,
 }
 
 /// What `pmcheck generate` writes.

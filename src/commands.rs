@@ -172,13 +172,11 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
         Command::OnStart(args) => {
             run_single_threaded(stop::on_start(&args))?.map_err(ChangeError::from)?;
         }
-        Command::StopGuard(args) => {
-            stop::stop_guard(args)?;
-        }
-        Command::Generate(args) => {
+        Command::StopGuard(args) => stop::stop_guard(args)?,
+        Command::Generate { what } => {
             // Made whole first, then written as the other commands write ([`crate::console`]).
             let mut text = Vec::new();
-            match args.what {
+            match what {
                 Generate::Man => manual::man(&mut text)?,
                 Generate::Completions { shell } => manual::completions(shell, &mut text),
             }

@@ -412,7 +412,10 @@ mod tests {
             ])
             .unwrap();
         let given = Provenance::of(&matches).given();
-        let daemon = given.daemon.as_ref().expect("serve takes the daemon's options");
+        let daemon = given
+            .daemon
+            .as_ref()
+            .expect("serve takes the daemon's options");
         assert_eq!(daemon.interval, Duration::from_secs(5));
         assert_eq!(*given.source("interval"), Source::Flag);
         assert_eq!(daemon.allow[0].to_string(), "10.0.0.0/8");
@@ -451,7 +454,10 @@ mod tests {
             .to_vec();
         let matches = Cli::command().try_get_matches_from(&argv).unwrap();
         let given = Provenance::with_env_file(&argv, &matches, &file).unwrap();
-        let daemon = given.daemon.as_ref().expect("config takes the daemon's options");
+        let daemon = given
+            .daemon
+            .as_ref()
+            .expect("config takes the daemon's options");
         assert_eq!(daemon.interval, Duration::from_secs(7));
         assert_eq!(
             *given.source("interval"),

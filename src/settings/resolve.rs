@@ -108,22 +108,20 @@ fn load_puppet_conf(
             })?;
             given.map(Some)
         }
-        None => match CANDIDATES
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| (host.exists)(p))
-        {
-            Some(path) => Setting::by_default(
-                Some(path),
-                "first existing of the AIO and Debian locations".into(),
-            ),
-            None => Setting::by_default(
-                None,
-                "neither /etc/puppetlabs/puppet/puppet.conf nor /etc/puppet/puppet.conf \
-                 exists; Puppet's defaults apply"
-                    .into(),
-            ),
-        },
+        None => {
+            let found = CANDIDATES
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| (host.exists)(p));
+            let how = match found {
+                Some(_) => "first existing of the AIO and Debian locations",
+                None => {
+                    "neither /etc/puppetlabs/puppet/puppet.conf nor /etc/puppet/puppet.conf \
+                     exists; Puppet's defaults apply"
+                }
+            };
+            Setting::by_default(found, how.into())
+        }
     };
     let conf = match &setting.value {
         Some(path) => PuppetConf::load(path)?,
@@ -161,20 +159,16 @@ fn multithreaded(
         );
         return Ok(Setting::by_default(false, how));
     };
-    Ok(match crate::settings::host::multithreaded(&text) {
-        Ok(Some(value)) => Setting::by_default(
-            value,
-            format!("jruby-puppet.multithreaded in {}", path.display()),
-        ),
-        Ok(None) => Setting::by_default(
+    let shown = path.display();
+    let (value, how) = match crate::settings::host::multithreaded(&text) {
+        Ok(Some(value)) => (value, format!("jruby-puppet.multithreaded in {shown}")),
+        Ok(None) => (
             false,
-            format!(
-                "Puppet Server's; {} does not set jruby-puppet.multithreaded",
-                path.display()
-            ),
+            format!("Puppet Server's; {shown} does not set jruby-puppet.multithreaded"),
         ),
         Err((line, value)) => return Err(SettingsError::Multithreaded { path, line, value }),
-    })
+    };
+    Ok(Setting::by_default(value, how))
 }
 
 /// Where Puppet Server listens: webserver.conf's ssl-port (and its ssl-host, unless that is a
