@@ -50,23 +50,23 @@ impl<'a> Provenance<'a> {
 
     /// The settings given, each with where it came from.
     pub fn given(&self) -> Given {
-        let takes = |id: &str| self.command.get_arguments().any(|a| a.get_id() == id);
         /// clap parsed what its definitions define: a failure here is pmcheck's bug.
         fn parsed<T>(e: clap::Error) -> T {
             panic!("pmcheck bug: the settings given: {e}")
         }
-        let ids = self
-            .command
-            .get_arguments()
-            .map(|arg| arg.get_id().as_str());
+        let ids: Vec<&str> = (self.command.get_arguments())
+            .map(|arg| arg.get_id().as_str())
+            .collect();
         Given {
             puppet: Puppet::from_arg_matches(self.matches).unwrap_or_else(parsed),
             state_dir: StateArgs::from_arg_matches(self.matches)
                 .unwrap_or_else(parsed)
                 .state_dir,
-            daemon: (takes("interval"))
+            daemon: (ids.contains(&"interval"))
                 .then(|| Daemon::from_arg_matches(self.matches).unwrap_or_else(parsed)),
-            sources: ids.map(|id| (id.to_owned(), self.source(id))).collect(),
+            sources: (ids.iter())
+                .map(|&id| (id.to_owned(), self.source(id)))
+                .collect(),
         }
     }
 

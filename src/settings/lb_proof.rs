@@ -243,8 +243,7 @@ impl LbProof {
     /// cannot be used proves nothing ([`Proof::Unusable`]) and says why, instead of stopping
     /// the daemon.
     pub fn of(daemon: &Daemon) -> (Self, Option<LbKeyError>) {
-        let addresses = daemon.lb_address.clone();
-        match Self::load(daemon.lb_key_file.as_deref(), addresses) {
+        match Self::load(daemon.lb_key_file.as_deref(), daemon.lb_address.clone()) {
             Ok(proof) => (proof, None),
             Err(e) => {
                 let unusable = Self {

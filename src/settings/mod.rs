@@ -212,8 +212,7 @@ impl Given {
             .unwrap_or_else(|| panic!("pmcheck bug: no source of the option `{id}`"))
     }
 
-    /// The row of `pmcheck config`'s table of the option `name` (its long name), its value
-    /// shown.
+    /// `pmcheck config`'s row of the option `name` (its long name), showing `value`.
     fn row(&self, name: &'static str, value: String) -> Row<'_> {
         (name, value, self.source(&name.replace('-', "_")))
     }
