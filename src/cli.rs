@@ -2,21 +2,20 @@
 //! `PMCHECK_<OPTION>` so a systemd `EnvironmentFile` can configure the daemon without editing
 //! the unit.
 //!
-//! Over 500 lines: one home for every subcommand's flags, their variables and their help, read
-//! a subcommand at a time.
+//! One home for every subcommand's flags, their variables and their help, read a subcommand at
+//! a time; the daemon's own, which `serve` and `config` share, are in [`crate::settings::daemon`].
 
 // The doc comments are clap's help text, where `[::]:9200` is an address, not a link.
 #![allow(rustdoc::broken_intra_doc_links)]
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::settings::allow::parse_network;
-use crate::settings::duration::{parse_duration, parse_duration_or_off};
-use crate::settings::{defaults, parse_certname, parse_status_path};
+use crate::settings::daemon::DrainedArgs;
+use crate::settings::duration::parse_duration;
+use crate::settings::{Daemon, Puppet, defaults};
 
 /// The whole command line.
 #[derive(Debug, Parser)]
@@ -63,48 +62,11 @@ pub enum Command {
     /// What pmcheck-drain-on-stop@.service runs while Puppet Server's unit runs: `on-start` at once, then `on-stop` when systemd stops it (SIGTERM), so a stop needs no new process.
     StopGuard(GuardArgs),
     /// Print the man page or a shell completion script (for packaging).
-    Generate(GenerateArgs),
-}
-
-/// How to find and reach the local Puppet Server. Unset values come from puppet.conf.
-#[derive(Debug, Clone, Args)]
-pub struct PuppetArgs {
-    /// puppet.conf to read [default: first existing of /etc/puppetlabs/puppet/puppet.conf, /etc/puppet/puppet.conf]
-    #[arg(long, env = "PMCHECK_PUPPET_CONF", value_name = "PATH")]
-    pub(crate) puppet_conf: Option<PathBuf>,
-    /// The certname: the TLS name verified, sent as SNI and as Host [default: from puppet.conf, else the FQDN]
-    #[arg(long, env = "PMCHECK_CERTNAME", value_name = "NAME", value_parser = parse_certname)]
-    pub(crate) certname: Option<String>,
-    /// Client certificate [default: puppet.conf hostcert]
-    #[arg(long, env = "PMCHECK_HOSTCERT", value_name = "PATH")]
-    pub(crate) hostcert: Option<PathBuf>,
-    /// Client private key (PKCS#1, SEC1 or PKCS#8 PEM) [default: puppet.conf hostprivkey]
-    #[arg(long, env = "PMCHECK_HOSTPRIVKEY", value_name = "PATH")]
-    pub(crate) hostprivkey: Option<PathBuf>,
-    /// CA certificate(s) that must have signed Puppet Server's certificate [default: puppet.conf localcacert]
-    #[arg(long, env = "PMCHECK_LOCALCACERT", value_name = "PATH")]
-    pub(crate) localcacert: Option<PathBuf>,
-    /// The CRL whose nextUpdate is watched (check, /metrics) [default: ssl-crl-path of Puppet Server's webserver.conf, else puppet.conf hostcrl]
-    #[arg(long, env = "PMCHECK_HOSTCRL", value_name = "PATH")]
-    pub(crate) hostcrl: Option<PathBuf>,
-    /// Where to connect [default: ssl-host:ssl-port of Puppet Server's webserver.conf (127.0.0.1 for a wildcard host), else 127.0.0.1:<serverport from puppet.conf, else 8140>]
-    #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
-    pub(crate) puppet_addr: Option<String>,
-    /// Status endpoint; the status service's 404 moves on to pe-jruby-metrics, /status/v1/simple/server, then /status/v1/simple/master
-    #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH", default_value = defaults::STATUS_PATH, value_parser = parse_status_path)]
-    pub(crate) status_path: String,
-    /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
-    #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = defaults::TIMEOUT)]
-    pub(crate) timeout: Duration,
-    /// How long a JRuby pool that was ready since Puppet Server started may be locked or refilling (a code deploy, a pool flush) and still answer OK at the floor weight; 0s answers NOTREADY at once
-    #[arg(long, env = "PMCHECK_PAUSE_GRACE", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::PAUSE_GRACE)]
-    pub(crate) pause_grace: Duration,
-    /// How long a JRuby pool with none free may go without one successful borrow while borrows time out or are refused, before it is out (NOTREADY) until a borrow succeeds; 0s never puts a busy pool out
-    #[arg(long, env = "PMCHECK_WEDGED_AFTER", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::WEDGED_AFTER)]
-    pub(crate) wedged_after: Duration,
-    /// Puppet Server's conf.d, for webserver.conf (where it listens) and puppetserver.conf (jruby-puppet.multithreaded) [default: /etc/puppetlabs/puppetserver/conf.d, or /etc/puppet/puppetserver/conf.d with Debian's layout]
-    #[arg(long, env = "PMCHECK_PUPPETSERVER_CONFD", value_name = "DIR")]
-    pub(crate) puppetserver_confd: Option<PathBuf>,
+    Generate {
+        /// What to write.
+        #[command(subcommand)]
+        what: Generate,
+    },
 }
 
 /// Where the drain record lives.
@@ -119,138 +81,11 @@ pub struct StateArgs {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
-    pub(crate) daemon: DaemonArgs,
+    pub(crate) daemon: Daemon,
     #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
+    pub(crate) puppet: Puppet,
     #[command(flatten)]
     pub(crate) state: StateArgs,
-}
-
-/// The daemon's own settings: where it listens, who may poll, how often it probes, how it
-/// answers. `serve` and `config` take them, so `config` shows what the daemon will use.
-#[derive(Debug, Clone, Args)]
-pub struct DaemonArgs {
-    /// Address to listen on (repeatable; in the environment, comma-separated) [default: [::]:9200, or 0.0.0.0:9200 without IPv6]
-    #[arg(
-        long,
-        env = "PMCHECK_LISTEN",
-        value_name = "ADDR:PORT",
-        value_delimiter = ','
-    )]
-    pub(crate) listen: Vec<SocketAddr>,
-    /// How often Puppet Server may be probed, however many pollers there are
-    #[arg(long, env = "PMCHECK_INTERVAL", value_name = "DURATION", value_parser = parse_duration, default_value = defaults::INTERVAL)]
-    pub(crate) interval: Duration,
-    /// Accept polls only from this network, checked before a byte is read (repeatable; in the environment, comma-separated) [default: from anywhere]
-    #[arg(
-        long,
-        env = "PMCHECK_ALLOW",
-        value_name = "CIDR",
-        value_delimiter = ',',
-        value_parser = parse_network
-    )]
-    pub(crate) allow: Vec<ipnet::IpNet>,
-    /// File of the load balancers' keys (one per line, each followed by the addresses that may send it: `KEY 10.0.0.5`; at most 4; mode 0640): only an HTTP check that sends it in X-Pmcheck-Key (HAProxy: http-check send hdr X-Pmcheck-Key KEY) or an agent check that sends it (agent-send "BACKEND/SERVER KEY\n") counts as a load balancer's word for --wait, cycle, the last-server guard and status; a file that cannot be used never stops the daemon, and drain and cycle refuse until it is fixed [default: none]
-    #[arg(long, env = "PMCHECK_LB_KEY_FILE", value_name = "PATH")]
-    pub(crate) lb_key_file: Option<PathBuf>,
-    /// Without --lb-key-file: polls from this network count as a load balancer's word (weaker: anything on that host passes) (repeatable; in the environment, comma-separated) [default: none]
-    #[arg(
-        long,
-        env = "PMCHECK_LB_ADDRESS",
-        value_name = "CIDR",
-        value_delimiter = ',',
-        value_parser = parse_network
-    )]
-    pub(crate) lb_address: Vec<ipnet::IpNet>,
-    /// Most connections open at once; past it the oldest connection of the busiest source is closed
-    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS", value_name = "N", default_value = defaults::MAX_CONNECTIONS, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_connections: u32,
-    /// Most connections open at once from one address; past it that address's oldest is closed
-    #[arg(long, env = "PMCHECK_MAX_CONNECTIONS_PER_SOURCE", value_name = "N", default_value = defaults::MAX_CONNECTIONS_PER_SOURCE, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(crate) max_connections_per_source: u32,
-    /// Also answer HAProxy's agent check here: one line per connection with the node's state and a weight from Puppet Server's JRuby pool (repeatable; in the environment, comma-separated; the packaged service uses [::]:9201) [default: no agent check]
-    #[arg(
-        long,
-        env = "PMCHECK_AGENT_LISTEN",
-        value_name = "ADDR:PORT",
-        value_delimiter = ','
-    )]
-    pub(crate) agent_listen: Vec<SocketAddr>,
-    /// After Puppet Server comes back (a restart, a reload, an undrain), ramp the agent-check weight from 10% to 100% over this long; 0s turns it off
-    #[arg(long, env = "PMCHECK_SLOW_START", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::SLOW_START)]
-    pub(crate) slow_start: Duration,
-    /// Show the deploy record (.r10k-deploy.json: commit, success, time) of this environment in status, the JSON and /metrics, never in the verdict (repeatable; in the environment, comma-separated; at most 16)
-    #[arg(
-        long,
-        env = "PMCHECK_CODE_ENVIRONMENT",
-        value_name = "NAME",
-        value_delimiter = ',',
-        default_value = defaults::CODE_ENVIRONMENT,
-        value_parser = parse_environment
-    )]
-    pub(crate) code_environment: Vec<String>,
-    #[command(flatten)]
-    pub(crate) drained: DrainedArgs,
-}
-
-/// How a drained node answers the HTTP check.
-#[derive(Debug, Clone, Args)]
-pub struct DrainedArgs {
-    /// HTTP status of a drained answer: 503, or 404 for HAProxy's `http-check disable-on-404`, which shows a drain as NOLB instead of DOWN
-    #[arg(long, env = "PMCHECK_DRAINED_STATUS", value_name = "CODE", default_value = "503", value_parser = DrainedStatus)]
-    pub(crate) drained_status: u16,
-}
-
-/// `--drained-status`: its two values, which completions offer and help lists, and our own
-/// words when a value is neither.
-#[derive(Clone, Copy)]
-struct DrainedStatus;
-
-impl clap::builder::TypedValueParser for DrainedStatus {
-    type Value = u16;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<u16, clap::Error> {
-        // 503 or 404: the two statuses a load balancer can read as "take it out".
-        let parse = |text: String| match text.trim() {
-            "503" => Ok(503),
-            "404" => Ok(404),
-            _ => Err(
-                "must be 503 (every load balancer: unhealthy) or 404 (HAProxy with `http-check disable-on-404`: NOLB)",
-            ),
-        };
-        (clap::builder::StringValueParser::new().try_map(parse)).parse_ref(cmd, arg, value)
-    }
-
-    fn possible_values(
-        &self,
-    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        Some(Box::new(
-            [
-                clap::builder::PossibleValue::new("503").help("every load balancer: unhealthy"),
-                clap::builder::PossibleValue::new("404")
-                    .help("HAProxy with `http-check disable-on-404`: NOLB"),
-            ]
-            .into_iter(),
-        ))
-    }
-}
-
-/// A Puppet environment's name: lowercase letters, digits and underscores, as Puppet allows.
-fn parse_environment(text: &str) -> Result<String, String> {
-    let name = text.trim();
-    let valid = (1..=64).contains(&name.len())
-        && (name.bytes()).all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    valid.then(|| name.to_owned()).ok_or_else(|| {
-        format!(
-            "`{text}` is not a Puppet environment name: lowercase letters, digits and \
-             underscores, at most 64 (production, feature_x)"
-        )
-    })
 }
 
 /// `pmcheck inetd`.
@@ -262,7 +97,7 @@ pub struct InetdArgs {
     #[command(flatten)]
     pub(crate) drained: DrainedArgs,
     #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
+    pub(crate) puppet: Puppet,
     #[command(flatten)]
     pub(crate) state: StateArgs,
 }
@@ -281,7 +116,7 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub(crate) daemon: DaemonUrl,
     #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
+    pub(crate) puppet: Puppet,
     #[command(flatten)]
     pub(crate) state: StateArgs,
 }
@@ -299,9 +134,9 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "PATH")]
     pub(crate) unit: Option<PathBuf>,
     #[command(flatten)]
-    pub(crate) daemon: DaemonArgs,
+    pub(crate) daemon: Daemon,
     #[command(flatten)]
-    pub(crate) puppet: PuppetArgs,
+    pub(crate) puppet: Puppet,
     #[command(flatten)]
     pub(crate) state: StateArgs,
 }
@@ -501,13 +336,6 @@ fn parse_roll_name(text: &str) -> Result<String, String> {
         ),
         t => Ok(t.to_owned()),
     }
-}
-
-/// `pmcheck generate`.
-#[derive(Debug, Args)]
-pub struct GenerateArgs {
-    #[command(subcommand)]
-    pub(crate) what: Generate,
 }
 
 /// What `pmcheck generate` writes.

@@ -176,13 +176,11 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
         Command::OnStart(args) => {
             run_single_threaded(stop::on_start(&args))?.map_err(ChangeError::from)?;
         }
-        Command::StopGuard(args) => {
-            stop::stop_guard(args)?;
-        }
-        Command::Generate(args) => {
+        Command::StopGuard(args) => stop::stop_guard(args)?,
+        Command::Generate { what } => {
             // Made whole first, then written as the other commands write ([`crate::console`]).
             let mut text = Vec::new();
-            match args.what {
+            match what {
                 Generate::Man => manual::man(&mut text)?,
                 Generate::Completions { shell } => {
                     let mut cli = <Cli as clap::CommandFactory>::command();
@@ -225,18 +223,18 @@ fn serve(given: &Given) -> Result<Exit, Error> {
     // Before any thread exists: taking systemd's sockets clears LISTEN_FDS from the environment.
     let listeners = match systemd::listeners()? {
         Some(inherited) => {
-            if !daemon.listen.value.is_empty() {
+            if !daemon.listen.is_empty() {
                 tracing::warn!(
                     "ignoring --listen/PMCHECK_LISTEN: systemd passed the listening sockets (change ListenStream= in pmcheck.socket instead)"
                 );
             }
             inherited
         }
-        None => bind::bind(&daemon.listen.value)?,
+        None => bind::bind(&daemon.listen)?,
     };
     let listeners = server::Listeners {
         http: listeners,
-        agent: bind::bind_each(&daemon.agent_listen.value, "--agent-listen")?,
+        agent: bind::bind_each(&daemon.agent_listen, "--agent-listen")?,
     };
     let notifier = systemd::Notifier::from_env();
     let rt = tokio::runtime::Builder::new_multi_thread()

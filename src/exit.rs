@@ -130,17 +130,11 @@ impl Exit {
     /// convention (3 UNKNOWN), everything else EX_USAGE; help and version are a success.
     pub fn for_usage(error: &clap::Error, args: &[String]) -> Exit {
         use clap::error::ErrorKind;
-        if matches!(
-            error.kind(),
-            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
-        ) {
-            return Exit::Ok;
-        }
         let command = args.iter().skip(1).find(|a| !a.starts_with('-'));
-        if command.map(String::as_str) == Some("check") {
-            Exit::Unknown
-        } else {
-            Exit::Usage
+        match error.kind() {
+            ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => Exit::Ok,
+            _ if command.is_some_and(|c| c == "check") => Exit::Unknown,
+            _ => Exit::Usage,
         }
     }
 }

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory as _};
+use clap::{ArgMatches, CommandFactory as _, FromArgMatches as _};
 use thiserror::Error;
 
-use crate::cli::Cli;
+use crate::cli::{Cli, StateArgs};
 use crate::settings::env_file::EnvFile;
-use crate::settings::{Daemon, Given, Setting, Source};
+use crate::settings::{Daemon, Given, Puppet, Source};
 
 /// A value of the service's environment file that the option it sets refuses.
 #[derive(Debug, Error)]
@@ -50,70 +50,24 @@ impl<'a> Provenance<'a> {
 
     /// The settings given, each with where it came from.
     pub fn given(&self) -> Given {
+        /// clap parsed what its definitions define: a failure here is pmcheck's bug.
+        fn parsed<T>(e: clap::Error) -> T {
+            panic!("pmcheck bug: the settings given: {e}")
+        }
+        let ids: Vec<&str> = (self.command.get_arguments())
+            .map(|arg| arg.get_id().as_str())
+            .collect();
         Given {
-            puppet_conf: self.get("puppet_conf"),
-            certname: self.get("certname"),
-            hostcert: self.get("hostcert"),
-            hostprivkey: self.get("hostprivkey"),
-            localcacert: self.get("localcacert"),
-            hostcrl: self.get("hostcrl"),
-            puppet_addr: self.get("puppet_addr"),
-            status_path: self.must("status_path"),
-            timeout: self.must("timeout"),
-            pause_grace: self.must("pause_grace"),
-            wedged_after: self.must("wedged_after"),
-            puppetserver_confd: self.get("puppetserver_confd"),
-            state_dir: self.must("state_dir"),
-            daemon: self.daemon(),
+            puppet: Puppet::from_arg_matches(self.matches).unwrap_or_else(parsed),
+            state_dir: StateArgs::from_arg_matches(self.matches)
+                .unwrap_or_else(parsed)
+                .state_dir,
+            daemon: (ids.contains(&"interval"))
+                .then(|| Daemon::from_arg_matches(self.matches).unwrap_or_else(parsed)),
+            sources: (ids.iter())
+                .map(|&id| (id.to_owned(), self.source(id)))
+                .collect(),
         }
-    }
-
-    /// The daemon's own settings, when the subcommand takes them (`serve`, `config`).
-    fn daemon(&self) -> Option<Daemon> {
-        let takes = |id: &str| self.command.get_arguments().any(|a| a.get_id() == id);
-        takes("interval").then(|| Daemon {
-            listen: self.many("listen"),
-            agent_listen: self.many("agent_listen"),
-            allow: self.many("allow"),
-            lb_key_file: Setting {
-                value: self
-                    .get("lb_key_file")
-                    .map(|s: Setting<std::path::PathBuf>| s.value),
-                source: self.source("lb_key_file"),
-            },
-            lb_addresses: self.many("lb_address"),
-            interval: self.must("interval"),
-            max_connections: self.must("max_connections"),
-            max_connections_per_source: self.must("max_connections_per_source"),
-            slow_start: self.must("slow_start"),
-            drained_status: self.must("drained_status"),
-            code_environments: self.many("code_environment"),
-        })
-    }
-
-    /// A repeatable option's values (none when nobody gave any) and where they came from.
-    fn many<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Setting<Vec<T>> {
-        let value = match self.matches.try_get_many::<T>(id) {
-            Ok(values) => values.map(|v| v.cloned().collect()).unwrap_or_default(),
-            Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
-        };
-        Setting {
-            value,
-            source: self.source(id),
-        }
-    }
-
-    /// The value of the option `id` and where it came from; `None` when nobody gave it.
-    ///
-    /// An `id` that clap does not define is a bug in pmcheck, not in the input: it panics, and
-    /// the tests that give every option (`config_says_where_every_option_came_from`) catch it.
-    fn get<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Option<Setting<T>> {
-        let value = match self.matches.try_get_one::<T>(id) {
-            Ok(value) => value.cloned()?,
-            Err(e) => panic!("pmcheck bug: the settings read option `{id}`: {e}"),
-        };
-        let source = self.source(id);
-        Some(Setting { value, source })
     }
 
     /// Where the value of option `id` came from.
@@ -126,12 +80,6 @@ impl<'a> Provenance<'a> {
             Some(ValueSource::DefaultValue) | None => Source::Default("built in".into()),
             Some(_) => Source::Flag,
         }
-    }
-
-    /// An option with a default, which therefore always has a value.
-    fn must<T: Clone + Send + Sync + 'static>(&self, id: &str) -> Setting<T> {
-        self.get(id)
-            .unwrap_or_else(|| panic!("pmcheck bug: option `{id}` has no default value"))
     }
 
     /// The environment variable of option `id`, as its definition names it.
@@ -464,13 +412,16 @@ mod tests {
             ])
             .unwrap();
         let given = Provenance::of(&matches).given();
-        let daemon = given.daemon.expect("serve takes the daemon's options");
-        assert_eq!(daemon.interval.value, Duration::from_secs(5));
-        assert_eq!(daemon.interval.source, Source::Flag);
-        assert_eq!(daemon.allow.value[0].to_string(), "10.0.0.0/8");
-        assert_eq!(daemon.listen.value, Vec::<std::net::SocketAddr>::new());
-        assert_eq!(daemon.listen.source, Source::Default("built in".into()));
-        assert_eq!(daemon.max_connections.value, 1024);
+        let daemon = given
+            .daemon
+            .as_ref()
+            .expect("serve takes the daemon's options");
+        assert_eq!(daemon.interval, Duration::from_secs(5));
+        assert_eq!(*given.source("interval"), Source::Flag);
+        assert_eq!(daemon.allow[0].to_string(), "10.0.0.0/8");
+        assert_eq!(daemon.listen, Vec::<std::net::SocketAddr>::new());
+        assert_eq!(*given.source("listen"), Source::Default("built in".into()));
+        assert_eq!(daemon.max_connections, 1024);
         let check = Cli::command()
             .try_get_matches_from(["pmcheck", "check"])
             .unwrap();
@@ -484,13 +435,10 @@ mod tests {
             .try_get_matches_from(["pmcheck", "config"])
             .unwrap();
         let given = Provenance::of(&matches).given();
-        assert_eq!(given.certname, None);
-        assert_eq!(given.timeout.value, Duration::from_millis(1500));
-        assert_eq!(given.timeout.source, Source::Default("built in".into()));
-        assert_eq!(
-            given.state_dir.value,
-            std::path::Path::new("/var/lib/pmcheck")
-        );
+        assert_eq!(given.puppet.certname, None);
+        assert_eq!(given.puppet.timeout, Duration::from_millis(1500));
+        assert_eq!(*given.source("timeout"), Source::Default("built in".into()));
+        assert_eq!(given.state_dir, std::path::Path::new("/var/lib/pmcheck"));
     }
 
     /// `config` with the service's environment file, from an explicit argument list: what the
@@ -506,18 +454,21 @@ mod tests {
             .to_vec();
         let matches = Cli::command().try_get_matches_from(&argv).unwrap();
         let given = Provenance::with_env_file(&argv, &matches, &file).unwrap();
-        let daemon = given.daemon.expect("config takes the daemon's options");
-        assert_eq!(daemon.interval.value, Duration::from_secs(7));
+        let daemon = given
+            .daemon
+            .as_ref()
+            .expect("config takes the daemon's options");
+        assert_eq!(daemon.interval, Duration::from_secs(7));
         assert_eq!(
-            daemon.interval.source,
+            *given.source("interval"),
             Source::EnvFile(Box::new((path.clone(), "PMCHECK_INTERVAL".to_owned())))
         );
         assert_eq!(
-            given.timeout.value,
+            given.puppet.timeout,
             Duration::from_secs(3),
             "the command line wins"
         );
-        assert_eq!(given.timeout.source, Source::Flag);
+        assert_eq!(*given.source("timeout"), Source::Flag);
         let bad = EnvFile::parse(&path, "PMCHECK_INTERVAL=soon\n");
         let e = Provenance::with_env_file(&argv, &matches, &bad)
             .unwrap_err()

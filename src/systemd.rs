@@ -24,15 +24,14 @@ pub fn listeners() -> Result<Option<Vec<std::net::TcpListener>>, SystemdError> {
     if fds.len() == 0 {
         return Ok(None);
     }
-    let mut listeners = Vec::with_capacity(fds.len());
-    for index in 0..fds.len() {
-        let listener = fds
-            .take_tcp_listener(index)
-            .and_then(|l| l.ok_or_else(|| io::Error::other("already taken")))
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
-            .map_err(|source| SystemdError::Listener { index, source })?;
-        listeners.push(listener);
-    }
+    let listeners = (0..fds.len())
+        .map(|index| {
+            (fds.take_tcp_listener(index))
+                .and_then(|l| l.ok_or_else(|| io::Error::other("already taken")))
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| SystemdError::Listener { index, source })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     tracing::info!(
         sockets = listeners.len(),
         "using listening sockets from systemd"

@@ -40,7 +40,7 @@ pub fn check(given: &Given, args: &CheckArgs) -> Exit {
         at: std::time::Instant::now(),
         wall: std::time::SystemTime::now(),
     };
-    let drain = DrainFile::new(&settings.given.state_dir.value).state(now.wall);
+    let drain = DrainFile::new(&settings.given.state_dir).state(now.wall);
     let decision = Decision::decide(&drain, Some(&report), Rejoin::Steady, now, &Rules::ONCE);
     let mut code = match (decision.verdict, &report.outcome) {
         (Verdict::Unknown | Verdict::Starting, _) | (_, ProbeOutcome::CannotTell(_)) => {

@@ -58,9 +58,9 @@ pub fn config(
     // The commands on this host ask the daemon over loopback: an --allow without it shuts
     // out `status`, the waits and `cycle`, which then cannot tell a refusal from a dead daemon.
     if let Some(daemon) = &settings.given.daemon
-        && shuts_out_loopback(&daemon.allow.value)
+        && shuts_out_loopback(&daemon.allow)
     {
-        let allow: Vec<String> = daemon.allow.value.iter().map(ToString::to_string).collect();
+        let allow: Vec<String> = daemon.allow.iter().map(ToString::to_string).collect();
         outln!(
             "warning: --allow (PMCHECK_ALLOW) {} admits neither 127.0.0.1 nor ::1: `pmcheck status`, \
              `drain --wait`, `undrain --wait` and `cycle` on this host will be refused; add \
@@ -141,7 +141,7 @@ fn key_file(daemon: &crate::settings::daemon::Daemon, out: &mut String) -> bool 
 /// files may be absent: their defaults apply).
 fn needed(s: &Settings) -> Vec<Needed> {
     let conf = |name: &str| Some(s.puppetserver_confd.value.join(name));
-    let key_file = (s.given.daemon.as_ref()).and_then(|d| d.lb_key_file.value.clone());
+    let key_file = s.given.daemon.as_ref().and_then(|d| d.lb_key_file.clone());
     let files = [
         ("puppet.conf", s.puppet_conf.value.clone(), true),
         ("hostcert", Some(s.hostcert.value.clone()), true),

@@ -108,7 +108,7 @@ impl PuppetClient {
         format!(
             "{}?{level}timeout={}",
             self.url(path),
-            server_timeout(self.target.settings.given.timeout.value)
+            server_timeout(self.target.settings.given.puppet.timeout)
         )
     }
 
@@ -147,7 +147,7 @@ impl PuppetClient {
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .http1_only()
-            .timeout(self.target.settings.given.timeout.value)
+            .timeout(self.target.settings.given.puppet.timeout)
             // Reuse one connection between probes (Jetty keeps idle connections for 30 s), so
             // Puppet Server is not asked for a full handshake every interval.
             .pool_max_idle_per_host(1)
@@ -224,7 +224,7 @@ impl PuppetClient {
         if e.is_timeout() {
             return ProbeError::Timeout {
                 addr,
-                after: self.target.settings.given.timeout.value,
+                after: self.target.settings.given.puppet.timeout,
             };
         }
         for cause in causes(&e) {

@@ -58,9 +58,9 @@ impl Prober {
     /// A prober for `target`; the TLS client is built at the first probe.
     pub fn new(target: ProbeTarget) -> Self {
         Self {
-            path: target.settings.given.status_path.value.clone(),
-            pauses: PauseWatch::new(target.settings.given.pause_grace.value),
-            wedge: WedgeWatch::new(target.settings.given.wedged_after.value),
+            path: target.settings.given.puppet.status_path.clone(),
+            pauses: PauseWatch::new(target.settings.given.puppet.pause_grace),
+            wedge: WedgeWatch::new(target.settings.given.puppet.wedged_after),
             client: Arc::new(PuppetClient::new(target.clone())),
             target,
             queue_limit_hits: None,
@@ -101,7 +101,7 @@ impl Prober {
         let started = Instant::now();
         // The deadline is kept twice, by this timeout and by the HTTP client's own: either
         // may fire first, and both mean the same.
-        let deadline = self.target.settings.given.timeout.value;
+        let deadline = self.target.settings.given.puppet.timeout;
         let found = match tokio::time::timeout(deadline, self.attempt()).await {
             Ok(Found::Outcome(ProbeOutcome::Unhealthy(ProbeError::Timeout { .. }), _)) | Err(_) => {
                 match self.pauses.goes_on(Instant::now(), true) {
@@ -138,7 +138,7 @@ impl Prober {
             Ok(client) => client,
             Err(cannot) => return Found::Outcome(ProbeOutcome::CannotTell(cannot), None),
         };
-        if self.path != self.target.settings.given.status_path.value {
+        if self.path != self.target.settings.given.puppet.status_path {
             self.on_fallback += 1;
             if self.on_fallback > FALLBACK_PROBES {
                 self.reload_path();
@@ -151,7 +151,7 @@ impl Prober {
                 // for an empty pool), the pool is unreported.
                 Ok(Seen::NotFound)
                     if self.pauses.was_ready()
-                        && self.path == self.target.settings.given.status_path.value =>
+                        && self.path == self.target.settings.given.puppet.status_path =>
                 {
                     return self.unreported();
                 }
@@ -210,9 +210,9 @@ impl Prober {
                     self.wedge.restarted();
                     // Puppet Server is restarting (perhaps upgraded): start from the configured
                     // path again, so a fallback chosen for the old server does not outlive it.
-                    if self.path != self.target.settings.given.status_path.value {
+                    if self.path != self.target.settings.given.puppet.status_path {
                         tracing::info!(
-                            path = %self.target.settings.given.status_path.value,
+                            path = %self.target.settings.given.puppet.status_path,
                             "Puppet Server is not listening; trying the configured status path again once it is back"
                         );
                         self.reload_path();
@@ -247,7 +247,7 @@ impl Prober {
                 let started = SystemTime::UNIX_EPOCH + Duration::from_millis(*start);
                 SystemTime::now()
                     .duration_since(started)
-                    .is_ok_and(|up| up > self.target.settings.given.pause_grace.value)
+                    .is_ok_and(|up| up > self.target.settings.given.puppet.pause_grace)
             };
             if let Some(start) = self.client.jvm_start(client).await.filter(up) {
                 self.pauses.ready(Some(start));
@@ -269,7 +269,7 @@ impl Prober {
 
     fn reload_path(&mut self) {
         self.path
-            .clone_from(&self.target.settings.given.status_path.value);
+            .clone_from(&self.target.settings.given.puppet.status_path);
         self.on_fallback = 0;
     }
 

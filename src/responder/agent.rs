@@ -110,7 +110,7 @@ pub struct Sent {
 
 /// What is kept of what the client sends: a server line's name (two HAProxy names of at most
 /// 128 bytes), the longest key, the spaces and the line end.
-const SENT_KEPT: usize = 2 * 128 + 1 + crate::settings::lb_proof::LONGEST + 2;
+const SENT_KEPT: usize = 2 * 128 + 1 + crate::settings::lb_key::LONGEST + 2;
 /// How long the agent port waits for `agent-send` before it answers: HAProxy sends it as soon
 /// as it connects, so it arrives within a round trip; a load balancer without `agent-send`
 /// waits this long for its line.

@@ -34,8 +34,8 @@ const REQUEST_LIMIT: usize = 8 * 1024;
 /// Settings that cannot be resolved still get an answer: 503 UNKNOWN with the reason, because
 /// under xinetd nobody reads stderr (it is the connection).
 pub async fn answer_one(given: &Given, args: &InetdArgs) -> io::Result<()> {
-    let (probe_deadline, read_timeout) = (given.timeout.value, args.read_timeout);
-    let state_dir = &given.state_dir.value;
+    let (probe_deadline, read_timeout) = (given.puppet.timeout, args.read_timeout);
+    let state_dir = &given.state_dir;
     let target = Settings::resolve(given, &Host::REAL).map(|s| ProbeTarget::of(&s));
     let (publish, latest) = watch::channel(None);
     let puppet = target.as_ref().ok().map(|t| t.addr.clone());

@@ -36,7 +36,7 @@ fn reread(node: &Node, daemon: &Daemon) {
     let kept = proof.answer().is_some_and(|a| a.problem.is_none());
     let warnings = proof.warnings();
     node.set_proof(proof);
-    let Some(path) = &daemon.lb_key_file.value else {
+    let Some(path) = &daemon.lb_key_file else {
         return;
     };
     let path = path.display();

@@ -51,8 +51,8 @@ pub async fn follow(
     let webserver = webserver(&settings);
     // The address looked up at start: a name given is not looked up again at each read.
     let mut given = settings.given.clone();
-    if let Some(addr) = &mut given.puppet_addr {
-        addr.value = settings.puppet_addr.value.to_string();
+    if let Some(addr) = &mut given.puppet.puppet_addr {
+        *addr = settings.puppet_addr.value.to_string();
     }
     let mut said = Said::default();
     // A `--puppet-addr` given never moves: its probes' reports need no reading.

@@ -52,22 +52,22 @@ pub async fn serve(
     ready: impl FnOnce(Progress),
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let interval = daemon.interval.value;
-    let timeout = settings.given.timeout.value;
+    let interval = daemon.interval;
+    let timeout = settings.given.puppet.timeout;
     let (stop, stopped) = watch::channel(());
     let mut tasks = Tasks {
         set: JoinSet::new(),
         stopped: stopped.clone(),
     };
     let (publish, latest) = watch::channel(None);
-    let drain_file = DrainFile::new(&settings.given.state_dir.value);
+    let drain_file = DrainFile::new(&settings.given.state_dir);
     let (watcher, publish_drain, drains) = first_look(&drain_file).await;
     let rules = Rules {
         // A probe lands at least every interval + timeout; allow one missed round.
         stale_after: 2 * (interval + timeout),
-        drained_status: daemon.drained_status.value,
-        slow_start: daemon.slow_start.value,
-        agent_check: !daemon.agent_listen.value.is_empty(),
+        drained_status: daemon.drained.drained_status,
+        slow_start: daemon.slow_start,
+        agent_check: !daemon.agent_listen.is_empty(),
     };
     let (publish_rejoin, rejoin) = watch::channel(Rejoin::Steady);
     log_proof(daemon, &proof);
@@ -110,7 +110,7 @@ pub async fn serve(
         read(&mut tasks, settings, daemon, &node, &prober);
     }
     let tracked = Arc::clone(&node);
-    let state_dir = settings.given.state_dir.value.clone();
+    let state_dir = settings.given.state_dir.clone();
     tasks.spawn(|stop| track_rejoin(tracked, publish_rejoin, state_dir, stop));
     // What the prober's every report goes through: the metrics count it.
     let counted = Arc::clone(&node);
@@ -160,7 +160,7 @@ impl Tasks {
 
 /// Says how load balancers prove their polls, or that nothing can.
 fn log_proof(daemon: &Daemon, proof: &LbProof) {
-    if let Some(file) = &daemon.lb_key_file.value {
+    if let Some(file) = &daemon.lb_key_file {
         // A file that cannot be used was said already, and proves nothing.
         if proof.answer().is_some_and(|a| a.problem.is_some()) {
             return;
@@ -169,8 +169,8 @@ fn log_proof(daemon: &Daemon, proof: &LbProof) {
             lb_key_file = %file.display(),
             "load balancers prove their polls with a key"
         );
-    } else if !daemon.lb_addresses.value.is_empty() {
-        let nets: Vec<_> = (daemon.lb_addresses.value.iter())
+    } else if !daemon.lb_address.is_empty() {
+        let nets: Vec<_> = (daemon.lb_address.iter())
             .map(ToString::to_string)
             .collect();
         tracing::info!(
@@ -194,7 +194,7 @@ fn listen(
 ) -> io::Result<Vec<(String, Arc<Beat>)>> {
     let mut beats = Vec::new();
     let limits = daemon.limits().fit_descriptors();
-    let guard = Arc::new(Guard::new(daemon.allow.value.clone(), limits));
+    let guard = Arc::new(Guard::new(daemon.allow.clone(), limits));
     let kinds = (listeners.http.into_iter().map(|l| (Via::Http, l)))
         .chain(listeners.agent.into_iter().map(|l| (Via::Agent, l)));
     for (kind, listener) in kinds {
@@ -239,7 +239,7 @@ fn read(tasks: &mut Tasks, settings: &Settings, daemon: &Daemon, node: &Node, pr
     tasks.spawn(|stop| reading::refresh(expiry::REFRESH, read_files, expiries, stop));
     let environments = code::Environments {
         environmentpath: settings.environmentpath.value.clone(),
-        names: daemon.code_environments.value.clone(),
+        names: daemon.code_environment.clone(),
     };
     let mut code = code::Reader::new(environments, prober.client());
     let latest = Arc::clone(&node.readings.code);

@@ -5,7 +5,19 @@
 use ipnet::IpNet;
 
 use crate::settings::allow;
-use crate::settings::lb_proof::{LONGEST, PLACEHOLDER, SHORTEST, STRENGTH, WIDEST_V4, WIDEST_V6};
+
+/// The shortest key: 128 bits in hex.
+pub const SHORTEST: usize = 32;
+/// The fewest bits a key must hold, by its length and the alphabet it is written in.
+pub const STRENGTH: f64 = 128.0;
+/// The longest key: HAProxy sends it in one check buffer with everything else.
+pub const LONGEST: usize = 128;
+/// The widest IPv4 network a key is bound to without a warning: a site's load balancer subnet.
+pub const WIDEST_V4: u8 = 24;
+/// The widest IPv6 network a key is bound to without a warning: one subnet.
+pub const WIDEST_V6: u8 = 64;
+/// The packaged HAProxy example's placeholder, which everybody can read.
+pub const PLACEHOLDER: &str = "CHANGE-ME";
 
 /// One line of the key file.
 #[derive(Debug, Clone, PartialEq, Eq)]

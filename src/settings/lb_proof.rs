@@ -32,25 +32,13 @@ use thiserror::Error;
 use crate::safe_file;
 use crate::settings::allow;
 use crate::settings::daemon::Daemon;
-use crate::settings::lb_key::{Key, parse_keys, wide};
+use crate::settings::lb_key::{Key, LONGEST, SHORTEST, WIDEST_V4, WIDEST_V6, parse_keys, wide};
 
 /// The header of HAProxy's HTTP check that carries the key.
 pub const HEADER: &str = "x-pmcheck-key";
-/// The shortest key: 128 bits in hex.
-pub const SHORTEST: usize = 32;
-/// The fewest bits a key must hold, by its length and the alphabet it is written in.
-pub const STRENGTH: f64 = 128.0;
-/// The longest key: HAProxy sends it in one check buffer with everything else.
-pub const LONGEST: usize = 128;
 /// The most lines in the file: a key per load balancer, each beside its next one while it is
 /// rolled out, and a key on a line per address where that is clearer.
 pub const MOST: usize = 16;
-/// The widest IPv4 network a key is bound to without a warning: a site's load balancer subnet.
-pub const WIDEST_V4: u8 = 24;
-/// The widest IPv6 network a key is bound to without a warning: one subnet.
-pub const WIDEST_V6: u8 = 64;
-/// The packaged HAProxy example's placeholder, which everybody can read.
-pub const PLACEHOLDER: &str = "CHANGE-ME";
 
 /// How a poll proved that it comes from a load balancer, or why it did not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -255,8 +243,7 @@ impl LbProof {
     /// cannot be used proves nothing ([`Proof::Unusable`]) and says why, instead of stopping
     /// the daemon.
     pub fn of(daemon: &Daemon) -> (Self, Option<LbKeyError>) {
-        let addresses = daemon.lb_addresses.value.clone();
-        match Self::load(daemon.lb_key_file.value.as_deref(), addresses) {
+        match Self::load(daemon.lb_key_file.as_deref(), daemon.lb_address.clone()) {
             Ok(proof) => (proof, None),
             Err(e) => {
                 let unusable = Self {

@@ -11,34 +11,27 @@ pub mod lb_proof;
 pub mod puppet_conf;
 mod resolve;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use clap::Args;
 use thiserror::Error;
 
 pub use self::daemon::{Daemon, Limits};
+use self::duration::{parse_duration, parse_duration_or_off};
 use self::host::FqdnError;
 use self::puppet_conf::PuppetConfError;
 
-/// The built-in defaults of the settings that puppet.conf does not know, as clap reads them.
-/// They are written here once; clap shows them in `--help` and the man page.
+/// The built-in defaults that other code reads too, or whose choice needs its reason (the rest
+/// are written in [`crate::cli`] alone); clap shows them in `--help` and the man page.
 pub mod defaults {
-    /// The deadline of one probe.
-    pub const TIMEOUT: &str = "1500ms";
     /// Where `drain`, `undrain` and the daemon keep the drain record.
     pub const STATE_DIR: &str = "/var/lib/pmcheck";
     /// The status endpoint (Puppet Server >= 6.14).
     pub const STATUS_PATH: &str = "/status/v1/services/jruby-metrics";
-    /// How often Puppet Server may be probed.
-    pub const INTERVAL: &str = "1s";
-    /// The most connections open at once.
-    pub const MAX_CONNECTIONS: &str = "1024";
-    /// The most connections open at once from one address.
-    pub const MAX_CONNECTIONS_PER_SOURCE: &str = "256";
-    /// How long a node that came back ramps its weight up.
-    pub const SLOW_START: &str = "60s";
     /// How long a paused JRuby pool (locked, or refilling after a flush) is answered OK:
     /// longer than a deploy's lock or a flush's refill (seconds), far shorter than Puppet
     /// Server's `borrow-timeout` (20 minutes), which bounds how long requests wait meanwhile.
@@ -46,8 +39,6 @@ pub mod defaults {
     /// A minute with nothing but failed borrows is no load spike (borrows then still succeed):
     /// ten times what HAProxy's `fall 3 inter 2s` takes to put a failing server out.
     pub const WEDGED_AFTER: &str = "60s";
-    /// The environment whose deploy record is shown.
-    pub const CODE_ENVIRONMENT: &str = "production";
     /// At most this many environments are read (`--code-environment`): each is a label value
     /// of the metrics, and a scrape stays small.
     pub const MAX_CODE_ENVIRONMENTS: usize = 16;
@@ -93,14 +84,13 @@ pub enum SettingsError {
     },
     /// `--code-environment` names more environments than a scrape carries.
     #[error(
-        "--code-environment ({source_}): {count} environments; at most {max}: name the ones \
-         agents use"
+        "--code-environment ({source_}): {count} environments; at most {}: name the ones \
+         agents use",
+        defaults::MAX_CODE_ENVIRONMENTS
     )]
     CodeEnvironments {
         /// How many were named.
         count: usize,
-        /// The most allowed.
-        max: usize,
         /// Where they came from.
         source_: Source,
     },
@@ -190,40 +180,91 @@ impl<T> Setting<T> {
             source: Source::Default(how),
         }
     }
+
+    /// The same source's value, made `U` by `f`.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> Setting<U> {
+        Setting {
+            value: f(self.value),
+            source: self.source,
+        }
+    }
 }
 
-/// What the operator gave, on the command line or in the environment. Settings that
-/// puppet.conf or the host can supply are optional; the others always carry clap's default.
+/// What the operator gave, on the command line or in the environment, and where each value
+/// came from. Settings that puppet.conf or the host can supply are optional; the others always
+/// carry clap's default.
 #[derive(Debug, Clone)]
 pub struct Given {
-    /// `--puppet-conf`.
-    pub puppet_conf: Option<Setting<PathBuf>>,
-    /// `--certname`.
-    pub certname: Option<Setting<String>>,
-    /// `--hostcert`.
-    pub hostcert: Option<Setting<PathBuf>>,
-    /// `--hostprivkey`.
-    pub hostprivkey: Option<Setting<PathBuf>>,
-    /// `--localcacert`.
-    pub localcacert: Option<Setting<PathBuf>>,
-    /// `--hostcrl`.
-    pub hostcrl: Option<Setting<PathBuf>>,
-    /// `--puppet-addr`, resolved here (a name is looked up once, at start).
-    pub puppet_addr: Option<Setting<String>>,
-    /// `--status-path`.
-    pub status_path: Setting<String>,
-    /// `--timeout`.
-    pub timeout: Setting<Duration>,
-    /// `--pause-grace`.
-    pub pause_grace: Setting<Duration>,
-    /// `--wedged-after`.
-    pub wedged_after: Setting<Duration>,
-    /// `--puppetserver-confd`.
-    pub puppetserver_confd: Option<Setting<PathBuf>>,
+    /// How to find and reach Puppet Server.
+    pub puppet: Puppet,
     /// `--state-dir`.
-    pub state_dir: Setting<PathBuf>,
+    pub state_dir: PathBuf,
     /// The daemon's own settings, for `serve` and `config`.
     pub daemon: Option<Daemon>,
+    /// Where each value came from, by the option's id.
+    pub sources: HashMap<String, Source>,
+}
+
+impl Given {
+    /// Where the value of the option `id` came from.
+    pub fn source(&self, id: &str) -> &Source {
+        (self.sources.get(id))
+            .unwrap_or_else(|| panic!("pmcheck bug: no source of the option `{id}`"))
+    }
+
+    /// `pmcheck config`'s row of the option `name` (its long name), showing `value`.
+    fn row(&self, name: &'static str, value: String) -> Row<'_> {
+        (name, value, self.source(&name.replace('-', "_")))
+    }
+
+    /// The value of the option `id` with where it came from, when it was given.
+    fn setting<T: Clone>(&self, id: &str, value: &Option<T>) -> Option<Setting<T>> {
+        Some(Setting {
+            value: value.clone()?,
+            source: self.source(id).clone(),
+        })
+    }
+}
+
+/// How to find and reach the local Puppet Server. Unset values come from puppet.conf.
+#[derive(Debug, Clone, Args)]
+pub struct Puppet {
+    /// puppet.conf to read [default: first existing of /etc/puppetlabs/puppet/puppet.conf, /etc/puppet/puppet.conf]
+    #[arg(long, env = "PMCHECK_PUPPET_CONF", value_name = "PATH")]
+    pub(crate) puppet_conf: Option<PathBuf>,
+    /// The certname: the TLS name verified, sent as SNI and as Host [default: from puppet.conf, else the FQDN]
+    #[arg(long, env = "PMCHECK_CERTNAME", value_name = "NAME", value_parser = parse_certname)]
+    pub(crate) certname: Option<String>,
+    /// Client certificate [default: puppet.conf hostcert]
+    #[arg(long, env = "PMCHECK_HOSTCERT", value_name = "PATH")]
+    pub(crate) hostcert: Option<PathBuf>,
+    /// Client private key (PKCS#1, SEC1 or PKCS#8 PEM) [default: puppet.conf hostprivkey]
+    #[arg(long, env = "PMCHECK_HOSTPRIVKEY", value_name = "PATH")]
+    pub(crate) hostprivkey: Option<PathBuf>,
+    /// CA certificate(s) that must have signed Puppet Server's certificate [default: puppet.conf localcacert]
+    #[arg(long, env = "PMCHECK_LOCALCACERT", value_name = "PATH")]
+    pub(crate) localcacert: Option<PathBuf>,
+    /// The CRL whose nextUpdate is watched (check, /metrics) [default: ssl-crl-path of Puppet Server's webserver.conf, else puppet.conf hostcrl]
+    #[arg(long, env = "PMCHECK_HOSTCRL", value_name = "PATH")]
+    pub(crate) hostcrl: Option<PathBuf>,
+    /// Where to connect [default: ssl-host:ssl-port of Puppet Server's webserver.conf (127.0.0.1 for a wildcard host), else 127.0.0.1:<serverport from puppet.conf, else 8140>]
+    #[arg(long, env = "PMCHECK_PUPPET_ADDR", value_name = "HOST:PORT")]
+    pub(crate) puppet_addr: Option<String>,
+    /// Status endpoint; the status service's 404 moves on to pe-jruby-metrics, /status/v1/simple/server, then /status/v1/simple/master
+    #[arg(long, env = "PMCHECK_STATUS_PATH", value_name = "PATH", default_value = defaults::STATUS_PATH, value_parser = parse_status_path)]
+    pub(crate) status_path: String,
+    /// Deadline of one probe; Puppet Server gets a ?timeout=N below it
+    #[arg(long, env = "PMCHECK_TIMEOUT", value_name = "DURATION", value_parser = parse_duration, default_value = "1500ms")]
+    pub(crate) timeout: Duration,
+    /// How long a JRuby pool that was ready since Puppet Server started may be locked or refilling (a code deploy, a pool flush) and still answer OK at the floor weight; 0s answers NOTREADY at once
+    #[arg(long, env = "PMCHECK_PAUSE_GRACE", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::PAUSE_GRACE)]
+    pub(crate) pause_grace: Duration,
+    /// How long a JRuby pool with none free may go without one successful borrow while borrows time out or are refused, before it is out (NOTREADY) until a borrow succeeds; 0s never puts a busy pool out
+    #[arg(long, env = "PMCHECK_WEDGED_AFTER", value_name = "DURATION", value_parser = parse_duration_or_off, default_value = defaults::WEDGED_AFTER)]
+    pub(crate) wedged_after: Duration,
+    /// Puppet Server's conf.d, for webserver.conf (where it listens) and puppetserver.conf (jruby-puppet.multithreaded) [default: /etc/puppetlabs/puppetserver/conf.d, or /etc/puppet/puppetserver/conf.d with Debian's layout]
+    #[arg(long, env = "PMCHECK_PUPPETSERVER_CONFD", value_name = "DIR")]
+    pub(crate) puppetserver_confd: Option<PathBuf>,
 }
 
 /// pmcheck's resolved settings, each with where it came from.
@@ -285,22 +326,22 @@ impl fmt::Display for Settings {
             row("hostcrl", &self.hostcrl, path),
             row("environmentpath", &self.environmentpath, String::clone),
             row("puppet-addr", &self.puppet_addr, ToString::to_string),
-            row("status-path", &given.status_path, String::clone),
-            row("timeout", &given.timeout, duration),
-            row("pause-grace", &given.pause_grace, duration),
-            row("wedged-after", &given.wedged_after, duration),
+            given.row("status-path", given.puppet.status_path.clone()),
+            given.row("timeout", duration(&given.puppet.timeout)),
+            given.row("pause-grace", duration(&given.puppet.pause_grace)),
+            given.row("wedged-after", duration(&given.puppet.wedged_after)),
             row("puppetserver-confd", &self.puppetserver_confd, path),
             row("multithreaded", &self.multithreaded, ToString::to_string),
-            row("state-dir", &given.state_dir, path),
+            given.row("state-dir", path(&given.state_dir)),
         ];
         if let Some(daemon) = &given.daemon {
-            rows.extend(daemon.rows());
+            rows.extend(daemon.rows(given));
         }
         let width = rows.iter().map(|(_, v, _)| v.len()).max().unwrap_or(0);
         for (name, value, source) in rows {
             writeln!(f, "{name:<26} {value:<width$}  ({source})")?;
         }
-        if let Some(warning) = state_dir_warning(&given.state_dir.value) {
+        if let Some(warning) = state_dir_warning(&given.state_dir) {
             writeln!(f, "warning: {warning}")?;
         }
         Ok(())
@@ -362,38 +403,17 @@ mod tests {
         ..HOST
     };
 
-    fn flag<T>(value: T) -> Option<Setting<T>> {
-        Some(Setting {
-            value,
-            source: Source::Flag,
-        })
+    /// What `pmcheck check ARGS` gives, nothing from the environment.
+    fn given(args: &[&str]) -> Given {
+        use clap::CommandFactory as _;
+        let argv = ["pmcheck", "check"].iter().chain(args);
+        let matches = crate::cli::Cli::command().get_matches_from(argv);
+        crate::provenance::Provenance::of(&matches).given()
     }
 
-    fn default<T>(value: T) -> Setting<T> {
-        Setting {
-            value,
-            source: Source::Default("built in".into()),
-        }
-    }
-
-    /// Nothing given: clap's defaults only.
-    fn nothing() -> Given {
-        Given {
-            puppet_conf: None,
-            certname: None,
-            hostcert: None,
-            hostprivkey: None,
-            localcacert: None,
-            hostcrl: None,
-            puppet_addr: None,
-            status_path: default(defaults::STATUS_PATH.into()),
-            timeout: default(Duration::from_millis(1500)),
-            pause_grace: default(Duration::from_secs(60)),
-            wedged_after: default(Duration::from_secs(60)),
-            puppetserver_confd: None,
-            state_dir: default(defaults::STATE_DIR.into()),
-            daemon: None,
-        }
+    /// A path as an argument.
+    fn arg(path: &Path) -> &str {
+        path.to_str().unwrap()
     }
 
     #[test]
@@ -405,11 +425,12 @@ mod tests {
             "[main]\nssldir = /ssl\n[server]\nserverport = 8141\n",
         )
         .unwrap();
-        let given = Given {
-            puppet_conf: flag(conf.clone()),
-            certname: flag("puppet01.example.com".into()),
-            ..nothing()
-        };
+        let given = given(&[
+            "--puppet-conf",
+            arg(&conf),
+            "--certname",
+            "puppet01.example.com",
+        ]);
         let s = Settings::resolve(&given, &HOST).unwrap();
         assert_eq!(
             s.hostcert.value,
@@ -428,10 +449,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("puppet.conf");
         std::fs::write(&conf, "[server]\nserverport = 8141\n").unwrap();
-        let given = Given {
-            puppet_conf: flag(conf),
-            ..nothing()
-        };
+        let given = given(&["--puppet-conf", arg(&conf)]);
         let with_web = Host {
             confd_file: &|path| {
                 (path == Path::new("/etc/puppet/puppetserver/conf.d/webserver.conf"))
@@ -459,10 +477,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("puppet.conf");
         std::fs::write(&conf, "[main]\nssldir = /ssl\n").unwrap();
-        let given = Given {
-            puppet_conf: flag(conf),
-            ..nothing()
-        };
+        let given = given(&["--puppet-conf", arg(&conf)]);
         let s = Settings::resolve(&given, &HOST).unwrap();
         assert_eq!(s.hostcrl.value, Path::new("/ssl/crl.pem"));
         let with_crl = Host {
@@ -481,10 +496,8 @@ mod tests {
             "{:?}",
             s.hostcrl.source
         );
-        let flagged = Given {
-            hostcrl: flag("/mine/crl.pem".into()),
-            ..given
-        };
+        let flagged =
+            super::tests::given(&["--puppet-conf", arg(&conf), "--hostcrl", "/mine/crl.pem"]);
         let s = Settings::resolve(&flagged, &with_crl).unwrap();
         assert_eq!(s.hostcrl.value, Path::new("/mine/crl.pem"));
     }
@@ -496,10 +509,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("puppet.conf");
         std::fs::write(&conf, "[main]\ncodedir = /code\n").unwrap();
-        let given = Given {
-            puppet_conf: flag(conf.clone()),
-            ..nothing()
-        };
+        let given = given(&["--puppet-conf", arg(&conf)]);
         let s = Settings::resolve(&given, &HOST).unwrap();
         assert_eq!(s.environmentpath.value, "/code/environments");
         std::fs::write(&conf, "[server]\nenvironmentpath = /a:$codedir/b\n").unwrap();
@@ -525,10 +535,7 @@ mod tests {
 
     #[test]
     fn puppetserver_conf_says_whether_the_jruby_is_multithreaded() {
-        let given = Given {
-            puppetserver_confd: flag("/srv/confd".into()),
-            ..nothing()
-        };
+        let given = given(&["--puppetserver-confd", "/srv/confd"]);
         let host = |text: &'static str| -> Host {
             let file: &'static dyn Fn(&Path) -> Option<String> =
                 Box::leak(Box::new(move |path: &Path| {
@@ -583,10 +590,7 @@ mod tests {
     #[test]
     fn a_missing_puppet_conf_is_named() {
         let dir = tempfile::tempdir().unwrap();
-        let given = Given {
-            puppet_conf: flag(dir.path().join("missing.conf")),
-            ..nothing()
-        };
+        let given = given(&["--puppet-conf", arg(&dir.path().join("missing.conf"))]);
         let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
         assert!(
             text.starts_with("--puppet-conf") && text.contains("missing.conf"),
@@ -599,10 +603,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("puppet.conf");
         std::fs::write(&conf, "[main]\nserverport = eighty\n").unwrap();
-        let given = Given {
-            puppet_conf: flag(conf.clone()),
-            ..nothing()
-        };
+        let given = given(&["--puppet-conf", arg(&conf)]);
         let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
         assert!(text.contains("serverport = eighty"), "{text}");
         assert!(text.contains(&conf.display().to_string()), "{text}");
@@ -613,11 +614,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("puppet.conf");
         std::fs::write(&conf, "").unwrap();
-        let given = Given {
-            puppet_conf: flag(conf),
-            puppet_addr: flag("nowhere".into()),
-            ..nothing()
-        };
+        let given = given(&["--puppet-conf", arg(&conf), "--puppet-addr", "nowhere"]);
         let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
         assert!(text.starts_with("--puppet-addr nowhere"), "{text}");
     }
@@ -627,10 +624,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conf = dir.path().join("puppet.conf");
         std::fs::write(&conf, "[main]\ncertname = bad name\n").unwrap();
-        let given = Given {
-            puppet_conf: flag(conf),
-            ..nothing()
-        };
+        let given = given(&["--puppet-conf", arg(&conf)]);
         let text = Settings::resolve(&given, &HOST).unwrap_err().to_string();
         assert!(text.starts_with("certname = bad name ("), "{text}");
         assert!(parse_certname("bad name").is_err());

@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::settings::host::FqdnError;
 
-use super::Source;
+use super::{Setting, Source};
 
 /// puppet.conf locations, in the order they are tried: AIO packages, then Debian's.
 pub const CANDIDATES: [&str; 2] = [
@@ -223,9 +223,10 @@ impl<'a> Resolver<'a> {
         self.overrides.insert(name, (value, source));
     }
 
-    /// The fully interpolated value of `name` and where its raw value came from.
-    pub fn resolve(&self, name: &str) -> Result<(String, Source), PuppetConfError> {
-        self.resolve_depth(name, 0)
+    /// The fully interpolated value of `name`, from where its raw value came from.
+    pub fn resolve(&self, name: &str) -> Result<Setting<String>, PuppetConfError> {
+        let (value, source) = self.resolve_depth(name, 0)?;
+        Ok(Setting { value, source })
     }
 
     fn resolve_depth(&self, name: &str, depth: usize) -> Result<(String, Source), PuppetConfError> {
@@ -404,21 +405,21 @@ mod tests {
         let c = conf("/etc/puppet/puppet.conf", "[main]\n");
         assert_eq!(c.layout(&nothing_installed), Layout::Debian);
         let r = Resolver::new(&c, Layout::Debian, &no_fqdn);
-        assert_eq!(r.resolve("ssldir").unwrap().0, "/var/lib/puppet/ssl");
-        assert_eq!(r.resolve("vardir").unwrap().0, "/var/cache/puppet");
+        assert_eq!(r.resolve("ssldir").unwrap().value, "/var/lib/puppet/ssl");
+        assert_eq!(r.resolve("vardir").unwrap().value, "/var/cache/puppet");
         assert_eq!(
-            r.resolve("hostcert").unwrap().0,
+            r.resolve("hostcert").unwrap().value,
             "/var/lib/puppet/ssl/certs/node1.example.com.pem"
         );
         assert_eq!(
-            r.resolve("hostprivkey").unwrap().0,
+            r.resolve("hostprivkey").unwrap().value,
             "/var/lib/puppet/ssl/private_keys/node1.example.com.pem"
         );
         assert_eq!(
-            r.resolve("localcacert").unwrap().0,
+            r.resolve("localcacert").unwrap().value,
             "/var/lib/puppet/ssl/certs/ca.pem"
         );
-        assert_eq!(r.resolve("serverport").unwrap().0, "8140");
+        assert_eq!(r.resolve("serverport").unwrap().value, "8140");
     }
 
     #[test]
@@ -426,12 +427,15 @@ mod tests {
         let c = conf("/etc/puppetlabs/puppet/puppet.conf", "");
         assert_eq!(c.layout(&nothing_installed), Layout::Aio);
         let r = Resolver::new(&c, Layout::Aio, &no_fqdn);
-        assert_eq!(r.resolve("ssldir").unwrap().0, "/etc/puppetlabs/puppet/ssl");
         assert_eq!(
-            r.resolve("localcacert").unwrap().0,
+            r.resolve("ssldir").unwrap().value,
+            "/etc/puppetlabs/puppet/ssl"
+        );
+        assert_eq!(
+            r.resolve("localcacert").unwrap().value,
             "/etc/puppetlabs/puppet/ssl/certs/ca.pem"
         );
-        let (_, source) = r.resolve("certname").unwrap();
+        let source = r.resolve("certname").unwrap().source;
         assert!(matches!(source, Source::Default(_)));
     }
 
@@ -450,7 +454,7 @@ mod tests {
         );
         for layout in [Layout::Debian, Layout::Aio] {
             let r = Resolver::new(&c, layout, &no_fqdn);
-            let confdir = r.resolve("confdir").unwrap().0;
+            let confdir = r.resolve("confdir").unwrap().value;
             let want = match layout {
                 Layout::Debian => "/etc/puppet",
                 Layout::Aio => "/etc/puppetlabs/puppet",
@@ -461,7 +465,7 @@ mod tests {
             );
         }
         let r = Resolver::new(&c, Layout::Aio, &no_fqdn);
-        let (_, source) = r.resolve("hostcert").unwrap();
+        let source = r.resolve("hostcert").unwrap().source;
         assert_eq!(
             source,
             Source::Default("$certdir/$certname.pem".into()),
@@ -477,16 +481,16 @@ mod tests {
         );
         let mut r = Resolver::new(&c, Layout::Aio, &no_fqdn);
         assert_eq!(
-            r.resolve("hostcert").unwrap().0,
+            r.resolve("hostcert").unwrap().value,
             "/v/ssl/certs/x-fromfile.pem"
         );
         assert_eq!(
-            r.resolve("serverport").unwrap().0,
+            r.resolve("serverport").unwrap().value,
             "8141",
             "masterport is an alias"
         );
         r.set("certname", "cli".into(), Source::Flag);
-        let (value, source) = r.resolve("hostcert").unwrap();
+        let Setting { value, source } = r.resolve("hostcert").unwrap();
         assert_eq!(value, "/v/ssl/certs/x-cli.pem");
         assert_eq!(
             source,

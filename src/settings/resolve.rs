@@ -5,7 +5,6 @@
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 
-use crate::settings::daemon::Daemon;
 use crate::settings::host::Webserver;
 use crate::settings::puppet_conf::{CANDIDATES, PuppetConf, Resolver};
 use crate::settings::{
@@ -19,41 +18,32 @@ impl Settings {
         // Given, else puppet.conf, else Puppet's default: the resolver holds all three.
         let layout = conf.layout(host.exists);
         let mut resolver = Resolver::new(&conf, layout, host.fqdn);
-        if let Some(Setting { value, source }) = &given.certname {
-            resolver.set("certname", value.clone(), source.clone());
-        }
-        let paths = [
-            ("hostcert", &given.hostcert),
-            ("hostprivkey", &given.hostprivkey),
-            ("localcacert", &given.localcacert),
-            ("hostcrl", &given.hostcrl),
+        let puppet = &given.puppet;
+        let shown = |path: &Option<PathBuf>| path.as_ref().map(|p| p.display().to_string());
+        let named = [
+            ("certname", puppet.certname.clone()),
+            ("hostcert", shown(&puppet.hostcert)),
+            ("hostprivkey", shown(&puppet.hostprivkey)),
+            ("localcacert", shown(&puppet.localcacert)),
+            ("hostcrl", shown(&puppet.hostcrl)),
         ];
-        for (name, setting) in paths {
-            if let Some(Setting { value, source }) = setting {
-                resolver.set(name, value.display().to_string(), source.clone());
+        for (name, value) in named {
+            if let Some(value) = value {
+                resolver.set(name, value, given.source(name).clone());
             }
         }
-        let string = |name: &str| -> Result<Setting<String>, SettingsError> {
-            let (value, source) = resolver.resolve(name)?;
-            Ok(Setting { value, source })
-        };
-        let path = |name: &str| -> Result<Setting<PathBuf>, SettingsError> {
-            let (value, source) = resolver.resolve(name)?;
-            Ok(Setting {
-                value: value.into(),
-                source,
-            })
-        };
+        let path = |name: &str| resolver.resolve(name).map(|s| s.map(PathBuf::from));
         let mut given = given.clone();
-        unique_code_environments(given.daemon.as_mut())?;
-        let certname = string("certname")?;
+        unique_code_environments(&mut given)?;
+        let certname = resolver.resolve("certname")?;
         if parse_certname(&certname.value).is_err() {
             return Err(SettingsError::Certname {
                 value: certname.value,
                 source_: certname.source,
             });
         }
-        let puppetserver_confd = given.puppetserver_confd.clone().unwrap_or_else(|| {
+        let confd = given.setting("puppetserver_confd", &puppet.puppetserver_confd);
+        let puppetserver_confd = confd.unwrap_or_else(|| {
             let how = format!("Puppet Server's conf.d of the {layout}");
             Setting::by_default(layout.puppetserver_confd().into(), how)
         });
@@ -69,17 +59,17 @@ impl Settings {
                 crl_path: Some(crl),
                 path: web,
                 ..
-            }) if given.hostcrl.is_none() => {
+            }) if puppet.hostcrl.is_none() => {
                 Setting::by_default(crl.clone(), format!("ssl-crl-path in {}", web.display()))
             }
             _ => path("hostcrl")?,
         };
-        let puppet_addr = match &given.puppet_addr {
-            Some(Setting { value, source }) => Setting {
+        let puppet_addr = match &puppet.puppet_addr {
+            Some(value) => Setting {
                 value: parse_addr(value)?,
-                source: source.clone(),
+                source: given.source("puppet_addr").clone(),
             },
-            None => default_puppet_addr(webserver, &string("serverport")?)?,
+            None => default_puppet_addr(webserver, &resolver.resolve("serverport")?)?,
         };
         let multithreaded =
             multithreaded(&puppetserver_confd.value, confd_file("puppetserver.conf"))?;
@@ -91,7 +81,7 @@ impl Settings {
             hostcrl,
             // Shown, never needed to answer a poll: one that cannot be resolved shows no
             // environment, and `pmcheck config` says why.
-            environmentpath: string("environmentpath").unwrap_or_else(|e| {
+            environmentpath: resolver.resolve("environmentpath").unwrap_or_else(|e| {
                 Setting::by_default(String::new(), format!("cannot be resolved: {e}"))
             }),
             puppet_conf,
@@ -110,36 +100,28 @@ fn load_puppet_conf(
     given: &Given,
     host: &Host,
 ) -> Result<(PuppetConf, Setting<Option<PathBuf>>), SettingsError> {
-    let setting = match &given.puppet_conf {
-        Some(Setting {
-            value: path,
-            source,
-        }) => {
-            std::fs::metadata(path).map_err(|source| SettingsError::PuppetConfMissing {
-                path: path.clone(),
+    let setting = match given.setting("puppet_conf", &given.puppet.puppet_conf) {
+        Some(given) => {
+            std::fs::metadata(&given.value).map_err(|source| SettingsError::PuppetConfMissing {
+                path: given.value.clone(),
                 source,
             })?;
-            Setting {
-                value: Some(path.clone()),
-                source: source.clone(),
-            }
+            given.map(Some)
         }
-        None => match CANDIDATES
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| (host.exists)(p))
-        {
-            Some(path) => Setting::by_default(
-                Some(path),
-                "first existing of the AIO and Debian locations".into(),
-            ),
-            None => Setting::by_default(
-                None,
-                "neither /etc/puppetlabs/puppet/puppet.conf nor /etc/puppet/puppet.conf \
-                 exists; Puppet's defaults apply"
-                    .into(),
-            ),
-        },
+        None => {
+            let found = CANDIDATES
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| (host.exists)(p));
+            let how = match found {
+                Some(_) => "first existing of the AIO and Debian locations",
+                None => {
+                    "neither /etc/puppetlabs/puppet/puppet.conf nor /etc/puppet/puppet.conf \
+                     exists; Puppet's defaults apply"
+                }
+            };
+            Setting::by_default(found, how.into())
+        }
     };
     let conf = match &setting.value {
         Some(path) => PuppetConf::load(path)?,
@@ -149,17 +131,17 @@ fn load_puppet_conf(
 }
 
 /// The daemon's settings, when given: each `--code-environment` once, and not too many.
-fn unique_code_environments(daemon: Option<&mut Daemon>) -> Result<(), SettingsError> {
-    if let Some(envs) = daemon.map(|d| &mut d.code_environments) {
-        let mut seen = std::collections::HashSet::new();
-        envs.value.retain(|name| seen.insert(name.clone()));
-        if envs.value.len() > defaults::MAX_CODE_ENVIRONMENTS {
-            return Err(SettingsError::CodeEnvironments {
-                count: envs.value.len(),
-                max: defaults::MAX_CODE_ENVIRONMENTS,
-                source_: envs.source.clone(),
-            });
-        }
+fn unique_code_environments(given: &mut Given) -> Result<(), SettingsError> {
+    let Some(envs) = given.daemon.as_mut().map(|d| &mut d.code_environment) else {
+        return Ok(());
+    };
+    let mut seen = std::collections::HashSet::new();
+    envs.retain(|name| seen.insert(name.clone()));
+    if envs.len() > defaults::MAX_CODE_ENVIRONMENTS {
+        return Err(SettingsError::CodeEnvironments {
+            count: envs.len(),
+            source_: given.source("code_environment").clone(),
+        });
     }
     Ok(())
 }
@@ -177,20 +159,16 @@ fn multithreaded(
         );
         return Ok(Setting::by_default(false, how));
     };
-    Ok(match crate::settings::host::multithreaded(&text) {
-        Ok(Some(value)) => Setting::by_default(
-            value,
-            format!("jruby-puppet.multithreaded in {}", path.display()),
-        ),
-        Ok(None) => Setting::by_default(
+    let shown = path.display();
+    let (value, how) = match crate::settings::host::multithreaded(&text) {
+        Ok(Some(value)) => (value, format!("jruby-puppet.multithreaded in {shown}")),
+        Ok(None) => (
             false,
-            format!(
-                "Puppet Server's; {} does not set jruby-puppet.multithreaded",
-                path.display()
-            ),
+            format!("Puppet Server's; {shown} does not set jruby-puppet.multithreaded"),
         ),
         Err((line, value)) => return Err(SettingsError::Multithreaded { path, line, value }),
-    })
+    };
+    Ok(Setting::by_default(value, how))
 }
 
 /// Where Puppet Server listens: webserver.conf's ssl-port (and its ssl-host, unless that is a
