@@ -147,6 +147,10 @@ impl DrainFile {
     }
 
     fn read_state(&self, now: SystemTime) -> Look {
+        let unknown = |stamp, why| Look {
+            stamp,
+            state: DrainState::Unknown(why),
+        };
         let meta = match fs::symlink_metadata(&self.path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -154,27 +158,17 @@ impl DrainFile {
                     .map_or_else(DrainState::Unknown, |()| DrainState::NotDrained);
                 return Look { stamp: None, state };
             }
-            Err(e) => return self.unknown(self.read_error(e)),
+            Err(e) => return unknown(None, self.read_error(e)),
         };
         if let Err(why) = self.refuse(&meta) {
-            return Look {
-                stamp: Some(FileStamp::from_metadata(&meta)),
-                state: DrainState::Unknown(why),
-            };
+            return unknown(Some(FileStamp::from_metadata(&meta)), why);
         }
         match self.read() {
             Ok((stamp, bytes)) => Look {
                 stamp: Some(stamp),
                 state: DrainState::of(Drain::parse(&bytes), now),
             },
-            Err(why) => self.unknown(why),
-        }
-    }
-
-    fn unknown(&self, why: Unreadable) -> Look {
-        Look {
-            stamp: None,
-            state: DrainState::Unknown(why),
+            Err(why) => unknown(None, why),
         }
     }
 
