@@ -45,18 +45,12 @@ pub fn read_state(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 
 fn read_linked(path: &Path, limit: u64, links: Links) -> io::Result<Vec<u8>> {
     let examined = Examined::at(path, links)?;
-    if let Some(kind) = not_regular(&examined.meta) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("it is {kind}, not a regular file"),
-        ));
-    }
-    if examined.meta.len() > limit {
+    // What is not a regular file, `open` refuses whatever its size.
+    if examined.meta.is_file() && examined.meta.len() > limit {
         return Err(too_large(examined.meta.len(), limit));
     }
     let mut file = examined.open(path, Access::Read)?;
-    let meta = file.metadata()?;
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    let mut bytes = Vec::with_capacity(usize::try_from(examined.meta.len()).unwrap_or(0));
     (&mut file).take(limit + 1).read_to_end(&mut bytes)?;
     // It grew while read.
     if bytes.len() as u64 > limit {
@@ -99,9 +93,13 @@ pub struct Examined {
 impl Examined {
     /// Looks at `path`; with [`Links::Refuse`] a link there is `ELOOP`, as `O_NOFOLLOW` has it.
     pub fn at(path: &Path, links: Links) -> io::Result<Self> {
+        let nofollow = match links {
+            Links::Follow => OFlag::empty(),
+            Links::Refuse => OFlag::O_NOFOLLOW,
+        };
         let handle = OpenOptions::new()
             .read(true)
-            .custom_flags((OFlag::O_PATH | OFlag::O_CLOEXEC | nofollow(links)).bits())
+            .custom_flags((OFlag::O_PATH | OFlag::O_CLOEXEC | nofollow).bits())
             .open(path)?;
         let meta = handle.metadata()?;
         if meta.file_type().is_symlink() {
@@ -173,26 +171,18 @@ fn options(access: Access, more: OFlag) -> OpenOptions {
     options
 }
 
-fn nofollow(links: Links) -> OFlag {
-    match links {
-        Links::Follow => OFlag::empty(),
-        Links::Refuse => OFlag::O_NOFOLLOW,
-    }
-}
-
 /// Opens `path`, a file of the state directory `dir` that root's commands and the daemon both
 /// open (the lock, the event log), for `access`: without following a link at it or opening
 /// anything but a regular file (what else stands there is `refused` by what it is). A missing
 /// file is made first ([`create_shared`]); one of this user's gets `mode` and the directory's
-/// group back, whoever made it. Only the owner (or root) may change its group: when
-/// `regroup_or_fail` is false that is best effort, and the other side still opens it through
-/// the group when it made the file.
+/// group back, whoever made it. Only the owner (or root) may change its group: the lock's
+/// ([`Access::ReadWrite`]) must change; the log's ([`Access::Append`]) is best effort, and the
+/// other side still opens it through the group when it made the file.
 pub(crate) fn open_shared(
     dir: &Path,
     path: &Path,
     access: Access,
     mode: u32,
-    regroup_or_fail: bool,
     refused: impl Fn(&'static str) -> io::Error,
 ) -> io::Result<File> {
     let open = || {
@@ -213,7 +203,7 @@ pub(crate) fn open_shared(
     let dir_gid = std::fs::metadata(dir)?.gid();
     if mine && meta.gid() != dir_gid {
         let regrouped = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
-        if regroup_or_fail {
+        if access == Access::ReadWrite {
             regrouped?;
         }
     }

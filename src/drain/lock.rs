@@ -134,7 +134,7 @@ fn open(dir: &Path, path: &Path) -> io::Result<File> {
         )),
         kind => not_regular(kind),
     };
-    match open_shared(dir, path, Access::ReadWrite, MODE, true, refused) {
+    match open_shared(dir, path, Access::ReadWrite, MODE, refused) {
         Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
             Err(not_regular("a symbolic link"))
         }

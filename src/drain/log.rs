@@ -270,7 +270,7 @@ impl DrainLog {
         // Mode 0660 with the state directory's group: whoever creates it, the other side
         // can still append.
         let refused = |_| io::Error::other("not a regular file: remove it");
-        let opened = open_shared(&self.dir, &self.path, Access::Append, MODE, false, refused);
+        let opened = open_shared(&self.dir, &self.path, Access::Append, MODE, refused);
         let mut file = opened.map_err(fail)?;
         let start = file.metadata().map_err(fail)?.len();
         write_whole(&mut file, start, &line).map_err(fail)?;
