@@ -82,18 +82,16 @@ fn owners(dir: &Path) -> String {
     let Ok(meta) = fs::metadata(dir) else {
         return String::new();
     };
-    let user = nix::unistd::User::from_uid(meta.uid().into())
-        .ok()
-        .flatten()
-        .map_or_else(|| meta.uid().to_string(), |u| u.name);
+    let user = match nix::unistd::User::from_uid(meta.uid().into()) {
+        Ok(Some(user)) => user.name,
+        _ => meta.uid().to_string(),
+    };
     // The group, when it may write the directory.
-    let group = (meta.mode() & 0o020 != 0).then(|| {
-        let name = nix::unistd::Group::from_gid(meta.gid().into())
-            .ok()
-            .flatten();
-        let name = name.map_or_else(|| meta.gid().to_string(), |g| g.name);
-        format!(" or a member of group {name}")
-    });
+    let group =
+        (meta.mode() & 0o020 != 0).then(|| match nix::unistd::Group::from_gid(meta.gid().into()) {
+            Ok(Some(group)) => format!(" or a member of group {}", group.name),
+            _ => format!(" or a member of group {}", meta.gid()),
+        });
     let group = group.unwrap_or_default();
     format!(", or as user {user}{group} (they own {})", dir.display())
 }
@@ -263,9 +261,8 @@ impl DrainFile {
         let fail = |e| self.write_error(e);
         self.create_dir().map_err(fail)?;
         self.sweep_leftovers();
-        let mut json = serde_json::to_vec_pretty(record).map_err(|e| fail(e.into()))?;
-        json.push(b'\n');
-        self.replace(&self.path, &json).map_err(fail)
+        let json = serde_json::to_string_pretty(record).map_err(|e| fail(e.into()))? + "\n";
+        self.replace(&self.path, json.as_bytes()).map_err(fail)
     }
 
     /// Replaces `path` in the state directory with `bytes`, mode 0644, atomically: temporary
