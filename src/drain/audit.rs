@@ -128,7 +128,7 @@ impl Audit {
         };
         let now = SystemTime::now();
         let lapsed =
-            (record.holders().iter()).filter(|h| h.kind == Kind::Drain && h.expired_at(now));
+            (record.holders().iter()).filter(|h| h.kind == Kind::Drain && h.tenure.expired_at(now));
         for holder in lapsed {
             let Some(until) = holder.tenure.until.clone() else {
                 continue;

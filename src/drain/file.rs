@@ -500,7 +500,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
         let now = at("2026-11-22T10:00:00Z");
-        let record = DrainRecord::new("upgrade".into(), Some(Duration::from_secs(1800)), now);
+        let record = DrainRecord::held_by(vec![Holder::drain(
+            "upgrade".into(),
+            Some(Duration::from_secs(1800)),
+            now,
+        )])
+        .unwrap();
         assert_eq!(record.since().as_str(), "2026-11-22T10:00:00Z");
         let until = record.until().map(Stamp::as_str);
         assert_eq!(until, Some("2026-11-22T10:30:00.000Z"));
@@ -664,8 +669,11 @@ mod tests {
         ));
         fs::write(&leftover, "{").unwrap();
         fs::write(&alive, "{").unwrap();
-        file.write(&DrainRecord::new("x".into(), None, SystemTime::now()))
-            .unwrap();
+        file.write(
+            &DrainRecord::held_by(vec![Holder::drain("x".into(), None, SystemTime::now())])
+                .unwrap(),
+        )
+        .unwrap();
         assert!(!leftover.exists(), "a dead command's file is removed");
         assert!(alive.exists(), "a live command's file is left alone");
     }
@@ -677,7 +685,10 @@ mod tests {
         fs::create_dir(file.path()).unwrap();
         fs::write(file.path().join("x"), "").unwrap();
         let e = file
-            .write(&DrainRecord::new("x".into(), None, SystemTime::now()))
+            .write(
+                &DrainRecord::held_by(vec![Holder::drain("x".into(), None, SystemTime::now())])
+                    .unwrap(),
+            )
             .unwrap_err()
             .to_string();
         assert!(e.contains("is a directory") && !e.contains("root"), "{e}");
@@ -687,8 +698,11 @@ mod tests {
     fn undrain_is_idempotent() {
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
-        file.write(&DrainRecord::new("x".into(), None, SystemTime::now()))
-            .unwrap();
+        file.write(
+            &DrainRecord::held_by(vec![Holder::drain("x".into(), None, SystemTime::now())])
+                .unwrap(),
+        )
+        .unwrap();
         assert!(file.remove().unwrap().is_some());
         assert!(file.remove().unwrap().is_none());
         assert!(matches!(
@@ -722,7 +736,12 @@ mod tests {
 
     #[test]
     fn a_record_without_holders_is_one_operators_drain() {
-        let record = DrainRecord::new("kernel".into(), None, SystemTime::now());
+        let record = DrainRecord::held_by(vec![Holder::drain(
+            "kernel".into(),
+            None,
+            SystemTime::now(),
+        )])
+        .unwrap();
         let holders = record.holders();
         assert_eq!(holders.len(), 1);
         assert_eq!(
@@ -748,6 +767,6 @@ mod tests {
             "cycle pid {} (pmcheck cycle: true, by ",
             std::process::id()
         )));
-        assert!(drain.expired_at(now + Duration::from_secs(61)));
+        assert!(drain.tenure.expired_at(now + Duration::from_secs(61)));
     }
 }

@@ -140,11 +140,6 @@ impl Holder {
         self.kind == Kind::Cycle && self.process.as_ref().is_some_and(Process::alive)
     }
 
-    /// A drain whose `--for` has passed: it holds nothing any more.
-    pub fn expired_at(&self, now: SystemTime) -> bool {
-        self.tenure.expired_at(now)
-    }
-
     /// For people: `cycle pid 4242 (pmcheck cycle: systemctl restart puppetserver, by alice
     /// since ...)`, with `, no longer running` for a stale one.
     pub fn describe(&self) -> String {

@@ -23,7 +23,7 @@ impl Locked<'_> {
             let all = before.and_then(|d| d.record).map(|r| r.holders().to_vec());
             let (replaced, mut held): (Vec<_>, Vec<_>) =
                 (all.unwrap_or_default().into_iter()).partition(|h| replaces(h));
-            held.retain(|h| !h.expired_at(now));
+            held.retain(|h| !h.tenure.expired_at(now));
             let others = held.clone();
             held.push(mine.clone());
             // Never empty: `mine` is in it.
@@ -51,7 +51,7 @@ impl Locked<'_> {
             };
             let events = vec![Event::of(action, &gone, now)];
             let rest: Vec<Holder> = (held.iter())
-                .filter(|h| !which(h) && !h.expired_at(now))
+                .filter(|h| !which(h) && !h.tenure.expired_at(now))
                 .cloned()
                 .collect();
             match DrainRecord::held_by(rest.clone()) {

@@ -312,8 +312,15 @@ mod tests {
             Some(DrainState::NotDrained)
         ));
         let file = DrainFile::new(dir.path());
-        file.write(&DrainRecord::new("now".into(), None, SystemTime::now()))
-            .unwrap();
+        file.write(
+            &DrainRecord::held_by(vec![crate::drain::holders::Holder::drain(
+                "now".into(),
+                None,
+                SystemTime::now(),
+            )])
+            .unwrap(),
+        )
+        .unwrap();
         tokio::time::timeout(Duration::from_secs(5), watcher.changed())
             .await
             .expect("the state directory's events wake the watcher");
@@ -348,7 +355,12 @@ mod tests {
         assert!(watcher.hears_changes(), "the first look sets the watch up");
         assert_eq!(next_look(&watcher, &DrainState::NotDrained, now), None);
         let drained = |lasting| {
-            let record = DrainRecord::new("upgrade".into(), lasting, now);
+            let record = DrainRecord::held_by(vec![crate::drain::holders::Holder::drain(
+                "upgrade".into(),
+                lasting,
+                now,
+            )])
+            .unwrap();
             DrainState::Drained(Drain::parse(&serde_json::to_vec(&record).unwrap()))
         };
         assert_eq!(next_look(&watcher, &drained(None), now), None);
