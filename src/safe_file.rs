@@ -26,6 +26,8 @@ pub const PEM_LIMIT: u64 = 4 * 1024 * 1024;
 /// A CRL in PEM: about 16 MiB holds half a million revocations, far more than a Puppet CA
 /// revokes; pmcheck reads only its dates, and parsing a larger one costs hundreds of MB.
 pub const CRL_LIMIT: u64 = 16 * 1024 * 1024;
+/// The mode of the lock and the event log: their owner and group open them, nobody else.
+pub const SHARED_MODE: u32 = 0o660;
 
 /// Reads `path` whole, if it is a regular file of at most `limit` bytes.
 pub fn read(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
@@ -174,15 +176,14 @@ fn options(access: Access, more: OFlag) -> OpenOptions {
 /// Opens `path`, a file of the state directory `dir` that root's commands and the daemon both
 /// open (the lock, the event log), for `access`: without following a link at it or opening
 /// anything but a regular file (what else stands there is `refused` by what it is). A missing
-/// file is made first ([`create_shared`]); one of this user's gets `mode` and the directory's
-/// group back, whoever made it. Only the owner (or root) may change its group: the lock's
-/// ([`Access::ReadWrite`]) must change; the log's ([`Access::Append`]) is best effort, and the
-/// other side still opens it through the group when it made the file.
+/// file is made first ([`create_shared`]); one of this user's gets [`SHARED_MODE`] and the
+/// directory's group back, whoever made it. Only the owner (or root) may change its group: the
+/// lock's ([`Access::ReadWrite`]) must change; the log's ([`Access::Append`]) is best effort,
+/// and the other side still opens it through the group when it made the file.
 pub(crate) fn open_shared(
     dir: &Path,
     path: &Path,
     access: Access,
-    mode: u32,
     refused: impl Fn(&'static str) -> io::Error,
 ) -> io::Result<File> {
     let open = || {
@@ -194,7 +195,7 @@ pub(crate) fn open_shared(
     };
     let file = match open() {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            create_shared(dir, path, mode).and_then(|()| open())?
+            create_shared(dir, path).and_then(|()| open())?
         }
         opened => opened?,
     };
@@ -207,28 +208,28 @@ pub(crate) fn open_shared(
             regrouped?;
         }
     }
-    if mine && meta.mode() & 0o777 != mode {
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    if mine && meta.mode() & 0o777 != SHARED_MODE {
+        file.set_permissions(std::fs::Permissions::from_mode(SHARED_MODE))?;
     }
     Ok(file)
 }
 
-/// Makes `path` with `mode` and the directory's group before it has its name: one that
+/// Makes `path` with [`SHARED_MODE`] and the directory's group before it has its name: one that
 /// appeared with its creator's group (root) refused the daemon until the creator changed it.
 /// When another process made it first, theirs stays.
-fn create_shared(dir: &Path, path: &Path, mode: u32) -> io::Result<()> {
+fn create_shared(dir: &Path, path: &Path) -> io::Result<()> {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let aside = dir.join(format!(".{name}.{}", std::process::id()));
     let _ = std::fs::remove_file(&aside);
     let file = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(mode)
+        .mode(SHARED_MODE)
         .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
         .open(&aside)?;
     let _ = std::os::unix::fs::fchown(&file, None, Some(std::fs::metadata(dir)?.gid()));
     // The umask took bits off.
-    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.set_permissions(std::fs::Permissions::from_mode(SHARED_MODE))?;
     let linked = std::fs::hard_link(&aside, path);
     let _ = std::fs::remove_file(&aside);
     match linked {

@@ -237,16 +237,11 @@ impl Drain {
     pub fn describe(&self) -> String {
         match &self.record {
             Some(r) => {
-                let mut s = format!("{} (by {} since {}", r.reason(), r.by(), r.since());
-                if let Some(until) = r.until() {
-                    s += &format!(" until {until}");
-                }
-                s.push(')');
+                let until = r.until().map(|u| format!(" until {u}")).unwrap_or_default();
                 // A `--force` that went past a load balancer's hold, with its note.
-                if let Some(forced) = r.forced() {
-                    s += &format!("; forced: {forced}");
-                }
-                s + &self.flaw()
+                let forced = (r.forced().map(|f| format!("; forced: {f}"))).unwrap_or_default();
+                let (reason, by, since, flaw) = (r.reason(), r.by(), r.since(), self.flaw());
+                format!("{reason} (by {by} since {since}{until}){forced}{flaw}")
             }
             None => match &self.problem {
                 Some(DrainProblem::Note(note)) => format!("{note} (a note, {NOTE})"),
