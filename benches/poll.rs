@@ -205,7 +205,7 @@ fn main() {
     });
     let file = DrainFile::new(dir.path());
     let now = std::time::SystemTime::now();
-    file.write(&DrainRecord::new("upgrade".into(), None, now))
+    file.write(&DrainRecord::held_by(vec![Holder::drain("upgrade".into(), None, now)]).unwrap())
         .expect("drain");
     senders.1.send_replace(Arc::new(file.state(now)));
     assert_eq!(verdict_of(&health), Verdict::Drained);

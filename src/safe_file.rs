@@ -26,6 +26,8 @@ pub const PEM_LIMIT: u64 = 4 * 1024 * 1024;
 /// A CRL in PEM: about 16 MiB holds half a million revocations, far more than a Puppet CA
 /// revokes; pmcheck reads only its dates, and parsing a larger one costs hundreds of MB.
 pub const CRL_LIMIT: u64 = 16 * 1024 * 1024;
+/// The mode of the lock and the event log: their owner and group open them, nobody else.
+pub const SHARED_MODE: u32 = 0o660;
 
 /// Reads `path` whole, if it is a regular file of at most `limit` bytes.
 pub fn read(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
@@ -45,18 +47,12 @@ pub fn read_state(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 
 fn read_linked(path: &Path, limit: u64, links: Links) -> io::Result<Vec<u8>> {
     let examined = Examined::at(path, links)?;
-    if let Some(kind) = not_regular(&examined.meta) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("it is {kind}, not a regular file"),
-        ));
-    }
-    if examined.meta.len() > limit {
+    // What is not a regular file, `open` refuses whatever its size.
+    if examined.meta.is_file() && examined.meta.len() > limit {
         return Err(too_large(examined.meta.len(), limit));
     }
     let mut file = examined.open(path, Access::Read)?;
-    let meta = file.metadata()?;
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    let mut bytes = Vec::with_capacity(usize::try_from(examined.meta.len()).unwrap_or(0));
     (&mut file).take(limit + 1).read_to_end(&mut bytes)?;
     // It grew while read.
     if bytes.len() as u64 > limit {
@@ -99,9 +95,13 @@ pub struct Examined {
 impl Examined {
     /// Looks at `path`; with [`Links::Refuse`] a link there is `ELOOP`, as `O_NOFOLLOW` has it.
     pub fn at(path: &Path, links: Links) -> io::Result<Self> {
+        let nofollow = match links {
+            Links::Follow => OFlag::empty(),
+            Links::Refuse => OFlag::O_NOFOLLOW,
+        };
         let handle = OpenOptions::new()
             .read(true)
-            .custom_flags((OFlag::O_PATH | OFlag::O_CLOEXEC | nofollow(links)).bits())
+            .custom_flags((OFlag::O_PATH | OFlag::O_CLOEXEC | nofollow).bits())
             .open(path)?;
         let meta = handle.metadata()?;
         if meta.file_type().is_symlink() {
@@ -173,26 +173,17 @@ fn options(access: Access, more: OFlag) -> OpenOptions {
     options
 }
 
-fn nofollow(links: Links) -> OFlag {
-    match links {
-        Links::Follow => OFlag::empty(),
-        Links::Refuse => OFlag::O_NOFOLLOW,
-    }
-}
-
 /// Opens `path`, a file of the state directory `dir` that root's commands and the daemon both
 /// open (the lock, the event log), for `access`: without following a link at it or opening
 /// anything but a regular file (what else stands there is `refused` by what it is). A missing
-/// file is made first ([`create_shared`]); one of this user's gets `mode` and the directory's
-/// group back, whoever made it. Only the owner (or root) may change its group: when
-/// `regroup_or_fail` is false that is best effort, and the other side still opens it through
-/// the group when it made the file.
+/// file is made first ([`create_shared`]); one of this user's gets [`SHARED_MODE`] and the
+/// directory's group back, whoever made it. Only the owner (or root) may change its group: the
+/// lock's ([`Access::ReadWrite`]) must change; the log's ([`Access::Append`]) is best effort,
+/// and the other side still opens it through the group when it made the file.
 pub(crate) fn open_shared(
     dir: &Path,
     path: &Path,
     access: Access,
-    mode: u32,
-    regroup_or_fail: bool,
     refused: impl Fn(&'static str) -> io::Error,
 ) -> io::Result<File> {
     let open = || {
@@ -204,7 +195,7 @@ pub(crate) fn open_shared(
     };
     let file = match open() {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            create_shared(dir, path, mode).and_then(|()| open())?
+            create_shared(dir, path).and_then(|()| open())?
         }
         opened => opened?,
     };
@@ -213,32 +204,32 @@ pub(crate) fn open_shared(
     let dir_gid = std::fs::metadata(dir)?.gid();
     if mine && meta.gid() != dir_gid {
         let regrouped = std::os::unix::fs::fchown(&file, None, Some(dir_gid));
-        if regroup_or_fail {
+        if access == Access::ReadWrite {
             regrouped?;
         }
     }
-    if mine && meta.mode() & 0o777 != mode {
-        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    if mine && meta.mode() & 0o777 != SHARED_MODE {
+        file.set_permissions(std::fs::Permissions::from_mode(SHARED_MODE))?;
     }
     Ok(file)
 }
 
-/// Makes `path` with `mode` and the directory's group before it has its name: one that
+/// Makes `path` with [`SHARED_MODE`] and the directory's group before it has its name: one that
 /// appeared with its creator's group (root) refused the daemon until the creator changed it.
 /// When another process made it first, theirs stays.
-fn create_shared(dir: &Path, path: &Path, mode: u32) -> io::Result<()> {
+fn create_shared(dir: &Path, path: &Path) -> io::Result<()> {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let aside = dir.join(format!(".{name}.{}", std::process::id()));
     let _ = std::fs::remove_file(&aside);
     let file = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(mode)
+        .mode(SHARED_MODE)
         .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC).bits())
         .open(&aside)?;
     let _ = std::os::unix::fs::fchown(&file, None, Some(std::fs::metadata(dir)?.gid()));
     // The umask took bits off.
-    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    file.set_permissions(std::fs::Permissions::from_mode(SHARED_MODE))?;
     let linked = std::fs::hard_link(&aside, path);
     let _ = std::fs::remove_file(&aside);
     match linked {

@@ -27,8 +27,7 @@ pub fn one_line(text: &str, limit: usize) -> Cow<'_, str> {
         let piece: Cow<'_, str> = if c.is_control() {
             c.escape_unicode().to_string().into()
         } else {
-            let mut buf = [0; 4];
-            c.encode_utf8(&mut buf).to_owned().into()
+            c.to_string().into()
         };
         let width = piece.chars().count() + usize::from(space);
         if shown + width > limit {

@@ -103,7 +103,19 @@ impl Audit {
                 }
                 for event in news.events {
                     counts.count(event.action);
-                    self.report(&event);
+                    // Under systemd `ACTION=drain`, `WHO=`, `REASON=`, `SINCE=`, `UNTIL=`,
+                    // `HOLDER=` and `EVENT_TIME=` in the journal (`crate::logging`), so
+                    // `journalctl -u pmcheck ACTION=drain` selects the drains.
+                    tracing::info!(
+                        action = event.action.as_str(),
+                        who = %event.who,
+                        reason = event.reason.as_deref(),
+                        since = event.since.as_ref().map(Stamp::as_str),
+                        until = event.until.as_ref().map(Stamp::as_str),
+                        holder = event.holder.as_deref(),
+                        event_time = %event.at,
+                        "drain event"
+                    );
                 }
             }
             Err(e) => {
@@ -128,7 +140,7 @@ impl Audit {
         };
         let now = SystemTime::now();
         let lapsed =
-            (record.holders().iter()).filter(|h| h.kind == Kind::Drain && h.expired_at(now));
+            (record.holders().iter()).filter(|h| h.kind == Kind::Drain && h.tenure.expired_at(now));
         for holder in lapsed {
             let Some(until) = holder.tenure.until.clone() else {
                 continue;
@@ -160,22 +172,6 @@ impl Audit {
                     && e.until.as_ref() == Some(until)
             })
         })
-    }
-
-    /// One event in the daemon's log, with its fields: under systemd `ACTION=drain`, `WHO=`,
-    /// `REASON=`, `SINCE=`, `UNTIL=`, `HOLDER=` and `EVENT_TIME=` in the journal
-    /// ([`crate::logging`]), so `journalctl -u pmcheck ACTION=drain` selects the drains.
-    fn report(&self, event: &Event) {
-        tracing::info!(
-            action = event.action.as_str(),
-            who = %event.who,
-            reason = event.reason.as_deref(),
-            since = event.since.as_ref().map(Stamp::as_str),
-            until = event.until.as_ref().map(Stamp::as_str),
-            holder = event.holder.as_deref(),
-            event_time = %event.at,
-            "drain event"
-        );
     }
 }
 

@@ -82,18 +82,16 @@ fn owners(dir: &Path) -> String {
     let Ok(meta) = fs::metadata(dir) else {
         return String::new();
     };
-    let user = nix::unistd::User::from_uid(meta.uid().into())
-        .ok()
-        .flatten()
-        .map_or_else(|| meta.uid().to_string(), |u| u.name);
+    let user = match nix::unistd::User::from_uid(meta.uid().into()) {
+        Ok(Some(user)) => user.name,
+        _ => meta.uid().to_string(),
+    };
     // The group, when it may write the directory.
-    let group = (meta.mode() & 0o020 != 0).then(|| {
-        let name = nix::unistd::Group::from_gid(meta.gid().into())
-            .ok()
-            .flatten();
-        let name = name.map_or_else(|| meta.gid().to_string(), |g| g.name);
-        format!(" or a member of group {name}")
-    });
+    let group =
+        (meta.mode() & 0o020 != 0).then(|| match nix::unistd::Group::from_gid(meta.gid().into()) {
+            Ok(Some(group)) => format!(" or a member of group {}", group.name),
+            _ => format!(" or a member of group {}", meta.gid()),
+        });
     let group = group.unwrap_or_default();
     format!(", or as user {user}{group} (they own {})", dir.display())
 }
@@ -147,6 +145,10 @@ impl DrainFile {
     }
 
     fn read_state(&self, now: SystemTime) -> Look {
+        let unknown = |stamp, why| Look {
+            stamp,
+            state: DrainState::Unknown(why),
+        };
         let meta = match fs::symlink_metadata(&self.path) {
             Ok(meta) => meta,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -154,27 +156,17 @@ impl DrainFile {
                     .map_or_else(DrainState::Unknown, |()| DrainState::NotDrained);
                 return Look { stamp: None, state };
             }
-            Err(e) => return self.unknown(self.read_error(e)),
+            Err(e) => return unknown(None, self.read_error(e)),
         };
         if let Err(why) = self.refuse(&meta) {
-            return Look {
-                stamp: Some(FileStamp::from_metadata(&meta)),
-                state: DrainState::Unknown(why),
-            };
+            return unknown(Some(FileStamp::from_metadata(&meta)), why);
         }
         match self.read() {
             Ok((stamp, bytes)) => Look {
                 stamp: Some(stamp),
                 state: DrainState::of(Drain::parse(&bytes), now),
             },
-            Err(why) => self.unknown(why),
-        }
-    }
-
-    fn unknown(&self, why: Unreadable) -> Look {
-        Look {
-            stamp: None,
-            state: DrainState::Unknown(why),
+            Err(why) => unknown(None, why),
         }
     }
 
@@ -269,9 +261,8 @@ impl DrainFile {
         let fail = |e| self.write_error(e);
         self.create_dir().map_err(fail)?;
         self.sweep_leftovers();
-        let mut json = serde_json::to_vec_pretty(record).map_err(|e| fail(e.into()))?;
-        json.push(b'\n');
-        self.replace(&self.path, &json).map_err(fail)
+        let json = serde_json::to_string_pretty(record).map_err(|e| fail(e.into()))? + "\n";
+        self.replace(&self.path, json.as_bytes()).map_err(fail)
     }
 
     /// Replaces `path` in the state directory with `bytes`, mode 0644, atomically: temporary
@@ -509,7 +500,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
         let now = at("2026-11-22T10:00:00Z");
-        let record = DrainRecord::new("upgrade".into(), Some(Duration::from_secs(1800)), now);
+        let record = DrainRecord::held_by(vec![Holder::drain(
+            "upgrade".into(),
+            Some(Duration::from_secs(1800)),
+            now,
+        )])
+        .unwrap();
         assert_eq!(record.since().as_str(), "2026-11-22T10:00:00Z");
         let until = record.until().map(Stamp::as_str);
         assert_eq!(until, Some("2026-11-22T10:30:00.000Z"));
@@ -673,8 +669,11 @@ mod tests {
         ));
         fs::write(&leftover, "{").unwrap();
         fs::write(&alive, "{").unwrap();
-        file.write(&DrainRecord::new("x".into(), None, SystemTime::now()))
-            .unwrap();
+        file.write(
+            &DrainRecord::held_by(vec![Holder::drain("x".into(), None, SystemTime::now())])
+                .unwrap(),
+        )
+        .unwrap();
         assert!(!leftover.exists(), "a dead command's file is removed");
         assert!(alive.exists(), "a live command's file is left alone");
     }
@@ -686,7 +685,10 @@ mod tests {
         fs::create_dir(file.path()).unwrap();
         fs::write(file.path().join("x"), "").unwrap();
         let e = file
-            .write(&DrainRecord::new("x".into(), None, SystemTime::now()))
+            .write(
+                &DrainRecord::held_by(vec![Holder::drain("x".into(), None, SystemTime::now())])
+                    .unwrap(),
+            )
             .unwrap_err()
             .to_string();
         assert!(e.contains("is a directory") && !e.contains("root"), "{e}");
@@ -696,8 +698,11 @@ mod tests {
     fn undrain_is_idempotent() {
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
-        file.write(&DrainRecord::new("x".into(), None, SystemTime::now()))
-            .unwrap();
+        file.write(
+            &DrainRecord::held_by(vec![Holder::drain("x".into(), None, SystemTime::now())])
+                .unwrap(),
+        )
+        .unwrap();
         assert!(file.remove().unwrap().is_some());
         assert!(file.remove().unwrap().is_none());
         assert!(matches!(
@@ -731,7 +736,12 @@ mod tests {
 
     #[test]
     fn a_record_without_holders_is_one_operators_drain() {
-        let record = DrainRecord::new("kernel".into(), None, SystemTime::now());
+        let record = DrainRecord::held_by(vec![Holder::drain(
+            "kernel".into(),
+            None,
+            SystemTime::now(),
+        )])
+        .unwrap();
         let holders = record.holders();
         assert_eq!(holders.len(), 1);
         assert_eq!(
@@ -757,6 +767,6 @@ mod tests {
             "cycle pid {} (pmcheck cycle: true, by ",
             std::process::id()
         )));
-        assert!(drain.expired_at(now + Duration::from_secs(61)));
+        assert!(drain.tenure.expired_at(now + Duration::from_secs(61)));
     }
 }

@@ -19,8 +19,6 @@ use crate::settings::duration::format_duration;
 
 /// The lock file's name in the state directory.
 pub const NAME: &str = "lock";
-/// Its mode: the owner and the directory's group (root and the service) open it, nobody else.
-pub const MODE: u32 = 0o660;
 /// How long a change waits for another: a drain or a cycle step holds it for milliseconds.
 pub const WAIT: Duration = Duration::from_secs(10);
 
@@ -134,7 +132,7 @@ fn open(dir: &Path, path: &Path) -> io::Result<File> {
         )),
         kind => not_regular(kind),
     };
-    match open_shared(dir, path, Access::ReadWrite, MODE, true, refused) {
+    match open_shared(dir, path, Access::ReadWrite, refused) {
         Err(e) if e.raw_os_error() == Some(Errno::ELOOP as i32) => {
             Err(not_regular("a symbolic link"))
         }
@@ -154,11 +152,10 @@ fn holder(file: &File) -> String {
     };
     let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     match fs::metadata(format!("/proc/{pid}")) {
-        Ok(m) => format!(
-            "PID {pid} ({}, user {})",
-            comm.trim(),
-            crate::accounts::user_name(m.uid())
-        ),
+        Ok(m) => {
+            let user = crate::accounts::user_name(m.uid());
+            format!("PID {pid} ({}, user {user})", comm.trim())
+        }
         Err(_) => format!("PID {pid}"),
     }
 }
@@ -190,7 +187,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = acquire(dir.path(), WAIT).unwrap();
         let meta = fs::metadata(dir.path().join(NAME)).unwrap();
-        assert_eq!(meta.mode() & 0o777, MODE);
+        assert_eq!(meta.mode() & 0o777, crate::safe_file::SHARED_MODE);
         let started = Instant::now();
         let e = acquire(dir.path(), Duration::from_millis(200)).unwrap_err();
         assert!(started.elapsed() >= Duration::from_millis(200));

@@ -28,8 +28,6 @@ pub const OLD_NAME: &str = "drain-events.log.1";
 pub const LINE_LIMIT: usize = 4096;
 /// The size at which the log is rotated: two files of 1 MiB hold thousands of events.
 pub const ROTATE_AT: u64 = 1 << 20;
-/// The log's mode: the owner and the group (`pmcheck`) read and append, nobody else.
-pub const MODE: u32 = 0o660;
 
 /// What happened to the drain record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -270,7 +268,7 @@ impl DrainLog {
         // Mode 0660 with the state directory's group: whoever creates it, the other side
         // can still append.
         let refused = |_| io::Error::other("not a regular file: remove it");
-        let opened = open_shared(&self.dir, &self.path, Access::Append, MODE, false, refused);
+        let opened = open_shared(&self.dir, &self.path, Access::Append, refused);
         let mut file = opened.map_err(fail)?;
         let start = file.metadata().map_err(fail)?.len();
         write_whole(&mut file, start, &line).map_err(fail)?;
@@ -469,7 +467,7 @@ mod tests {
         assert_eq!(tail[0].holder.as_deref(), Some("drain"));
         assert!(tail[0].until.is_some());
         let mode = fs::metadata(log.path()).unwrap().mode() & 0o777;
-        assert_eq!(mode, MODE);
+        assert_eq!(mode, crate::safe_file::SHARED_MODE);
     }
 
     #[test]

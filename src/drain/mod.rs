@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod file;
 pub mod holders;
+pub mod holding;
 pub mod lock;
 pub mod log;
 pub mod record;

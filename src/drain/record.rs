@@ -70,13 +70,6 @@ impl TryFrom<Stored> for DrainRecord {
 }
 
 impl DrainRecord {
-    /// A record of one drain made now by whoever runs the command, that no guard checked.
-    pub fn new(reason: String, lasting: Option<Duration>, now: SystemTime) -> Self {
-        Self {
-            holders: vec![Holder::drain(reason, lasting, now)],
-        }
-    }
-
     /// The record that says `holders` hold the node; `None` when nobody does.
     pub fn held_by(holders: Vec<Holder>) -> Option<Self> {
         (!holders.is_empty()).then(|| Self::sorted(holders))
@@ -125,7 +118,7 @@ impl DrainRecord {
     /// Whether the drain lapsed by itself: its `until` has passed (an `until` that is not a
     /// time never lapses).
     pub fn expired_at(&self, now: SystemTime) -> bool {
-        matches!(self.holders.as_slice(), [only] if only.expired_at(now))
+        matches!(self.holders.as_slice(), [only] if only.tenure.expired_at(now))
     }
 
     /// What a `--force` went past, when a holder was forced.
@@ -244,16 +237,11 @@ impl Drain {
     pub fn describe(&self) -> String {
         match &self.record {
             Some(r) => {
-                let mut s = format!("{} (by {} since {}", r.reason(), r.by(), r.since());
-                if let Some(until) = r.until() {
-                    s += &format!(" until {until}");
-                }
-                s.push(')');
+                let until = r.until().map(|u| format!(" until {u}")).unwrap_or_default();
                 // A `--force` that went past a load balancer's hold, with its note.
-                if let Some(forced) = r.forced() {
-                    s += &format!("; forced: {forced}");
-                }
-                s + &self.flaw()
+                let forced = (r.forced().map(|f| format!("; forced: {f}"))).unwrap_or_default();
+                let (reason, by, since, flaw) = (r.reason(), r.by(), r.since(), self.flaw());
+                format!("{reason} (by {by} since {since}{until}){forced}{flaw}")
             }
             None => match &self.problem {
                 Some(DrainProblem::Note(note)) => format!("{note} (a note, {NOTE})"),

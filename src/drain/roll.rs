@@ -166,11 +166,8 @@ impl Locked<'_> {
             Some(other) if other.tenure.expired_at(now) => Began::Replaced(other),
             Some(other) => return Err(RollError::Taken(Box::new(other))),
         };
-        let mut json = serde_json::to_vec_pretty(mine).map_err(io::Error::from);
-        if let Ok(json) = &mut json {
-            json.push(b'\n');
-        }
-        json.and_then(|json| file.replace(&file.dir().join(NAME), &json))
+        let json = serde_json::to_string_pretty(mine).map_err(io::Error::from);
+        json.and_then(|json| file.replace(&file.dir().join(NAME), (json + "\n").as_bytes()))
             .map_err(|source| write_error(file, source))?;
         Ok(began)
     }

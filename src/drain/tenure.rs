@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::text;
 use crate::text::ms;
@@ -50,9 +50,11 @@ impl Tenure {
 }
 
 /// A time as written in a record, and what it means when it is RFC 3339.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
 pub struct Stamp {
     text: String,
+    #[serde(skip)]
     time: Option<SystemTime>,
 }
 
@@ -96,12 +98,6 @@ impl Stamp {
 impl std::fmt::Display for Stamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text)
-    }
-}
-
-impl Serialize for Stamp {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.text)
     }
 }
 

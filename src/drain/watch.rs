@@ -102,8 +102,8 @@ fn watch_dir(dir: &Path) -> Option<Inotify> {
 /// directory goes. A thread, not tokio's `AsyncFd`: since tokio 1.54 its safe constructor is
 /// deprecated as unsound (tokio #8587) and its replacement, `AsyncFd::register`, is `unsafe`,
 /// which this crate forbids. The thread blocks in `read`, costing nothing while nothing changes.
-fn forward_events(inotify: Inotify, changes: Arc<watch::Sender<u64>>, watching: Arc<AtomicBool>) {
-    let unheard = Arc::clone(&watching);
+fn forward_events(inotify: Inotify, watcher: &Watcher) {
+    let (changes, watching) = (Arc::clone(&watcher.changes), Arc::clone(&watcher.watching));
     let wake = move || changes.send_modify(|n| *n = n.wrapping_add(1));
     let gone =
         AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF;
@@ -128,7 +128,7 @@ fn forward_events(inotify: Inotify, changes: Arc<watch::Sender<u64>>, watching: 
     {
         // Nothing hears the events: the watcher looks every quarter second, and the next look
         // tries again.
-        unheard.store(false, Ordering::Release);
+        watcher.watching.store(false, Ordering::Release);
         tracing::debug!(every = ?EVERY, "no thread for the state directory's events; looking at intervals");
     }
 }
@@ -193,11 +193,7 @@ impl Watcher {
         match tokio::time::timeout(DEADLINE, &mut job).await {
             Ok(Ok(Job { look, watch })) => {
                 match watch {
-                    Some(Some(events)) => forward_events(
-                        events,
-                        Arc::clone(&self.changes),
-                        Arc::clone(&self.watching),
-                    ),
+                    Some(Some(events)) => forward_events(events, self),
                     // No directory to watch yet: try again at the next look.
                     Some(None) => self.watching.store(false, Ordering::Release),
                     None => {}
@@ -312,8 +308,15 @@ mod tests {
             Some(DrainState::NotDrained)
         ));
         let file = DrainFile::new(dir.path());
-        file.write(&DrainRecord::new("now".into(), None, SystemTime::now()))
-            .unwrap();
+        file.write(
+            &DrainRecord::held_by(vec![crate::drain::holders::Holder::drain(
+                "now".into(),
+                None,
+                SystemTime::now(),
+            )])
+            .unwrap(),
+        )
+        .unwrap();
         tokio::time::timeout(Duration::from_secs(5), watcher.changed())
             .await
             .expect("the state directory's events wake the watcher");
@@ -348,7 +351,12 @@ mod tests {
         assert!(watcher.hears_changes(), "the first look sets the watch up");
         assert_eq!(next_look(&watcher, &DrainState::NotDrained, now), None);
         let drained = |lasting| {
-            let record = DrainRecord::new("upgrade".into(), lasting, now);
+            let record = DrainRecord::held_by(vec![crate::drain::holders::Holder::drain(
+                "upgrade".into(),
+                lasting,
+                now,
+            )])
+            .unwrap();
             DrainState::Drained(Drain::parse(&serde_json::to_vec(&record).unwrap()))
         };
         assert_eq!(next_look(&watcher, &drained(None), now), None);

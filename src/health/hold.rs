@@ -105,7 +105,7 @@ pub fn live(
                 .zip(started)
                 .is_some_and(|(since, started)| started > since)
         };
-        !h.expired_at(now) && (h.kind != Kind::Stop || !restarted())
+        !h.tenure.expired_at(now) && (h.kind != Kind::Stop || !restarted())
     })
 }
 

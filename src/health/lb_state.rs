@@ -193,12 +193,8 @@ fn fields<S>(bytes: &[u8], own: impl Fn(&str) -> S) -> Result<LbState<S>, Malfor
     let mut fields = text.split(';').map(str::trim);
     let (health, transition) = word(fields.next().unwrap_or_default())?;
     let mut name: Option<(&str, &str)> = None;
-    let mut node = None;
-    let mut weight = None;
-    let mut scur = None;
-    let mut qcur = None;
-    let mut throttle = None;
-    let (mut address, mut port) = (None, None);
+    let (mut node, mut weight, mut scur, mut qcur) = (None, None, None, None);
+    let (mut throttle, mut address, mut port) = (None, None, None);
     for field in fields {
         let (key, value) = field
             .split_once('=')

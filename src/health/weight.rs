@@ -122,12 +122,9 @@ impl Tracker {
     /// A tracker that resumes a ramp `elapsed` into its length at `now`: the one a previous
     /// daemon began (`STATE_DIR/ramp`).
     pub fn resuming(over: Duration, elapsed: Duration, now: Instant) -> Self {
-        Self {
-            state: now
-                .checked_sub(elapsed)
-                .map_or(Rejoin::Steady, Rejoin::Since),
-            over,
-        }
+        let back = now.checked_sub(elapsed);
+        let state = back.map_or(Rejoin::Steady, Rejoin::Since);
+        Self { state, over }
     }
 
     /// Takes the verdict of `now` into account and says where the node stands.

@@ -334,7 +334,7 @@ async fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -
             let mut held = holders_of(current);
             held.retain(|h| h != mine);
             for h in replaced {
-                if !held.contains(h) && !h.expired_at(now) {
+                if !held.contains(h) && !h.tenure.expired_at(now) {
                     held.push(h.clone());
                 }
             }

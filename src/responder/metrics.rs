@@ -459,7 +459,12 @@ mod tests {
     }
 
     fn drained(until: Option<Duration>) -> DrainState {
-        let record = DrainRecord::new("kernel".to_owned(), until, SystemTime::now());
+        let record = DrainRecord::held_by(vec![crate::drain::holders::Holder::drain(
+            "kernel".to_owned(),
+            until,
+            SystemTime::now(),
+        )])
+        .unwrap();
         DrainState::Drained(Drain::parse(&serde_json::to_vec(&record).unwrap()))
     }
 

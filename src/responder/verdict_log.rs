@@ -185,8 +185,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = DrainFile::new(dir.path());
         let now = SystemTime::now();
-        file.write(&DrainRecord::new("kernel 6.1".into(), None, now))
-            .unwrap();
+        file.write(
+            &DrainRecord::held_by(vec![crate::drain::holders::Holder::drain(
+                "kernel 6.1".into(),
+                None,
+                now,
+            )])
+            .unwrap(),
+        )
+        .unwrap();
         let state = file.state(now);
         assert!(matches!(state, DrainState::Drained(_)));
         (dir, state)
