@@ -36,10 +36,7 @@ pub fn check(given: &Given, args: &CheckArgs) -> Exit {
         Ok(asked) => asked,
         Err(e) => return unknown(&format!("cannot start the probe: {e}")),
     };
-    let now = crate::health::Now {
-        at: std::time::Instant::now(),
-        wall: std::time::SystemTime::now(),
-    };
+    let now = crate::responder::node::now();
     let drain = DrainFile::new(&settings.given.state_dir.value).state(now.wall);
     let decision = Decision::decide(&drain, Some(&report), Rejoin::Steady, now, &Rules::ONCE);
     let mut code = match (decision.verdict, &report.outcome) {
