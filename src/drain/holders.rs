@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::drain::file::{Change, DrainError, Locked};
 use crate::drain::log::{Action, Event, LogError};
-use crate::drain::record::DrainRecord;
+use crate::drain::record::{Drain, DrainRecord};
 use crate::drain::tenure::Tenure;
 
 /// What kind of holder.
@@ -224,9 +224,8 @@ impl Locked<'_> {
     ) -> Result<(Held, Vec<LogError>), DrainError> {
         self.update_logged(|before| {
             let now = SystemTime::now();
-            let all = before.and_then(|d| d.record).map(|r| r.holders().to_vec());
             let (replaced, mut held): (Vec<_>, Vec<_>) =
-                (all.unwrap_or_default().into_iter()).partition(|h| replaces(h));
+                (Drain::holders_of(before).into_iter()).partition(|h| replaces(h));
             held.retain(|h| !h.expired_at(now));
             let others = held.clone();
             held.push(mine.clone());

@@ -21,7 +21,7 @@ use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind, Release};
 use crate::drain::log::{Action, Event};
-use crate::drain::record::{DrainRecord, REASON_LIMIT};
+use crate::drain::record::{Drain, DrainRecord, REASON_LIMIT};
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::guard::{self, GuardError, Outcome, Request, described};
@@ -395,7 +395,7 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
     };
     let updated = locked.and_then(|locked| {
         locked.update_logged(|current| {
-            let mut held = guard::holders_of(current);
+            let mut held = Drain::holders_of(current);
             let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
                 return (Change::Keep, Vec::new(), false);
             };

@@ -165,7 +165,7 @@ fn undrained(
         };
     };
     let mut said = format!("undrained: removed {path} (was: {})", drain.describe());
-    let held = guard::holders_of(Some(drain));
+    let held = Drain::holders_of(Some(drain));
     let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
     if !running.is_empty() && !force {
         return (Change::Keep, Vec::new(), Err(described(&running)));
