@@ -41,20 +41,12 @@ pub struct Taken {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Every server line a proven load balancer checks was checked since the write, and none
-    /// holds the drain.
-    Out {
-        /// Each line, with what it was answered.
-        lines: Vec<String>,
-        /// `pmcheck at URL answers DRAINED (404): ...`.
-        says: String,
-    },
-    /// The daemon answers DRAINED, but no line can hold the drain, or some were not checked.
-    Unwatched {
-        /// What the daemon answers.
-        says: String,
-        /// What was not seen in time, if anything was awaited.
-        late: Option<String>,
-    },
+    /// holds the drain: each of the `lines` with what it was answered, and what the daemon
+    /// `says` (`pmcheck at URL answers DRAINED (404): ...`).
+    Out { lines: Vec<String>, says: String },
+    /// The daemon `says` DRAINED, but no line can hold the drain, or some were not checked:
+    /// what was not seen in time (`late`), if anything was awaited.
+    Unwatched { says: String, late: Option<String> },
     /// No daemon answered, or it watches another record: written unchecked.
     Unchecked,
 }
