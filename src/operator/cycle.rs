@@ -413,9 +413,7 @@ fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
             described(&taken.held.others)
         )
     };
-    if let Some(forced) = &me.forced {
-        detail.push_str(&format!("; forced: {forced}"));
-    }
+    detail.extend((me.forced.as_ref()).map(|forced| format!("; forced: {forced}")));
     detail.push_str(&format!("; wrote {}", file.path().display()));
     if let Outcome::Out { lines, .. } = &taken.outcome {
         detail.push_str(&format!("; out: {}", lines.join("; ")));
