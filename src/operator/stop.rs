@@ -109,13 +109,12 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
         // As the daemon lets go of a stop's hold: its pool may still be warming.
         let begun = Instant::now();
         let asking = daemon.asking(Ask::default, |answer| {
-            let Ok(view) = answer else {
-                return ControlFlow::Break(());
-            };
-            let probe = &view.answer.probe;
-            let age = probe.age_ms.map(Duration::from_millis);
-            let made_since = age.is_some_and(|age| age < begun.elapsed());
-            if (made_since && probe.healthy()) || begun.elapsed() >= args.waiting.max_wait {
+            let done = answer.map_or(true, |view| {
+                let probe = &view.answer.probe;
+                let age = probe.age_ms.map(Duration::from_millis);
+                age.is_some_and(|age| age < begun.elapsed()) && probe.healthy()
+            });
+            if done || begun.elapsed() >= args.waiting.max_wait {
                 return ControlFlow::Break(());
             }
             ControlFlow::Continue(())
