@@ -290,11 +290,8 @@ fn status_command(args: StatusArgs) -> Result<Exit, Error> {
     } else {
         // Who holds the node out, from the record on this host: a cycle that stopped half-way
         // keeps it drained until `pmcheck undrain`, and says so nowhere else.
-        let holders = crate::drain::file::DrainFile::new(&args.state.state_dir)
-            .current()
-            .and_then(|d| d.record)
-            .map(|r| r.holders().to_vec())
-            .unwrap_or_default();
+        let file = crate::drain::file::DrainFile::new(&args.state.state_dir);
+        let holders = crate::drain::record::Drain::holders_of(file.current());
         let roll = crate::operator::roll::line(&args.state.state_dir, std::time::SystemTime::now());
         out!("{}", status::describe(&reply, &holders, roll.as_deref()));
     }

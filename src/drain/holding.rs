@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use crate::drain::file::{Change, DrainError, Locked};
 use crate::drain::holders::{Held, Holder, Release};
 use crate::drain::log::{Action, Event, LogError};
-use crate::drain::record::DrainRecord;
+use crate::drain::record::{Drain, DrainRecord};
 
 impl Locked<'_> {
     /// Adds `mine` to the record's holders, logged as `action`; the holders `replaces` names
@@ -20,9 +20,8 @@ impl Locked<'_> {
     ) -> Result<(Held, Vec<LogError>), DrainError> {
         self.update_logged(|before| {
             let now = SystemTime::now();
-            let all = before.and_then(|d| d.record).map(|r| r.holders().to_vec());
             let (replaced, mut held): (Vec<_>, Vec<_>) =
-                (all.unwrap_or_default().into_iter()).partition(|h| replaces(h));
+                (Drain::holders_of(before).into_iter()).partition(|h| replaces(h));
             held.retain(|h| !h.tenure.expired_at(now));
             let others = held.clone();
             held.push(mine.clone());

@@ -158,6 +158,13 @@ pub struct Drain {
 }
 
 impl Drain {
+    /// The holders of the drain record `d`, if it is one: what a change keeps or replaces.
+    pub fn holders_of(d: Option<Drain>) -> Vec<Holder> {
+        (d.and_then(|d| d.record))
+            .map(|r| r.holders().to_vec())
+            .unwrap_or_default()
+    }
+
     /// Reads a drain file's bytes; never fails (see the type's documentation).
     pub fn parse(bytes: &[u8]) -> Self {
         let mut record = match serde_json::from_slice::<DrainRecord>(bytes) {

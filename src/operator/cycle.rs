@@ -21,7 +21,7 @@ use crate::console::{errln, outln};
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Holder, Kind, Release};
 use crate::drain::log::{Action, Event};
-use crate::drain::record::{DrainRecord, REASON_LIMIT};
+use crate::drain::record::{Drain, DrainRecord, REASON_LIMIT};
 use crate::operator::command::{Signals, exited, run_command, shown};
 use crate::operator::daemon::{Daemon, EVERY};
 use crate::operator::guard::{self, GuardError, Outcome, Request, described};
@@ -83,61 +83,41 @@ pub enum CycleError {
     /// The drain record cannot be written or replaced: nothing was run.
     #[error(transparent)]
     Drain(#[from] DrainError),
-    /// A load balancer said this node was the last server taking traffic for all of
-    /// `--max-wait`: nothing was done.
+    /// A load balancer said this node was the last server taking traffic (`held`) for all of
+    /// `--max-wait` (`waited`): nothing was done.
     #[error(
         "nothing done: refused: its turn did not come within --max-wait {}: {}; bring another compile master back first, or pass --force (the drain record notes it)",
         format_duration(*.waited),
         said(.held)
     )]
     Turn {
-        /// Where the drain would be held.
         held: Vec<Blocker>,
-        /// How long the cycle waited: `--max-wait`.
         waited: Duration,
     },
     /// Drained, a load balancer has no server left for agents (another master fell out
-    /// meanwhile): the cycle let go of the node instead of running the command.
+    /// meanwhile, as they `said`): the cycle let go of the node (which `left`) instead of
+    /// running the command.
     #[error(
         "before the command: {said}; running it now would leave agents no compile master at \
          all, so this cycle let go ({left}) and ran nothing. Bring another compile master \
          back first, or pass --force"
     )]
-    EmptyBackend {
-        /// What the load balancers said.
-        said: String,
-        /// What letting go did.
-        left: String,
-    },
-    /// A wait for the drain, Puppet Server's health or the undrain timed out.
+    EmptyBackend { said: String, left: String },
+    /// A wait for the drain, Puppet Server's health or the undrain (`step`) timed out.
     #[error(
         "{step}: {source}{}",
         step.left("; the node is undrained, but not every load balancer has taken it back")
     )]
-    Wait {
-        /// The step that waited.
-        step: Step,
-        /// What was still missing.
-        source: WaitError,
-    },
-    /// The command failed.
+    Wait { step: Step, source: WaitError },
+    /// The command (as typed) failed, `how`.
     #[error("the command {command} {how}; the node stays drained")]
-    Command {
-        /// The command as typed.
-        command: String,
-        /// How it failed.
-        how: String,
-    },
-    /// The drain record stopped naming this cycle during a wait.
+    Command { command: String, how: String },
+    /// The drain record stopped naming this cycle during a wait (`step`); it holds what is
+    /// `found` instead.
     #[error(
         "{step}: the drain record no longer holds this cycle (`pmcheck undrain --force`?); found {found}; stopping here"
     )]
-    Released {
-        /// The step that waited.
-        step: Step,
-        /// What the record says instead.
-        found: String,
-    },
+    Released { step: Step, found: String },
     /// SIGINT, SIGTERM or SIGHUP, in this step.
     #[error("interrupted during {0}{left}", left = .0.left("; the node is already undrained"))]
     Interrupted(Step),
@@ -395,7 +375,7 @@ async fn stopped(file: &DrainFile, signals: &mut Signals, e: &CycleError) {
     };
     let updated = locked.and_then(|locked| {
         locked.update_logged(|current| {
-            let mut held = guard::holders_of(current);
+            let mut held = Drain::holders_of(current);
             let Some(mine) = held.iter_mut().find(|h| h.is_me()) else {
                 return (Change::Keep, Vec::new(), false);
             };
@@ -433,9 +413,7 @@ fn drained(taken: &guard::Taken, file: &DrainFile) -> String {
             described(&taken.held.others)
         )
     };
-    if let Some(forced) = &me.forced {
-        detail.push_str(&format!("; forced: {forced}"));
-    }
+    detail.extend((me.forced.as_ref()).map(|forced| format!("; forced: {forced}")));
     detail.push_str(&format!("; wrote {}", file.path().display()));
     if let Outcome::Out { lines, .. } = &taken.outcome {
         detail.push_str(&format!("; out: {}", lines.join("; ")));

@@ -165,7 +165,7 @@ fn undrained(
         };
     };
     let mut said = format!("undrained: removed {path} (was: {})", drain.describe());
-    let held = guard::holders_of(Some(drain));
+    let held = Drain::holders_of(Some(drain));
     let running: Vec<Holder> = held.iter().filter(|h| h.running()).cloned().collect();
     if !running.is_empty() && !force {
         return (Change::Keep, Vec::new(), Err(described(&running)));
@@ -174,9 +174,8 @@ fn undrained(
         Some(holder) => Event::of(Action::Undrain, holder, now),
         None => Event::bare(Action::Undrain, now),
     };
-    for h in held.iter().filter(|h| h.kind != Kind::Drain) {
-        said.push_str(&format!("\nlet go of {}", h.describe()));
-    }
+    let let_go = held.iter().filter(|h| h.kind != Kind::Drain);
+    said.extend(let_go.map(|h| format!("\nlet go of {}", h.describe())));
     (Change::Remove, vec![event], Ok(said))
 }
 

@@ -41,20 +41,12 @@ pub struct Taken {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Every server line a proven load balancer checks was checked since the write, and none
-    /// holds the drain.
-    Out {
-        /// Each line, with what it was answered.
-        lines: Vec<String>,
-        /// `pmcheck at URL answers DRAINED (404): ...`.
-        says: String,
-    },
-    /// The daemon answers DRAINED, but no line can hold the drain, or some were not checked.
-    Unwatched {
-        /// What the daemon answers.
-        says: String,
-        /// What was not seen in time, if anything was awaited.
-        late: Option<String>,
-    },
+    /// holds the drain: each of the `lines` with what it was answered, and what the daemon
+    /// `says` (`pmcheck at URL answers DRAINED (404): ...`).
+    Out { lines: Vec<String>, says: String },
+    /// The daemon `says` DRAINED, but no line can hold the drain, or some were not checked:
+    /// what was not seen in time (`late`), if anything was awaited.
+    Unwatched { says: String, late: Option<String> },
     /// No daemon answered, or it watches another record: written unchecked.
     Unchecked,
 }
@@ -124,7 +116,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
         }
         mine.checked = true;
         // The holders the record would have: the live ones, less those it replaces, and it.
-        let current = holders_of(file.current());
+        let current = Drain::holders_of(file.current());
         let resulting: Vec<Holder> = (hold::live(&current, started, SystemTime::now()))
             .filter(|h| !replaces(h))
             .chain([&mine])
@@ -312,13 +304,6 @@ pub fn let_go_of(file: &DrainFile, mine: impl Fn(&Holder) -> bool) -> Option<Str
     }
 }
 
-/// The holders of the drain record `d`, if it is one: what a change keeps or replaces.
-pub fn holders_of(d: Option<Drain>) -> Vec<Holder> {
-    (d.and_then(|d| d.record))
-        .map(|r| r.holders().to_vec())
-        .unwrap_or_default()
-}
-
 /// Holders, for people: `drain (...), cycle pid 4242 (...)`.
 pub fn described(held: &[Holder]) -> String {
     (held.iter().map(Holder::describe))
@@ -331,7 +316,7 @@ async fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -
     let undone = file.locked().await.and_then(|locked| {
         locked.update_logged(|current| {
             let now = SystemTime::now();
-            let mut held = holders_of(current);
+            let mut held = Drain::holders_of(current);
             held.retain(|h| h != mine);
             for h in replaced {
                 if !held.contains(h) && !h.tenure.expired_at(now) {

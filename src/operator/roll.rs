@@ -67,10 +67,9 @@ pub async fn roll(args: RollArgs) -> Result<(), RollError> {
         RollStep::Begin => {
             let reason = args.reason.as_deref().unwrap_or(DEFAULT_REASON);
             let mine = Mark::new(&name, reason, now, args.lasting.unwrap_or(DEFAULT_LASTING));
-            let began = locked.begin_roll(&mine, now)?;
             let until = (mine.tenure.until.as_ref()).map_or("", |u| u.as_str());
             let marked = format!("marked this master for roll {name} until {until}");
-            match began {
+            match locked.begin_roll(&mine, now)? {
                 Began::Marked => outln!("pmcheck roll: {marked}"),
                 Began::Renewed => outln!("pmcheck roll: renewed roll {name}'s mark until {until}"),
                 Began::Replaced(lapsed) => outln!(

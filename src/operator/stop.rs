@@ -38,8 +38,7 @@ const TIDY_AGAIN: Duration = Duration::from_secs(10);
 /// `pmcheck on-stop`: holds the node drained for this stop and waits within `--max-wait`;
 /// every failure is said on stderr (the journal) and lets the stop go on.
 pub async fn on_stop(args: &OnStopArgs) {
-    let (unit, state) = (&args.unit, &args.state);
-    let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
+    let name = args.unit.as_deref().unwrap_or(DEFAULT_UNIT);
     // "Safe after" counts from here, as the stop's own time does.
     let began = Instant::now();
     if !args.drain_on_stop {
@@ -48,7 +47,7 @@ pub async fn on_stop(args: &OnStopArgs) {
     // Asked first, within a bound: draining when the unit is not stopping (only this helper
     // is, as every master's package upgrade restarts it at once) would take every master out
     // together; a hung `systemctl` delays the drain by [`ASK_SYSTEMD`] at most.
-    if let Some(unit) = unit {
+    if let Some(unit) = &args.unit {
         match stopping(unit).await {
             Ok(false) => {
                 return outln!("{unit} is not stopping (only this helper is): nothing drained");
@@ -59,7 +58,7 @@ pub async fn on_stop(args: &OnStopArgs) {
             ),
         }
     }
-    let file = DrainFile::new(&state.state_dir);
+    let file = DrainFile::new(&args.state.state_dir);
     let daemon = Daemon::new(&args.waiting.daemon.url);
     // Where the rule would hold a drain (this node is a backend's last server), Puppet Server
     // stops all the same: the stop's drain is never held, and there is nothing to wait for.
@@ -101,9 +100,8 @@ pub async fn on_stop(args: &OnStopArgs) {
 /// made since finds Puppet Server healthy ([`crate::health::hold::live`]), at once when no
 /// daemon can be asked (none answers the load balancers), after `--max-wait` at the latest.
 pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
-    let OnStopArgs { unit, state, .. } = args;
-    let file = DrainFile::new(&state.state_dir);
-    let name = unit.as_deref().unwrap_or(DEFAULT_UNIT);
+    let file = DrainFile::new(&args.state.state_dir);
+    let name = args.unit.as_deref().unwrap_or(DEFAULT_UNIT);
     let record = file.current().and_then(|d| d.record);
     if record.is_some_and(|r| r.holders().iter().any(|h| h.kind == Kind::Stop))
         && let Ok(daemon) = Daemon::new(&args.waiting.daemon.url)
@@ -111,13 +109,12 @@ pub async fn on_start(args: &OnStopArgs) -> Result<(), DrainError> {
         // As the daemon lets go of a stop's hold: its pool may still be warming.
         let begun = Instant::now();
         let asking = daemon.asking(Ask::default, |answer| {
-            let Ok(view) = answer else {
-                return ControlFlow::Break(());
-            };
-            let probe = &view.answer.probe;
-            let age = probe.age_ms.map(Duration::from_millis);
-            let made_since = age.is_some_and(|age| age < begun.elapsed());
-            if (made_since && probe.healthy()) || begun.elapsed() >= args.waiting.max_wait {
+            let done = answer.map_or(true, |view| {
+                let probe = &view.answer.probe;
+                let age = probe.age_ms.map(Duration::from_millis);
+                age.is_some_and(|age| age < begun.elapsed()) && probe.healthy()
+            });
+            if done || begun.elapsed() >= args.waiting.max_wait {
                 return ControlFlow::Break(());
             }
             ControlFlow::Continue(())
