@@ -682,29 +682,30 @@ fn a_poller_that_proves_nothing_moves_neither_the_guard_nor_the_waits_nor_a_cycl
 /// The wait says what leaves it out (a key; `--allow` cannot leave out this host).
 #[test]
 fn a_curl_loop_slows_no_wait_once_every_key_proves_a_load_balancer() {
-    let proven = curl_loop_wait(true, "127.0.0.67", true, "20s");
+    let proven = curl_loop_wait(true, "127.0.0.67", true, ("2s", "20s"));
     let said = format!("{}{}", text(&proven.stdout), text(&proven.stderr));
     assert_eq!(proven.status.code(), Some(0), "{said}");
     assert_contains!(
         said,
         "127.0.0.67 (unverified: sent no X-Pmcheck-Key): every address the key file binds proves itself as a load balancer that checks now, and this one is none of them: not waited for"
     );
-    // Waited for as long as 3 checks 2 s apart take; the wait gives up before.
-    let beside = curl_loop_wait(true, LB, true, "1s");
+    // Waited for as long as 3 checks 4 s apart take: the wait gives up long before, however
+    // long a loaded machine stalls the command between two answers.
+    let beside = curl_loop_wait(true, LB, true, GIVES_UP);
     let stderr = text(&beside.stderr);
     assert_eq!(beside.status.code(), Some(75), "{stderr}");
     assert_contains!(
         stderr,
         "it names itself curl: a poller that proves nothing is waited for as a load balancer would be: this one polls from an address the key file binds, or sends a key not in it"
     );
-    let keyed = curl_loop_wait(true, "127.0.0.67", false, "1s");
+    let keyed = curl_loop_wait(true, "127.0.0.67", false, GIVES_UP);
     let stderr = text(&keyed.stderr);
     assert_eq!(keyed.status.code(), Some(75), "{stderr}");
     assert_contains!(
         stderr,
         "it names itself curl: a poller that proves nothing is waited for as a load balancer would be until every address the key file binds proves itself (not yet: 127.0.0.2 (line 1))"
     );
-    let unkeyed = curl_loop_wait(false, "127.0.0.67", false, "1s");
+    let unkeyed = curl_loop_wait(false, "127.0.0.67", false, GIVES_UP);
     let stderr = text(&unkeyed.stderr);
     assert_eq!(unkeyed.status.code(), Some(75), "{stderr}");
     assert_contains!(stderr, "127.0.0.67 (unverified");
@@ -714,14 +715,18 @@ fn a_curl_loop_slows_no_wait_once_every_key_proves_a_load_balancer() {
     );
 }
 
-/// `drain --wait` (3 checks 2 s apart, within `max_wait`) while a curl loop polls from `from`,
-/// on a daemon whose key file binds the kit's key to 127.0.0.2 (`keyed`) or that believes
-/// 127.0.0.2 by its address, with a load balancer polling from there with the key when `lb`.
+/// `--lb-interval` and `--max-wait` of a wait that gives up: 3 checks 4 s apart need 12 s.
+const GIVES_UP: (&str, &str) = ("4s", "1s");
+
+/// `drain --wait` (3 checks `lb_interval` apart, within `max_wait`) while a curl loop polls from
+/// `from`, on a daemon whose key file binds the kit's key to 127.0.0.2 (`keyed`) or that
+/// believes 127.0.0.2 by its address, with a load balancer polling from there with the key
+/// when `lb`.
 fn curl_loop_wait(
     keyed: bool,
     from: &'static str,
     lb: bool,
-    max_wait: &str,
+    (lb_interval, max_wait): (&str, &str),
 ) -> std::process::Output {
     use std::io::{Read as _, Write as _};
     let s = Setup::new(Behavior::Running);
@@ -758,7 +763,7 @@ fn curl_loop_wait(
     d.wait_for_json(SOON, "the curl loop to be regular", |a| {
         (a.pollers.iter()).any(|p| p.address.to_string() == from && p.regular && !p.proof.proven())
     });
-    let out = drain_waiting(&s, &d, "2s", max_wait);
+    let out = drain_waiting(&s, &d, lb_interval, max_wait);
     stop.store(true, Ordering::SeqCst);
     let _ = looping.join();
     out
