@@ -21,25 +21,7 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
     page.render_synopsis_section(out)?;
     page.render_description_section(out)?;
 
-    // Every command with its options, each in its own subsection.
-    Roff::new().control("SH", ["COMMANDS"]).to_writer(out)?;
-    for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
-        let name = format!("pmcheck {}", sub.get_name());
-        let mut roff = Roff::new();
-        roff.control("SS", [name.as_str()]);
-        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
-            roff.text([roman(about.to_string())]);
-        }
-        roff.to_writer(out)?;
-        // clap_mangen renders options under an OPTIONS heading of their own; here they belong
-        // to the command's subsection.
-        let mut options = Vec::new();
-        Man::new(sub.clone()).render_options_section(&mut options)?;
-        let options = String::from_utf8_lossy(&options);
-        for line in options.lines().filter(|l| !l.starts_with(".SH")) {
-            writeln!(out, "{line}")?;
-        }
-    }
+    commands(&cli, out)?;
     let mut roff = Roff::new();
     roff.control("SH", ["EXIT STATUS"]);
     for exit in Exit::ALL {
@@ -101,4 +83,27 @@ pub fn man(out: &mut dyn Write) -> io::Result<()> {
         .text([roman("HAProxy backend: mode tcp, option httpchk, server compile01 compile01:8140 check port 9200 inter 2s rise 3 fall 3.")]);
     roff.to_writer(out)?;
     page.render_version_section(out)
+}
+
+/// Every command with its options, each in its own subsection.
+fn commands(cli: &clap::Command, out: &mut dyn Write) -> io::Result<()> {
+    Roff::new().control("SH", ["COMMANDS"]).to_writer(out)?;
+    for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
+        let name = format!("pmcheck {}", sub.get_name());
+        let mut roff = Roff::new();
+        roff.control("SS", [name.as_str()]);
+        if let Some(about) = sub.get_long_about().or(sub.get_about()) {
+            roff.text([roman(about.to_string())]);
+        }
+        roff.to_writer(out)?;
+        // clap_mangen renders options under an OPTIONS heading of their own; here they belong
+        // to the command's subsection.
+        let mut options = Vec::new();
+        Man::new(sub.clone()).render_options_section(&mut options)?;
+        let options = String::from_utf8_lossy(&options);
+        for line in options.lines().filter(|l| !l.starts_with(".SH")) {
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
 }
