@@ -197,8 +197,17 @@ impl Run<'_> {
         for warning in &done.warnings {
             errln!("pmcheck cycle: warning: {warning}");
         }
+        // The point of no return, unless `--force`. The guard looked before the drain; if another
+        // master fell out since, this node is the one agents could still have: give it back.
         if !self.args.force {
-            self.give_back_if_needed().await?;
+            let empty = (self.daemon.ask().await).map_or(Vec::new(), |view| view.empty_backends());
+            if !empty.is_empty() {
+                let said = empty.join("; ");
+                // The trail says why the hold goes: the command was refused, as a drain would be.
+                let release = self.let_go(Step::WaitDrained, Some(&said)).await?;
+                let left = release_line(&release, self.file, false);
+                return Err(CycleError::EmptyBackend { said, left });
+            }
         }
         let since = self.command_step().await?;
         self.wait(Step::WaitHealthy, Goal::Healthy { since })
@@ -275,20 +284,6 @@ impl Run<'_> {
             }
             None => Err(CycleError::Interrupted(step)),
         }
-    }
-
-    /// The point of no return, unless `--force`. The guard looked before the drain; if another
-    /// master fell out since, this node is the one agents could still have: give it back.
-    async fn give_back_if_needed(&mut self) -> Result<(), CycleError> {
-        let empty = (self.daemon.ask().await).map_or(Vec::new(), |view| view.empty_backends());
-        if empty.is_empty() {
-            return Ok(());
-        }
-        let said = empty.join("; ");
-        // The trail says why the hold goes: the command was refused, as a drain would be.
-        let release = self.let_go(Step::WaitDrained, Some(&said)).await?;
-        let left = release_line(&release, self.file, false);
-        Err(CycleError::EmptyBackend { said, left })
     }
 
     /// Step 3: the command, which must exit 0; when it ended.

@@ -69,11 +69,6 @@ impl StatusError {
     pub fn absent(&self) -> bool {
         matches!(self, StatusError::Unreachable { source, .. } if source.is_connect() && !source.is_timeout())
     }
-
-    /// The daemon is of another version (EX_PROTOCOL).
-    pub fn other_version(&self) -> bool {
-        matches!(self, StatusError::OtherVersion { .. })
-    }
 }
 
 /// The daemon's reply: its HTTP status and body.

@@ -246,7 +246,9 @@ async fn view_of(
                 None => return ControlFlow::Break(Ok(Some(view))),
                 Some(other) => other.to_string(),
             },
-            Err(e) if e.other_version() => return ControlFlow::Break(Err(GuardError::Daemon(e))),
+            Err(e @ StatusError::OtherVersion { .. }) => {
+                return ControlFlow::Break(Err(GuardError::Daemon(e)));
+            }
             Err(e) if e.absent() || force => e.to_string(),
             Err(e) if asked >= ASKS => {
                 return ControlFlow::Break(Err(GuardError::Unasked(e.to_string())));

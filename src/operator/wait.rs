@@ -15,7 +15,7 @@ use crate::drain::file::DrainFile;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::view::OtherFile;
 use crate::protocol::lines::{Blocker, said};
-use crate::protocol::progress::Ask;
+use crate::protocol::progress::{Ask, Stage};
 use crate::settings::duration::format_duration;
 use crate::text::seconds;
 
@@ -73,6 +73,26 @@ pub struct Done {
     pub warnings: Vec<String>,
 }
 
+impl Done {
+    /// `stage` reached after `waited`, with the agent connections the wait saw close (the most
+    /// at once, and when the last one went).
+    fn of(stage: &Stage, waited: Duration, (most, gone): (usize, Option<Duration>)) -> Self {
+        let mut met = stage.met.clone();
+        if let (n @ 1.., Some(after)) = (most, gone) {
+            let after = seconds(after);
+            met.push(format!(
+                "up to {n} agent connection(s) in flight, the last closed after {after}"
+            ));
+        }
+        let (summary, warnings) = (met.join("; "), stage.warnings.clone());
+        Done {
+            waited,
+            summary,
+            warnings,
+        }
+    }
+}
+
 /// Asks `daemon` about the drain record `file` until `goal` is reached, `--max-wait` passes or
 /// `stop` resolves, showing progress on stderr (one updating line on a terminal, a line per
 /// change otherwise). A drain held by a load balancer ends a wait for [`Goal::Drained`] at once.
@@ -104,7 +124,7 @@ pub async fn wait(
         pending = 'line: {
             let view = match answer {
                 Ok(view) => view,
-                Err(e) if pending.is_empty() || e.other_version() => {
+                Err(e) if pending.is_empty() || matches!(e, StatusError::OtherVersion { .. }) => {
                     return ControlFlow::Break(Err(WaitError::NoDaemon(e)));
                 }
                 Err(e) => break 'line e.to_string(),
@@ -128,19 +148,7 @@ pub async fn wait(
                 gone = Some(waited);
             }
             if a.met() {
-                let mut met = a.met.clone();
-                if let (n @ 1.., Some(after)) = (most, gone) {
-                    let after = seconds(after);
-                    met.push(format!(
-                        "up to {n} agent connection(s) in flight, the last closed after {after}"
-                    ));
-                }
-                let (summary, warnings) = (met.join("; "), a.warnings.clone());
-                return ControlFlow::Break(Ok(Done {
-                    waited,
-                    summary,
-                    warnings,
-                }));
+                return ControlFlow::Break(Ok(Done::of(a, waited, (most, gone))));
             }
             let acted: Vec<String> = a.acted.iter().map(ToString::to_string).collect();
             match acted[..] {
