@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::ArgMatches;
 use thiserror::Error;
 
-use crate::cli::{Cli, Command, Generate, StatusArgs};
+use crate::cli::{Cli, Command, DaemonUrl, Generate, StatusArgs};
 use crate::console::{errln, out, outln};
 use crate::drain::roll::RollError;
 use crate::exit::Exit;
@@ -69,7 +69,7 @@ impl Error {
                 ChangeError::Drain(_) | ChangeError::Guard(GuardError::Drain(_)) => {
                     Exit::CantCreate
                 }
-                ChangeError::Wait(e) => wait_exit(e),
+                ChangeError::Wait(_, e) => wait_exit(e),
                 ChangeError::Guard(GuardError::LetGo(_)) => Exit::Warning,
                 ChangeError::Guard(GuardError::Unasked(_)) => Exit::Unavailable,
                 ChangeError::Guard(GuardError::Daemon(e)) => status_exit(e),
@@ -144,9 +144,9 @@ pub fn run(cli: Cli, matches: &ArgMatches, argv: &[OsString]) -> Exit {
 /// Runs `command`: those that say nothing of how they went end [`Exit::Ok`] unless they fail.
 fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<Exit, Error> {
     let given = || Provenance::of(matches).given();
-    match command {
+    let done = match command {
         Command::Serve(_) => return serve(&given()),
-        Command::Inetd(args) => run_single_threaded(inetd::answer_one(&given(), &args))??,
+        Command::Inetd(args) => Ok(run_single_threaded(inetd::answer_one(&given(), &args))??),
         Command::Check(args) => return Ok(check::check(&given(), &args)),
         Command::Config(args) => {
             // The service's environment file under the process environment, as the unit gets
@@ -158,25 +158,16 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
             };
             return Ok(config::config(&given, file.as_ref(), &args)?);
         }
-        Command::Drain(args) => {
-            let daemon = Daemon::new(&args.waiting.daemon.url)?;
-            run_single_threaded(drain::drain(args, &daemon))??;
-        }
-        Command::Undrain(args) => {
-            let daemon = Daemon::new(&args.waiting.daemon.url)?;
-            run_single_threaded(drain::undrain(args, &daemon))??;
-        }
-        Command::Cycle(args) => {
-            let daemon = Daemon::new(&args.waiting.daemon.url)?;
-            run_single_threaded(cycle::run(&args, &daemon))??;
-        }
+        Command::Drain(args) => asking(drain::drain, &args, &args.waiting.daemon),
+        Command::Undrain(args) => asking(drain::undrain, &args, &args.waiting.daemon),
+        Command::Cycle(args) => asking(cycle::run, &args, &args.waiting.daemon),
         Command::Status(args) => return status_command(args),
-        Command::Roll(args) => run_single_threaded(crate::operator::roll::roll(args))??,
-        Command::OnStop(args) => run_single_threaded(stop::on_stop(&args))?,
+        Command::Roll(args) => Ok(run_single_threaded(crate::operator::roll::roll(args))??),
+        Command::OnStop(args) => Ok(run_single_threaded(stop::on_stop(&args))?),
         Command::OnStart(args) => {
-            run_single_threaded(stop::on_start(&args))?.map_err(ChangeError::from)?;
+            Ok(run_single_threaded(stop::on_start(&args))?.map_err(ChangeError::from)?)
         }
-        Command::StopGuard(args) => stop::stop_guard(args)?,
+        Command::StopGuard(args) => Ok(stop::stop_guard(args)?),
         Command::Generate { what } => {
             // Made whole first, then written as the other commands write ([`crate::console`]).
             let mut text = Vec::new();
@@ -188,9 +179,24 @@ fn command(command: Command, matches: &ArgMatches, argv: &[OsString]) -> Result<
                 }
             }
             out!("{}", String::from_utf8_lossy(&text));
+            Ok(())
         }
-    }
-    Ok(Exit::Ok)
+    };
+    done.map(|()| Exit::Ok)
+}
+
+/// Runs `command` with `args` on one thread: an operator's command, which asks the daemon at
+/// `--url`.
+fn asking<A, E>(
+    command: impl AsyncFnOnce(&A, &Daemon) -> Result<(), E>,
+    args: &A,
+    url: &DaemonUrl,
+) -> Result<(), Error>
+where
+    Error: From<E>,
+{
+    let daemon = Daemon::new(&url.url)?;
+    run_single_threaded(command(args, &daemon))?.map_err(Error::from)
 }
 
 fn serve(given: &Given) -> Result<Exit, Error> {

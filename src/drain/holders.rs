@@ -130,6 +130,12 @@ impl Holder {
         stop
     }
 
+    /// Held in place of `other`: an operator's drain replaces their earlier one, a stop the
+    /// last stop's; every cycle holds on its own.
+    pub fn replaces(&self, other: &Holder) -> bool {
+        matches!(self.kind, Kind::Drain | Kind::Stop) && other.kind == self.kind
+    }
+
     /// The holder is this process.
     pub fn is_me(&self) -> bool {
         self.process.is_some() && self.process == Process::this()

@@ -5,23 +5,23 @@
 use std::time::SystemTime;
 
 use crate::drain::file::{Change, DrainError, Locked};
-use crate::drain::holders::{Held, Holder, Release};
+use crate::drain::holders::{Held, Holder, Kind, Release};
 use crate::drain::log::{Action, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord};
 
 impl Locked<'_> {
-    /// Adds `mine` to the record's holders, logged as `action`; the holders `replaces` names
-    /// and the expired ones go.
-    pub fn hold(
-        self,
-        mine: &Holder,
-        replaces: impl Fn(&Holder) -> bool,
-        action: Action,
-    ) -> Result<(Held, Vec<LogError>), DrainError> {
+    /// Adds `mine` to the record's holders, logged as its kind's action; the holders it
+    /// replaces ([`Holder::replaces`]) and the expired ones go.
+    pub fn hold(self, mine: &Holder) -> Result<(Held, Vec<LogError>), DrainError> {
+        let action = match mine.kind {
+            Kind::Drain => Action::Drain,
+            Kind::Cycle | Kind::StoppedCycle => Action::CycleDrain,
+            Kind::Stop => Action::StopDrain,
+        };
         self.update_logged(|before| {
             let now = SystemTime::now();
             let (replaced, mut held): (Vec<_>, Vec<_>) =
-                (Drain::holders_of(before).into_iter()).partition(|h| replaces(h));
+                (Drain::holders_of(before).into_iter()).partition(|h| mine.replaces(h));
             held.retain(|h| !h.tenure.expired_at(now));
             let others = held.clone();
             held.push(mine.clone());
@@ -65,7 +65,24 @@ impl Locked<'_> {
 mod tests {
     use super::*;
     use crate::drain::file::DrainFile;
-    use crate::drain::holders::Kind;
+    use crate::drain::log::DrainLog;
+
+    #[test]
+    fn each_cycle_holds_on_its_own_and_each_hold_is_logged_as_its_kind() {
+        use Action::{CycleDrain, Drain as Drained, StopDrain};
+        let (dir, file) = file();
+        let now = SystemTime::now();
+        let hold = |mine: &Holder| file.lock().unwrap().hold(mine).unwrap().0;
+        let first = Holder::cycle("first".into(), now);
+        hold(&first);
+        let held = hold(&Holder::cycle("second".into(), now));
+        assert_eq!((held.others, held.replaced), (vec![first], vec![]));
+        hold(&Holder::stop("puppetserver.service", now));
+        hold(&Holder::drain("kernel".into(), None, now));
+        let events = DrainLog::new(dir.path()).tail(10).unwrap();
+        let actions: Vec<Action> = events.iter().map(|e| e.action).collect();
+        assert_eq!(actions, [CycleDrain, CycleDrain, StopDrain, Drained]);
+    }
 
     fn file() -> (tempfile::TempDir, DrainFile) {
         let dir = tempfile::tempdir().unwrap();
@@ -82,11 +99,7 @@ mod tests {
         let is = |kind: Kind| move |h: &Holder| h.kind == kind;
 
         let hold = |mine: &Holder| {
-            let (held, lost) = file
-                .lock()
-                .unwrap()
-                .hold(mine, is(mine.kind), Action::Drain)
-                .unwrap();
+            let (held, lost) = file.lock().unwrap().hold(mine).unwrap();
             assert!(lost.is_empty(), "{lost:?}");
             held
         };

@@ -9,9 +9,10 @@ use crate::health::verdict::Verdict;
 use crate::health::weight::Rejoin;
 use crate::operator::daemon::Daemon;
 use crate::operator::run_single_threaded;
+use crate::puppet::client::ProbeTarget;
 use crate::puppet::expiry::{self, Expiries, Severity};
 use crate::puppet::pool::Load;
-use crate::puppet::probe::{ProbeTarget, Prober};
+use crate::puppet::probe::Prober;
 use crate::puppet::report::ProbeOutcome;
 use crate::settings::{Given, Host, Settings};
 

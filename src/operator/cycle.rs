@@ -137,10 +137,7 @@ pub async fn run(args: &CycleArgs, daemon: &Daemon) -> Result<(), CycleError> {
     // Nothing is touched unless the daemon answers, about this drain record: without it
     // nobody can tell when it is safe.
     let file = DrainFile::new(&args.state.state_dir);
-    let view = (daemon.ask().await).map_err(|e| CycleError::NoDaemon(WaitError::NoDaemon(e)))?;
-    if let Some(e) = view.other_file(&daemon.url, &file.resolved()) {
-        return Err(CycleError::NoDaemon(e.into()));
-    }
+    (wait::ready(daemon, &file).await).map_err(CycleError::NoDaemon)?;
     let typed = format!("pmcheck cycle: {}", command.trim_matches('`'));
     let reason = (args.reason.clone()).unwrap_or_else(|| printable(&typed, REASON_LIMIT));
     let mut run = Run {
@@ -238,9 +235,7 @@ impl Run<'_> {
         let taken = loop {
             let request = Request {
                 mine: Holder::cycle(self.reason.clone(), SystemTime::now()),
-                replaces: |_: &Holder| false,
                 force: self.args.force,
-                action: Action::CycleDrain,
             };
             let taking = guard::take(self.daemon, self.file, &self.args.waiting, request);
             let held = match self.signals.unless(taking).await {
@@ -250,9 +245,8 @@ impl Run<'_> {
             let waited = since.elapsed();
             if waited >= max_wait {
                 ticker.clear();
-                let why = said(&held);
-                let logged = guard::log_refused(self.file, &self.reason, &why);
-                warn((self.signals.unless(logged).await).ok_or(CycleError::Unchanged)?);
+                let logged = guard::log_refused(self.file, &self.reason, &held);
+                (self.signals.unless(logged).await).ok_or(CycleError::Unchanged)?;
                 let waited = max_wait;
                 return Err(CycleError::Turn { held, waited });
             }

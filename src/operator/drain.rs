@@ -20,10 +20,9 @@ use crate::drain::log::{Action, DrainLog, Event};
 use crate::drain::record::{Drain, DrainState};
 use crate::drain::tenure::Tenure;
 use crate::operator::daemon::Daemon;
-use crate::operator::guard::{self, GuardError, Outcome, Request, described};
+use crate::operator::guard::{self, GuardError, Outcome, Request, Taken, described};
 use crate::operator::wait::{self, Goal, WaitError};
 use crate::operator::warn;
-use crate::protocol::lines::said;
 use crate::text::seconds;
 
 /// Why a drain or an undrain failed.
@@ -36,8 +35,8 @@ pub enum ChangeError {
     #[error(transparent)]
     Guard(#[from] GuardError),
     /// `--wait` did not see its goal reached.
-    #[error(transparent)]
-    Wait(#[from] WaitError),
+    #[error("{}{}", .1, left(.1, *.0))]
+    Wait(Goal, WaitError),
     /// `undrain` without `--force` while running cycles hold the node.
     #[error(
         "refused: the node is held drained by {0}, which undrains it when done (if nobody else holds it); `pmcheck undrain --force` undrains now, and the cycle then leaves the node as it finds it"
@@ -48,21 +47,35 @@ pub enum ChangeError {
 /// `pmcheck drain`: the guard refuses a drain a load balancer would hold (unless `--force`),
 /// else the operator's drain replaces theirs among the holders; says what was decided, and with
 /// `--wait` waits until it is safe to stop Puppet Server.
-pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
+pub async fn drain(args: &DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
     // "Safe after" counts from here: the guard's checks after the write are part of the wait.
     let began = Instant::now();
     let (how, file) = (&args.waiting, DrainFile::new(&args.state.state_dir));
     let request = Request {
         mine: Holder::drain(args.reason.clone(), args.for_, SystemTime::now()),
-        replaces: |h: &Holder| h.kind == Kind::Drain,
         force: args.force,
-        action: Action::Drain,
     };
     let taken = guard::take(daemon, &file, how, request).await;
     if let Err(GuardError::Refused(held)) = &taken {
-        warn(guard::log_refused(&file, &args.reason, &said(held)).await);
+        guard::log_refused(&file, &args.reason, held).await;
     }
-    let taken = taken?;
+    told(&taken?, &file);
+    if args.wait {
+        let waited = wait::wait(Goal::Drained, daemon, how, &file, std::future::pending()).await;
+        let done = waited.map_err(|e| ChangeError::Wait(Goal::Drained, e))?;
+        let after = seconds(began.elapsed());
+        outln!("safe to stop Puppet Server after {after}: {}", done.summary);
+        warn(&done.warnings);
+    } else {
+        outln!(
+            "`pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
+        );
+    }
+    Ok(())
+}
+
+/// Says what the guard did with the drain written to `file`, and who else holds the node.
+fn told(taken: &Taken, file: &DrainFile) {
     warn(&taken.warnings);
     for previous in &taken.held.replaced {
         let (Tenure { by, since, .. }, what) = (&previous.tenure, &previous.what);
@@ -88,33 +101,20 @@ pub async fn drain(args: DrainArgs, daemon: &Daemon) -> Result<(), ChangeError> 
         }
         Outcome::Unchecked => {}
     }
-    if !args.wait {
-        outln!(
-            "`pmcheck undrain` puts it back; `pmcheck drain --wait` tells when it is safe to stop Puppet Server."
-        );
-        return Ok(());
-    }
-    let done = wait::wait(Goal::Drained, daemon, how, &file, std::future::pending())
-        .await
-        .map_err(|e| stays(e, "the node stays drained"))?;
-    let after = seconds(began.elapsed());
-    outln!("safe to stop Puppet Server after {after}: {}", done.summary);
-    warn(&done.warnings);
-    Ok(())
 }
 
-/// A timed-out wait's error, with what became of the node (the line before said what was
-/// written, so a daemon that cannot be reached needs no more).
-fn stays(mut e: WaitError, left: &str) -> WaitError {
-    if let WaitError::TimedOut { pending, .. } = &mut e {
-        *pending = format!("{pending} ({left})");
+/// What a wait for `goal` that gave up (`e`) left the node as; the line before said what was done.
+fn left(e: &WaitError, goal: Goal) -> &'static str {
+    match (e, goal) {
+        (WaitError::TimedOut { .. }, Goal::Drained) => " (the node stays drained)",
+        (WaitError::TimedOut { .. }, Goal::Undrained) => " (the node is undrained)",
+        _ => "",
     }
-    e
 }
 
 /// `pmcheck undrain`: removes the record unless a running cycle holds the node (then only with
 /// `--force`), and with `--wait` waits until the load balancers took the node back.
-pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
+pub async fn undrain(args: &UndrainArgs, daemon: &Daemon) -> Result<(), ChangeError> {
     let file = DrainFile::new(&args.state.state_dir);
     let (said, lost) =
         (file.locked().await?).update_logged(|current| undrained(&file, current, args.force))?;
@@ -122,9 +122,8 @@ pub async fn undrain(args: UndrainArgs, daemon: &Daemon) -> Result<(), ChangeErr
     outln!("{}", said.map_err(ChangeError::Held)?);
     if args.wait {
         let how = &args.waiting;
-        let done = wait::wait(Goal::Undrained, daemon, how, &file, std::future::pending())
-            .await
-            .map_err(|e| stays(e, "the node is undrained"))?;
+        let waited = wait::wait(Goal::Undrained, daemon, how, &file, std::future::pending()).await;
+        let done = waited.map_err(|e| ChangeError::Wait(Goal::Undrained, e))?;
         let after = seconds(done.waited);
         outln!("back in rotation after {after}: {}", done.summary);
     } else {

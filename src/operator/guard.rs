@@ -15,11 +15,12 @@ use thiserror::Error;
 use crate::cli::WaitArgs;
 use crate::drain::file::{Change, DrainError, DrainFile};
 use crate::drain::holders::{Held, Holder};
-use crate::drain::log::{Action, Event, LogError};
+use crate::drain::log::{Event, LogError};
 use crate::drain::record::{Drain, DrainRecord, DrainState};
 use crate::health::hold;
 use crate::operator::daemon::{Daemon, StatusError};
 use crate::operator::view::View;
+use crate::operator::warn;
 use crate::protocol::lines::{Blocker, said};
 use crate::protocol::progress::Ask;
 use crate::text::seconds;
@@ -83,25 +84,21 @@ pub enum GuardError {
 }
 
 /// What a command asks the guard to write.
-pub struct Request<R: Fn(&Holder) -> bool> {
-    /// The new holder.
+pub struct Request {
+    /// The new holder, in place of those it replaces ([`Holder::replaces`]).
     pub mine: Holder,
-    /// The holders it takes the place of (an operator's earlier drain).
-    pub replaces: R,
     /// `--force`: written even where a load balancer would hold it, saying what it went past.
     pub force: bool,
-    /// How the event log names the change.
-    pub action: Action,
 }
 
 /// Writes the request's holder as the guard lets it.
-pub async fn take<R: Fn(&Holder) -> bool>(
+pub async fn take(
     daemon: &Daemon,
     file: &DrainFile,
     how: &WaitArgs,
-    request: Request<R>,
+    request: Request,
 ) -> Result<Taken, GuardError> {
-    let (mut mine, replaces, force) = (request.mine, request.replaces, request.force);
+    let Request { mut mine, force } = request;
     let mut warnings = Vec::new();
     let view = view_of(daemon, file, force, &mut warnings).await?;
     let started = view.as_ref().and_then(|v| v.started());
@@ -118,7 +115,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
         // The holders the record would have: the live ones, less those it replaces, and it.
         let current = Drain::holders_of(file.current());
         let resulting: Vec<Holder> = (hold::live(&current, started, SystemTime::now()))
-            .filter(|h| !replaces(h))
+            .filter(|h| !mine.replaces(h))
             .chain([&mine])
             .cloned()
             .collect();
@@ -132,7 +129,7 @@ pub async fn take<R: Fn(&Holder) -> bool>(
         }
     }
     let written = Instant::now();
-    let (held, lost) = (file.locked().await?).hold(&mine, &replaces, request.action)?;
+    let (held, lost) = (file.locked().await?).hold(&mine)?;
     warnings.extend(lost.iter().map(ToString::to_string));
     let mut taken = Taken {
         mine,
@@ -335,11 +332,11 @@ async fn undo(file: &DrainFile, mine: &Holder, replaced: &[Holder], why: &str) -
     }
 }
 
-/// Logs a drain the guard refused, in the drain event log; what went wrong, if anything.
-pub async fn log_refused(file: &DrainFile, reason: &str, why: &str) -> Vec<String> {
-    let event = Event::refused(reason, why, SystemTime::now());
+/// Logs a drain the guard refused (as `held` said) in the event log, or warns why it cannot.
+pub async fn log_refused(file: &DrainFile, reason: &str, held: &[Blocker]) {
+    let event = Event::refused(reason, &said(held), SystemTime::now());
     match file.locked().await.map(|locked| locked.log(&[event])) {
-        Ok(lost) => lost.iter().map(ToString::to_string).collect(),
-        Err(e) => vec![format!("the refused drain was not logged: {e}")],
+        Ok(lost) => warn(&lost),
+        Err(e) => warn([format!("the refused drain was not logged: {e}")]),
     }
 }

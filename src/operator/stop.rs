@@ -64,10 +64,9 @@ pub async fn on_stop(args: &OnStopArgs) {
     // stops all the same: the stop's drain is never held, and there is nothing to wait for.
     let asked = async { daemon.as_ref().ok()?.ask().await.ok() };
     let last = asked.await.map(|v| v.holding()).unwrap_or_default();
-    let mine = Holder::stop(name, SystemTime::now());
     // In place of an earlier stop's hold.
-    let replaces = |h: &Holder| h.kind == Kind::Stop;
-    match async { (file.locked().await?).hold(&mine, replaces, Action::StopDrain) }.await {
+    let mine = Holder::stop(name, SystemTime::now());
+    match async { (file.locked().await?).hold(&mine) }.await {
         Ok((_, lost)) => warn(&lost),
         Err(e) => return errln!("pmcheck on-stop: WARNING: {e}; {name} stops without a drain"),
     }

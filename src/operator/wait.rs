@@ -172,6 +172,12 @@ pub async fn wait(
     ended.unwrap_or(Err(WaitError::Interrupted { waited, pending }))
 }
 
+/// Whether a wait can be had before anything changes: the daemon answers, about `file`.
+pub async fn ready(daemon: &Daemon, file: &DrainFile) -> Result<(), WaitError> {
+    let view = (daemon.ask().await).map_err(WaitError::NoDaemon)?;
+    (view.other_file(&daemon.url, &file.resolved())).map_or(Ok(()), |e| Err(e.into()))
+}
+
 /// What the daemon answers right after an undrain, asked for up to two seconds (it sees the
 /// record within milliseconds): `Ok` with its words once it no longer answers DRAINED; `Err`
 /// with a warning when it cannot be asked or still answers DRAINED.

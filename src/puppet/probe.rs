@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 
-pub use crate::puppet::client::ProbeTarget;
+use crate::puppet::client::ProbeTarget;
 use crate::puppet::client::PuppetClient;
 use crate::puppet::pause::{self, Pause, PauseWatch};
 use crate::puppet::pool::{Pool, Unready};

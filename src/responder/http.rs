@@ -16,7 +16,7 @@ use crate::health::decision::Decision;
 use crate::health::verdict::Verdict;
 
 /// The methods a poll may use.
-pub(crate) const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
+const ALLOW: HeaderValue = HeaderValue::from_static("GET, HEAD, OPTIONS");
 const NO_STORE: HeaderValue = HeaderValue::from_static("no-store");
 const TEXT: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
@@ -157,6 +157,17 @@ fn reason_phrase(decision: &Decision<'_>) -> Option<ReasonPhrase> {
         ReasonPhrase::try_from(phrase)
             .unwrap_or_else(|_| ReasonPhrase::from_static(word.as_bytes())),
     )
+}
+
+/// The answer to a method no poll uses: which ones it may.
+pub(crate) fn method_not_allowed() -> Response<Full<Bytes>> {
+    let mut response = plain(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "405 Method Not Allowed: poll with GET, HEAD or OPTIONS\n",
+        &Method::GET,
+    );
+    response.headers_mut().insert(header::ALLOW, ALLOW);
+    response
 }
 
 /// A fixed text answer with `status`.

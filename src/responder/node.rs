@@ -31,7 +31,8 @@ use crate::puppet::report::Latest;
 use crate::responder::agent::{self, Sent};
 use crate::responder::agents::Agents;
 use crate::responder::http::{
-    ALLOW, METRICS_PATH, Rendered, STATUS_PATH, plain, respond, respond_with, with_body,
+    METRICS_PATH, Rendered, STATUS_PATH, method_not_allowed, plain, respond, respond_with,
+    with_body,
 };
 use crate::responder::metrics::{self, Metrics};
 use crate::responder::pollers::{Poll, Pollers, Via};
@@ -370,13 +371,7 @@ impl Node {
         last.proven = false;
         let method = request.method();
         if !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-            let mut response = plain(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "405 Method Not Allowed: poll with GET, HEAD or OPTIONS\n",
-                &Method::GET,
-            );
-            response.headers_mut().insert(header::ALLOW, ALLOW);
-            return response;
+            return method_not_allowed();
         }
         let headers = request.headers();
         match request.uri().path() {
