@@ -250,30 +250,8 @@ fn is_commit(s: &str) -> bool {
 
 /// Ruby's `Time#to_s` (`2024-01-02 03:04:05 +0000`) or RFC 3339, in seconds since the epoch.
 pub fn parse_time(text: &str) -> Option<i64> {
-    let text = text.trim();
-    let (local, offset) = match text.strip_suffix(['Z', 'z']) {
-        Some(local) => (local, 0),
-        None => split_offset(text)?,
-    };
-    let at = humantime::parse_rfc3339_weak(local.trim_end()).ok()?;
-    let seconds = i64::try_from(at.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()?;
-    Some(seconds - offset)
-}
-
-/// `+0000`, `-05:00`: the offset east of UTC in seconds, after the time of day.
-fn split_offset(text: &str) -> Option<(&str, i64)> {
-    // The date's own '-' come before the 'T' or space that ends it.
-    let at = text
-        .rfind(['+', '-'])
-        .filter(|&i| i > "2024-01-02T03:04:05".len() - 1)?;
-    let (local, offset) = text.split_at(at);
-    let sign = if offset.starts_with('-') { -1 } else { 1 };
-    let digits: String = offset[1..].chars().filter(|c| *c != ':').collect();
-    if digits.len() != 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let hhmm: i64 = digits.parse().ok()?;
-    Some((local, sign * (hhmm / 100 * 3600 + hhmm % 100 * 60)))
+    let at = crate::puppet::timestamp::parse(text)?;
+    i64::try_from(at.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! with milliseconds (`2026-11-25T12:23:04.408Z`); OpenVox since 8.13 writes `java.time`'s
 //! `ISO_OFFSET_DATE_TIME`: 0 to 9 fractional digits and the JVM zone's offset (`+01:00`, `Z` in
 //! UTC). An offset read as UTC would put a lock taken in Paris an hour in the future, and no
-//! pause could be granted from it. Times shown in answers are written here too: humantime
+//! pause could be granted from it. r10k's deploy records hold Ruby's `Time#to_s`
+//! (`2026-11-25 13:23:04 +0100`). Times shown in answers are written here too: humantime
 //! panics on one before 1970 or after 9999.
 
 use std::time::{Duration, SystemTime};
@@ -37,6 +38,8 @@ fn writable(t: SystemTime) -> bool {
 /// to 9999 (a misreading: no lock was taken then).
 pub fn parse(text: &str) -> Option<SystemTime> {
     let (local, east) = split_offset(text.trim())?;
+    // Ruby puts a space before the offset.
+    let local = local.trim_end();
     // Nothing but the time of day after the date: humantime would skip a second offset.
     let time = local.get(DATE..)?;
     if !time
@@ -57,7 +60,7 @@ pub fn parse(text: &str) -> Option<SystemTime> {
 }
 
 /// The date and time of day, and the offset in seconds east of UTC (`Z`, `+HH:MM`, `-HH:MM`,
-/// or `+HH:MM:SS` as Java writes an offset with seconds).
+/// `+HH:MM:SS` as Java writes an offset with seconds, or `+HHMM` as Ruby writes it).
 fn split_offset(text: &str) -> Option<(&str, i64)> {
     if let Some(local) = text.strip_suffix(['Z', 'z']) {
         return Some((local, 0));
@@ -69,8 +72,11 @@ fn split_offset(text: &str) -> Option<(&str, i64)> {
         (_, rest) => (-1, rest),
     };
     let mut parts = offset.split(':');
-    let hours = two_digits(parts.next()?)?;
-    let minutes = two_digits(parts.next()?)?;
+    let first = parts.next()?;
+    let (hours, minutes) = match (first.get(..2), first.get(2..)) {
+        (Some(hh), Some(mm)) if mm.len() == 2 => (two_digits(hh)?, two_digits(mm)?),
+        _ => (two_digits(first)?, two_digits(parts.next()?)?),
+    };
     let seconds = parts.next().map_or(Some(0), two_digits)?;
     // java.time's offsets stay within 18 hours.
     if parts.next().is_some() || hours > 18 || minutes > 59 || seconds > 59 {
@@ -124,6 +130,13 @@ mod tests {
     }
 
     #[test]
+    fn rubys_time_names_the_same_moment() {
+        assert_eq!(parse("2026-11-25 13:23:04 +0100"), Some(at(0)));
+        assert_eq!(parse("2026-11-25 07:23:04 -0500"), Some(at(0)));
+        assert_eq!(parse("2026-11-25 12:23:04 +0000"), Some(at(0)));
+    }
+
+    #[test]
     fn an_offset_crosses_midnight_and_the_year() {
         assert_eq!(
             parse("2027-01-01T00:30:00+01:00"),
@@ -170,7 +183,7 @@ mod tests {
             "2026-11-25T12:23",
             "2026-11-25T12:23:04+1:00",
             "2026-11-25T12:23:04+01",
-            "2026-11-25T12:23:04+0100",
+            "2026-11-25 12:23:04 +010",
             "2026-11-25T12:23:04+19:00",
             "2026-11-25T12:23:04+01:60",
             "2026-11-25T12:23:04+01:00:00:00",
