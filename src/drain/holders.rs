@@ -130,8 +130,8 @@ impl Holder {
         stop
     }
 
-    /// Held in place of `other`: an operator's drain replaces their earlier one, a stop the
-    /// last stop's; every cycle holds on its own.
+    /// `other` goes when this holder is held: a drain replaces the earlier drain, a stop the
+    /// last stop's hold; every cycle holds on its own.
     pub fn replaces(&self, other: &Holder) -> bool {
         matches!(self.kind, Kind::Drain | Kind::Stop) && other.kind == self.kind
     }
