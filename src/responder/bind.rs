@@ -2,19 +2,16 @@
 //! host without IPv6, and errors that name the address and the way out.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
 use socket2::{Domain, Protocol, Socket, Type};
 use thiserror::Error;
 
 use crate::exit::Exit;
 
-/// Port 9200 on every address, IPv4 included.
-pub const DEFAULT_LISTEN_V6: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED), 9200);
-/// Where we listen on hosts without IPv6.
-pub const DEFAULT_LISTEN_V4: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9200);
+/// Port 9200 on every address, IPv4 included (`0.0.0.0:9200` on a host without IPv6).
+const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 9200);
+
 #[derive(Debug, Error)]
 #[error("cannot listen on {addr} ({flag}): {source}{hint}", hint = listen_hint(source, flag))]
 pub struct ListenError {
@@ -50,25 +47,10 @@ fn listen_hint(e: &io::Error, flag: &str) -> String {
     }
 }
 
-/// Binds the listen addresses. Without any, `[::]:9200` accepting IPv4 too, or `0.0.0.0:9200`
-/// where the host has no IPv6.
-pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenError> {
-    const FLAG: &str = "--listen";
-    if addrs.is_empty() {
-        return match bind_one(DEFAULT_LISTEN_V6, FLAG) {
-            Ok(listener) => Ok(vec![listener]),
-            Err(e) if no_ipv6(&e.source) => {
-                tracing::warn!(
-                    error = %e.source,
-                    address = %DEFAULT_LISTEN_V4,
-                    "no IPv6 on this host; listening on IPv4 only"
-                );
-                Ok(vec![bind_one(DEFAULT_LISTEN_V4, FLAG)?])
-            }
-            Err(e) => Err(e),
-        };
-    }
-    bind_each(addrs, FLAG)
+/// Binds the listen addresses; without any, [`DEFAULT_LISTEN`].
+pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, ListenError> {
+    let default = [DEFAULT_LISTEN];
+    bind_each(if addrs.is_empty() { &default } else { addrs }, "--listen")
 }
 
 /// Binds every address given, and nothing when none is. `[::]:PORT` falls back to
@@ -77,15 +59,15 @@ pub fn bind(addrs: &[SocketAddr]) -> Result<Vec<std::net::TcpListener>, ListenEr
 pub fn bind_each(
     addrs: &[SocketAddr],
     flag: &'static str,
-) -> Result<Vec<std::net::TcpListener>, ListenError> {
+) -> Result<Vec<TcpListener>, ListenError> {
     addrs
         .iter()
         .map(|addr| match bind_one(*addr, flag) {
             Err(e)
-                if *addr == SocketAddr::new(DEFAULT_LISTEN_V6.ip(), addr.port())
+                if *addr == SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), addr.port())
                     && no_ipv6(&e.source) =>
             {
-                let v4 = SocketAddr::new(DEFAULT_LISTEN_V4.ip(), addr.port());
+                let v4 = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), addr.port());
                 tracing::warn!(
                     error = %e.source,
                     address = %v4,
@@ -105,7 +87,7 @@ fn no_ipv6(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::AddrNotAvailable || e.raw_os_error() == Some(EAFNOSUPPORT)
 }
 
-fn bind_one(addr: SocketAddr, flag: &'static str) -> Result<std::net::TcpListener, ListenError> {
+fn bind_one(addr: SocketAddr, flag: &'static str) -> Result<TcpListener, ListenError> {
     let fail = |source| ListenError { addr, flag, source };
     let socket =
         Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
