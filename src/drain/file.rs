@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use nix::fcntl::Flock;
 use thiserror::Error;
 
+use crate::accounts::{group_name, user_name};
 use crate::drain::lock::{self, LockError};
 use crate::drain::log::{DrainLog, Event, LogError};
 use crate::drain::record::{Drain, DrainRecord, DrainState, RECORD_LIMIT, Unreadable};
@@ -82,17 +83,10 @@ fn owners(dir: &Path) -> String {
     let Ok(meta) = fs::metadata(dir) else {
         return String::new();
     };
-    let user = match nix::unistd::User::from_uid(meta.uid().into()) {
-        Ok(Some(user)) => user.name,
-        _ => meta.uid().to_string(),
-    };
+    let user = user_name(meta.uid());
     // The group, when it may write the directory.
-    let group =
-        (meta.mode() & 0o020 != 0).then(|| match nix::unistd::Group::from_gid(meta.gid().into()) {
-            Ok(Some(group)) => format!(" or a member of group {}", group.name),
-            _ => format!(" or a member of group {}", meta.gid()),
-        });
-    let group = group.unwrap_or_default();
+    let group = (meta.mode() & 0o020 != 0).then(|| group_name(meta.gid()));
+    let group = group.map_or(String::new(), |g| format!(" or a member of group {g}"));
     format!(", or as user {user}{group} (they own {})", dir.display())
 }
 
